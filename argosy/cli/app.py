@@ -1,0 +1,63 @@
+"""The root `argosy` command: global options and the list of subcommands.
+
+argosy --help
+argosy chips --json
+argosy --set hardware.default_cluster=a100:16 cluster
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from argosy import __version__
+from argosy.cli import chips, cluster, devices
+from argosy.cli.common import State, err_console
+from argosy.core.errors import ArgosyError
+
+app = typer.Typer(
+    name="argosy",
+    help="Get the most useful work out of accelerator clusters.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    config: str | None = typer.Option(None, "--config", help="YAML config file."),
+    overrides: list[str] = typer.Option(  # noqa: B008  # typer's declaration style
+        [], "--set", help="Override a config key: section.field=value (repeatable)."
+    ),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    """argosy: plan, schedule, run and measure large-model work on mixed clusters."""
+    if version:
+        typer.echo(__version__)
+        raise typer.Exit()
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
+    ctx.obj = State(config, overrides)
+
+
+app.command("chips")(chips.chips)
+app.command("devices")(devices.devices)
+app.command("cluster")(cluster.cluster)
+
+
+def main() -> None:
+    """Console entry point: user mistakes exit 2 with one line, never a traceback."""
+    try:
+        app()
+    except ArgosyError as err:
+        err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+"""The root of the config tree. Each layer owns its section in its own `config.py`."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from argosy.hardware.config import HardwareConfig
+
+
+class PlatformConfig(BaseModel):
+    """Every knob of argosy, one section per layer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig)
+    """Chip catalog and default cluster."""

@@ -1,0 +1,43 @@
+"""NVIDIA GPUs through torch.cuda (NVML via torch): the only module that calls torch.cuda."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+
+from argosy.hardware.backends.base import Device
+from argosy.hardware.catalog import default_catalog
+
+
+class CudaBackend:
+    """NVIDIA GPUs; detection looks for the driver's device files before importing torch."""
+
+    name = "cuda"
+
+    def detect(self) -> bool:
+        return bool(glob.glob("/dev/nvidia[0-9]*")) or shutil.which("nvidia-smi") is not None
+
+    def inventory(self) -> list[Device]:
+        import torch
+
+        if not torch.cuda.is_available() or torch.version.hip is not None:
+            return []
+        catalog = default_catalog()
+        devices = []
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            chip = catalog.match_device(props.name, vendor="nvidia")
+            devices.append(
+                Device(
+                    backend=self.name,
+                    index=index,
+                    name=props.name,
+                    memory_gib=round(props.total_memory / 2**30, 1),
+                    catalog_id=chip.id if chip else None,
+                    details={
+                        "capability": f"{props.major}.{props.minor}",
+                        "sms": str(props.multi_processor_count),
+                    },
+                )
+            )
+        return devices
