@@ -48,7 +48,7 @@ def load_config(
 
 def _merge_document(data: dict, origins: dict, doc: Document) -> None:
     def walk(value: Any, keys: tuple[str, ...]) -> None:
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict) and (value or not keys):
             for key, child in value.items():
                 walk(child, (*keys, key))
         else:

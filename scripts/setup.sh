@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up argosy in ./.venv: Python 3.11 venv, the CPU build of torch where no NVIDIA GPU
+# is present (a plain `torch` requirement would pull the multi-GB CUDA build), then argosy
+# with its development extras. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python_bin=${PYTHON:-}
+if [ -z "$python_bin" ]; then
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then python_bin=$candidate; break; fi
+  done
+fi
+[ -x .venv/bin/python ] || "$python_bin" -m venv .venv
+
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    .venv/bin/pip install -q "torch>=2.4"
+  else
+    .venv/bin/pip install -q torch==2.13.0
+  fi
+fi
+.venv/bin/pip install -q -e ".[dev]" 2>&1 | grep -v -E "^(WARNING: Location|\s*$)" || true
+.venv/bin/python -c "import argosy, torch; print(f'argosy {argosy.__version__} ready (torch {torch.__version__})')"
