@@ -1,0 +1,313 @@
+"""The launcher's agent: run the group, watch it, stop it on a fault, restart, account.
+
+    agent = Agent(spec, injections, RuntimeConfig())
+    summary = agent.run()          # events.jsonl and summary.json land in spec.run_dir
+
+One loop per attempt polls, every `poll_interval_s`, the rank processes (exits) and the
+progress board (steps, collectives, restores, checkpoints, fired injections). The
+decisions (hang, straggler) come from `watchdog`; this module applies them: it stops
+the whole group (stacks first for a hang), restarts it up to `max_restarts` times, and
+logs every step of it. The ranks resume from the latest flash checkpoint themselves.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from argosy.core.clock import Clock, SystemClock
+from argosy.runtime import goodput
+from argosy.runtime.board import ProgressBoard, Slot, injected_at, ring_entries
+from argosy.runtime.config import RuntimeConfig
+from argosy.runtime.events import EVENTS_FILE, SUMMARY_FILE, EventLog, write_json_atomic
+from argosy.runtime.group import GroupSpec, WorkerGroup
+from argosy.runtime.inject import Injection, encode
+from argosy.runtime.watchdog import HangDetector, StragglerDetector
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Fault:
+    """What went wrong in an attempt, as the agent saw it."""
+
+    kind: str
+    rank: int
+    detected_at: float
+    detail: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    restart: bool = True
+
+
+@dataclass
+class _Watch:
+    """Bookkeeping of one attempt's board reading."""
+
+    seen: dict[int, int]
+    attached: bool = False
+    resumed: bool = False
+    ckpts: float = 0.0
+    last_end: float | None = None
+    last_step: int = 0
+
+
+class Agent:
+    """Runs one training job to completion or to the restart limit."""
+
+    def __init__(
+        self,
+        spec: GroupSpec,
+        injections: list[Injection],
+        config: RuntimeConfig,
+        clock: Clock | None = None,
+        on_progress: Progress | None = None,
+    ) -> None:
+        self.spec = spec
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.on_progress = on_progress
+        self.pending = dict(enumerate(injections))
+        self.fired: dict[int, float] = {}
+        self.spares_left = config.spares
+        self.reported_stragglers: set[int] = set()
+
+    def run(self) -> dict[str, Any]:
+        spec = self.spec
+        spec.t0 = self.clock.now_s()
+        spec.run_id = spec.run_id or uuid.uuid4().hex[:12]
+        spec.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log = EventLog(spec.run_dir / EVENTS_FILE, t0=spec.t0, clock=self.clock)
+        self.board = ProgressBoard.create(spec.board_path, spec.world_size)
+        self.log.emit("start", **self._start_fields())
+        status, cause = "failed", None
+        group: WorkerGroup | None = None
+        try:
+            for attempt in range(self.config.max_restarts + 1):
+                self.board.reset()
+                group = WorkerGroup(spec, attempt, self._inject_env)
+                self.log.emit("spawn", attempt=attempt, pids=[p.pid for p in group.procs])
+                fault = self._watch(group, attempt)
+                if fault is None:
+                    status = "completed"
+                    break
+                self._stop(group, fault, attempt)
+                cause = {"kind": fault.kind, "rank": fault.rank, "detail": fault.detail}
+                cause["last_lines"] = {str(r): t for r, t in group.tail().items()}
+                if attempt == self.config.max_restarts:
+                    self.log.emit("give_up", attempt=attempt, restarts=attempt, cause=cause)
+                    break
+                self.log.emit("restart", attempt=attempt + 1, reason=fault.kind)
+            group = None
+        finally:
+            if group is not None:  # interrupted: leave nothing running
+                group.stop(self.config.term_grace_s)
+                status = "interrupted"
+            self.log.emit("end", status=status)
+            for path in (spec.run_dir / "stacks").glob("*.txt"):
+                if path.stat().st_size == 0:
+                    path.unlink()
+            self.log.close()
+            self.board.close()
+            self.board.unlink()
+        summary = goodput.summarize_file(spec.run_dir / EVENTS_FILE)
+        summary["status"] = status
+        if status != "completed":
+            summary["cause"] = cause
+        write_json_atomic(spec.run_dir / SUMMARY_FILE, summary)
+        return summary
+
+    def _start_fields(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "run_id": s.run_id,
+            "command": s.command,
+            "world_size": s.world_size,
+            "nnodes": s.nnodes,
+            "nproc_per_node": s.nproc_per_node,
+            "injections": [vars(i) | {"index": k} for k, i in self.pending.items()],
+            "config": self.config.model_dump(),
+        }
+
+    def _inject_env(self, rank: int) -> str:
+        return encode({i: inj for i, inj in self.pending.items() if inj.rank == rank})
+
+    # -- one attempt -------------------------------------------------------------------
+
+    def _watch(self, group: WorkerGroup, attempt: int) -> Fault | None:
+        spawned = self.clock.now_s()
+        hang = HangDetector(self.config)
+        slow = StragglerDetector(self.config, self.spec.world_size)
+        watch = _Watch(seen=dict.fromkeys(group.ranks(), 0))
+        while True:
+            time.sleep(self.config.poll_interval_s)
+            now = self.clock.now_s()
+            codes = group.poll()
+            snap = self.board.snapshot()
+            self._read_board(snap, watch, attempt, hang, slow)
+            fault = self._exit_fault(snap, codes, now)
+            if fault is not None:
+                return fault
+            if all(c == 0 for c in codes.values()):
+                return None
+            live = [r for r, c in codes.items() if c is None and snap[r, Slot.T_DONE] == 0]
+            verdict = hang.check(snap, live, spawned, now)
+            if verdict is not None:
+                return self._hang_fault(snap, verdict, now)
+            fault = self._straggler(slow, snap, now, attempt)
+            if fault is not None:
+                return fault
+
+    def _read_board(
+        self,
+        snap: np.ndarray,
+        watch: _Watch,
+        attempt: int,
+        hang: HangDetector,
+        slow: StragglerDetector,
+    ) -> None:
+        ranks = list(watch.seen)
+        since = self.log.since_launch
+        if not watch.attached and all(snap[r, Slot.T_ATTACH] > 0 for r in ranks):
+            watch.attached = True
+            t = max(snap[r, Slot.T_ATTACH] for r in ranks)
+            self.log.emit("attached", t=since(t), attempt=attempt)
+        if not watch.resumed and all(snap[r, Slot.T_RESTORED] > 0 for r in ranks):
+            watch.resumed = True
+            t = max(snap[r, Slot.T_RESTORED] for r in ranks)
+            step = int(min(snap[r, Slot.RESTORED_STEP] for r in ranks))
+            self.log.emit("resume", t=since(t), attempt=attempt, step=step)
+            watch.last_end = t
+        for rank in ranks:
+            entries, watch.seen[rank] = ring_entries(snap, rank, watch.seen[rank])
+            for step, loss, t_end, compute_s in entries:
+                slow.observe(rank, step, compute_s)
+                if rank == ranks[0]:
+                    self._log_step(watch, attempt, hang, step, loss, t_end)
+        first = ranks[0]
+        if snap[first, Slot.CKPT_COUNT] > watch.ckpts:
+            watch.ckpts = snap[first, Slot.CKPT_COUNT]
+            step = int(snap[first, Slot.CKPT_STEP])
+            self.log.emit(
+                "checkpoint", t=since(snap[first, Slot.T_CKPT]), attempt=attempt, step=step
+            )
+
+    def _log_step(
+        self, watch: _Watch, attempt: int, hang: HangDetector, step: int, loss: float, t_end: float
+    ) -> None:
+        dur = t_end - watch.last_end if watch.last_end else None
+        if dur is not None:
+            hang.observe_step_time(dur)
+        watch.last_end, watch.last_step = t_end, step
+        fields = {"attempt": attempt, "step": step, "loss": loss}
+        self.log.emit("step", t=self.log.since_launch(t_end), **fields)
+        if self.on_progress:
+            self.on_progress(step, attempt)
+
+    # -- faults ------------------------------------------------------------------------
+
+    def _injected(self, snap: np.ndarray, rank: int, kinds: set[str]) -> float | None:
+        for index, inj in self.pending.items():
+            at = injected_at(snap, rank, index) if rank < snap.shape[0] else 0.0
+            if inj.rank == rank and inj.fault in kinds and at > 0:
+                return at
+        return None
+
+    def _exit_fault(
+        self, snap: np.ndarray, codes: dict[int, int | None], now: float
+    ) -> Fault | None:
+        failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+        if not failed:
+            return None
+        injected = [r for r in failed if self._injected(snap, r, {"crash", "exit"})]
+        signalled = [r for r, c in failed.items() if c < 0]
+        rank = (injected or signalled or sorted(failed))[0]
+        code = failed[rank]
+        kind = "crash" if code < 0 else "exit"
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        detail = f"rank {rank} {how}"
+        at = self._injected(snap, rank, {"crash", "exit"})
+        fields = {"exit_code": code, "failed_ranks": sorted(failed), "injected_at": at}
+        return Fault(kind, rank, now, detail, fields)
+
+    def _hang_fault(self, snap: np.ndarray, verdict: Any, now: float) -> Fault:
+        rank = verdict.missing_ranks[0] if verdict.missing_ranks else 0
+        at = self._injected(snap, rank, {"hang"})
+        fields = {
+            "injected_at": at,
+            "stalled_since": verdict.since_s,
+            "threshold_s": verdict.threshold_s,
+            "collective_seq": verdict.collective_seq,
+            "missing_ranks": list(verdict.missing_ranks),
+        }
+        return Fault("hang", rank, now, verdict.detail, fields)
+
+    def _straggler(
+        self, slow: StragglerDetector, snap: np.ndarray, now: float, attempt: int
+    ) -> Fault | None:
+        verdict = slow.check(exclude=self.reported_stragglers)
+        if verdict is None:
+            return None
+        self.reported_stragglers.add(verdict.rank)
+        at = self._injected(snap, verdict.rank, {"straggler"})
+        restart = self.config.straggler_policy == "restart" and self.spares_left > 0
+        detail = f"rank {verdict.rank} computes {verdict.slowdown:.2f}x slower than its peers"
+        fields = {
+            "injected_at": at,
+            "slowdown": verdict.slowdown,
+            "steps": [verdict.first_step, verdict.last_step],
+        }
+        fault = Fault("straggler", verdict.rank, now, detail, fields, restart=restart)
+        if not restart:
+            self._emit_fault(fault, attempt, action="warn")
+            return None
+        self.spares_left -= 1
+        for index, inj in list(self.pending.items()):  # the slow device is swapped out
+            if inj.rank == verdict.rank and inj.kind == "slow":
+                del self.pending[index]
+        self.reported_stragglers.discard(verdict.rank)
+        return fault
+
+    def _emit_fault(self, fault: Fault, attempt: int, action: str) -> None:
+        fields = dict(fault.fields)
+        at = fields.pop("injected_at", None)
+        stalled = fields.pop("stalled_since", None)
+        since = self.log.since_launch
+        self.log.emit(
+            "fault",
+            t=since(fault.detected_at),
+            kind=fault.kind,
+            rank=fault.rank,
+            attempt=attempt,
+            action=action,
+            detail=fault.detail,
+            injected_at_s=since(at) if at else None,
+            stalled_since_s=since(stalled) if stalled else None,
+            detected_at_s=since(fault.detected_at),
+            **fields,
+        )
+
+    def _stop(self, group: WorkerGroup, fault: Fault, attempt: int) -> None:
+        self._emit_fault(fault, attempt, action="restart")
+        dump = self.config.stack_dump_wait_s if fault.kind == "hang" else 0.0
+        snap = self.board.snapshot()
+        killed = group.stop(self.config.term_grace_s, dump_stacks_s=dump)
+        stacks = self._stack_files(attempt)
+        self.log.emit("stopped", attempt=attempt, needed_kill=killed, stacks=stacks)
+        for index, inj in list(self.pending.items()):
+            fired = injected_at(snap, inj.rank, index) if inj.rank < snap.shape[0] else 0.0
+            if fired > 0 and inj.kind != "slow":
+                del self.pending[index]
+
+    def _stack_files(self, attempt: int) -> list[str]:
+        out = []
+        for path in sorted((self.spec.run_dir / "stacks").glob(f"attempt{attempt}-rank*.txt")):
+            if path.stat().st_size > 0:
+                out.append(str(path.relative_to(self.spec.run_dir)))
+            else:
+                path.unlink()
+        return out

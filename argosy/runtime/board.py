@@ -1,0 +1,162 @@
+"""The progress board: one small shared-memory array per run, written by ranks, read by the agent.
+
+Each rank owns one row of float64 slots (see `Slot`) and a ring of recent steps
+(step, loss, end time, compute seconds). Ranks only write their own row; the agent only
+reads. Nothing blocks: a rank stuck in a collective simply stops writing, and the agent,
+reading at its own pace, sees the stall. Times are `time.monotonic()` seconds, which is
+system-wide on Linux, so rows of different processes on one host compare directly.
+
+board = ProgressBoard.create(path, world_size=2)   # agent
+row = ProgressBoard.attach(path).row(rank)          # rank
+row.set(Slot.STEP, 7)
+board.snapshot()                                    # agent: a copy, never a view
+"""
+
+from __future__ import annotations
+
+import os
+from enum import IntEnum
+from pathlib import Path
+
+import numpy as np
+
+RING = 512
+"""Steps kept per rank; the agent reads at ~10 Hz, so this covers 5,000 steps/s."""
+RING_FIELDS = 4  # step, loss, t_end, compute_s
+MAX_INJECTIONS = 16
+"""Fault injections a run may carry; each has one 'fired at' slot per rank."""
+
+
+class Slot(IntEnum):
+    """Per-rank scalar slots; 0 means 'not yet' for times."""
+
+    PID = 0
+    ATTEMPT = 1
+    T_ATTACH = 2
+    T_RESTORED = 3
+    RESTORED_STEP = 4
+    STEP = 5
+    T_STEP = 6
+    HEARTBEAT = 7
+    COLL_ENTERED = 8
+    COLL_EXITED = 9
+    T_COLL_ENTER = 10
+    STEP_COUNT = 11
+    T_STEP_BEGIN = 12
+    T_DONE = 13
+    CKPT_STEP = 14
+    T_CKPT = 15
+    CKPT_COUNT = 16
+
+
+SCALARS = 24
+INJ_BASE = SCALARS
+RING_BASE = INJ_BASE + MAX_INJECTIONS
+ROW = RING_BASE + RING * RING_FIELDS
+
+
+def default_board_path(run_id: str) -> Path:
+    """Where a run's board lives: /dev/shm when it exists, else the temp directory."""
+    shm = Path("/dev/shm")
+    base = (
+        shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(os.environ.get("TMPDIR", "/tmp"))
+    )
+    return base / f"argosy-{run_id}.board"
+
+
+class BoardRow:
+    """One rank's row: the only part of the board a rank writes."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self._data = data
+
+    def set(self, slot: Slot, value: float) -> None:
+        self._data[slot] = value
+
+    def get(self, slot: Slot) -> float:
+        return float(self._data[slot])
+
+    def add(self, slot: Slot, delta: float = 1.0) -> float:
+        self._data[slot] += delta
+        return float(self._data[slot])
+
+    def fired(self, injection: int, at_s: float) -> None:
+        self._data[INJ_BASE + injection] = at_s
+
+    def push_step(self, step: int, loss: float, t_end: float, compute_s: float) -> None:
+        """Append one finished step to the ring, then publish it by bumping the count."""
+        count = int(self._data[Slot.STEP_COUNT])
+        base = RING_BASE + (count % RING) * RING_FIELDS
+        self._data[base : base + RING_FIELDS] = (step, loss, t_end, compute_s)
+        self._data[Slot.STEP] = step
+        self._data[Slot.T_STEP] = t_end
+        self._data[Slot.HEARTBEAT] = t_end
+        self._data[Slot.STEP_COUNT] = count + 1
+
+
+class ProgressBoard:
+    """A memory-mapped (world_size, ROW) float64 array in a file on tmpfs."""
+
+    def __init__(self, path: Path, data: np.memmap) -> None:
+        self.path = path
+        self._data = data
+
+    @property
+    def world_size(self) -> int:
+        return int(self._data.shape[0])
+
+    @classmethod
+    def create(cls, path: Path, world_size: int) -> ProgressBoard:
+        """Create (or wipe) the board for `world_size` ranks."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = np.memmap(path, dtype=np.float64, mode="w+", shape=(world_size, ROW))
+        data[:] = 0.0
+        return cls(path, data)
+
+    @classmethod
+    def attach(cls, path: Path) -> ProgressBoard:
+        """Open an existing board for writing one's own row."""
+        size = path.stat().st_size // 8
+        assert size % ROW == 0, f"{path} is not a progress board"
+        data = np.memmap(path, dtype=np.float64, mode="r+", shape=(size // ROW, ROW))
+        return cls(path, data)
+
+    def row(self, rank: int) -> BoardRow:
+        return BoardRow(self._data[rank])
+
+    def reset(self) -> None:
+        """Zero every row before a new attempt starts its ranks."""
+        self._data[:] = 0.0
+
+    def snapshot(self) -> np.ndarray:
+        """A private copy of the whole board, consistent enough for monitoring."""
+        return np.array(self._data, copy=True)
+
+    def close(self) -> None:
+        mm = getattr(self._data, "_mmap", None)
+        if mm is not None:
+            self._data.flush()
+        del self._data
+
+    def unlink(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def scalar(snapshot: np.ndarray, rank: int, slot: Slot) -> float:
+    return float(snapshot[rank, slot])
+
+
+def injected_at(snapshot: np.ndarray, rank: int, injection: int) -> float:
+    return float(snapshot[rank, INJ_BASE + injection])
+
+
+def ring_entries(snapshot: np.ndarray, rank: int, since: int) -> tuple[list[tuple], int]:
+    """Steps the rank pushed after count `since` (at most RING), and the new count."""
+    count = int(snapshot[rank, Slot.STEP_COUNT])
+    first = max(since, count - RING)
+    out = []
+    for i in range(first, count):
+        base = RING_BASE + (i % RING) * RING_FIELDS
+        step, loss, t_end, compute_s = snapshot[rank, base : base + RING_FIELDS]
+        out.append((int(step), float(loss), float(t_end), float(compute_s)))
+    return out, count

@@ -1,0 +1,38 @@
+"""Config section of the runtime layer: watchdog thresholds, restart policy, grace periods."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RuntimeConfig(BaseModel):
+    """How `argosy launch` watches ranks and recovers from faults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    max_restarts: int = Field(3, ge=0)
+    """Group restarts allowed before the launcher gives up and reports the cause."""
+    poll_interval_s: float = Field(0.05, gt=0)
+    """How often the agent reads the progress board and checks the processes."""
+    hang_floor_s: float = Field(5.0, gt=0)
+    """Shortest stall that counts as a hang, whatever the step time."""
+    hang_p99_factor: float = Field(10.0, gt=0)
+    """A stall longer than this many recent p99 step times (and the floor) is a hang."""
+    startup_timeout_s: float = Field(300.0, gt=0)
+    """Seconds a rank may take from spawn to its first step before it counts as hung."""
+    term_grace_s: float = Field(3.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL when stopping the group."""
+    stack_dump_wait_s: float = Field(0.5, ge=0)
+    """Seconds given to ranks to write their Python stacks after a hang."""
+    straggler_threshold: float = Field(1.5, gt=1)
+    """A rank whose compute time is this many times the median of its peers is slow."""
+    straggler_window: int = Field(20, ge=3)
+    """Recent steps compared; the rank must be slow in most of them."""
+    straggler_fraction: float = Field(0.8, gt=0, le=1)
+    """Share of the window in which the rank must exceed the threshold to be confirmed."""
+    straggler_policy: Literal["warn", "restart"] = "warn"
+    """warn: report and keep going; restart: restart the group on a spare without it."""
+    spares: int = Field(0, ge=0)
+    """Spare device slots available to replace a confirmed straggler."""
+    step_history: int = Field(200, ge=10)
+    """Recent step times kept to compute the p99 used by the hang threshold."""

@@ -1,0 +1,153 @@
+"""Goodput accounting: from the event log to wall, productive and lost time by cause.
+
+Pure: `summarize(events)` reads the list of events `agent` wrote and returns the summary
+dict stored as summary.json. How each figure is computed:
+
+- productive_s: the durations of the steps that count, i.e. every step of the last
+  attempt and, of earlier attempts, the steps up to the step the next attempt resumed
+  from. A step's duration is the time from the previous step's end (or the resume) to
+  its end.
+- lost_s.startup: launch to the first attempt's resume (spawn, imports, group init).
+- lost_s.detection: the fault's start (injection time, else the stall's start, else the
+  last step's end) to its detection.
+- lost_s.restart: detection to the next attempt's ranks all attached (stop the group,
+  spawn, imports, process-group init).
+- lost_s.reload: attached to resumed (checkpoint load, agreement between ranks).
+- lost_s.redone: steps done after the checkpoint that the next attempt resumed from,
+  plus the partial step in flight when the fault struck.
+- lost_s.other: the rest of the wall time (final shutdown, gaps between polls).
+- effective_training_time = productive_s / wall_s.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from argosy.runtime.events import read_events
+
+CAUSES = ("startup", "detection", "restart", "reload", "redone", "other")
+
+
+def summarize_file(path: Path) -> dict[str, Any]:
+    return summarize(read_events(path))
+
+
+def _by_attempt(events: list[dict], kind: str) -> dict[int, dict]:
+    return {e["attempt"]: e for e in events if e["event"] == kind}
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's summary; see the module docstring for how each number is computed."""
+    steps: dict[int, list[dict]] = defaultdict(list)
+    for e in events:
+        if e["event"] == "step":
+            steps[e["attempt"]].append(e)
+    resumes = _by_attempt(events, "resume")
+    attached = _by_attempt(events, "attached")
+    restarting = [e for e in events if e["event"] == "fault" and e.get("action") == "restart"]
+    faults_by_attempt = {e["attempt"]: e for e in restarting}
+    attempts = sorted({e["attempt"] for e in events if e["event"] == "spawn"})
+    wall = max((e["t"] for e in events), default=0.0)
+    lost = dict.fromkeys(CAUSES, 0.0)
+    productive = 0.0
+    faults = []
+    for a in attempts:
+        keep_to = resumes.get(a + 1, {}).get("step") if a in faults_by_attempt else None
+        kept, redone = _split(steps[a], resumes.get(a), keep_to)
+        productive += kept
+        if a == 0 and a in resumes:
+            lost["startup"] += resumes[a]["t"]
+        if a in faults_by_attempt:
+            fault = _fault_record(faults_by_attempt[a], steps[a], redone, resumes, attached)
+            for cause, seconds in fault["lost_s"].items():
+                lost[cause] += seconds
+            faults.append(fault)
+    faults += [
+        _warning(e) for e in events if e["event"] == "fault" and e.get("action") != "restart"
+    ]
+    faults.sort(key=lambda f: f["detected_at_s"])
+    lost["other"] = max(0.0, wall - productive - sum(lost.values()))
+    last = steps[attempts[-1]][-1] if attempts and steps[attempts[-1]] else None
+    return {
+        "final_step": last["step"] if last else 0,
+        "final_loss": last["loss"] if last else None,
+        "wall_s": round(wall, 3),
+        "productive_s": round(productive, 3),
+        "effective_training_time": round(productive / wall, 4) if wall > 0 else 0.0,
+        "lost_s": {k: round(v, 3) for k, v in lost.items()},
+        "restarts": len(restarting),
+        "attempts": len(attempts),
+        "faults": faults,
+        "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
+        "how": "productive = durations of steps not redone; lost by cause: argosy.runtime.goodput",
+    }
+
+
+def _split(
+    attempt_steps: list[dict], resume: dict | None, keep_to: int | None
+) -> tuple[float, float]:
+    """(kept seconds, redone seconds) of one attempt's steps."""
+    kept = redone = 0.0
+    prev = resume["t"] if resume else None
+    for e in attempt_steps:
+        dur = e["t"] - prev if prev is not None else 0.0
+        prev = e["t"]
+        if keep_to is None or e["step"] <= keep_to:
+            kept += dur
+        else:
+            redone += dur
+    return kept, redone
+
+
+def _fault_record(
+    fault: dict, attempt_steps: list[dict], redone: float, resumes: dict, attached: dict
+) -> dict[str, Any]:
+    a = fault["attempt"]
+    detected = fault["detected_at_s"]
+    last_end = attempt_steps[-1]["t"] if attempt_steps else resumes.get(a, {}).get("t", detected)
+    start = fault.get("injected_at_s") or fault.get("stalled_since_s") or last_end
+    start = min(start, detected)
+    partial = max(0.0, start - last_end)
+    nxt_attached = attached.get(a + 1, {}).get("t")
+    nxt_resume = resumes.get(a + 1, {})
+    lost = {
+        "detection": detected - start,
+        "restart": (nxt_attached - detected) if nxt_attached is not None else 0.0,
+        "reload": (nxt_resume["t"] - nxt_attached) if nxt_resume and nxt_attached else 0.0,
+        "redone": redone + partial,
+    }
+    return {
+        "kind": fault["kind"],
+        "rank": fault["rank"],
+        "attempt": a,
+        "detail": fault.get("detail"),
+        "injected_at_s": fault.get("injected_at_s"),
+        "detected_at_s": detected,
+        "detect_latency_s": round(detected - start, 3),
+        "resumed_from_step": nxt_resume.get("step"),
+        "lost_s": {k: round(v, 3) for k, v in lost.items()},
+        **{
+            k: fault[k]
+            for k in ("missing_ranks", "collective_seq", "slowdown", "exit_code")
+            if k in fault
+        },
+    }
+
+
+def _warning(fault: dict) -> dict[str, Any]:
+    start = fault.get("injected_at_s")
+    detected = fault["detected_at_s"]
+    return {
+        "kind": fault["kind"],
+        "rank": fault["rank"],
+        "attempt": fault["attempt"],
+        "detail": fault.get("detail"),
+        "action": fault.get("action"),
+        "injected_at_s": start,
+        "detected_at_s": detected,
+        "detect_latency_s": round(detected - start, 3) if start is not None else None,
+        "resumed_from_step": None,
+        "slowdown": fault.get("slowdown"),
+    }

@@ -1,0 +1,202 @@
+"""In-script hooks: a few lines in a training script connect it to `argosy launch`.
+
+    rt = hooks.attach()                  # after init_process_group
+    rt.watch_ddp(model)                  # count and time DDP's gradient all-reduces
+    rt.restored(start_step)              # after loading the checkpoint (0 when fresh)
+    for step in range(start_step + 1, steps + 1):
+        rt.step_begin(step)              # injected faults fire here
+        with rt.compute():               # forward pass: the straggler detector times it
+            loss = model(x, y)
+        loss.backward(); opt.step()
+        rt.step_end(step, loss)
+        if step % k == 0: ckpt.save(step, state); rt.checkpointed(step)
+    rt.finish()
+
+Everything goes to this rank's row of the progress board in shared memory: writes are
+plain memory stores, so they never block and a rank stuck anywhere cannot stall the
+agent. Under no launcher (no ARGOSY_BOARD), the hooks write to a private row and do
+nothing else. SIGUSR1 makes the rank write every thread's Python stack to the run
+directory (faulthandler, so it works even while the rank is blocked in C code).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from argosy.runtime import inject
+from argosy.runtime.board import ROW, BoardRow, ProgressBoard, Slot
+
+ENV_BOARD = "ARGOSY_BOARD"
+ENV_RUN_DIR = "ARGOSY_RUN_DIR"
+ENV_T0 = "ARGOSY_T0"
+ENV_ATTEMPT = "ARGOSY_ATTEMPT"
+ENV_INJECT = "ARGOSY_INJECT"
+
+
+class Runtime:
+    """This rank's connection to the agent; see the module docstring for the calls."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ if env is None else env)
+        self.rank = int(env.get("RANK", "0"))
+        self.world_size = int(env.get("WORLD_SIZE", "1"))
+        self.attempt = int(env.get(ENV_ATTEMPT, env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+        self.run_dir = Path(env[ENV_RUN_DIR]) if ENV_RUN_DIR in env else None
+        self.launched = ENV_BOARD in env
+        self._t0 = float(env.get(ENV_T0, time.monotonic()))
+        self._row = self._open_row(env)
+        self._injections = inject.decode(env.get(ENV_INJECT, ""))
+        self._slow: tuple[int, float] | None = None
+        self._compute_s = 0.0
+        self._stack_file = None
+        self._row.set(Slot.PID, os.getpid())
+        self._row.set(Slot.ATTEMPT, self.attempt)
+        self._touch(Slot.T_ATTACH)
+        self._arm_stack_dump()
+
+    def _open_row(self, env: dict[str, str]) -> BoardRow:
+        if ENV_BOARD not in env:
+            return BoardRow(np.zeros(ROW))
+        return ProgressBoard.attach(Path(env[ENV_BOARD])).row(self.rank)
+
+    def _arm_stack_dump(self) -> None:
+        if self.run_dir is None:
+            return
+        stacks = self.run_dir / "stacks"
+        stacks.mkdir(parents=True, exist_ok=True)
+        path = stacks / f"attempt{self.attempt}-rank{self.rank}.txt"
+        self._stack_file = path.open("w")
+        faulthandler.register(signal.SIGUSR1, file=self._stack_file, all_threads=True)
+
+    def _touch(self, slot: Slot) -> float:
+        now = time.monotonic()
+        self._row.set(slot, now)
+        self._row.set(Slot.HEARTBEAT, now)
+        return now
+
+    # -- progress ---------------------------------------------------------------------
+
+    def restored(self, step: int) -> None:
+        """The checkpoint (or a fresh start, step 0) is loaded; training resumes after it."""
+        self._row.set(Slot.RESTORED_STEP, step)
+        self._touch(Slot.T_RESTORED)
+
+    def step_begin(self, step: int) -> None:
+        """A step starts: fire any injection due now, then stamp the step's start."""
+        self._compute_s = 0.0
+        for index, inj in list(self._injections.items()):
+            if inj.due(step, time.monotonic() - self._t0):
+                self._fire(index, inj, step)
+        self._touch(Slot.T_STEP_BEGIN)
+
+    @contextmanager
+    def compute(self) -> Iterator[None]:
+        """Time local compute (no collectives inside); an injected slowdown stretches it."""
+        start = time.monotonic()
+        yield
+        elapsed = time.monotonic() - start
+        if self._slow is not None:
+            time.sleep((self._slow[1] - 1.0) * elapsed)
+        self._compute_s += time.monotonic() - start
+
+    def step_end(self, step: int, loss: Any = float("nan")) -> None:
+        """The step is done (after the optimizer step); `loss` may be a tensor or a float."""
+        value = float(loss.item() if hasattr(loss, "item") else loss)
+        self._row.push_step(step, value, time.monotonic(), self._compute_s)
+
+    def checkpointed(self, step: int) -> None:
+        """A checkpoint of `step` was handed to the checkpointer."""
+        self._row.set(Slot.CKPT_STEP, step)
+        self._touch(Slot.T_CKPT)
+        self._row.add(Slot.CKPT_COUNT)
+
+    def finish(self) -> None:
+        """Training is over; the rank is about to exit on its own."""
+        self._touch(Slot.T_DONE)
+
+    # -- collectives -------------------------------------------------------------------
+
+    def enter_collective(self) -> None:
+        self._row.add(Slot.COLL_ENTERED)
+        self._touch(Slot.T_COLL_ENTER)
+
+    def exit_collective(self) -> None:
+        self._row.add(Slot.COLL_EXITED)
+        self._row.set(Slot.HEARTBEAT, time.monotonic())
+
+    @contextmanager
+    def collective(self) -> Iterator[None]:
+        """Wrap a blocking collective so the watchdog can tell who never entered it."""
+        self.enter_collective()
+        yield
+        self.exit_collective()
+
+    def watch_ddp(self, ddp_model: Any) -> None:
+        """Replace DDP's all-reduce hook by the same reduction, counted and timed."""
+        import torch.distributed as dist
+
+        world = dist.get_world_size()
+
+        def hook(_state, bucket):  # noqa: ANN001, ANN202  # DDP checks annotations
+            self.enter_collective()
+            tensor = bucket.buffer().div_(world)
+            fut = dist.all_reduce(tensor, async_op=True).get_future()
+
+            def done(f: Any) -> Any:
+                self.exit_collective()
+                return f.value()[0]
+
+            return fut.then(done)
+
+        ddp_model.register_comm_hook(None, hook)
+
+    # -- fault injection ---------------------------------------------------------------
+
+    def _fire(self, index: int, inj: inject.Injection, step: int) -> None:
+        now = time.monotonic()
+        if inj.kind == "slow":
+            if self._slow is None:
+                self._row.fired(index, now)
+                print(f"[argosy] injected: {inj.describe()} (step {step})", file=sys.stderr)
+            self._slow = (index, inj.factor)
+            return
+        del self._injections[index]
+        self._row.fired(index, now)
+        print(f"[argosy] injected: {inj.describe()} (step {step})", file=sys.stderr, flush=True)
+        _ACTIONS[inj.kind](inj)
+
+
+def _kill(_inj: inject.Injection) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exit(inj: inject.Injection) -> None:
+    os._exit(inj.code)
+
+
+def _hang(_inj: inject.Injection) -> None:
+    while True:  # a rank that stops making progress, as a wedged device would
+        time.sleep(3600)
+
+
+_ACTIONS = {"kill": _kill, "exit": _exit, "hang": _hang}
+
+_runtime: Runtime | None = None
+
+
+def attach() -> Runtime:
+    """This process's Runtime (created on first call, from the launcher's environment)."""
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime()
+    return _runtime

@@ -1,0 +1,162 @@
+"""Hang and straggler detection from progress, as pure decisions over board snapshots.
+
+Hang: no rank advanced (step, collective entry or exit, restore) for longer than
+max(k x recent p99 step time, floor). The stalled collective is the highest sequence
+number any rank entered; the ranks that never entered it are named as the culprits.
+Before a rank's first step the startup timeout applies instead.
+
+Straggler: per step, each rank's compute time (measured by the hooks, collectives
+excluded) over the median of its peers; a rank above the threshold in most of the last
+`window` steps is confirmed, with its median slowdown factor.
+
+Neither detector reads a clock or touches a process: the agent feeds them and acts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from argosy.runtime.board import Slot
+from argosy.runtime.config import RuntimeConfig
+
+
+@dataclass(frozen=True)
+class HangVerdict:
+    """A confirmed hang: how long nothing moved, the threshold, and who is to blame."""
+
+    stalled_s: float
+    threshold_s: float
+    since_s: float
+    """Monotonic time of the last progress of the stalest rank."""
+    collective_seq: int
+    missing_ranks: tuple[int, ...]
+    """Ranks that never entered the stalled collective (or lag in steps)."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class StragglerVerdict:
+    """A confirmed straggler: the rank, its slowdown factor, and the steps it spans."""
+
+    rank: int
+    slowdown: float
+    first_step: int
+    last_step: int
+
+
+class HangDetector:
+    """Keeps recent step times; `check` decides from one snapshot whether the group hangs."""
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.config = config
+        self._step_times: deque[float] = deque(maxlen=config.step_history)
+
+    def observe_step_time(self, seconds: float) -> None:
+        if seconds > 0:
+            self._step_times.append(seconds)
+
+    def threshold_s(self) -> float:
+        """max(k x p99 of recent step times, floor)."""
+        if not self._step_times:
+            return self.config.hang_floor_s
+        p99 = float(np.percentile(np.fromiter(self._step_times, float), 99))
+        return max(self.config.hang_p99_factor * p99, self.config.hang_floor_s)
+
+    def check(
+        self, snap: np.ndarray, live: list[int], spawned_at: float, now: float
+    ) -> HangVerdict | None:
+        """A verdict when the live ranks have made no progress for too long, else None."""
+        if not live:
+            return None
+        if any(snap[r, Slot.STEP_COUNT] == 0 for r in live):
+            return self._check_startup(snap, live, spawned_at, now)
+        since = min(float(snap[r, Slot.HEARTBEAT]) for r in live)
+        stalled, threshold = now - since, self.threshold_s()
+        if stalled <= threshold:
+            return None
+        seq, missing, detail = localize(snap, live)
+        return HangVerdict(round(stalled, 3), round(threshold, 3), since, seq, missing, detail)
+
+    def _check_startup(
+        self, snap: np.ndarray, live: list[int], spawned_at: float, now: float
+    ) -> HangVerdict | None:
+        if now - spawned_at <= self.config.startup_timeout_s:
+            return None
+        waiting = tuple(r for r in live if snap[r, Slot.STEP_COUNT] == 0)
+        detail = f"ranks {list(waiting)} made no step within {self.config.startup_timeout_s:g} s"
+        threshold = self.config.startup_timeout_s
+        return HangVerdict(round(now - spawned_at, 3), threshold, spawned_at, 0, waiting, detail)
+
+
+def localize(snap: np.ndarray, live: list[int]) -> tuple[int, tuple[int, ...], str]:
+    """The stalled collective and the ranks that never entered it.
+
+    With no collective instrumentation, the ranks behind in steps (or, when all are
+    level, the one that last showed progress earliest) are named instead.
+    """
+    entered = {r: int(snap[r, Slot.COLL_ENTERED]) for r in live}
+    seq = max(entered.values())
+    if seq > 0 and min(entered.values()) < seq:
+        missing = tuple(r for r in live if entered[r] < seq)
+        inside = [r for r in live if entered[r] == seq]
+        detail = f"ranks {list(inside)} wait in collective #{seq}; {list(missing)} never entered it"
+        return seq, missing, detail
+    if seq > 0 and all(snap[r, Slot.COLL_EXITED] < seq for r in live):
+        detail = f"every rank entered collective #{seq} and none left it (transport stall)"
+        return seq, tuple(live), detail
+    steps = {r: int(snap[r, Slot.STEP]) for r in live}
+    low = min(steps.values())
+    if low < max(steps.values()):
+        behind = tuple(r for r in live if steps[r] == low)
+        return seq, behind, f"ranks {list(behind)} stuck after step {low}; others are ahead"
+    stalest = min(live, key=lambda r: float(snap[r, Slot.HEARTBEAT]))
+    return seq, (stalest,), f"rank {stalest} showed progress last, at step {low}"
+
+
+class StragglerDetector:
+    """Per-step compute times of every rank; confirms a consistently slow one."""
+
+    def __init__(self, config: RuntimeConfig, world_size: int) -> None:
+        self.config = config
+        self.world_size = world_size
+        self._pending: dict[int, dict[int, float]] = defaultdict(dict)
+        self._ratios: dict[int, deque[tuple[int, float]]] = {
+            r: deque(maxlen=config.straggler_window) for r in range(world_size)
+        }
+
+    def observe(self, rank: int, step: int, compute_s: float) -> None:
+        """Record one rank's compute time for one step; complete steps become ratios."""
+        if self.world_size < 2 or compute_s <= 0:
+            return
+        row = self._pending[step]
+        row[rank] = compute_s
+        if len(row) < self.world_size:
+            return
+        del self._pending[step]
+        for r, own in row.items():
+            peers = statistics.median(v for q, v in row.items() if q != r)
+            self._ratios[r].append((step, own / peers if peers > 0 else 1.0))
+        for old in [s for s in self._pending if s < step - 4 * self.config.straggler_window]:
+            del self._pending[old]
+
+    def check(self, exclude: set[int] = frozenset()) -> StragglerVerdict | None:
+        """The slowest confirmed straggler not in `exclude`, or None."""
+        found = []
+        window, need = self.config.straggler_window, self.config.straggler_fraction
+        for rank, ratios in self._ratios.items():
+            if rank in exclude or len(ratios) < window:
+                continue
+            slow = [x for _, x in ratios if x >= self.config.straggler_threshold]
+            if len(slow) >= need * window:
+                factor = statistics.median(x for _, x in ratios)
+                found.append(StragglerVerdict(rank, round(factor, 3), ratios[0][0], ratios[-1][0]))
+        return max(found, key=lambda v: v.slowdown, default=None)
+
+    def reset(self) -> None:
+        self._pending.clear()
+        for ratios in self._ratios.values():
+            ratios.clear()
