@@ -1,0 +1,202 @@
+"""The planner's two entry points, returning plain dicts (the CLI's JSON contract).
+
+    estimate(model, cluster, plan, seq_len, global_batch) -> {feasible, reasons, predicted, ...}
+    plan(model, cluster, seq_len, global_batch, top=5)   -> {plans, search, feasible, ...}
+
+`predicted` holds step_time_s, tokens_per_s, tflops_per_gpu (model FLOPs),
+hardware_tflops_per_gpu, mfu (model FLOPs over aggregate dense peak) and
+memory_gib_per_device (the largest over devices), plus the step-time breakdown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from argosy.core.errors import ArgosyError
+from argosy.hardware.cluster import Cluster
+from argosy.planner.costmodel import Costs
+from argosy.planner.efficiency import Constants
+from argosy.planner.hetero import MixedPlan, plan_mixed
+from argosy.planner.models import ModelSpec
+from argosy.planner.parallel import Parallel, check_parallel
+from argosy.planner.search import Ranked, estimate_one, overflow_reasons, search_group, smallest_fix
+
+BREAKDOWN = ("compute_s", "bubble_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_s", "optimizer_s")
+
+
+def predicted(
+    costs: Costs, i: int, devices: int, peak_flops_total: float, seq_len: int, samples: float
+) -> dict:
+    """The `predicted` object for candidate `i`."""
+    step = float(costs.step_s[i])
+    model_flops, hw_flops = float(costs.model_flops[i]), float(costs.hardware_flops[i])
+    out = {
+        "step_time_s": step,
+        "tokens_per_s": samples * seq_len / step,
+        "tflops_per_gpu": model_flops / step / devices / 1e12,
+        "hardware_tflops_per_gpu": hw_flops / step / devices / 1e12,
+        "mfu": model_flops / step / peak_flops_total,
+        "memory_gib_per_device": float(costs.memory_gib[i]),
+        "memory_gib": {k: round(v, 3) for k, v in costs.memory.terms(i).items()},
+    }
+    out["breakdown_s"] = {k[:-2]: float(getattr(costs, k)[i]) for k in BREAKDOWN}
+    return out
+
+
+def estimate(
+    model: ModelSpec,
+    cluster: Cluster,
+    plan: Parallel,
+    seq_len: int,
+    global_batch: int,
+    constants: Constants | None = None,
+) -> dict:
+    """Price one configuration on a homogeneous cluster."""
+    if cluster.is_mixed:
+        raise ArgosyError("estimate prices one chip type; for a mixed cluster use `argosy plan`")
+    check_parallel(plan, model, cluster.num_devices, seq_len, global_batch)
+    group = cluster.groups[0]
+    costs, hw = estimate_one(model, group, seq_len, global_batch, plan, constants)
+    reasons = overflow_reasons(costs, 0)
+    if plan.tp > hw.domain_size:
+        reasons.append(f"tp={plan.tp} spans beyond the {hw.domain_size}-device scale-up domain")
+    return {
+        "model": model.name,
+        "cluster": cluster.describe(),
+        "parallel": plan.as_dict(),
+        "feasible": not reasons,
+        "reasons": reasons,
+        "predicted": predicted(
+            costs,
+            0,
+            cluster.num_devices,
+            hw.peak_flops * cluster.num_devices,
+            seq_len,
+            global_batch,
+        ),
+    }
+
+
+def plan(
+    model: ModelSpec,
+    cluster: Cluster,
+    seq_len: int,
+    global_batch: int,
+    top: int = 5,
+    constants: Constants | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
+    """The best `top` plans for `model` on `cluster`, best first."""
+    started = time.perf_counter()
+    if cluster.is_mixed:
+        result = _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress)
+    else:
+        result = _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants)
+        if progress:
+            progress(1)
+    result["search"]["seconds"] = time.perf_counter() - started
+    return {
+        "model": model.name,
+        "cluster": cluster.describe(),
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        **result,
+    }
+
+
+def _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants) -> dict:
+    group = cluster.groups[0]
+    ranked = search_group(model, group, seq_len, global_batch, constants=constants)
+    plans = [
+        _entry(ranked, r, cluster, seq_len, global_batch) for r in range(min(top, len(ranked)))
+    ]
+    out: dict = {
+        "plans": plans,
+        "search": {"candidates": len(ranked.cands), "feasible": len(ranked)},
+    }
+    out["feasible"] = bool(plans)
+    if not plans:
+        out["fix"] = smallest_fix(model, group, seq_len, global_batch, constants)
+    return out
+
+
+def _entry(ranked: Ranked, rank: int, cluster: Cluster, seq_len: int, samples: int) -> dict:
+    i = ranked.index(rank)
+    peak = ranked.hw.peak_flops * cluster.num_devices
+    return {
+        "parallel": ranked.plan(rank).as_dict(),
+        "predicted": predicted(ranked.costs, i, cluster.num_devices, peak, seq_len, samples),
+    }
+
+
+def _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress) -> dict:
+    mixed = plan_mixed(model, cluster, seq_len, global_batch, constants, progress)
+    out: dict = {"search": {"candidates": mixed.candidates}, "feasible": mixed.feasible}
+    if not mixed.feasible:
+        out["plans"] = []
+        short = [p.group for p in mixed.parts if p.samples and not len(p.ranked)]
+        out["fix"] = "; ".join(
+            f"{g.chip.id}: " + smallest_fix(model, g, seq_len, max(1, global_batch // 2), constants)
+            for g in short
+        )
+        return out
+    depth = min(top, *(len(p.ranked) for p in mixed.parts if p.samples))
+    out["plans"] = [_mixed_entry(mixed, r, cluster, seq_len, global_batch) for r in range(depth)]
+    out["plans"].sort(key=lambda e: e["predicted"]["step_time_s"])
+    out["mixed_efficiency"] = mixed.efficiency()
+    return out
+
+
+def _mixed_entry(
+    mixed: MixedPlan, rank: int, cluster: Cluster, seq_len: int, global_batch: int
+) -> dict:
+    groups, step, model_flops, hw_flops, memory = [], 0.0, 0.0, 0.0, 0.0
+    for part in mixed.parts:
+        if not part.samples:
+            groups.append(
+                {"chip": part.group.chip.id, "devices": part.group.num_devices, "batch_share": 0}
+            )
+            continue
+        r = min(rank, len(part.ranked) - 1)
+        i = part.ranked.index(r)
+        costs = part.ranked.costs
+        step = max(step, float(costs.step_s[i]))
+        model_flops += float(costs.model_flops[i])
+        hw_flops += float(costs.hardware_flops[i])
+        memory = max(memory, float(costs.memory_gib[i]))
+        groups.append(_group_entry(part, r, i, global_batch))
+    step += mixed.sync_s
+    devices = cluster.num_devices
+    peak = sum(g.chip.peak_tflops("bf16") * 1e12 * g.num_devices for g in cluster.groups)
+    largest = max((g for g in groups if g.get("parallel")), key=lambda g: g["devices"])
+    return {
+        "parallel": largest["parallel"],
+        "predicted": {
+            "step_time_s": step,
+            "tokens_per_s": global_batch * seq_len / step,
+            "tflops_per_gpu": model_flops / step / devices / 1e12,
+            "hardware_tflops_per_gpu": hw_flops / step / devices / 1e12,
+            "mfu": model_flops / step / peak,
+            "memory_gib_per_device": memory,
+            "cross_group_sync_s": mixed.sync_s,
+        },
+        "groups": groups,
+    }
+
+
+def _group_entry(part, rank: int, i: int, global_batch: int) -> dict:
+    plan_ = part.ranked.plan(rank)
+    return {
+        "chip": part.group.chip.id,
+        "devices": part.group.num_devices,
+        "parallel": plan_.as_dict(),
+        "layers": "all",
+        "batch_share": part.samples,
+        "batch_fraction": part.samples / global_batch,
+        "step_time_s": float(part.ranked.costs.step_s[i]),
+        "memory_gib_per_device": float(part.ranked.costs.memory_gib[i]),
+        "micro_batches_per_replica": int(np.ceil(part.samples / plan_.dp / plan_.mbs)),
+    }

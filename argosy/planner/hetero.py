@@ -1,0 +1,126 @@
+"""Mixed-chip plans: non-uniform batch splits across chip groups, each planned on its own.
+
+Each chip group runs its own replicas with its own TP/PP/micro-batch/recompute/ZeRO (the
+plan that is fastest for that chip and its memory), and takes a share of the global batch
+proportional to its predicted throughput; shares are rebalanced until the groups' step
+times agree. Gradients are then all-reduced across groups, priced on the slowest NIC
+the traffic crosses (groups never share a leaf switch).
+
+    split = plan_mixed(model, cluster, seq_len=4096, global_batch=1536)
+    split.step_s, split.shares, split.efficiency
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from argosy.hardware.cluster import Cluster, NodeGroup
+from argosy.planner.efficiency import Constants, default_constants
+from argosy.planner.models import ModelSpec
+from argosy.planner.search import Ranked, search_group
+
+ROUNDS = 4
+
+
+@dataclass
+class GroupPlan:
+    """One chip group's part of a mixed plan."""
+
+    group: NodeGroup
+    samples: int
+    ranked: Ranked
+
+    @property
+    def step_s(self) -> float:
+        return self.ranked.step_s(0) if len(self.ranked) else float("inf")
+
+
+@dataclass
+class MixedPlan:
+    """Per-group plans, the cross-group gradient time and the resulting step time."""
+
+    parts: list[GroupPlan]
+    sync_s: float
+    candidates: int
+
+    @property
+    def step_s(self) -> float:
+        return max(p.step_s for p in self.parts if p.samples) + self.sync_s
+
+    @property
+    def feasible(self) -> bool:
+        return all(len(p.ranked) for p in self.parts if p.samples)
+
+    def efficiency(self) -> float:
+        """Throughput over the sum of each group's throughput planned alone on its share."""
+        alone = sum(p.samples / p.step_s for p in self.parts if p.samples)
+        total = sum(p.samples for p in self.parts)
+        return (total / self.step_s) / alone if alone else 0.0
+
+
+def plan_mixed(
+    model: ModelSpec,
+    cluster: Cluster,
+    seq_len: int,
+    global_batch: int,
+    constants: Constants | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> MixedPlan:
+    """Split `global_batch` across the chip groups of `cluster` and plan each group."""
+    groups = list(cluster.groups)
+    weights = np.array([g.chip.peak_tflops("bf16") * g.num_devices for g in groups], dtype=float)
+    shares = _round_shares(weights, global_batch)
+    parts: list[GroupPlan] = []
+    candidates = 0
+    for _ in range(ROUNDS):
+        parts = [
+            _plan_part(model, g, seq_len, int(s), constants)
+            for g, s in zip(groups, shares, strict=True)
+        ]
+        candidates += sum(len(p.ranked.cands) for p in parts)
+        if progress:
+            progress(len(groups))
+        rates = np.array(
+            [p.samples / p.step_s if p.samples and np.isfinite(p.step_s) else 0.0 for p in parts]
+        )
+        if rates.sum() == 0:
+            break
+        new = _round_shares(np.where(rates > 0, rates, 0.0), global_batch)
+        if np.array_equal(new, shares):
+            break
+        shares = new
+    return MixedPlan(parts, _sync_s(model, parts, constants), candidates)
+
+
+def _plan_part(model, group, seq_len, samples, constants) -> GroupPlan:
+    if samples == 0:
+        return GroupPlan(
+            group, 0, search_group(model, group, seq_len, 1, exact_batch=False, constants=constants)
+        )
+    ranked = search_group(model, group, seq_len, samples, exact_batch=False, constants=constants)
+    return GroupPlan(group, samples, ranked)
+
+
+def _round_shares(weights: np.ndarray, total: int) -> np.ndarray:
+    """Integer shares of `total` proportional to `weights` (largest remainders)."""
+    raw = weights / weights.sum() * total
+    shares = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - shares))[: total - shares.sum()]:
+        shares[i] += 1
+    return shares
+
+
+def _sync_s(model: ModelSpec, parts: list[GroupPlan], constants: Constants | None) -> float:
+    """All-reduce of gradients across groups, each group's shard over its slowest NIC."""
+    active = [p for p in parts if p.samples]
+    if len(active) < 2:
+        return 0.0
+    fw = (constants or default_constants()).framework
+    nic = min(p.group.nic_gbps for p in active) * 1e9 / 8
+    eff = min((constants or default_constants()).chip(p.group.chip.id).nic_eff for p in active)
+    grad = model.total_params() * fw.grad_bytes
+    g = len(active)
+    return max(2.0 * (g - 1) / g * grad / p.group.num_devices / (nic * eff) for p in active)

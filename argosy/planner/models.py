@@ -1,0 +1,240 @@
+"""Transformer model specs: presets, Hugging Face `config.json`, YAML files, inline text.
+
+`load_model(text)` accepts any of
+
+    llama3-70b                                   a preset (see `PRESETS`)
+    path/to/config.json                          a Hugging Face config
+    path/to/model.yaml                           a `ModelSpec` as YAML
+    layers=96,hidden=12288,heads=96[,kv_heads=..,ffn=..,vocab=..,experts=..,top_k=..]
+
+and returns a frozen `ModelSpec`. Unknown presets raise `UnknownNameError` listing the
+known ones; malformed text or files raise `ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from argosy.core.documents import load_yaml, validate
+from argosy.core.errors import ConfigError, UnknownNameError
+
+PRESETS_PATH = Path(__file__).parent / "data" / "models.yaml"
+INLINE_KEYS = {
+    "layers": "layers",
+    "hidden": "hidden",
+    "heads": "heads",
+    "kv_heads": "kv_heads",
+    "ffn": "ffn",
+    "vocab": "vocab",
+    "experts": "experts",
+    "top_k": "top_k",
+    "shared_experts": "shared_experts",
+    "gated": "gated",
+    "moe_ffn": "moe_ffn",
+}
+
+
+class ModelSpec(BaseModel):
+    """The shape of a decoder-only transformer, enough to count FLOPs, bytes and memory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    name: str = "custom"
+    """Display name."""
+    layers: int = Field(gt=0)
+    """Transformer blocks."""
+    hidden: int = Field(gt=0)
+    """Model width h."""
+    heads: int = Field(gt=0)
+    """Attention (query) heads."""
+    kv_heads: int | None = Field(default=None, gt=0)
+    """Key/value heads (grouped-query attention); default = heads."""
+    ffn: int | None = Field(default=None, gt=0)
+    """MLP hidden size of a dense layer; default 4*hidden."""
+    vocab: int = Field(default=51200, gt=0)
+    """Vocabulary size (embedding and untied LM head)."""
+    gated: bool = False
+    """SwiGLU-style MLP with three matrices instead of two."""
+    experts: int = Field(default=1, ge=1)
+    """Routed experts per MoE layer; 1 means a dense model."""
+    top_k: int = Field(default=1, ge=1)
+    """Experts each token is routed to."""
+    moe_ffn: int | None = Field(default=None, gt=0)
+    """Hidden size of one expert's MLP; default = ffn."""
+    shared_experts: int = Field(default=0, ge=0)
+    """Always-active experts per MoE layer (DeepSeek style)."""
+    source: str = ""
+    """Where the shape was read."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        if self.hidden % self.heads:
+            raise ValueError(f"heads={self.heads} must divide hidden={self.hidden}")
+        if self.heads % self.kv:
+            raise ValueError(f"kv_heads={self.kv} must divide heads={self.heads}")
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k={self.top_k} exceeds experts={self.experts}")
+        return self
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn or self.ffn_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def mlp_mats(self) -> int:
+        return 3 if self.gated else 2
+
+    def attn_params(self) -> int:
+        """Q, K, V and output projection weights of one layer."""
+        h, qkv = self.hidden, self.hidden + 2 * self.kv * self.head_dim
+        return h * qkv + h * h
+
+    def mlp_params(self) -> int:
+        """Weights of one layer's MLP: all experts (dense: the one MLP)."""
+        if not self.is_moe:
+            return self.mlp_mats * self.hidden * self.ffn_size
+        one = self.mlp_mats * self.hidden * self.expert_ffn
+        return one * (self.experts + self.shared_experts) + self.hidden * self.experts
+
+    def active_mlp_params(self) -> int:
+        """MLP weights one token passes through."""
+        if not self.is_moe:
+            return self.mlp_params()
+        one = self.mlp_mats * self.hidden * self.expert_ffn
+        return one * (self.top_k + self.shared_experts) + self.hidden * self.experts
+
+    def layer_params(self) -> int:
+        return self.attn_params() + self.mlp_params() + 2 * self.hidden
+
+    def total_params(self) -> int:
+        """All weights, with untied input embedding and LM head."""
+        return self.layers * self.layer_params() + 2 * self.vocab * self.hidden
+
+    def active_params(self) -> int:
+        return (
+            self.layers * (self.attn_params() + self.active_mlp_params())
+            + 2 * self.vocab * self.hidden
+        )
+
+    def forward_flops_per_token(self, seq_len: int) -> float:
+        """Model FLOPs of one forward pass per token: matmuls, full (unmasked) attention
+        scores, and the LM head; embeddings and elementwise ops are not counted."""
+        attn_core = 4 * seq_len * self.hidden
+        per_layer = 2 * (self.attn_params() + self.active_mlp_params()) + attn_core
+        return self.layers * per_layer + 2 * self.vocab * self.hidden
+
+    def describe(self) -> str:
+        moe = f", {self.experts}x top-{self.top_k}" if self.is_moe else ""
+        return f"{self.name} ({self.total_params() / 1e9:.1f}B{moe})"
+
+
+class _PresetFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    models: dict[str, ModelSpec]
+
+
+@cache
+def presets() -> dict[str, ModelSpec]:
+    """Built-in model presets by name."""
+    loaded = validate(_PresetFile, load_yaml(PRESETS_PATH)).models
+    return {key: spec.model_copy(update={"name": key}) for key, spec in loaded.items()}
+
+
+def load_model(text: str) -> ModelSpec:
+    """A model from a preset name, a HF config.json, a YAML file or inline `key=value,...`."""
+    text = text.strip()
+    if "=" in text:
+        return parse_inline(text)
+    path = Path(text)
+    if text.endswith(".json") or (path.is_file() and path.suffix == ".json"):
+        return from_hf_config(path)
+    if text.endswith((".yaml", ".yml")):
+        return validate(ModelSpec, load_yaml(path))
+    key = text.lower()
+    known = presets()
+    if key not in known:
+        raise UnknownNameError("model", text, known)
+    return known[key]
+
+
+def parse_inline(text: str) -> ModelSpec:
+    """`layers=96,hidden=12288,heads=96,...` into a spec."""
+    values: dict[str, object] = {"name": text}
+    for part in text.split(","):
+        key, sep, raw = part.strip().partition("=")
+        if not sep or key not in INLINE_KEYS:
+            raise ConfigError(
+                f"'{part}' is not KEY=VALUE with KEY one of {', '.join(INLINE_KEYS)}", source=text
+            )
+        values[INLINE_KEYS[key]] = (
+            raw.lower() in ("1", "true", "yes") if key == "gated" else _int(raw, key, text)
+        )
+    return _build(values, text)
+
+
+def from_hf_config(path: Path) -> ModelSpec:
+    """A spec from a Hugging Face `config.json` (Llama, Mistral, Mixtral, Qwen, GPT-2 keys)."""
+    try:
+        cfg = json.loads(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"cannot read: {err.strerror}", source=str(path)) from err
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"malformed JSON: {err.msg}", source=str(path), line=err.lineno) from err
+
+    def pick(*keys: str) -> object:
+        return next((cfg[k] for k in keys if cfg.get(k) is not None), None)
+
+    values = {
+        "name": cfg.get("_name_or_path") or path.parent.name or path.stem,
+        "layers": pick("num_hidden_layers", "n_layer", "num_layers"),
+        "hidden": pick("hidden_size", "n_embd", "d_model"),
+        "heads": pick("num_attention_heads", "n_head"),
+        "kv_heads": pick("num_key_value_heads"),
+        "ffn": pick("intermediate_size", "n_inner", "ffn_dim"),
+        "vocab": pick("vocab_size"),
+        "gated": cfg.get("hidden_act", cfg.get("activation_function")) in ("silu", "swiglu"),
+        "experts": pick("num_local_experts", "n_routed_experts", "num_experts") or 1,
+        "top_k": pick("num_experts_per_tok") or 1,
+        "moe_ffn": pick("moe_intermediate_size"),
+        "shared_experts": pick("n_shared_experts") or 0,
+    }
+    for key in ("layers", "hidden", "heads"):
+        if values[key] is None:
+            raise ConfigError("no layer count, width or head count found", source=str(path))
+    return _build({k: v for k, v in values.items() if v is not None}, str(path))
+
+
+def _build(values: dict[str, object], source: str) -> ModelSpec:
+    try:
+        return ModelSpec.model_validate(values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise ConfigError(first["msg"], source=source, field=field) from err
+
+
+def _int(raw: str, key: str, source: str) -> int:
+    try:
+        return int(float(raw.replace("_", "")))
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a number", source=source, field=key) from None

@@ -1,0 +1,147 @@
+"""A parallel configuration: degrees, micro-batch, recompute and ZeRO stage.
+
+`Parallel` is one configuration; `Candidates` holds many as numpy columns so the cost
+model evaluates them all at once. `parse_parallel` reads the CLI form
+
+    tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=true]
+
+and `check_parallel` raises `ArgosyError` for degrees that cannot work (product not the
+device count, TP not dividing the heads, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from argosy.core.errors import ArgosyError, ConfigError
+from argosy.planner.models import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+INT_KEYS = ("tp", "pp", "dp", "vpp", "cp", "ep", "mbs", "zero")
+PARALLEL_FORM = "tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=true]"
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """One parallel configuration of one model replica set."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    recompute: str = "selective"
+    zero: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = True
+    flash: bool = True
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def text(self) -> str:
+        """The `--parallel` form of this configuration."""
+        return ",".join(f"{k}={str(v).lower()}" for k, v in asdict(self).items())
+
+
+def parse_parallel(text: str) -> Parallel:
+    """Parse the `--parallel` form; unknown keys and bad values raise `ConfigError`."""
+    known = {f.name for f in fields(Parallel)}
+    values: dict[str, object] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise ConfigError(
+                f"'{part}' is not one of {', '.join(sorted(known))}; expected {PARALLEL_FORM}",
+                source=text,
+            )
+        values[key] = _value(key, raw.strip(), text)
+    if "sp" not in values:
+        values["sp"] = int(values.get("tp", 1)) > 1
+    return Parallel(**values)  # type: ignore[arg-type]
+
+
+def _value(key: str, raw: str, text: str) -> object:
+    if key == "recompute":
+        if raw not in RECOMPUTE:
+            raise ConfigError(
+                f"recompute={raw!r}; expected one of {', '.join(RECOMPUTE)}", source=text, field=key
+            )
+        return raw
+    if key in ("sp", "flash"):
+        return raw.lower() in ("1", "true", "yes", "on")
+    if not raw.isdigit() or int(raw) < (0 if key == "zero" else 1):
+        raise ConfigError(f"{key}={raw!r} is not a positive integer", source=text, field=key)
+    if key == "zero" and int(raw) > 3:
+        raise ConfigError(f"zero={raw} must be 0, 1, 2 or 3", source=text, field=key)
+    return int(raw)
+
+
+def check_parallel(
+    p: Parallel, model: ModelSpec, devices: int, seq_len: int, global_batch: int
+) -> None:
+    """Raise `ArgosyError` naming the first impossible degree."""
+    if p.devices != devices:
+        raise ArgosyError(
+            f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {p.devices}, "
+            f"but the cluster has {devices} devices"
+        )
+    if model.heads % p.tp or model.kv % p.tp:
+        raise ArgosyError(f"tp={p.tp} must divide heads={model.heads} and kv_heads={model.kv}")
+    if p.pp * p.vpp > model.layers:
+        raise ArgosyError(f"pp*vpp = {p.pp * p.vpp} exceeds the model's {model.layers} layers")
+    if p.vpp > 1 and p.pp == 1:
+        raise ArgosyError("vpp > 1 needs pp > 1")
+    if seq_len % (2 * p.cp) and p.cp > 1:
+        raise ArgosyError(f"cp={p.cp}: seq-len {seq_len} must be divisible by 2*cp")
+    if p.ep > 1 and (not model.is_moe or model.experts % p.ep or (p.dp * p.cp) % p.ep):
+        raise ArgosyError(f"ep={p.ep} must divide experts={model.experts} and dp*cp={p.dp * p.cp}")
+    if global_batch % (p.dp * p.mbs):
+        raise ArgosyError(
+            f"global batch {global_batch} is not a multiple of dp*mbs = {p.dp * p.mbs}"
+        )
+
+
+@dataclass
+class Candidates:
+    """Many configurations as equal-length numpy columns (recompute as 0/1/2)."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    vpp: np.ndarray
+    mbs: np.ndarray
+    recompute: np.ndarray
+    zero: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    sp: np.ndarray
+    flash: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @classmethod
+    def of(cls, plans: list[Parallel]) -> Candidates:
+        cols = {f.name: [getattr(p, f.name) for p in plans] for f in fields(Parallel)}
+        cols["recompute"] = [RECOMPUTE.index(r) for r in cols["recompute"]]
+        bools = ("sp", "flash")
+        return cls(
+            **{k: np.asarray(v, dtype=bool if k in bools else np.int64) for k, v in cols.items()}
+        )
+
+    def take(self, index) -> Candidates:
+        return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(Parallel)})
+
+    def plan(self, i: int) -> Parallel:
+        values = {f.name: getattr(self, f.name)[i].item() for f in fields(Parallel)}
+        values["recompute"] = RECOMPUTE[int(values["recompute"])]
+        return Parallel(**values)

@@ -1,0 +1,122 @@
+"""Plan search on one chip group: enumerate the pruned space, price it, keep the best.
+
+`search_group` is pure: it takes a model, a resolved node group and a batch, prices every
+candidate with the vectorised cost model, drops what does not fit in memory and returns
+the candidates sorted by step time (ties broken by less memory). `estimate_one` prices a
+single configuration; `smallest_fix` says what change makes an infeasible job fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from argosy.hardware.cluster import NodeGroup
+from argosy.planner.costmodel import Costs, Hardware, evaluate
+from argosy.planner.efficiency import Constants
+from argosy.planner.models import ModelSpec
+from argosy.planner.parallel import Candidates, Parallel
+from argosy.planner.space import enumerate_space
+
+
+@dataclass
+class Ranked:
+    """Candidates and their costs, best first; `fits` marks memory-feasible ones."""
+
+    cands: Candidates
+    costs: Costs
+    order: np.ndarray
+    hw: Hardware
+    devices: int
+    samples: int
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def plan(self, rank: int) -> Parallel:
+        return self.cands.plan(int(self.order[rank]))
+
+    def index(self, rank: int) -> int:
+        return int(self.order[rank])
+
+    def step_s(self, rank: int) -> float:
+        return float(self.costs.step_s[self.order[rank]])
+
+
+def search_group(
+    model: ModelSpec,
+    group: NodeGroup,
+    seq_len: int,
+    samples: int,
+    *,
+    fixed: dict[str, object] | None = None,
+    exact_batch: bool = True,
+    devices: int | None = None,
+    constants: Constants | None = None,
+    include_infeasible: bool = False,
+) -> Ranked:
+    """Every candidate for `group` (or `devices` of its chip), best first."""
+    devices = devices or group.num_devices
+    hw = Hardware.of(group, constants)
+    cands = enumerate_space(model, devices, hw.domain_size, seq_len, samples, fixed, exact_batch)
+    if len(cands) == 0:
+        costs = evaluate(model, hw, seq_len, cands, 0.0, constants)
+        return Ranked(cands, costs, np.zeros(0, dtype=np.int64), hw, devices, samples)
+    costs = evaluate(model, hw, seq_len, cands, samples / cands.dp, constants)
+    keep = np.arange(len(cands)) if include_infeasible else np.flatnonzero(costs.fits)
+    order = keep[np.lexsort((costs.memory_gib[keep], costs.step_s[keep]))]
+    return Ranked(cands, costs, order, hw, devices, samples)
+
+
+def estimate_one(
+    model: ModelSpec,
+    group: NodeGroup,
+    seq_len: int,
+    global_batch: int,
+    plan: Parallel,
+    constants: Constants | None = None,
+) -> tuple[Costs, Hardware]:
+    """Costs of one configuration on one homogeneous group (arrays of length 1)."""
+    hw = Hardware.of(group, constants)
+    cands = Candidates.of([plan])
+    return evaluate(model, hw, seq_len, cands, global_batch / plan.dp, constants), hw
+
+
+def overflow_reasons(costs: Costs, i: int = 0) -> list[str]:
+    """Why candidate `i` does not fit, naming the largest memory terms."""
+    total = float(costs.memory_gib[i])
+    if total <= costs.capacity_gib:
+        return []
+    terms = sorted(costs.memory.terms(i).items(), key=lambda kv: -kv[1])
+    parts = ", ".join(f"{name} {gib:.1f}" for name, gib in terms[:3])
+    return [
+        f"memory {total:.1f} GiB exceeds the device's {costs.capacity_gib:g} GiB by "
+        f"{total - costs.capacity_gib:.1f} GiB (largest terms, GiB: {parts})"
+    ]
+
+
+def smallest_fix(
+    model: ModelSpec,
+    group: NodeGroup,
+    seq_len: int,
+    samples: int,
+    constants: Constants | None = None,
+) -> str:
+    """The smallest change that lets the job fit: full recompute + ZeRO-3, else more devices."""
+    ranked = search_group(
+        model, group, seq_len, samples, constants=constants, include_infeasible=True
+    )
+    if len(ranked):
+        best = int(np.argmin(ranked.costs.memory_gib))
+        plan = ranked.cands.plan(best)
+        need = float(ranked.costs.memory_gib[best])
+        hint = f"even {plan.text()} needs {need:.1f} GiB per device"
+    else:
+        hint = "no parallel layout divides this cluster"
+    for factor in (2, 4, 8, 16, 32, 64):
+        more = group.num_devices * factor
+        ranked = search_group(model, group, seq_len, samples, devices=more, constants=constants)
+        if len(ranked):
+            return f"{hint}; it fits on {more} x {group.chip.id} ({ranked.plan(0).text()})"
+    return f"{hint}; it does not fit on up to 64x more devices: reduce seq-len or batch"
