@@ -1,0 +1,370 @@
+"""Snapshots on disk in the torch.distributed.checkpoint (DCP) format, committed atomically.
+
+One step is one directory, `step_<12 digits>/`, readable by `dcp.load` and DCP tooling:
+
+    __<rank>_0.distcp     each rank's tensors and objects, torch.save records (DCP's format)
+    .metadata             DCP's global Metadata (chunks of every tensor, where they lie)
+    rank<r>.meta          argosy's per-rank index: layout, nesting, raw offsets (fast reload)
+    manifest.json         written last: step, world size, size and crc32 of every file
+
+Every rank writes its files into `.tmp-step_<n>/` and drops `rank<r>.done`; the coordinator
+(rank 0) waits for all of them, writes `.metadata` and the manifest, fsyncs, and renames the
+directory into place. A directory without a valid manifest, or whose files fail their size
+or checksum, is torn and never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from argosy.checkpoint.layout import SnapshotMeta, TensorEntry
+
+MANIFEST = "manifest.json"
+STEP_PREFIX = "step_"
+TMP_PREFIX = ".tmp-step_"
+_CHUNK = 32 << 20
+
+
+class TornCheckpointError(Exception):
+    """A step directory that must not be loaded; the message says what is wrong."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"{STEP_PREFIX}{step:012d}"
+
+
+def tmp_dir_name(step: int) -> str:
+    return f"{TMP_PREFIX}{step:012d}"
+
+
+def data_file(rank: int) -> str:
+    return f"__{rank}_0.distcp"
+
+
+# -- writing one rank's files -----------------------------------------------------------
+
+
+class _ChecksumFile:
+    """A file writer that computes crc32 in a helper thread while the next chunk is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "wb", buffering=0)  # noqa: SIM115  # closed in close()
+        self.pos = 0
+        self.crc = 0
+        self.pool = ThreadPoolExecutor(1)
+        self.pending: list[Any] = []
+        self.big_writes: list[tuple[int, int]] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if view.nbytes >= 4096:
+            self.big_writes.append((self.pos, view.nbytes))
+        for start in range(0, view.nbytes, _CHUNK):
+            chunk = view[start : start + _CHUNK]
+            self.pending.append(self.pool.submit(self._crc, chunk))
+            written = 0
+            while written < chunk.nbytes:
+                written += self.file.write(chunk[written:])
+        self.pos += view.nbytes
+        return view.nbytes
+
+    def _crc(self, chunk: memoryview) -> None:
+        self.crc = zlib.crc32(chunk, self.crc)
+
+    def tell(self) -> int:
+        return self.pos
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> int:
+        for fut in self.pending:
+            fut.result()
+        self.pool.shutdown()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        return self.crc
+
+
+@dataclass
+class RankPiece:
+    """What one rank wrote: DCP write results, raw tensor offsets, file checksums."""
+
+    rank: int
+    items: list[tuple[Any, Any]]  # (MetadataIndex, _StorageInfo)
+    raw_offsets: dict[str, int]
+    files: dict[str, dict[str, int]]
+
+
+def _exact_tensor(data: memoryview, entry: TensorEntry) -> torch.Tensor:
+    """A tensor whose storage is exactly the entry's bytes, so torch.save writes only them."""
+    if entry.nbytes == 0:
+        return torch.empty(entry.shape, dtype=entry.dtype)
+    raw = torch.frombuffer(data[entry.offset : entry.offset + entry.nbytes], dtype=torch.uint8)
+    return raw.view(entry.dtype).view(entry.shape)
+
+
+def write_rank(staging: Path, meta: SnapshotMeta, data: memoryview) -> RankPiece:
+    """Write this rank's data file and index into `staging`, fsynced, then its done-marker."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    name = data_file(meta.rank)
+    out = _ChecksumFile(staging / name)
+    items: list[tuple[Any, Any]] = []
+    raw_offsets: dict[str, int] = {}
+    try:
+        for entry in meta.tensors:
+            start = out.tell()
+            before = len(out.big_writes)
+            torch.save(_exact_tensor(data, entry), out)
+            raw = [pos for pos, n in out.big_writes[before:] if n == entry.nbytes]
+            if raw:
+                raw_offsets[entry.fqn] = raw[-1]
+            if meta.rank == 0 or entry.sharded:
+                index = MetadataIndex(entry.fqn, entry.global_offset)
+                items.append((index, _StorageInfo(name, start, out.tell() - start)))
+        for obj in meta.objects:
+            start = out.tell()
+            out.write(obj.payload)
+            if meta.rank == 0:
+                items.append((MetadataIndex(obj.fqn), _StorageInfo(name, start, len(obj.payload))))
+    finally:
+        crc = out.close()
+    files = {name: {"bytes": out.pos, "crc32": crc}}
+    piece = RankPiece(meta.rank, items, raw_offsets, files)
+    index_bytes = pickle.dumps((meta, raw_offsets))
+    index_name = f"rank{meta.rank}.meta"
+    _write_small(staging / index_name, index_bytes)
+    files[index_name] = {"bytes": len(index_bytes), "crc32": zlib.crc32(index_bytes)}
+    _write_small(staging / f"rank{meta.rank}.done", pickle.dumps(piece))
+    return piece
+
+
+def _write_small(path: Path, payload: bytes) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# -- the coordinator's commit -----------------------------------------------------------
+
+
+def wait_for_ranks(staging: Path, world_size: int, timeout_s: float) -> list[RankPiece] | None:
+    """Every rank's piece once all are there; None if they are not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = [staging / f"rank{r}.done" for r in range(world_size)]
+        if all(p.exists() for p in done):
+            return [pickle.loads(p.read_bytes()) for p in done]
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+
+
+def commit(directory: Path, step: int, metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Path:
+    """Write `.metadata` and the manifest last, then move the step into place atomically."""
+    staging = directory / tmp_dir_name(step)
+    metadata_bytes = pickle.dumps(_dcp_metadata(metas, pieces))
+    _write_small(staging / ".metadata", metadata_bytes)
+    files: dict[str, dict[str, int]] = {
+        ".metadata": {"bytes": len(metadata_bytes), "crc32": zlib.crc32(metadata_bytes)}
+    }
+    for piece in pieces:
+        files.update(piece.files)
+        (staging / f"rank{piece.rank}.done").unlink(missing_ok=True)
+    manifest = {
+        "format": "argosy-flash/1 (torch.distributed.checkpoint)",
+        "step": step,
+        "world_size": len(pieces),
+        "created_unix": time.time(),
+        "files": files,
+    }
+    _write_small(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
+    _fsync_dir(staging)
+    final = directory / step_dir_name(step)
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    _fsync_dir(directory)
+    return final
+
+
+def _dcp_metadata(metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Any:
+    from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
+    from torch.distributed.checkpoint.metadata import (
+        BytesStorageMetadata,
+        ChunkStorageMetadata,
+        Metadata,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    state: dict[str, Any] = {}
+    for meta in metas:
+        for e in meta.tensors:
+            if meta.rank != 0 and not e.sharded:
+                continue
+            md = state.setdefault(
+                e.fqn,
+                TensorStorageMetadata(
+                    TensorProperties(dtype=e.dtype), torch.Size(e.global_shape), []
+                ),
+            )
+            md.chunks.append(ChunkStorageMetadata(torch.Size(e.global_offset), torch.Size(e.shape)))
+        if meta.rank == 0:
+            for obj in meta.objects:
+                state[obj.fqn] = BytesStorageMetadata()
+    storage = {index: info for piece in pieces for index, info in piece.items}
+    return Metadata(
+        state_dict_metadata=state,
+        planner_data=metas[0].mappings,
+        storage_data=storage,
+        version=CURRENT_DCP_VERSION,
+    )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- listing, checking, pruning, reading --------------------------------------------------
+
+
+def committed_steps(directory: Path) -> list[int]:
+    """Steps whose directory was moved into place (manifest present), oldest first."""
+    if not directory.is_dir():
+        return []
+    steps = []
+    for child in directory.iterdir():
+        if child.name.startswith(STEP_PREFIX) and (child / MANIFEST).exists():
+            try:
+                steps.append(int(child.name[len(STEP_PREFIX) :]))
+            except ValueError:
+                continue
+    return sorted(steps)
+
+
+def read_manifest(step_dir: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((step_dir / MANIFEST).read_text())
+    except (OSError, ValueError) as err:
+        raise TornCheckpointError(f"{step_dir.name}: unreadable manifest ({err})") from err
+    if not isinstance(manifest, dict) or "files" not in manifest or "step" not in manifest:
+        raise TornCheckpointError(f"{step_dir.name}: manifest lacks 'files' or 'step'")
+    return manifest
+
+
+def check_file(step_dir: Path, name: str, want: dict[str, int], full: bool = True) -> str | None:
+    """What is wrong with one file (size, then checksum when `full`), or None."""
+    path = step_dir / name
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return f"{step_dir.name}/{name}: missing"
+    if size != want["bytes"]:
+        return f"{step_dir.name}/{name}: {size} bytes, manifest says {want['bytes']} (truncated?)"
+    if full and file_crc(path) != want["crc32"]:
+        return f"{step_dir.name}/{name}: checksum mismatch"
+    return None
+
+
+def file_crc(path: Path) -> int:
+    crc = 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def verify(step_dir: Path) -> list[str]:
+    """Every problem of a step directory (empty when it is complete and intact)."""
+    try:
+        manifest = read_manifest(step_dir)
+    except TornCheckpointError as err:
+        return [str(err)]
+    problems = [check_file(step_dir, name, want) for name, want in manifest["files"].items()]
+    return [p for p in problems if p]
+
+
+def read_rank(step_dir: Path, rank: int) -> tuple[SnapshotMeta, torch.Tensor, dict[str, int]]:
+    """(meta, the rank's data file as one uint8 tensor, raw offsets), checksums verified.
+
+    The file is read once; its crc32 is computed in a helper thread while the next chunk
+    is read. Raises TornCheckpointError naming what is wrong.
+    """
+    manifest = read_manifest(step_dir)
+    files = manifest["files"]
+    index_name, name = f"rank{rank}.meta", data_file(rank)
+    for fname in (index_name, name):
+        if fname not in files:
+            raise TornCheckpointError(f"{step_dir.name}: manifest has no {fname}")
+    index_bytes = (step_dir / index_name).read_bytes()
+    if zlib.crc32(index_bytes) != files[index_name]["crc32"]:
+        raise TornCheckpointError(f"{step_dir.name}/{index_name}: checksum mismatch")
+    meta, raw_offsets = pickle.loads(index_bytes)
+    problem = check_file(step_dir, name, files[name], full=False)
+    if problem:
+        raise TornCheckpointError(problem)
+    buffer = torch.empty(files[name]["bytes"], dtype=torch.uint8)
+    crc = _read_with_crc(step_dir / name, buffer)
+    if crc != files[name]["crc32"]:
+        raise TornCheckpointError(f"{step_dir.name}/{name}: checksum mismatch")
+    return meta, buffer, raw_offsets
+
+
+def _read_with_crc(path: Path, buffer: torch.Tensor) -> int:
+    view = memoryview(buffer.numpy()).cast("B")
+    crc = [0]
+
+    def update(chunk: memoryview) -> None:
+        crc[0] = zlib.crc32(chunk, crc[0])
+
+    with ThreadPoolExecutor(1) as pool, open(path, "rb", buffering=0) as f:
+        pos = 0
+        while pos < view.nbytes:
+            chunk = view[pos : pos + _CHUNK]
+            got = f.readinto(chunk)
+            if not got:
+                break
+            pool.submit(update, chunk[:got])
+            pos += got
+    return crc[0]
+
+
+def prune(directory: Path, keep: int) -> list[int]:
+    """Remove committed steps beyond the newest `keep`, and staging dirs older than them."""
+    steps = committed_steps(directory)
+    doomed = steps[:-keep] if keep > 0 else []
+    for step in doomed:
+        shutil.rmtree(directory / step_dir_name(step), ignore_errors=True)
+    newest = steps[-1] if steps else None
+    for child in directory.iterdir() if directory.is_dir() else []:
+        if child.name.startswith(TMP_PREFIX) and newest is not None:
+            try:
+                if int(child.name[len(TMP_PREFIX) :]) <= newest:
+                    shutil.rmtree(child, ignore_errors=True)
+            except ValueError:
+                continue
+    return doomed

@@ -1,0 +1,154 @@
+"""Turn a nested state into flat entries and back (pure; no I/O).
+
+A state is a nested dict (lists and tuples allowed) whose leaves are tensors, DTensors
+or picklable objects. It is flattened with DCP's own rules, so the flat keys ("fqn") are
+the keys torch.distributed.checkpoint uses, and a checkpoint written from them loads with
+`dcp.load`. Each tensor becomes a `TensorEntry` at an aligned offset of the snapshot's data
+region; DTensors keep their global size and the global offset of the local shard, so the
+disk format can be resharded. Everything else is a `ObjectEntry` holding `torch.save`
+bytes (what DCP stores for non-tensor values).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+ALIGN = 4096
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor (or local shard) in the data region."""
+
+    fqn: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    global_shape: tuple[int, ...]
+    global_offset: tuple[int, ...]
+    sharded: bool
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    fqn: str
+    payload: bytes
+
+
+@dataclass
+class SnapshotMeta:
+    """Everything but the tensor bytes: enough to rebuild the state and write DCP files."""
+
+    step: int
+    rank: int
+    world_size: int
+    mappings: dict[str, tuple]
+    tensors: list[TensorEntry]
+    objects: list[ObjectEntry]
+    data_len: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def flatten(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, tuple]]:
+    """DCP's flattening: {"model": {"w": t}} -> ({"model.w": t}, {"model.w": ("model", "w")})."""
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
+    if not isinstance(state, dict):
+        raise TypeError(f"a checkpoint state must be a dict, got {type(state).__name__}")
+    return flatten_state_dict(state)
+
+
+def unflatten(flat: dict[str, Any], mappings: dict[str, tuple]) -> dict[str, Any]:
+    from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
+
+    return unflatten_state_dict(flat, mappings)
+
+
+def local_tensor(value: Any) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...], bool]:
+    """(local tensor, global shape, global offset of the local part, sharded?)."""
+    if _is_dtensor(value):
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        local = value.to_local()
+        _, offset = compute_local_shape_and_global_offset(
+            value.shape, value.device_mesh, value.placements
+        )
+        return local, tuple(value.shape), tuple(int(o) for o in offset), True
+    return value, tuple(value.shape), (0,) * value.dim(), False
+
+
+def _is_dtensor(value: Any) -> bool:
+    return type(value).__name__ == "DTensor" and hasattr(value, "to_local")
+
+
+def plan(flat: dict[str, Any]) -> tuple[list[TensorEntry], list[torch.Tensor], list[str]]:
+    """Entries at aligned offsets, the local tensors in the same order, and the object keys."""
+    entries: list[TensorEntry] = []
+    tensors: list[torch.Tensor] = []
+    objects: list[str] = []
+    offset = 0
+    for fqn, value in flat.items():
+        if not isinstance(value, torch.Tensor):
+            objects.append(fqn)
+            continue
+        local, gshape, goffset, sharded = local_tensor(value)
+        nbytes = local.numel() * local.element_size()
+        entries.append(
+            TensorEntry(
+                fqn, local.dtype, tuple(local.shape), offset, nbytes, gshape, goffset, sharded
+            )
+        )
+        tensors.append(local)
+        offset += align(nbytes)
+    return entries, tensors, objects
+
+
+def data_len(entries: list[TensorEntry]) -> int:
+    return max((e.offset + align(e.nbytes) for e in entries), default=0)
+
+
+def encode_object(value: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return buf.getvalue()
+
+
+def decode_object(payload: bytes) -> Any:
+    return torch.load(io.BytesIO(payload), weights_only=False)
+
+
+def view_of(buffer: torch.Tensor, entry: TensorEntry) -> torch.Tensor:
+    """The entry's tensor as a view into a flat uint8 `buffer` (no copy)."""
+    raw = buffer[entry.offset : entry.offset + entry.nbytes]
+    if entry.nbytes == 0:
+        return torch.empty(entry.shape, dtype=entry.dtype)
+    return raw.view(entry.dtype).view(entry.shape)
+
+
+def mismatches(meta: SnapshotMeta, template_flat: dict[str, Any]) -> list[str]:
+    """Human-readable differences between a snapshot's tensors and a template's."""
+    have = {e.fqn: e for e in meta.tensors}
+    want: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+    for fqn, value in template_flat.items():
+        if isinstance(value, torch.Tensor):
+            local, _, _, _ = local_tensor(value)
+            want[fqn] = (tuple(local.shape), local.dtype)
+    problems = [f"missing in checkpoint: {k}" for k in sorted(set(want) - set(have))]
+    problems += [f"not in the state to load into: {k}" for k in sorted(set(have) - set(want))]
+    for fqn in sorted(set(want) & set(have)):
+        shape, dtype = want[fqn]
+        entry = have[fqn]
+        if entry.shape != shape:
+            problems.append(f"{fqn}: shape {list(entry.shape)} in checkpoint, {list(shape)} wanted")
+        elif entry.dtype != dtype:
+            problems.append(f"{fqn}: dtype {entry.dtype} in checkpoint, {dtype} wanted")
+    return problems

@@ -1,0 +1,188 @@
+"""One snapshot slot in POSIX shared memory (a file under /dev/shm).
+
+Layout: a 4 KiB header, then the tensor bytes (`data_len`), then the pickled metadata
+(`meta_len`). The header says whether the slot holds a complete snapshot:
+
+    magic "ARGOSYCK" | version | state | step | data_len | meta_len | meta_crc | owner_pid
+
+`state` is EMPTY, WRITING or COMPLETE. The writer sets WRITING before it touches the
+bytes and COMPLETE (with the metadata checksum) only after every byte is in place, so a
+process killed mid-copy leaves a slot that is never read as good. Segments are named by
+job, rank and slot, so a process restarted on the same host finds them; whoever owns a
+segment holds an exclusive `flock` on it, readers a shared one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+
+SHM_DIR = Path(os.environ.get("ARGOSY_SHM_DIR", "/dev/shm"))
+PREFIX = "argosy-ckpt-"
+HEADER_BYTES = 4096
+MAGIC = b"ARGOSYCK"
+VERSION = 1
+_HEADER = struct.Struct("<8sIIqQQIq")
+_TOUCH_CHUNK = 64 << 20
+
+
+class SlotState(IntEnum):
+    EMPTY = 0
+    WRITING = 1
+    COMPLETE = 2
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a slot's first bytes say about it."""
+
+    state: SlotState
+    step: int
+    data_len: int
+    meta_len: int
+    meta_crc: int
+    owner_pid: int
+
+
+def segment_name(job: str, rank: int, slot: int) -> str:
+    return f"{PREFIX}{job}-r{rank}-s{slot}"
+
+
+def segment_paths(job: str, rank: int) -> list[Path]:
+    """Every slot segment of (job, rank) present on this host, by slot number."""
+    return sorted(SHM_DIR.glob(f"{PREFIX}{job}-r{rank}-s*"))
+
+
+def job_segments(job: str) -> list[Path]:
+    return sorted(SHM_DIR.glob(f"{PREFIX}{job}-r*"))
+
+
+class Segment:
+    """A mapped slot file. `data` and `meta` regions are memoryviews into the mapping."""
+
+    def __init__(self, path: Path, fd: int, size: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.size = size
+        self.map = mmap.mmap(fd, size) if size else None
+
+    @classmethod
+    def create(cls, path: Path, size: int) -> Segment:
+        """Create (or grow) the file, map it and touch every page so later copies never fault."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            os.close(fd)
+            raise
+        seg = cls(path, fd, size)
+        seg.prefault()
+        return seg
+
+    @classmethod
+    def open(cls, path: Path, writable: bool = False) -> Segment:
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        size = os.fstat(fd).st_size
+        if size < HEADER_BYTES:
+            os.close(fd)
+            raise ValueError(f"{path}: {size} bytes, smaller than a header")
+        seg = cls.__new__(cls)
+        seg.path, seg.fd, seg.size = path, fd, size
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        seg.map = mmap.mmap(fd, size, prot=prot)
+        return seg
+
+    def prefault(self) -> None:
+        """Write one byte per page: tmpfs allocates on first touch, which is 5-10x a copy."""
+        view = memoryview(self.map)
+        zero = bytes(_TOUCH_CHUNK)
+        for start in range(0, self.size, _TOUCH_CHUNK):
+            end = min(self.size, start + _TOUCH_CHUNK)
+            view[start:end] = zero[: end - start]
+        view.release()
+
+    def lock(self, exclusive: bool, blocking: bool = True) -> bool:
+        flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if blocking else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(self.fd, flags)
+        except BlockingIOError:
+            return False
+        return True
+
+    def unlock(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    # -- header -------------------------------------------------------------------------
+
+    def header(self) -> Header | None:
+        """The parsed header, or None when the bytes are not an argosy slot."""
+        magic, version, state, step, data_len, meta_len, crc, owner = _HEADER.unpack_from(
+            self.map, 0
+        )
+        if magic != MAGIC or version != VERSION or state not in SlotState._value2member_map_:
+            return None
+        return Header(SlotState(state), step, data_len, meta_len, crc, owner)
+
+    def write_header(self, header: Header) -> None:
+        _HEADER.pack_into(
+            self.map,
+            0,
+            MAGIC,
+            VERSION,
+            int(header.state),
+            header.step,
+            header.data_len,
+            header.meta_len,
+            header.meta_crc,
+            header.owner_pid,
+        )
+
+    def set_owner(self, pid: int) -> None:
+        head = self.header()
+        if head is not None:
+            self.write_header(
+                Header(head.state, head.step, head.data_len, head.meta_len, head.meta_crc, pid)
+            )
+
+    # -- regions ------------------------------------------------------------------------
+
+    def capacity(self) -> int:
+        return self.size - HEADER_BYTES
+
+    def data_view(self, length: int) -> memoryview:
+        return memoryview(self.map)[HEADER_BYTES : HEADER_BYTES + length]
+
+    def write_meta(self, data_len: int, meta: bytes) -> int:
+        start = HEADER_BYTES + data_len
+        self.map[start : start + len(meta)] = meta
+        return zlib.crc32(meta)
+
+    def read_meta(self, head: Header) -> bytes | None:
+        """The metadata bytes when the slot is complete and they match their checksum."""
+        if head.state is not SlotState.COMPLETE:
+            return None
+        start = HEADER_BYTES + head.data_len
+        if start + head.meta_len > self.size:
+            return None
+        meta = bytes(self.map[start : start + head.meta_len])
+        return meta if zlib.crc32(meta) == head.meta_crc else None
+
+    def close(self) -> None:
+        if self.map is not None:
+            # BufferError: a view is still exported; the mapping then dies with the process
+            with contextlib.suppress(BufferError):
+                self.map.close()
+            self.map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def unlink(self) -> None:
+        self.path.unlink(missing_ok=True)

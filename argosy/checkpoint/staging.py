@@ -1,0 +1,90 @@
+"""What the persister copies from: the state's own tensors, shared, or pinned host stages.
+
+CPU: a tensor's storage is moved into shared memory once (`share_memory_()`, the same
+move `model.share_memory()` makes); parameters and optimizer state keep their identity, so
+later saves send nothing but a step number. Tensors too small to be worth a handle (and
+storages that cannot be shared) travel inline as bytes.
+
+Accelerator: each tensor is copied, on a side stream, into a pinned, shared host buffer
+allocated once; the persister then copies from those buffers while training goes on.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _inline_bytes(tensor: torch.Tensor) -> bytes:
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def share_sources(
+    tensors: list[torch.Tensor], inline_limit: int
+) -> tuple[list[torch.Tensor | None], dict[int, bytes]]:
+    """Per tensor: the shared tensor the persister reads, or None and its bytes inline."""
+    sources: list[torch.Tensor | None] = []
+    inline: dict[int, bytes] = {}
+    for index, tensor in enumerate(tensors):
+        tensor = tensor.detach()
+        if tensor.numel() * tensor.element_size() <= inline_limit:
+            sources.append(None)
+            inline[index] = _inline_bytes(tensor)
+            continue
+        if not tensor.is_shared():
+            try:
+                tensor.share_memory_()
+            except RuntimeError:
+                sources.append(None)
+                inline[index] = _inline_bytes(tensor)
+                continue
+        sources.append(tensor)
+    return sources, inline
+
+
+class DeviceStager:
+    """Pinned shared host buffers, reused across saves, filled on a side stream."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[int, torch.Tensor] = {}
+        self.stream = None
+        self.event = None
+
+    def stage(
+        self, tensors: list[torch.Tensor], inline_limit: int
+    ) -> tuple[list[torch.Tensor | None], dict[int, bytes]]:
+        from argosy.hardware.backends.host_memory import pin_shared
+
+        sources: list[torch.Tensor | None] = []
+        inline: dict[int, bytes] = {}
+        device = next(t.device for t in tensors if t.device.type != "cpu")
+        if self.stream is None:
+            self.stream = torch.Stream(device)
+        self.stream.wait_stream(torch.accelerator.current_stream(device))
+        for index, tensor in enumerate(tensors):
+            nbytes = tensor.numel() * tensor.element_size()
+            if nbytes <= inline_limit:
+                sources.append(None)
+                inline[index] = _inline_bytes(tensor)
+                continue
+            buf = self.buffers.get(index)
+            if buf is None or buf.shape != tensor.shape or buf.dtype != tensor.dtype:
+                buf = torch.empty(tensor.shape, dtype=tensor.dtype).share_memory_()
+                pin_shared(buf)
+                self.buffers[index] = buf
+            with self.stream:
+                buf.copy_(tensor.detach(), non_blocking=True)
+            sources.append(buf)
+        self.event = self.stream.record_event()
+        return sources, inline
+
+    def synchronize(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+
+    def close(self) -> None:
+        from argosy.hardware.backends.host_memory import unpin
+
+        for buf in self.buffers.values():
+            unpin(buf)
+        self.buffers.clear()
