@@ -12,7 +12,7 @@ import sys
 import typer
 
 from argosy import __version__
-from argosy.cli import chips, cluster, devices
+from argosy.cli import chips, cluster, devices, plan
 from argosy.cli.common import State, err_console
 from argosy.core.errors import ArgosyError
 
@@ -48,6 +48,8 @@ def root(
 app.command("chips")(chips.chips)
 app.command("devices")(devices.devices)
 app.command("cluster")(cluster.cluster)
+app.command("plan")(plan.plan)
+app.command("estimate")(plan.estimate)
 
 
 def main() -> None:

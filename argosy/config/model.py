@@ -3,6 +3,7 @@
 from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.hardware.config import HardwareConfig
+from argosy.planner.config import PlannerConfig
 
 
 class PlatformConfig(BaseModel):
@@ -12,3 +13,5 @@ class PlatformConfig(BaseModel):
 
     hardware: HardwareConfig = Field(default_factory=HardwareConfig)
     """Chip catalog and default cluster."""
+    planner: PlannerConfig = Field(default_factory=PlannerConfig)
+    """Defaults of argosy plan and argosy estimate."""

@@ -1,0 +1,200 @@
+"""`argosy plan` and `argosy estimate`: the auto-parallel planner on the command line.
+
+argosy plan            # planner.default_model on hardware.default_cluster
+argosy plan --model llama3-405b --cluster h100:16384 --seq-len 8192 --global-batch 2048 --json
+argosy plan --model llama3-70b --cluster a100:512+h100:512 --emit megatron
+argosy estimate --model gpt3-175b --cluster a100:1536 --parallel tp=8,pp=16,dp=12,mbs=1 --json
+
+Only light modules load here: no torch, ray or fastapi.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from argosy.cli.common import config_of, console, print_json
+
+MODEL_HELP = "Preset, HF config.json, YAML file, or layers=..,hidden=..,heads=..[,..]."
+
+
+def _inputs(ctx: typer.Context, model, cluster, nic_gbps, seq_len, global_batch):
+    from argosy.hardware.loader import load_cluster
+    from argosy.planner.models import load_model
+
+    cfg = config_of(ctx)
+    planner = getattr(cfg, "planner", None)
+    spec = load_model(model or (planner.default_model if planner else "llama3-8b"))
+    clus = load_cluster(cluster or cfg.hardware.default_cluster, nic_gbps=nic_gbps)
+    seq = seq_len or (planner.seq_len if planner else 8192)
+    gbs = global_batch or (planner.global_batch if planner else 512)
+    top = planner.top_k if planner else 5
+    return spec, clus, seq, gbs, top
+
+
+def plan(
+    ctx: typer.Context,
+    model: str | None = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", "-c", help="Cluster shorthand or YAML."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Tokens per sequence."),
+    global_batch: int | None = typer.Option(
+        None, "--global-batch", min=1, help="Sequences per step."
+    ),
+    top: int | None = typer.Option(None, "--top", min=1, help="Plans to show."),
+    nic_gbps: float | None = typer.Option(None, "--nic-gbps", help="Override NIC Gb/s per device."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    emit: str | None = typer.Option(None, "--emit", help="megatron | torchtitan | deepspeed"),
+) -> None:
+    """Search parallel plans (TP/PP/VPP/DP/CP/EP, micro-batch, recompute, ZeRO) and rank them."""
+    from argosy.planner.api import plan as run_plan
+
+    spec, clus, seq, gbs, default_top = _inputs(
+        ctx, model, cluster, nic_gbps, seq_len, global_batch
+    )
+    emitter = _emitter(emit)
+    if as_json or emitter:
+        result = run_plan(spec, clus, seq, gbs, top or default_top)
+    else:
+        result = _with_progress(run_plan, spec, clus, seq, gbs, top or default_top)
+    if emitter:
+        if not result["plans"]:
+            console.print(f"no plan fits: {result.get('fix', '')}", highlight=False)
+            raise typer.Exit(1)
+        typer.echo(_emit(emitter, result, spec, seq, gbs))
+        return
+    if as_json:
+        print_json(result)
+        return
+    _print_plans(result, spec.describe(), clus.describe())
+
+
+def estimate(
+    ctx: typer.Context,
+    parallel: str = typer.Option(
+        ..., "--parallel", "-p", help="tp=..,pp=..,dp=..[,vpp,mbs,recompute,zero,cp,ep,sp]"
+    ),
+    model: str | None = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", "-c", help="Cluster shorthand or YAML."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Tokens per sequence."),
+    global_batch: int | None = typer.Option(
+        None, "--global-batch", min=1, help="Sequences per step."
+    ),
+    nic_gbps: float | None = typer.Option(None, "--nic-gbps", help="Override NIC Gb/s per device."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Predict step time, throughput, MFU and memory of one parallel configuration."""
+    from argosy.planner.api import estimate as run_estimate
+    from argosy.planner.parallel import parse_parallel
+
+    spec, clus, seq, gbs, _ = _inputs(ctx, model, cluster, nic_gbps, seq_len, global_batch)
+    result = run_estimate(spec, clus, parse_parallel(parallel), seq, gbs)
+    if as_json:
+        print_json(result)
+        return
+    pred = result["predicted"]
+    table = Table(title=f"{spec.describe()} on {clus.describe()}", header_style="bold")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "hardware_tflops_per_gpu", "mfu"):
+        table.add_row(key, f"{pred[key]:,.3f}")
+    for key, gib in pred["memory_gib"].items():
+        table.add_row(f"memory {key} (GiB)", f"{gib:.2f}")
+    for key, sec in pred["breakdown_s"].items():
+        table.add_row(f"time {key} (s)", f"{sec:.3f}")
+    console.print(table)
+    verdict = (
+        "[green]fits[/]"
+        if result["feasible"]
+        else "[red]does not fit[/]: " + "; ".join(result["reasons"])
+    )
+    console.print(verdict, highlight=False)
+
+
+def _emitter(name: str | None):
+    if name is None:
+        return None
+    from argosy.planner.emit import emitters
+
+    return emitters.get(name)
+
+
+def _emit(emitter, result: dict, spec, seq: int, gbs: int) -> str:
+    from argosy.planner.parallel import Parallel
+
+    best = result["plans"][0]
+    parts = best.get("groups") or [{"parallel": best["parallel"], "batch_share": gbs}]
+    out = []
+    for part in parts:
+        if not part.get("parallel"):
+            continue
+        if len(parts) > 1:
+            out.append(
+                f"# {part['chip']}: {part['devices']} devices, "
+                f"{part['batch_share']} sequences per step"
+            )
+        out.append(
+            emitter(
+                Parallel(**part["parallel"]), spec, seq_len=seq, global_batch=part["batch_share"]
+            )
+        )
+    return "\n".join(out)
+
+
+def _with_progress(run, spec, clus, seq, gbs, top):
+    from rich.progress import Progress
+
+    from argosy.planner.hetero import ROUNDS
+
+    total = ROUNDS * len(clus.groups) if clus.is_mixed else 1
+    with Progress(transient=True, console=console) as progress:
+        task = progress.add_task(f"planning {spec.name} on {clus.describe()}", total=total)
+        return run(spec, clus, seq, gbs, top, progress=lambda n: progress.advance(task, n))
+
+
+def _print_plans(result: dict, model: str, cluster: str) -> None:
+    search = result["search"]
+    if not result["plans"]:
+        console.print(
+            f"[red]no plan fits[/] {model} on {cluster}: {result.get('fix', '')}", highlight=False
+        )
+        raise typer.Exit(1)
+    table = Table(
+        title=f"{model} on {cluster}, seq {result['seq_len']}, batch {result['global_batch']}",
+        caption=f"{search['candidates']:,} candidates priced in {search['seconds']:.2f} s; "
+        "MFU = model FLOPs (no recompute) / dense bf16 peak",
+        header_style="bold",
+    )
+    for col in ("#", "tp pp vpp dp cp ep", "mbs", "recomp", "zero"):
+        table.add_column(col, justify="right")
+    for col in ("step s", "tokens/s", "TFLOP/s/GPU", "MFU", "GiB/dev"):
+        table.add_column(col, justify="right")
+    for rank, entry in enumerate(result["plans"], start=1):
+        p, pred = entry["parallel"], entry["predicted"]
+        table.add_row(
+            str(rank),
+            " ".join(str(p[k]) for k in ("tp", "pp", "vpp", "dp", "cp", "ep")),
+            str(p["mbs"]),
+            p["recompute"][:4],
+            str(p["zero"]),
+            f"{pred['step_time_s']:.3f}",
+            f"{pred['tokens_per_s']:,.0f}",
+            f"{pred['tflops_per_gpu']:.0f}",
+            f"{pred['mfu']:.1%}",
+            f"{pred['memory_gib_per_device']:.1f}",
+        )
+    console.print(table)
+    best = result["plans"][0]
+    for group in best.get("groups", []):
+        console.print(
+            f"  {group['chip']}: {group['devices']} devices, batch share {group['batch_share']}, "
+            + (_short(group["parallel"]) if group.get("parallel") else "idle"),
+            highlight=False,
+        )
+    if "mixed_efficiency" in result:
+        console.print(f"  mixed-chip efficiency {result['mixed_efficiency']:.3f}", highlight=False)
+
+
+def _short(p: dict) -> str:
+    return " ".join(
+        f"{k}={p[k]}" for k in ("tp", "pp", "vpp", "dp", "cp", "mbs", "recompute", "zero")
+    )
