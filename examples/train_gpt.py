@@ -169,6 +169,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument(
+        "--checkpointer",
+        choices=("auto", "flash", "disk"),
+        default="auto",
+        help="auto: the flash checkpointer when installed, else plain torch.save to disk",
+    )
     p.add_argument("--fsdp", action="store_true", help="shard with FSDP instead of DDP")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds added to each step")
     return p.parse_args(argv)
@@ -213,12 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed + 1 + rank)  # dropout differs per rank, reproducibly
 
     run_dir = Path(os.environ.get(hooks.ENV_RUN_DIR, "runs/train_gpt"))
-    ckpt = open_checkpointer(args.ckpt_dir or run_dir / "checkpoints", keep=3)
+    ckpt = open_checkpointer(
+        args.ckpt_dir or run_dir / "checkpoints", keep=3, kind=args.checkpointer
+    )
     say = lambda msg: print(f"[rank {rank}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     start, state = restore(ckpt, say=say)
     if state is not None:
         model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
+        opt.load_state_dict(_int_keys(state["optim"]))
         loader.load_state_dict(state["loader"])
         torch.set_rng_state(state["rng"])
         say(f"resumed from step {start}")
@@ -255,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
+
+
+def _int_keys(optim_state: dict) -> dict:
+    """Per-parameter optimizer state is keyed by int; a store may hand the keys back as str."""
+    per_param = {int(k): v for k, v in optim_state["state"].items()}
+    return {**optim_state, "state": per_param}
 
 
 def snapshot(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader) -> dict:

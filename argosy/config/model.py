@@ -4,6 +4,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.hardware.config import HardwareConfig
 from argosy.planner.config import PlannerConfig
+from argosy.runtime.config import RuntimeConfig
 
 
 class PlatformConfig(BaseModel):
@@ -15,3 +16,5 @@ class PlatformConfig(BaseModel):
     """Chip catalog and default cluster."""
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     """Defaults of argosy plan and argosy estimate."""
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    """Launcher: hang and straggler thresholds, restart policy."""

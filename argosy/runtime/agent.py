@@ -114,6 +114,7 @@ class Agent:
             self.log.close()
             self.board.close()
             self.board.unlink()
+            _reclaim_snapshots(spec.run_id)
         summary = goodput.summarize_file(spec.run_dir / EVENTS_FILE)
         summary["status"] = status
         if status != "completed":
@@ -311,3 +312,12 @@ class Agent:
             else:
                 path.unlink()
         return out
+
+
+def _reclaim_snapshots(run_id: str) -> None:
+    """Free the run's flash-checkpoint segments in /dev/shm: the run is over."""
+    try:
+        from argosy.checkpoint.flash import reclaim
+    except ImportError:
+        return
+    reclaim(run_id)

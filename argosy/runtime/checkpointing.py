@@ -35,17 +35,25 @@ class Checkpointer(Protocol):
     def close(self) -> None: ...
 
 
-def open_checkpointer(directory: Path | str, keep: int = 3) -> Checkpointer:
-    """The flash checkpointer when installed, else the plain disk fallback."""
+def open_checkpointer(directory: Path | str, keep: int = 3, kind: str = "auto") -> Checkpointer:
+    """The flash checkpointer when installed (kind auto or flash), else the disk fallback."""
+    if kind not in ("auto", "flash", "disk"):
+        raise ValueError(f"checkpointer kind '{kind}'; expected auto, flash or disk")
     try:
         from argosy.checkpoint import FlashCheckpointer
     except ImportError:
+        if kind == "flash":
+            raise
+        return DiskCheckpointer(directory, keep=keep)
+    if kind == "disk":
         return DiskCheckpointer(directory, keep=keep)
     return FlashCheckpointer(directory, keep=keep)
 
 
 def restore(ckpt: Checkpointer, say: Say = print) -> tuple[int, dict[str, Any] | None]:
     """The newest checkpoint all ranks can load, as (step, state); (0, None) for none."""
+    if not isinstance(ckpt, DiskCheckpointer):
+        return _load_collective(ckpt, say)
     step, state = _load_local(ckpt, None, say)
     while True:
         agreed = _agree_min(step)
@@ -53,6 +61,16 @@ def restore(ckpt: Checkpointer, say: Say = print) -> tuple[int, dict[str, Any] |
             return step, state
         say(f"another rank cannot load step {step}; falling back to step {agreed}")
         step, state = _load_local(ckpt, agreed, say)
+
+
+def _load_collective(ckpt: Checkpointer, say: Say) -> tuple[int, dict[str, Any] | None]:
+    """FlashCheckpointer.load agrees on a step across ranks and skips torn ones itself."""
+    try:
+        got = ckpt.load()
+    except Exception as err:  # nothing loadable must not stop the restart
+        say(f"no usable checkpoint ({err}); starting from step 0")
+        return 0, None
+    return (0, None) if got is None else (got[0], got[1])
 
 
 def _load_local(ckpt: Checkpointer, at_most: int | None, say: Say) -> tuple[int, Any]:

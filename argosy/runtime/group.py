@@ -98,6 +98,7 @@ class WorkerGroup:
             PYTHONUNBUFFERED="1",
         )
         env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("ARGOSY_CKPT_JOB", s.run_id)  # flash snapshots named by this run
         env.update(
             {
                 hooks.ENV_BOARD: str(s.board_path),

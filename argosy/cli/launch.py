@@ -1,0 +1,140 @@
+"""`argosy launch`: run a training script as N ranks, watch them, restart on faults.
+
+argosy launch --nproc-per-node 2 --run-dir runs/demo examples/train_gpt.py --steps 60
+argosy launch --nproc-per-node 2 --inject kill:rank=1:step=30 examples/train_gpt.py
+
+Everything after the script is passed to it. torch is never imported here; the ranks
+import it themselves.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from argosy.cli.common import config_of, console, err_console
+from argosy.core.errors import ArgosyError
+
+CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+def launch(
+    ctx: typer.Context,
+    script: str = typer.Argument(..., help="Training script (.py) or executable."),
+    script_args: list[str] = typer.Argument(None, help="Arguments for the script."),
+    nproc_per_node: int = typer.Option(..., "--nproc-per-node", min=1, help="Ranks per node."),
+    nnodes: int = typer.Option(1, "--nnodes", min=1, help="Nodes (static rendezvous)."),
+    node_rank: int = typer.Option(0, "--node-rank", min=0, help="This node's index."),
+    master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rank 0's host."),
+    master_port: int | None = typer.Option(None, "--master-port", help="Default: a free port."),
+    max_restarts: int | None = typer.Option(None, "--max-restarts", min=0, help="Restarts."),
+    run_dir: Path | None = typer.Option(None, "--run-dir", help="Default: runs/<time>."),
+    hang_timeout: float | None = typer.Option(
+        None, "--hang-timeout", min=0.1, help="Floor of the hang threshold, seconds."
+    ),
+    straggler_policy: str | None = typer.Option(None, "--straggler-policy", help="warn|restart"),
+    spares: int | None = typer.Option(None, "--spares", min=0, help="Spare device slots."),
+    inject: list[str] = typer.Option([], "--inject", help="Fault to inject (repeatable)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Run a script as fault-tolerant ranks; resume from the latest flash checkpoint."""
+    from argosy.runtime.board import default_board_path
+    from argosy.runtime.inject import parse_injection
+
+    if nnodes > 1 and node_rank >= nnodes:
+        raise ArgosyError(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
+    world = nnodes * nproc_per_node
+    injections = [parse_injection(spec, world) for spec in inject]
+    config = _runtime_config(ctx, max_restarts, hang_timeout, straggler_policy, spares)
+    path = Path(script)
+    if not path.exists():
+        raise ArgosyError(f"script '{script}' not found")
+    command = [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
+    command += list(script_args or [])
+    run_dir = run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    from argosy.runtime.group import GroupSpec
+
+    run_id = f"{time.strftime('%H%M%S')}-{abs(hash(str(run_dir.resolve()))) % 10**6:06d}"
+    spec = GroupSpec(
+        command=command,
+        nproc_per_node=nproc_per_node,
+        run_dir=run_dir,
+        board_path=default_board_path(run_id),
+        t0=0.0,
+        run_id=run_id,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        master_port=master_port,
+        max_restarts=config.max_restarts,
+    )
+    summary = _run(spec, injections, config, _total_steps(command), quiet)
+    _report(summary, run_dir)
+    if summary["status"] != "completed":
+        raise typer.Exit(code=1)
+
+
+def _runtime_config(ctx, max_restarts, hang_timeout, straggler_policy, spares):  # noqa: ANN001, ANN202
+    from argosy.runtime.config import RuntimeConfig
+
+    base = getattr(config_of(ctx), "runtime", None) or RuntimeConfig()
+    update = {
+        "max_restarts": max_restarts,
+        "hang_floor_s": hang_timeout,
+        "straggler_policy": straggler_policy,
+        "spares": spares,
+    }
+    if straggler_policy not in (None, "warn", "restart"):
+        raise ArgosyError(f"--straggler-policy '{straggler_policy}'; expected warn or restart")
+    data = base.model_dump() | {k: v for k, v in update.items() if v is not None}
+    return RuntimeConfig.model_validate(data)
+
+
+def _total_steps(command: list[str]) -> int | None:
+    text = " ".join(command)
+    match = re.search(r"--steps[= ](\d+)", text)
+    return int(match.group(1)) if match else None
+
+
+def _run(spec, injections, config, total, quiet):  # noqa: ANN001, ANN202
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from argosy.runtime.agent import Agent
+
+    if quiet:
+        return Agent(spec, injections, config).run()
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        task = progress.add_task("attempt 0", total=total)
+
+        def on_progress(step: int, attempt: int) -> None:
+            progress.update(task, completed=step, description=f"attempt {attempt}")
+
+        return Agent(spec, injections, config, on_progress=on_progress).run()
+
+
+def _report(summary: dict, run_dir: Path) -> None:
+    status = summary["status"]
+    color = "green" if status == "completed" else "red"
+    console.print(
+        f"[{color}]{status}[/]: step {summary['final_step']}, loss {summary['final_loss']}, "
+        f"effective training time {summary['effective_training_time']:.1%}, "
+        f"{summary['restarts']} restart(s); details: argosy runs show {run_dir}",
+        highlight=False,
+    )
+    cause = summary.get("cause")
+    if cause:
+        err_console.print(f"[bold red]cause:[/] {cause['detail']}", highlight=False)
+        for rank, lines in cause.get("last_lines", {}).items():
+            err_console.print(f"[bold]rank {rank}, last lines:[/]", highlight=False)
+            for line in lines:
+                err_console.print(f"  {line}", highlight=False, markup=False)
