@@ -235,10 +235,18 @@ def _dcp_metadata(metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Any:
     storage = {index: info for piece in pieces for index, info in piece.items}
     return Metadata(
         state_dict_metadata=state,
-        planner_data=metas[0].mappings,
+        planner_data=_dcp_paths(metas[0].mappings),
         storage_data=storage,
         version=CURRENT_DCP_VERSION,
     )
+
+
+def _dcp_paths(paths: dict[str, tuple]) -> dict[str, tuple]:
+    """DCP's own path form (dict keys as str, list positions as int): no argosy types."""
+    return {
+        fqn: tuple(int(p) if type(p).__name__ == "_Index" else str(p) for p in path)
+        for fqn, path in paths.items()
+    }
 
 
 def _fsync_dir(path: Path) -> None:

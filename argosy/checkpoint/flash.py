@@ -117,9 +117,12 @@ class FlashCheckpointer:
         self._durable = -1
         self._errors: list[str] = []
         self._signature: Any = None
+        self._sources: list[Any] = []
         self._stager: DeviceStager | None = None
         self._staged: tuple[int, bytes, dict[int, bytes]] | None = None
         self._closed = False
+        self.last_load_source: str | None = None
+        """Where the last `load` read from: "memory", "disk" or None."""
         self._start()
         atexit.register(self.close)
 
@@ -250,14 +253,16 @@ class FlashCheckpointer:
             sources, inline = self._stager.stage(tensors, self.inline_bytes)
         else:
             sources, inline = share_sources(tensors, self.inline_bytes)
+        # Storage addresses identify the sources: `self._sources` keeps them alive, so an
+        # address cannot be reused by another tensor while the persister holds it.
         signature = [
-            (id(s), s.data_ptr(), tuple(s.shape), tuple(s.stride())) if s is not None else None
+            None if s is None else (s.data_ptr(), s.dtype, tuple(s.shape), tuple(s.stride()))
             for s in sources
         ]
         self._pump(lambda: self._ready, self.start_timeout_s)
         if signature != self._signature:
             self._conn.send(("sources", sources))
-            self._signature = signature
+            self._signature, self._sources = signature, sources
         self._saved = step
         if on_device:  # sent by the fence, once the device-to-host copy is done
             self._staged = (step, pickle.dumps(meta), inline)
@@ -319,6 +324,7 @@ class FlashCheckpointer:
                 slot = next(s for s in slots if s.step == chosen)
                 result = restore.read_memory(slot, into)
                 if result is not None:
+                    self.last_load_source = "memory"
                     return result
                 warnings.warn(
                     f"snapshot of step {chosen} changed in memory; reading disk", stacklevel=2
@@ -326,7 +332,9 @@ class FlashCheckpointer:
                 memory_sets = [m - {chosen} for m in memory_sets]
                 continue
             try:
-                return self._load_disk(chosen, into)
+                result = self._load_disk(chosen, into)
+                self.last_load_source = "disk"
+                return result
             except disk.TornCheckpointError as err:
                 warnings.warn(f"skipping torn checkpoint step {chosen}: {err}", stacklevel=2)
                 disk_sets = [d - {chosen} for d in disk_sets]

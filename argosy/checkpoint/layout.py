@@ -12,6 +12,7 @@ bytes (what DCP stores for non-tensor values).
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,18 +60,74 @@ def align(n: int) -> int:
 
 
 def flatten(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, tuple]]:
-    """DCP's flattening: {"model": {"w": t}} -> ({"model.w": t}, {"model.w": ("model", "w")})."""
-    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    """DCP's flattening rules, keeping the original keys (ints stay ints) for the way back.
 
+    {"model": {"w": t}, "optim": {"state": {0: {...}}}} -> ({"model.w": t, ...},
+    {"model.w": ("model", "w"), "optim.state.0.step": ("optim", "state", 0, "step")}).
+    Lists are walked when they hold tensors or containers (DCP's rule); other lists and all
+    non-container values are leaves.
+    """
     if not isinstance(state, dict):
         raise TypeError(f"a checkpoint state must be a dict, got {type(state).__name__}")
-    return flatten_state_dict(state)
+    flat: dict[str, Any] = {}
+    paths: dict[str, tuple] = {}
+
+    def visit(path: tuple, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                visit(path + (key,), item)
+        elif isinstance(value, list | tuple) and not _is_terminal(value):
+            for index, item in enumerate(value):
+                visit(path + (_Index(index),), item)
+        else:
+            fqn = ".".join(str(p) for p in path)
+            if fqn in flat:
+                raise ValueError(f"two keys of the state flatten to the same name '{fqn}'")
+            flat[fqn], paths[fqn] = value, path
+
+    visit((), state)
+    return flat, paths
 
 
-def unflatten(flat: dict[str, Any], mappings: dict[str, tuple]) -> dict[str, Any]:
-    from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
+class _Index(int):
+    """A list position in a flattened path (a plain int there is a dict key)."""
 
-    return unflatten_state_dict(flat, mappings)
+    def __reduce__(self) -> tuple:
+        return (_Index, (int(self),))
+
+
+def _is_terminal(value: Any) -> bool:
+    items = value.values() if isinstance(value, Mapping) else value
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            return False
+        if isinstance(item, Mapping | list) and not _is_terminal(item):
+            return False
+    return True
+
+
+def unflatten(flat: dict[str, Any], paths: dict[str, tuple]) -> dict[str, Any]:
+    """The nested state back from `flatten`'s output (lists rebuilt as lists)."""
+    root: dict[Any, Any] = {}
+    for fqn, value in flat.items():
+        path = paths[fqn]
+        node: Any = root
+        for part, nxt in zip(path[:-1], path[1:], strict=True):
+            empty: Any = [] if isinstance(nxt, _Index) else {}
+            if isinstance(part, _Index):
+                while len(node) <= part:
+                    node.append(None)
+                if node[part] is None:
+                    node[part] = empty
+                node = node[part]
+            else:
+                node = node.setdefault(part, empty)
+        last = path[-1]
+        if isinstance(last, _Index):
+            while len(node) <= last:
+                node.append(None)
+        node[last] = value
+    return root
 
 
 def local_tensor(value: Any) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...], bool]:

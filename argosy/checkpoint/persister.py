@@ -67,7 +67,7 @@ class Persister:
         self.cond = threading.Condition()
         self.slots: list[_Slot] = []
         self.sources: list[torch.Tensor | None] = []
-        self.durable = -1
+        self.durable = max(disk.committed_steps(Path(spec.directory)), default=-1)
         self.flush_wanted = False
         self.stopping = False
         self.directory = Path(spec.directory)
@@ -124,8 +124,9 @@ class Persister:
                 owners.add(head.owner_pid)
             seg.set_owner(os.getpid())
             slot = _Slot(seg)
-            if head is not None and head.state is SlotState.COMPLETE:
-                slot.step = head.step
+            meta_bytes = seg.read_meta(head) if head is not None else None
+            if meta_bytes is not None:
+                slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
             self.slots.append(slot)
         deadline = time.monotonic() + max(self.spec.commit_timeout_s, 5.0)
         while owners and time.monotonic() < deadline:
@@ -184,6 +185,7 @@ class Persister:
                 self.cond.notify_all()
             self.send("copied", step)
         except Exception as err:  # reported to the trainer, which raises it
+            traceback.print_exc()
             self.send("error", f"snapshot of step {step} failed: {err!r}")
             self.send("copied", step)
 
@@ -327,11 +329,14 @@ def _alive(pid: int) -> bool:
 
 def main(address: str) -> None:
     """Process entry point: `python -m argosy.checkpoint.persister ADDRESS`."""
+    import faulthandler
     import multiprocessing
+    import signal
     from multiprocessing.connection import Client
 
     import torch.multiprocessing  # noqa: F401  # registers the tensor-sharing reducers
 
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
     key = bytes.fromhex(os.environ.pop("ARGOSY_PERSISTER_KEY"))
     multiprocessing.current_process().authkey = key
     conn = Client(address, family="AF_UNIX", authkey=key)
