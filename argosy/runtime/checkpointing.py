@@ -15,6 +15,7 @@ falls back to, it says so through `say`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -150,6 +151,8 @@ class DiskCheckpointer:
         os.replace(tmp, path)
         for old in self.steps()[: -self.keep]:
             self._path(old).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another rank's file is still there
+                self._path(old).parent.rmdir()
 
     def before_optimizer_step(self) -> None:
         """Saves are synchronous here, so there is nothing to fence."""

@@ -1,0 +1,68 @@
+"""The progress board: what a rank writes in its process, the agent reads in another."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from argosy.runtime.board import RING, ProgressBoard, Slot, injected_at, ring_entries
+
+
+def test_ring_keeps_the_newest_entries_in_order(tmp_path: Path) -> None:
+    board = ProgressBoard.create(tmp_path / "b", world_size=2)
+    row = board.row(1)
+    for step in range(1, RING + 11):
+        row.push_step(step, loss=1.0 / step, t_end=float(step), compute_s=0.01)
+    entries, count = ring_entries(board.snapshot(), 1, since=0)
+    assert count == RING + 10
+    assert [e[0] for e in entries] == list(range(11, RING + 11))
+    later, _ = ring_entries(board.snapshot(), 1, since=count - 3)
+    assert [e[0] for e in later] == [RING + 8, RING + 9, RING + 10]
+    assert ring_entries(board.snapshot(), 0, since=0) == ([], 0)
+    board.unlink()
+
+
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from argosy.runtime.hooks import attach
+    rt = attach()
+    rt.restored(3)
+    for step in (4, 5):
+        rt.step_begin(step)
+        with rt.compute():
+            sum(range(10000))
+        with rt.collective():
+            pass
+        rt.step_end(step, step * 0.5)
+    rt.checkpointed(5)
+    rt.finish()
+    """
+)
+
+
+def test_a_rank_process_reports_through_shared_memory(tmp_path: Path) -> None:
+    board = ProgressBoard.create(tmp_path / "board", world_size=2)
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "ARGOSY_BOARD": str(board.path),
+        "ARGOSY_RUN_DIR": str(tmp_path),
+        "ARGOSY_ATTEMPT": "2",
+        "ARGOSY_INJECT": '{"0": {"kind": "slow", "rank": 1, "step": 5, "factor": 3.0}}',
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", RANK_SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    snap = board.snapshot()
+    assert snap[0].sum() == 0  # rank 1 wrote only its own row
+    assert snap[1, Slot.ATTEMPT] == 2 and snap[1, Slot.RESTORED_STEP] == 3
+    assert snap[1, Slot.COLL_ENTERED] == 2 and snap[1, Slot.COLL_EXITED] == 2
+    assert snap[1, Slot.CKPT_STEP] == 5 and snap[1, Slot.T_DONE] > 0
+    entries, _ = ring_entries(snap, 1, since=0)
+    assert [(s, loss) for s, loss, _, _ in entries] == [(4, 2.0), (5, 2.5)]
+    assert injected_at(snap, 1, 0) > 0  # the slow injection fired at step 5
+    assert "injected: slow rank 1" in done.stderr
+    board.unlink()

@@ -1,0 +1,94 @@
+"""Goodput accounting over a hand-written event log: each cause is the interval it names."""
+
+import pytest
+
+from argosy.runtime.goodput import summarize
+
+
+def steps(attempt: int, first: int, last: int, t0: float, dt: float) -> list[dict]:
+    return [
+        {
+            "event": "step",
+            "attempt": attempt,
+            "step": s,
+            "loss": 10.0 / s,
+            "t": t0 + (s - first + 1) * dt,
+        }
+        for s in range(first, last + 1)
+    ]
+
+
+def crash_then_resume() -> list[dict]:
+    """Steps 1-12 at 1 s each; crash at 12.5 s, detected 13 s; resume from step 10."""
+    events = [
+        {"event": "start", "t": 0.0},
+        {"event": "spawn", "attempt": 0, "t": 0.0},
+        {"event": "attached", "attempt": 0, "t": 1.0},
+        {"event": "resume", "attempt": 0, "step": 0, "t": 2.0},
+        *steps(0, 1, 12, t0=2.0, dt=1.0),  # step 12 ends at 14.0
+        {
+            "event": "fault",
+            "attempt": 0,
+            "kind": "crash",
+            "rank": 1,
+            "action": "restart",
+            "injected_at_s": 14.5,
+            "detected_at_s": 15.0,
+            "t": 15.0,
+        },
+        {"event": "spawn", "attempt": 1, "t": 15.5},
+        {"event": "attached", "attempt": 1, "t": 17.0},
+        {"event": "resume", "attempt": 1, "step": 10, "t": 18.0},
+        *steps(1, 11, 20, t0=18.0, dt=1.0),  # step 20 ends at 28.0
+        {"event": "end", "t": 28.5},
+    ]
+    return events
+
+
+def test_each_cause_is_the_interval_it_names() -> None:
+    summary = summarize(crash_then_resume())
+    assert summary["final_step"] == 20
+    assert summary["final_loss"] == pytest.approx(0.5)
+    assert summary["wall_s"] == pytest.approx(28.5)
+    assert summary["productive_s"] == pytest.approx(10 + 10)  # steps 1-10 and 11-20
+    lost = summary["lost_s"]
+    assert lost["startup"] == pytest.approx(2.0)
+    assert lost["detection"] == pytest.approx(0.5)
+    assert lost["restart"] == pytest.approx(2.0)
+    assert lost["reload"] == pytest.approx(1.0)
+    assert lost["redone"] == pytest.approx(2.0 + 0.5)  # steps 11-12, and the partial step
+    assert lost["other"] == pytest.approx(0.5)
+    assert summary["effective_training_time"] == pytest.approx(20 / 28.5, abs=1e-4)
+    (fault,) = summary["faults"]
+    assert fault["resumed_from_step"] == 10
+    assert fault["detect_latency_s"] == pytest.approx(0.5)
+    assert sum(fault["lost_s"].values()) == pytest.approx(0.5 + 2.0 + 1.0 + 2.5)
+
+
+def test_warnings_are_listed_but_cost_no_restart() -> None:
+    events = crash_then_resume()
+    events.insert(
+        8,
+        {
+            "event": "fault",
+            "attempt": 0,
+            "kind": "straggler",
+            "rank": 0,
+            "action": "warn",
+            "injected_at_s": 3.0,
+            "detected_at_s": 6.0,
+            "slowdown": 2.0,
+            "t": 6.0,
+        },
+    )
+    summary = summarize(events)
+    kinds = [f["kind"] for f in summary["faults"]]
+    assert kinds == ["straggler", "crash"]
+    assert summary["faults"][0]["detect_latency_s"] == pytest.approx(3.0)
+    assert summary["restarts"] == 1
+
+
+def test_an_empty_log_summarizes_to_nothing_lost() -> None:
+    summary = summarize([{"event": "start", "t": 0.0}])
+    assert summary["final_step"] == 0 and summary["faults"] == []
+    assert summary["effective_training_time"] == 0.0

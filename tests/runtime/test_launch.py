@@ -1,0 +1,132 @@
+"""`argosy launch` end to end: real ranks (gloo), real faults, real restarts, exact resume."""
+
+import json
+from pathlib import Path
+
+import pytest
+from runtime_helpers import EXAMPLE, argosy, losses, summary
+
+from argosy.runtime.board import default_board_path
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+TRAIN = [str(EXAMPLE), "--steps", "40", "--ckpt-every", "5", "--checkpointer", "disk"]
+CONTRACT = {
+    "final_step",
+    "final_loss",
+    "wall_s",
+    "productive_s",
+    "effective_training_time",
+    "lost_s",
+    "faults",
+}
+FAULT_KEYS = {
+    "kind",
+    "rank",
+    "injected_at_s",
+    "detected_at_s",
+    "detect_latency_s",
+    "resumed_from_step",
+}
+
+
+def launch(run: Path, *flags: str) -> dict:
+    done = argosy(
+        "launch", "--quiet", "--nproc-per-node", "2", "--run-dir", str(run), *flags, *TRAIN
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return summary(run)
+
+
+def test_fault_free_run_meets_the_contract(fault_free: Path) -> None:
+    s = summary(fault_free)
+    assert set(s) >= CONTRACT
+    assert s["final_step"] == 40 and s["faults"] == [] and s["status"] == "completed"
+    assert 0 < s["productive_s"] < s["wall_s"]
+    assert s["final_loss"] == losses(fault_free)[40]
+    assert losses(fault_free)[40] < losses(fault_free)[1]  # it learns
+    run_id = json.loads((fault_free / "events.jsonl").read_text().splitlines()[0])["run_id"]
+    assert not default_board_path(run_id).exists()  # shared memory cleaned up
+
+
+def test_runs_show_prints_the_summary_and_plots(fault_free: Path) -> None:
+    done = argosy("runs", "show", str(fault_free), "--json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == summary(fault_free)
+    done = argosy("runs", "show", str(fault_free))
+    assert done.returncode == 0 and "effective training time" in done.stdout
+    assert (fault_free / "timeline.png").stat().st_size > 1000
+
+
+def test_kill_exit_and_hang_resume_to_the_same_losses(fault_free: Path, tmp_path: Path) -> None:
+    s = launch(
+        tmp_path,
+        "--hang-timeout",
+        "2",
+        "--inject",
+        "kill:rank=1:step=12",
+        "--inject",
+        "exit:rank=0:step=23:code=3",
+        "--inject",
+        "hang:rank=0:step=33",
+    )
+    assert [(f["kind"], f["rank"]) for f in s["faults"]] == [("crash", 1), ("exit", 0), ("hang", 0)]
+    for fault, injected_step in zip(s["faults"], (12, 23, 33), strict=True):
+        assert set(fault) >= FAULT_KEYS
+        assert fault["injected_at_s"] <= fault["detected_at_s"]
+        assert fault["resumed_from_step"] == (injected_step - 1) // 5 * 5
+    assert s["faults"][1]["exit_code"] == 3
+    assert s["faults"][2]["missing_ranks"] == [0]
+    assert losses(tmp_path) == losses(fault_free)  # bitwise, at every step
+    stacks = (tmp_path / "stacks" / "attempt2-rank0.txt").read_text()
+    assert "_hang" in stacks  # the hung rank's Python stack was dumped
+    assert set(s["lost_s"]) >= {"detection", "restart", "reload", "redone"}
+
+
+def test_straggler_is_reported_with_its_rank_and_factor(tmp_path: Path) -> None:
+    s = launch(tmp_path, "--inject", "slow:rank=1:factor=3:from_step=5")
+    (fault,) = s["faults"]
+    assert (fault["kind"], fault["rank"], fault["action"]) == ("straggler", 1, "warn")
+    assert fault["slowdown"] > 1.5
+    assert s["restarts"] == 0 and s["final_step"] == 40
+
+
+def test_straggler_policy_restart_swaps_it_for_a_spare(fault_free: Path, tmp_path: Path) -> None:
+    s = launch(
+        tmp_path,
+        "--straggler-policy",
+        "restart",
+        "--spares",
+        "1",
+        "--inject",
+        "slow:rank=0:factor=3:from_step=3",
+    )
+    assert [(f["kind"], f["rank"]) for f in s["faults"]] == [("straggler", 0)]
+    assert s["restarts"] == 1 and s["final_step"] == 40
+    assert losses(tmp_path) == losses(fault_free)
+
+
+def test_a_script_that_always_fails_is_not_restarted_forever(tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("import definitely_not_a_module_anywhere\n")
+    run = tmp_path / "run"
+    done = argosy(
+        "launch",
+        "--quiet",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "2",
+        "--run-dir",
+        str(run),
+        str(script),
+    )
+    assert done.returncode == 1
+    assert "definitely_not_a_module_anywhere" in done.stderr
+    s = summary(run)
+    assert s["status"] == "failed" and s["attempts"] == 3
+    assert s["cause"]["kind"] == "exit"
+
+
+def test_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
+    done = argosy("launch", "--nproc-per-node", "1", str(tmp_path / "nope.py"))
+    assert done.returncode == 2 and "not found" in done.stderr
