@@ -82,11 +82,17 @@ class Constants(BaseModel):
 
     default: ChipEfficiency
     chips: dict[str, ChipEfficiency] = {}
+    like: dict[str, str] = {}
     framework: Framework = Framework()
 
     def chip(self, chip_id: str) -> ChipEfficiency:
-        """The set for `chip_id`, or the default (assumed) set."""
-        return self.chips.get(chip_id, self.default)
+        """The set for `chip_id`; else that of the chip it shares silicon with (`like`),
+        marked assumed; else the default (assumed) set."""
+        if chip_id in self.chips:
+            return self.chips[chip_id]
+        if chip_id in self.like and self.like[chip_id] in self.chips:
+            return self.chips[self.like[chip_id]].model_copy(update={"basis": "assumed"})
+        return self.default
 
 
 @cache

@@ -92,7 +92,46 @@ def plan_mixed(
         if np.array_equal(new, shares):
             break
         shares = new
-    return MixedPlan(parts, _sync_s(model, parts, constants), candidates)
+    parts, extra = _refine(model, parts, seq_len, constants)
+    return MixedPlan(parts, _sync_s(model, parts, constants), candidates + extra)
+
+
+def _refine(model, parts: list[GroupPlan], seq_len, constants, moves: int = 12):
+    """Move samples off the slowest group while its step time drops: integer micro-batches
+    leave the proportional split uneven. Tries a few move sizes towards every other group."""
+    cache: dict[tuple[int, int], GroupPlan] = {(p.group.index, p.samples): p for p in parts}
+
+    def part(group, samples: int) -> GroupPlan:
+        key = (group.index, samples)
+        if key not in cache:
+            cache[key] = _plan_part(model, group, seq_len, samples, constants)
+        return cache[key]
+
+    for _ in range(moves):
+        slow = max(parts, key=lambda p: p.step_s)
+        best, best_step = None, slow.step_s
+        for other in parts:
+            if other is slow:
+                continue
+            for delta in (1, 2, 4, 8, 16, 32):
+                if delta >= slow.samples:
+                    break
+                a, b = (
+                    part(slow.group, slow.samples - delta),
+                    part(other.group, other.samples + delta),
+                )
+                rest = max(
+                    (p.step_s for p in parts if p is not slow and p is not other), default=0.0
+                )
+                step = max(a.step_s, b.step_s, rest)
+                if step < best_step * (1 - 1e-9):
+                    best, best_step = (slow, a, other, b), step
+        if best is None:
+            break
+        slow, a, other, b = best
+        parts = [a if p is slow else b if p is other else p for p in parts]
+    searched = sum(len(p.ranked.cands) for p in cache.values())
+    return parts, searched
 
 
 def _plan_part(model, group, seq_len, samples, constants) -> GroupPlan:

@@ -1,0 +1,210 @@
+"""`argosy plan` and `argosy estimate`: the JSON contract, tables, emitters and bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from argosy.cli.app import app
+
+runner = CliRunner()
+PREDICTED = {
+    "step_time_s",
+    "tokens_per_s",
+    "tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "memory_gib_per_device",
+}
+PARALLEL_KEYS = {"tp", "pp", "dp", "vpp", "mbs", "recompute", "zero", "cp", "ep", "sp"}
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_estimate_json_contract() -> None:
+    result = invoke(
+        "estimate", "--model", "gpt3-175b", "--cluster", "a100:3072",
+        "--seq-len", "2048", "--global-batch", "1536", "--parallel",
+        "tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["feasible"] is True and out["reasons"] == []
+    assert set(out["predicted"]) >= PREDICTED
+    pred = out["predicted"]
+    assert pred["mfu"] == pytest.approx(pred["tflops_per_gpu"] / 312, rel=1e-6)
+    assert pred["hardware_tflops_per_gpu"] >= pred["tflops_per_gpu"]
+    assert pred["tokens_per_s"] == pytest.approx(1536 * 2048 / pred["step_time_s"])
+
+
+def test_estimate_that_does_not_fit_names_the_overflowing_term() -> None:
+    result = invoke(
+        "estimate", "--model", "llama3-405b", "--cluster", "h100:64",
+        "--seq-len", "8192", "--global-batch", "64", "--parallel",
+        "tp=8,pp=1,dp=8,mbs=1,recompute=none,zero=0", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert out["feasible"] is False
+    assert (
+        "exceeds" in out["reasons"][0]
+        and "GiB" in out["reasons"][0]
+        and "optimizer" in out["reasons"][0]
+    )
+
+
+def test_plan_json_contract_homogeneous() -> None:
+    result = invoke(
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "h100:256",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "512",
+        "--top",
+        "3",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert len(out["plans"]) == 3
+    assert {"seconds", "candidates"} <= set(out["search"])
+    for entry in out["plans"]:
+        assert set(entry["parallel"]) >= PARALLEL_KEYS and set(entry["predicted"]) >= PREDICTED
+    steps = [e["predicted"]["step_time_s"] for e in out["plans"]]
+    assert steps == sorted(steps)
+
+
+def test_plan_json_contract_mixed_has_groups() -> None:
+    result = invoke(
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "a100:64+h100:64",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "512",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.stdout)["plans"][0]
+    assert {g["chip"] for g in best["groups"]} == {"a100-80g", "h100-sxm"}
+    assert sum(g["batch_share"] for g in best["groups"]) == 512
+    for g in best["groups"]:
+        assert {"devices", "parallel", "layers", "batch_share"} <= set(g)
+
+
+def test_plan_that_cannot_fit_says_the_smallest_fix() -> None:
+    result = invoke(
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100:8",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "8",
+        "--json",
+    )
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert out["feasible"] is False and out["plans"] == []
+    assert "fits on" in out["fix"] and "h100-sxm" in out["fix"]
+
+
+@pytest.mark.parametrize(
+    ("framework", "needle"),
+    [
+        ("megatron", "--tensor-model-parallel-size"),
+        ("torchtitan", "[parallelism]"),
+        ("deepspeed", '"zero_optimization"'),
+    ],
+    ids=["megatron", "torchtitan", "deepspeed"],
+)
+def test_emitters_print_pasteable_config(framework: str, needle: str) -> None:
+    result = invoke(
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "h100:64",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "64",
+        "--emit",
+        framework,
+    )
+    assert result.exit_code == 0, result.output
+    assert needle in result.stdout
+    if framework == "deepspeed":
+        assert json.loads(result.stdout)["train_batch_size"] == 64
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "160"}
+    return subprocess.run(
+        [sys.executable, "-m", "argosy", *args], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["estimate", "--parallel", "tp=8,pp=2,dp=2"], "devices"),
+        (
+            [
+                "estimate",
+                "--model",
+                "gpt-1.7b",
+                "--cluster",
+                "h100:16",
+                "--parallel",
+                "tp=16,pp=1,dp=1",
+            ],
+            "divide heads",
+        ),
+        (["estimate", "--parallel", "tp=8,pp=8,zero=5"], "zero"),
+        (["plan", "--model", "llama3-9b"], "llama3-8b"),
+        (["plan", "--cluster", "h1000:8"], "h100"),
+        (["estimate", "--parallel", "tp=8,pp=8,tpp=2"], "tpp"),
+    ],
+    ids=[
+        "degrees-do-not-multiply",
+        "tp-not-dividing-heads",
+        "bad-zero",
+        "unknown-model",
+        "unknown-chip",
+        "unknown-key",
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    out = run_cli(*args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_default_plan_prints_a_table_without_importing_torch() -> None:
+    code = (
+        "import sys\n"
+        "from argosy.cli.app import app\n"
+        "try:\n    app(['plan'])\nexcept SystemExit:\n    pass\n"
+        "print('HEAVY=' + ','.join(m for m in ('torch', 'ray', 'fastapi') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "COLUMNS": "160"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert "HEAVY=\n" in out.stdout, out.stdout + out.stderr
+    assert "llama3-8b" in out.stdout and "h100-sxm:64" in out.stdout and "MFU" in out.stdout

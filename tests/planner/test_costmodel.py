@@ -1,0 +1,97 @@
+"""The cost model's physics: each knob moves time and memory the way it must."""
+
+import numpy as np
+import pytest
+
+from argosy.hardware.loader import load_cluster
+from argosy.planner.calibration import narayanan_flops
+from argosy.planner.models import load_model
+from argosy.planner.parallel import Parallel
+from argosy.planner.search import estimate_one
+
+GPT = load_model("gpt3-175b")
+
+
+def cost(
+    plan: Parallel,
+    cluster: str = "a100:1536",
+    model=GPT,
+    seq: int = 2048,
+    gbs: int = 1536,
+    nic=None,
+):
+    group = load_cluster(cluster, nic_gbps=nic).groups[0]
+    costs, _ = estimate_one(model, group, seq, gbs, plan)
+    return costs
+
+
+BASE = Parallel(tp=8, pp=16, dp=12, mbs=1, recompute="selective", zero=1)
+
+
+def test_hardware_flops_with_full_recompute_equal_narayanan_formula() -> None:
+    costs = cost(Parallel(tp=8, pp=16, dp=12, recompute="full", zero=1))
+    assert costs.hardware_flops[0] == pytest.approx(narayanan_flops(GPT, 2048, 1536), rel=1e-9)
+    assert costs.hardware_flops[0] / costs.model_flops[0] == pytest.approx(4 / 3, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("slower", "faster"),
+    [
+        (Parallel(tp=8, pp=16, dp=12, recompute="full", zero=1), BASE),
+        (Parallel(tp=8, pp=16, dp=12, recompute="selective", zero=1, sp=False), BASE),
+    ],
+    ids=["full-recompute-costs-time", "no-sp-costs-time"],
+)
+def test_time_ordering(slower: Parallel, faster: Parallel) -> None:
+    assert cost(slower).step_s[0] > cost(faster).step_s[0]
+
+
+def test_recompute_trades_time_for_memory() -> None:
+    times, mems = [], []
+    for rec in ("none", "selective", "full"):
+        c = cost(Parallel(tp=8, pp=16, dp=12, recompute=rec, zero=1, flash=False))
+        times.append(c.step_s[0])
+        mems.append(c.memory.activations[0])
+    assert times[0] <= times[1] < times[2]
+    assert mems[0] > mems[1] > mems[2]
+
+
+def test_zero_stages_shrink_memory_monotonically() -> None:
+    totals = [cost(Parallel(tp=8, pp=16, dp=12, zero=z)).memory_gib[0] for z in range(4)]
+    assert all(a > b for a, b in zip(totals, totals[1:], strict=False))
+
+
+def test_interleaving_shrinks_the_bubble() -> None:
+    plain = cost(Parallel(tp=8, pp=16, dp=12, vpp=1))
+    inter = cost(Parallel(tp=8, pp=16, dp=12, vpp=3))
+    assert inter.bubble_s[0] < plain.bubble_s[0] * 0.5
+
+
+def test_tensor_parallel_across_nodes_is_prohibitive() -> None:
+    model = load_model("llama3-70b")
+    inside = cost(Parallel(tp=8, pp=1, dp=8, zero=1), "h100:64", model, 4096, 64)
+    across = cost(Parallel(tp=8, pp=1, dp=8, zero=1), "h100-pcie:64", model, 4096, 64)
+    assert across.tp_s[0] > 3 * inside.tp_s[0]
+
+
+def test_slower_network_slows_zero3_most() -> None:
+    z3 = Parallel(tp=1, pp=1, dp=1536, mbs=1, recompute="full", zero=3)
+    ptd = Parallel(tp=8, pp=12, dp=16, mbs=1, recompute="full", zero=1)
+    z3_ratio = cost(z3, nic=50).step_s[0] / cost(z3).step_s[0]
+    ptd_ratio = cost(ptd, nic=50).step_s[0] / cost(ptd).step_s[0]
+    assert z3_ratio > 2 and ptd_ratio < 1.2
+
+
+def test_last_stage_memory_includes_lm_head_logits_for_big_vocab() -> None:
+    c = cost(
+        Parallel(tp=1, pp=1, dp=64, mbs=1, zero=1), "h100:64", load_model("llama3-8b"), 8192, 64
+    )
+    assert c.memory.logits[0] / 2**30 == pytest.approx(8 * 8192 * 128256 / 2**30, rel=1e-6)
+
+
+def test_tensor_parallel_one_has_no_tp_traffic_and_more_dp_traffic() -> None:
+    model = load_model("llama3-8b")
+    tp1 = cost(Parallel(tp=1, pp=1, dp=64, zero=1), "h100:64", model, 8192, 512)
+    tp8 = cost(Parallel(tp=8, pp=1, dp=8, zero=1), "h100:64", model, 8192, 512)
+    assert tp1.tp_s[0] == 0 and tp8.tp_s[0] > 0
+    assert np.isfinite(tp1.step_s[0]) and tp1.step_s[0] < tp8.step_s[0]

@@ -1,0 +1,101 @@
+"""Model specs: presets match published sizes; every input form parses; bad input is named."""
+
+import json
+
+import pytest
+
+from argosy.core.errors import ConfigError, UnknownNameError
+from argosy.planner.models import load_model, presets
+
+PUBLISHED_PARAMS_B = [
+    ("llama3-8b", 8.03),
+    ("llama3-70b", 70.55),
+    ("llama3-405b", 405.85),
+    ("gpt3-175b", 175.2),
+    ("mixtral-8x7b", 46.7),
+    ("qwen2.5-72b", 72.7),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"), PUBLISHED_PARAMS_B, ids=[p[0] for p in PUBLISHED_PARAMS_B]
+)
+def test_preset_parameter_counts_match_published(name: str, billions: float) -> None:
+    assert load_model(name).total_params() / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_mixtral_active_parameters_are_about_13b() -> None:
+    assert load_model("mixtral-8x7b").active_params() / 1e9 == pytest.approx(12.9, rel=0.03)
+
+
+def test_required_presets_exist() -> None:
+    names = set(presets())
+    assert {"llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "mixtral-8x7b"} <= names
+    assert {"qwen2.5-72b", "deepseek-v3-like", "gpt-1.7b", "gpt-1t"} <= names
+
+
+def test_inline_shape_equals_the_preset_it_describes() -> None:
+    inline = load_model("layers=96,hidden=12288,heads=96,vocab=51200")
+    assert inline.total_params() == load_model("gpt3-175b").total_params()
+
+
+def test_inline_moe_fields() -> None:
+    spec = load_model(
+        "layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,experts=8,top_k=2,gated=true"
+    )
+    assert spec.is_moe and spec.top_k == 2 and spec.kv == 8 and spec.mlp_mats == 3
+
+
+def test_hugging_face_config(tmp_path) -> None:
+    cfg = {
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 128256,
+        "hidden_act": "silu",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert load_model(str(path)).total_params() == load_model("llama3-70b").total_params()
+
+
+def test_yaml_model_file(tmp_path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("name: tiny\nlayers: 4\nhidden: 256\nheads: 4\n")
+    assert load_model(str(path)).layers == 4
+
+
+def test_yaml_model_file_error_points_at_line(tmp_path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("layers: 4\nhidden: 256\nheads: 4\nwidth: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(str(path))
+    assert ":4" in str(err.value) and "width" in str(err.value)
+
+
+def test_unknown_preset_lists_known_ones() -> None:
+    with pytest.raises(UnknownNameError) as err:
+        load_model("llama3-9b")
+    assert "llama3-8b" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("layers=4,hidden=256", "heads"),
+        ("layers=4,hidden=250,heads=4,depth=3", "depth"),
+        ("layers=x,hidden=4,heads=1", "layers"),
+    ],
+    ids=["missing-heads", "unknown-key", "not-a-number"],
+)
+def test_bad_inline_shapes_are_named(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_model(text)
+    assert needle in str(err.value)
+
+
+def test_heads_must_divide_hidden() -> None:
+    with pytest.raises(ConfigError):
+        load_model("layers=2,hidden=100,heads=3")
