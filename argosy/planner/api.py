@@ -168,7 +168,7 @@ def _mixed_entry(
         hw_flops += float(costs.hardware_flops[i])
         memory = max(memory, float(costs.memory_gib[i]))
         groups.append(_group_entry(part, r, i, global_batch))
-    step += mixed.sync_s
+    step = max(step, mixed.step_s) if rank == 0 else step + mixed.sync_s
     devices = cluster.num_devices
     peak = sum(g.chip.peak_tflops("bf16") * 1e12 * g.num_devices for g in cluster.groups)
     largest = max((g for g in groups if g.get("parallel")), key=lambda g: g["devices"])
@@ -182,6 +182,7 @@ def _mixed_entry(
             "mfu": model_flops / step / peak,
             "memory_gib_per_device": memory,
             "cross_group_sync_s": mixed.sync_s,
+            "cross_group_traffic_s": mixed.sync_traffic_s,
         },
         "groups": groups,
     }

@@ -4,7 +4,8 @@ Each chip group runs its own replicas with its own TP/PP/micro-batch/recompute/Z
 plan that is fastest for that chip and its memory), and takes a share of the global batch
 proportional to its predicted throughput; shares are rebalanced until the groups' step
 times agree. Gradients are then all-reduced across groups, priced on the slowest NIC
-the traffic crosses (groups never share a leaf switch).
+the traffic crosses (groups never share a leaf switch), and hidden behind the backward
+of the last micro-batch as far as the group's own data-parallel traffic leaves room.
 
     split = plan_mixed(model, cluster, seq_len=4096, global_batch=1536)
     split.step_s, split.shares, split.efficiency
@@ -43,12 +44,19 @@ class MixedPlan:
     """Per-group plans, the cross-group gradient time and the resulting step time."""
 
     parts: list[GroupPlan]
-    sync_s: float
+    exposed_sync_s: list[float]
+    sync_traffic_s: float
     candidates: int
 
     @property
     def step_s(self) -> float:
-        return max(p.step_s for p in self.parts if p.samples) + self.sync_s
+        pairs = zip(self.parts, self.exposed_sync_s, strict=True)
+        return max(p.step_s + e for p, e in pairs if p.samples)
+
+    @property
+    def sync_s(self) -> float:
+        """Step time added by the cross-group gradient all-reduce."""
+        return self.step_s - max(p.step_s for p in self.parts if p.samples)
 
     @property
     def feasible(self) -> bool:
@@ -93,7 +101,9 @@ def plan_mixed(
             break
         shares = new
     parts, extra = _refine(model, parts, seq_len, constants)
-    return MixedPlan(parts, _sync_s(model, parts, constants), candidates + extra)
+    traffic = _sync_traffic_s(model, parts, constants)
+    exposed = [_sync_exposed_s(p, t, constants) for p, t in zip(parts, traffic, strict=True)]
+    return MixedPlan(parts, exposed, max(traffic), candidates + extra)
 
 
 def _refine(model, parts: list[GroupPlan], seq_len, constants, moves: int = 12):
@@ -152,14 +162,34 @@ def _round_shares(weights: np.ndarray, total: int) -> np.ndarray:
     return shares
 
 
-def _sync_s(model: ModelSpec, parts: list[GroupPlan], constants: Constants | None) -> float:
-    """All-reduce of gradients across groups, each group's shard over its slowest NIC."""
+def _sync_traffic_s(
+    model: ModelSpec, parts: list[GroupPlan], constants: Constants | None
+) -> list[float]:
+    """Seconds each group's devices spend all-reducing their gradient shard with the other
+    groups, over the slowest NIC the traffic crosses (groups meet above their leaves)."""
     active = [p for p in parts if p.samples]
     if len(active) < 2:
+        return [0.0 for _ in parts]
+    consts = constants or default_constants()
+    nic = min(p.group.nic_gbps for p in active) * 1e9 / 8
+    eff = min(consts.chip(p.group.chip.id).nic_eff for p in active)
+    grad = model.total_params() * consts.framework.grad_bytes
+    g = len(active)
+    return [
+        2.0 * (g - 1) / g * grad / p.group.num_devices / (nic * eff) if p.samples else 0.0
+        for p in parts
+    ]
+
+
+def _sync_exposed_s(part: GroupPlan, traffic_s: float, constants: Constants | None) -> float:
+    """What the backward of the group's last micro-batch cannot hide, after its own
+    data-parallel traffic has used that window (the same overlap rule as plain DP)."""
+    if traffic_s == 0.0 or not part.samples:
         return 0.0
     fw = (constants or default_constants()).framework
-    nic = min(p.group.nic_gbps for p in active) * 1e9 / 8
-    eff = min((constants or default_constants()).chip(p.group.chip.id).nic_eff for p in active)
-    grad = model.total_params() * fw.grad_bytes
-    g = len(active)
-    return max(2.0 * (g - 1) / g * grad / p.group.num_devices / (nic * eff) for p in active)
+    i, plan = part.ranked.index(0), part.ranked.plan(0)
+    costs = part.ranked.costs
+    nmb = max(1.0, np.ceil(part.samples / plan.dp / plan.mbs))
+    window = fw.dp_overlap * float(costs.compute_s[i]) / nmb * 2.0 / 3.0
+    slack = max(0.0, window - float(costs.dp_s[i]))
+    return max(0.0, traffic_s - slack)
