@@ -63,7 +63,7 @@ def estimate(
     reasons = overflow_reasons(costs, 0)
     if plan.tp > hw.domain_size:
         reasons.append(f"tp={plan.tp} spans beyond the {hw.domain_size}-device scale-up domain")
-    return {
+    out = {
         "model": model.name,
         "cluster": cluster.describe(),
         "parallel": plan.as_dict(),
@@ -78,6 +78,31 @@ def estimate(
             global_batch,
         ),
     }
+    if costs.fits[0]:
+        return out
+    fix = _estimate_fix(model, group, plan, seq_len, global_batch, constants)
+    out["fix"] = fix or smallest_fix(model, group, seq_len, global_batch, constants)
+    return out
+
+
+def _estimate_fix(model, group, plan: Parallel, seq_len, global_batch, constants) -> str | None:
+    """The least invasive change to `plan` that fits: more ZeRO, then more recompute."""
+    from dataclasses import replace
+
+    options: list[dict] = [{"zero": z} for z in range(plan.zero + 1, 4)]
+    order = ("none", "selective", "full")
+    for rec in order[order.index(plan.recompute) + 1 :]:
+        options += [{"recompute": rec}]
+        options += [{"recompute": rec, "zero": z} for z in range(plan.zero + 1, 4)]
+    for change in options:
+        costs, _ = estimate_one(
+            model, group, seq_len, global_batch, replace(plan, **change), constants
+        )
+        if costs.fits[0]:
+            what = ", ".join(f"{k}={v}" for k, v in change.items())
+            gib, step = float(costs.memory_gib[0]), float(costs.step_s[0])
+            return f"{what} fits ({gib:.1f} GiB per device, step {step:.2f} s)"
+    return None
 
 
 def plan(

@@ -16,5 +16,3 @@ class PlannerConfig(BaseModel):
     """Sequences per optimizer step when --global-batch is not given."""
     top_k: int = Field(default=5, gt=0)
     """Plans shown by `argosy plan` when --top is not given."""
-    dtype: str = "bf16"
-    """Tensor dtype whose peak the cost model uses (bf16, fp16, fp8)."""

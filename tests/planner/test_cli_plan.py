@@ -208,3 +208,22 @@ def test_default_plan_prints_a_table_without_importing_torch() -> None:
     )
     assert "HEAVY=\n" in out.stdout, out.stdout + out.stderr
     assert "llama3-8b" in out.stdout and "h100-sxm:64" in out.stdout and "MFU" in out.stdout
+
+
+def test_estimate_that_does_not_fit_suggests_the_least_invasive_change() -> None:
+    result = invoke(
+        "estimate", "--model", "llama3-70b", "--cluster", "h100:64", "--seq-len", "8192",
+        "--global-batch", "64", "--parallel", "tp=8,pp=1,dp=8,recompute=none,zero=0", "--json",
+    )  # fmt: skip
+    out = json.loads(result.stdout)
+    assert out["feasible"] is False
+    assert out["fix"].startswith("zero=") and "fits" in out["fix"]
+
+
+def test_nic_override_slows_data_parallel_traffic() -> None:
+    args = ["estimate", "--model", "llama3-8b", "--cluster", "h100:64", "--seq-len", "4096"]
+    args += ["--global-batch", "64", "--parallel", "tp=1,pp=1,dp=64,zero=1", "--json"]
+    fast = json.loads(invoke(*args).stdout)["predicted"]
+    slow = json.loads(invoke(*args, "--nic-gbps", "10").stdout)["predicted"]
+    assert slow["breakdown_s"]["dp"] > 10 * fast["breakdown_s"]["dp"]
+    assert slow["step_time_s"] > fast["step_time_s"]
