@@ -16,6 +16,7 @@ import argparse
 import os
 import random
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -177,14 +178,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--fsdp", action="store_true", help="shard with FSDP instead of DDP")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds added to each step")
+    p.add_argument("--pg-timeout", type=float, default=120.0, help="process-group timeout, s")
     return p.parse_args(argv)
 
 
-def init_distributed() -> tuple[int, int]:
+def init_distributed(timeout_s: float) -> tuple[int, int]:
     torch.set_num_threads(1)
     if "WORLD_SIZE" not in os.environ:
         return 0, 1
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -206,11 +208,12 @@ def wrap(model: nn.Module, args: argparse.Namespace, rt: hooks.Runtime) -> nn.Mo
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rank, world = init_distributed()
+    rank, world = init_distributed(args.pg_timeout)
     rt = hooks.attach()
     text = make_corpus(args.seed)
     chars = sorted(set(text))
-    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    index = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([index[c] for c in text], dtype=torch.long)
     torch.manual_seed(args.seed)
     model = GPT(len(chars), args.block, args.dim, args.layers, args.heads, args.dropout)
     model = wrap(model, args, rt)
@@ -248,12 +251,10 @@ def main(argv: list[str] | None = None) -> int:
                 dist.all_reduce(loss_sum)
         mean_loss = loss_sum.item() / world
         if args.step_sleep:
-            import time
-
             time.sleep(args.step_sleep)
         rt.step_end(step, mean_loss)
         if rank == 0:
-            print(f"step {step} loss {mean_loss:.6f}", flush=True)
+            print(f"step {step} loss {mean_loss:.6f} t {time.time():.3f}", flush=True)
         if step % args.ckpt_every == 0 or step == args.steps:
             ckpt.save(step, snapshot(model, opt, loader))
             rt.checkpointed(step)

@@ -118,45 +118,55 @@ def localize(snap: np.ndarray, live: list[int]) -> tuple[int, tuple[int, ...], s
 
 
 class StragglerDetector:
-    """Per-step compute times of every rank; confirms a consistently slow one."""
+    """Per-step compute times of every rank; confirms a consistently slow one.
+
+    Over the last `window` steps every rank reported, a rank is a straggler when the
+    median of its compute times is `threshold` times the median of its peers' medians
+    (robust to one noisy step) and it was the slower one in at least `fraction` of the
+    steps (consistent, not a burst).
+    """
 
     def __init__(self, config: RuntimeConfig, world_size: int) -> None:
         self.config = config
         self.world_size = world_size
         self._pending: dict[int, dict[int, float]] = defaultdict(dict)
-        self._ratios: dict[int, deque[tuple[int, float]]] = {
-            r: deque(maxlen=config.straggler_window) for r in range(world_size)
-        }
+        self._rows: deque[tuple[int, dict[int, float]]] = deque(maxlen=config.straggler_window)
 
     def observe(self, rank: int, step: int, compute_s: float) -> None:
-        """Record one rank's compute time for one step; complete steps become ratios."""
+        """Record one rank's compute time for one step; a complete step joins the window."""
         if self.world_size < 2 or compute_s <= 0:
             return
         row = self._pending[step]
         row[rank] = compute_s
         if len(row) < self.world_size:
             return
-        del self._pending[step]
-        for r, own in row.items():
-            peers = statistics.median(v for q, v in row.items() if q != r)
-            self._ratios[r].append((step, own / peers if peers > 0 else 1.0))
+        self._rows.append((step, self._pending.pop(step)))
         for old in [s for s in self._pending if s < step - 4 * self.config.straggler_window]:
             del self._pending[old]
 
     def check(self, exclude: set[int] = frozenset()) -> StragglerVerdict | None:
         """The slowest confirmed straggler not in `exclude`, or None."""
+        if len(self._rows) < self.config.straggler_window:
+            return None
+        rows = [row for _, row in self._rows]
+        medians = {r: statistics.median(row[r] for row in rows) for r in range(self.world_size)}
         found = []
-        window, need = self.config.straggler_window, self.config.straggler_fraction
-        for rank, ratios in self._ratios.items():
-            if rank in exclude or len(ratios) < window:
+        for rank in range(self.world_size):
+            if rank in exclude:
                 continue
-            slow = [x for _, x in ratios if x >= self.config.straggler_threshold]
-            if len(slow) >= need * window:
-                factor = statistics.median(x for _, x in ratios)
-                found.append(StragglerVerdict(rank, round(factor, 3), ratios[0][0], ratios[-1][0]))
+            peers = statistics.median(m for r, m in medians.items() if r != rank)
+            factor = medians[rank] / peers if peers > 0 else 1.0
+            slower = sum(
+                row[rank] > statistics.median(v for r, v in row.items() if r != rank)
+                for row in rows
+            )
+            if factor >= self.config.straggler_threshold and (
+                slower >= self.config.straggler_fraction * len(rows)
+            ):
+                first, last = self._rows[0][0], self._rows[-1][0]
+                found.append(StragglerVerdict(rank, round(factor, 3), first, last))
         return max(found, key=lambda v: v.slowdown, default=None)
 
     def reset(self) -> None:
         self._pending.clear()
-        for ratios in self._ratios.values():
-            ratios.clear()
+        self._rows.clear()
