@@ -184,9 +184,12 @@ def _print_plans(result: dict, model: str, cluster: str) -> None:
         )
     console.print(table)
     best = result["plans"][0]
+    if "split" in best:
+        console.print(f"  best plan splits the {best['split']} across chip types:", highlight=False)
     for group in best.get("groups", []):
         console.print(
-            f"  {group['chip']}: {group['devices']} devices, batch share {group['batch_share']}, "
+            f"  {group['chip']}: {group['devices']} devices, layers {group['layers']}, "
+            f"batch share {group['batch_share']}, "
             + (_short(group["parallel"]) if group.get("parallel") else "idle"),
             highlight=False,
         )

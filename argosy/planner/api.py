@@ -3,6 +3,11 @@
     estimate(model, cluster, plan, seq_len, global_batch) -> {feasible, reasons, predicted, ...}
     plan(model, cluster, seq_len, global_batch, top=5)   -> {plans, search, feasible, ...}
 
+Mixed clusters get plans of two families, ranked together: `split: "batch"` (each chip
+group runs its own replicas on a share of the batch) and `split: "layers"` (pipelines
+spanning chip types with non-uniform layers per stage); `groups` says, per chip type,
+its devices, degrees, layers and batch share.
+
 `predicted` holds step_time_s, tokens_per_s, tflops_per_gpu (model FLOPs),
 hardware_tflops_per_gpu, mfu (model FLOPs over aggregate dense peak) and
 memory_gib_per_device (the largest over devices), plus the step-time breakdown.
@@ -20,6 +25,7 @@ from argosy.hardware.cluster import Cluster
 from argosy.planner.costmodel import Costs
 from argosy.planner.efficiency import Constants
 from argosy.planner.hetero import MixedPlan, plan_mixed
+from argosy.planner.layersplit import LayerSplit, plan_layer_split
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Parallel, check_parallel
 from argosy.planner.search import Ranked, estimate_one, overflow_reasons, search_group, smallest_fix
@@ -170,9 +176,53 @@ def _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress)
         return out
     depth = min(top, *(len(p.ranked) for p in mixed.parts if p.samples))
     out["plans"] = [_mixed_entry(mixed, r, cluster, seq_len, global_batch) for r in range(depth)]
+    split = plan_layer_split(model, cluster, seq_len, global_batch, constants)
+    if split is not None:
+        out["search"]["candidates"] += split.candidates
+        out["plans"].append(_layer_split_entry(split, model, cluster, seq_len, global_batch))
     out["plans"].sort(key=lambda e: e["predicted"]["step_time_s"])
-    out["mixed_efficiency"] = mixed.efficiency()
+    out["plans"] = out["plans"][:top]
+    best = out["plans"][0]["predicted"]["step_time_s"]
+    out["mixed_efficiency"] = mixed.efficiency() * mixed.step_s / best
     return out
+
+
+def _layer_split_entry(split: LayerSplit, model, cluster: Cluster, seq_len: int, gbs: int) -> dict:
+    model_flops = 3.0 * model.forward_flops_per_token(seq_len) * seq_len * gbs
+    extra = {"none": 0.0, "selective": 4.0 * seq_len * model.hidden * model.layers}
+    rec = extra.get(split.parallel.recompute)
+    if rec is None:
+        rec = model.forward_flops_per_token(seq_len) - 2.0 * model.vocab * model.hidden
+    hw_flops = model_flops + rec * seq_len * gbs
+    peak = sum(g.chip.peak_tflops("bf16") * 1e12 * g.num_devices for g in cluster.groups)
+    step, devices = split.step_s, cluster.num_devices
+    groups = [
+        {
+            "chip": g.chip,
+            "devices": g.devices,
+            "parallel": {**split.parallel.as_dict(), "pp": g.stages},
+            "layers": g.layers,
+            "stages": g.stages,
+            "batch_share": gbs,
+            "batch_fraction": 1.0,
+            "stage_time_s": g.stage_s,
+            "memory_gib_per_device": g.memory_gib,
+        }
+        for g in split.groups
+    ]
+    return {
+        "parallel": split.parallel.as_dict(),
+        "split": "layers",
+        "predicted": {
+            "step_time_s": step,
+            "tokens_per_s": gbs * seq_len / step,
+            "tflops_per_gpu": model_flops / step / devices / 1e12,
+            "hardware_tflops_per_gpu": hw_flops / step / devices / 1e12,
+            "mfu": model_flops / step / peak,
+            "memory_gib_per_device": max(g.memory_gib for g in split.groups),
+        },
+        "groups": groups,
+    }
 
 
 def _mixed_entry(
@@ -199,6 +249,7 @@ def _mixed_entry(
     largest = max((g for g in groups if g.get("parallel")), key=lambda g: g["devices"])
     return {
         "parallel": largest["parallel"],
+        "split": "batch",
         "predicted": {
             "step_time_s": step,
             "tokens_per_s": global_batch * seq_len / step,

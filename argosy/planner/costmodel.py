@@ -116,13 +116,7 @@ def evaluate(
     samples = np.asarray(samples_per_replica, dtype=np.float64) * np.ones(len(c))
     nmb = np.ceil(samples / c.mbs)
     tokens = c.mbs * seq_len / c.cp
-    fwd, attn_core = _layer_forward_s(model, hw, fw, c, tokens, seq_len)
-    rec_extra = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_core], 0.0)
-    tp_s = _tp_s(model, hw, fw, c, tokens)
-    cp_s = _cp_s(model, hw, c, tokens, attn_core)
-    ep_s = _ep_s(model, hw, fw, c, tokens)
-    layer = (1.0 + 2.0 * fw.backward_factor) * fwd + rec_extra + tp_s + cp_s + ep_s
-    head = 3.0 * gemm_seconds(hw.eff, hw.peak_flops, tokens, model.vocab / c.tp, model.hidden)
+    layer, head, (tp_s, cp_s, ep_s) = microbatch_times(model, hw, seq_len, c, constants)
     chunk_layers = np.ceil(model.layers / (c.pp * c.vpp))
     stage = np.maximum(chunk_layers * c.vpp * layer, (model.layers * layer + head) / c.pp)
     pp_s = _p2p_s(model, hw, fw, c, tokens)
@@ -157,6 +151,21 @@ def evaluate(
         memory=mem,
         capacity_gib=hw.memory_gib,
     )
+
+
+def microbatch_times(model: ModelSpec, hw: Hardware, seq_len: int, c: Candidates, constants=None):
+    """Seconds of one layer (forward, backward, recompute, TP/CP/EP traffic) and of the
+    LM head for one micro-batch on one device; also the TP, CP and EP parts of a layer."""
+    fw = (constants or default_constants()).framework
+    tokens = c.mbs * seq_len / c.cp
+    fwd, attn_core = _layer_forward_s(model, hw, fw, c, tokens, seq_len)
+    rec_extra = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_core], 0.0)
+    tp_s = _tp_s(model, hw, fw, c, tokens)
+    cp_s = _cp_s(model, hw, c, tokens, attn_core)
+    ep_s = _ep_s(model, hw, fw, c, tokens)
+    layer = (1.0 + 2.0 * fw.backward_factor) * fwd + rec_extra + tp_s + cp_s + ep_s
+    head = 3.0 * gemm_seconds(hw.eff, hw.peak_flops, tokens, model.vocab / c.tp, model.hidden)
+    return layer, head, (tp_s, cp_s, ep_s)
 
 
 def _layer_forward_s(model, hw, fw: Framework, c, tokens, seq_len):
