@@ -1,0 +1,162 @@
+"""The free-capacity index: free devices per node, kept per node group, as numpy arrays.
+
+Every placement question is a vectorised question over one group's nodes (a group has
+one chip type), and a histogram of nodes by free-device count answers "can anything of
+size k fit here?" in O(1). Nothing here creates a Python object per device.
+
+    cap = Capacity(cluster)
+    alloc = cap.place(group=0, devices=64)   # whole nodes on as few leaf switches as possible
+    cap.take(alloc); cap.give(alloc)
+
+Placement rules: a request smaller than a node goes to the fullest node that still fits
+it (best fit, keeps whole nodes whole); a request of whole nodes goes to the single leaf
+switch with the fewest free nodes that is big enough, else to the leaves with the most
+free nodes first (fewest leaves). Tensor-parallel groups of up to a node's devices
+therefore never leave an NVLink domain. Down and hot-spare nodes are invisible to
+placement (`avail` is 0 there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from argosy.hardware.cluster import Cluster
+from argosy.scheduler.workload import Allocation
+
+
+class Capacity:
+    """Free devices per node and per group, with O(1) fit checks."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        nodes = cluster.nodes
+        self.cluster = cluster
+        self.group = np.array([n.group for n in nodes], dtype=np.int32)
+        self.leaf = np.array([n.path[0] if n.path else n.domain for n in nodes], dtype=np.int32)
+        self.cap = np.array([n.num_devices for n in nodes], dtype=np.int32)
+        self.avail = self.cap.copy()
+        self.up = np.ones(len(nodes), dtype=bool)
+        self.spare = np.zeros(len(nodes), dtype=bool)
+        self.chips = [g.chip.id for g in cluster.groups]
+        self.dpn = [g.devices_per_node for g in cluster.groups]
+        self.ranges: list[tuple[int, int]] = []
+        start = 0
+        for g in cluster.groups:
+            self.ranges.append((start, start + g.num_nodes))
+            start += g.num_nodes
+        width = max(self.dpn) + 1
+        self.hist = np.zeros((len(self.dpn), width), dtype=np.int64)
+        for gi, (s, e) in enumerate(self.ranges):
+            self.hist[gi, self.dpn[gi]] = e - s
+        self.free_devices = np.array([g.num_devices for g in cluster.groups], dtype=np.int64)
+        self.groups_of_chip: dict[str, list[int]] = {}
+        for gi, chip in enumerate(self.chips):
+            self.groups_of_chip.setdefault(chip, []).append(gi)
+
+    # ---- fit checks -------------------------------------------------------------------
+    def fits(self, g: int, devices: int) -> bool:
+        """Whether `devices` could be placed on group `g` right now (never a false no)."""
+        d = self.dpn[g]
+        if devices <= d:
+            return bool(self.hist[g, devices:].any())
+        whole, rest = divmod(devices, d)
+        return int(self.hist[g, d]) >= whole + (1 if rest else 0)
+
+    def whole_free_nodes(self, g: int) -> int:
+        return int(self.hist[g, self.dpn[g]])
+
+    def chip_free(self, chip: str) -> int:
+        return int(sum(self.free_devices[g] for g in self.groups_of_chip.get(chip, ())))
+
+    # ---- placement --------------------------------------------------------------------
+    def place(
+        self, g: int, devices: int, prefer_leaves: np.ndarray | None = None
+    ) -> Allocation | None:
+        """Where `devices` would go on group `g`, or None; changes nothing."""
+        if devices <= 0 or not self.fits(g, devices):
+            return None
+        d = self.dpn[g]
+        if devices < d:
+            node = self._best_fit(g, devices)
+            return Allocation(g, np.array([node]), np.array([devices], dtype=np.int32))
+        whole, rest = divmod(devices, d)
+        nodes = self._whole_nodes(g, whole + (1 if rest else 0), prefer_leaves)
+        if nodes is None:
+            return None
+        counts = np.full(len(nodes), d, dtype=np.int32)
+        if rest:
+            counts[-1] = rest
+        return Allocation(g, nodes, counts)
+
+    def _best_fit(self, g: int, devices: int) -> int:
+        s, e = self.ranges[g]
+        av = self.avail[s:e]
+        level = devices + int(np.flatnonzero(self.hist[g, devices:])[0])
+        return s + int(np.flatnonzero(av == level)[0])
+
+    def _whole_nodes(self, g: int, k: int, prefer: np.ndarray | None) -> np.ndarray | None:
+        s, e = self.ranges[g]
+        full = np.flatnonzero(self.avail[s:e] == self.dpn[g])
+        if len(full) < k:
+            return None
+        leaves = self.leaf[s:e][full]
+        base = int(leaves.min())
+        counts = np.bincount(leaves - base)
+        score = counts.astype(np.int64)
+        if prefer is not None and len(prefer):
+            boost = np.zeros_like(score)
+            inside = prefer[(prefer >= base) & (prefer < base + len(counts))] - base
+            boost[inside] = 1 << 40
+            score = score + boost
+        fitting = np.flatnonzero(counts >= k)
+        if fitting.size and prefer is None:
+            best = fitting[np.argmin(counts[fitting])]
+            return s + full[leaves - base == best][:k]
+        order = np.argsort(-score, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        pick = np.argsort(rank[leaves - base], kind="stable")[:k]
+        return s + np.sort(full[pick])
+
+    # ---- bookkeeping ------------------------------------------------------------------
+    def take(self, alloc: Allocation) -> None:
+        self._change(alloc.group, alloc.nodes, -alloc.counts)
+
+    def give(self, alloc: Allocation) -> None:
+        self._change(alloc.group, alloc.nodes, alloc.counts)
+
+    def _change(self, g: int, nodes: np.ndarray, delta: np.ndarray) -> None:
+        usable = self.up[nodes] & ~self.spare[nodes]
+        nodes, delta = nodes[usable], delta[usable]
+        old = self.avail[nodes]
+        new = old + delta
+        assert (new >= 0).all() and (new <= self.cap[nodes]).all(), "capacity over/underflow"
+        self.avail[nodes] = new
+        np.subtract.at(self.hist[g], old, 1)
+        np.add.at(self.hist[g], new, 1)
+        self.free_devices[g] += int(delta.sum())
+
+    def set_unusable(self, node: int, *, spare: bool) -> None:
+        """Take a node out of placement (down, or held as a hot spare); it must be idle
+        if it is to become a spare."""
+        g = int(self.group[node])
+        old = int(self.avail[node])
+        if spare:
+            assert old == self.cap[node] and self.up[node], "spare nodes are whole and up"
+            self.spare[node] = True
+        else:
+            self.up[node] = False
+        self.avail[node] = 0
+        self.hist[g, old] -= 1
+        self.hist[g, 0] += 1
+        self.free_devices[g] -= old
+
+    def set_usable(self, node: int, used: int = 0) -> None:
+        """Bring a node back (repaired, or a spare put to use) with `used` devices busy."""
+        g = int(self.group[node])
+        self.up[node] = True
+        self.spare[node] = False
+        new = int(self.cap[node]) - used
+        self.avail[node] = new
+        self.hist[g, 0] -= 1
+        self.hist[g, new] += 1
+        self.free_devices[g] += new

@@ -1,0 +1,37 @@
+"""Config section of the scheduler layer: the knobs every policy shares."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SchedulerConfig(BaseModel):
+    """How the scheduler admits, preempts, resizes and recovers workloads."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    min_runtime_s: float = Field(default=1800.0, ge=0)
+    """A running workload cannot be preempted before it has run this long (Meta's rule)."""
+    max_preemptions_per_job: int = Field(default=3, ge=0)
+    """After this many preemptions a workload is no longer a preemption victim."""
+    max_preemptors_per_cycle: int = Field(default=4, ge=0)
+    """Blocked workloads that may try preemption in one cycle (bounds the cycle time)."""
+    max_victims: int = Field(default=64, gt=0)
+    """Most workloads evicted to make one preemptor fit."""
+    resize_cost_s: float = Field(default=90.0, ge=0)
+    """Checkpoint-resume pause of every device of an elastic job when it shrinks or grows."""
+    min_resize_interval_s: float = Field(default=3600.0, ge=0)
+    """An elastic job grows at most once per this many seconds (bounds resize churn)."""
+    elastic_buffer_fraction: float = Field(default=0.02, ge=0, le=0.5)
+    """Share of each group's devices elastic growth leaves free for arriving small jobs;
+    a shrink to make room also restores it, so arrivals rarely force a resize."""
+    forecast_lead_s: float = Field(default=1800.0, ge=0)
+    """Inference replicas are sized for the peak load of the next this-many seconds."""
+    backfill_depth: int = Field(default=2000, gt=0)
+    """Pending workloads examined per cycle after the head is blocked."""
+    quarantine_failures: int = Field(default=2, ge=1)
+    """Failures within `quarantine_window_s` that send a node to quarantine."""
+    quarantine_window_s: float = Field(default=7 * 86400.0, gt=0)
+    """Window over which a node's failures are counted for quarantine."""
+    hot_spare_fraction: float = Field(default=0.005, ge=0, le=0.5)
+    """Share of whole nodes per group held back as hot spares for failed gang members."""

@@ -1,0 +1,165 @@
+"""Elastic training and tidal inference.
+
+Inference services scale their replicas (one device each, packed best-fit so several
+services share a machine) to a target: the peak replica count for policies without
+co-location, or, with `tidal`, the load forecast for the next `forecast_lead_s` (the
+service's daily profile), so replicas are up before the tide comes in. A service short
+of devices within its guarantee takes them back at once (urgent room-making: lent and
+borrowed increments go first).
+
+Elastic training jobs grow in whole nodes into capacity nobody pending could use, on
+the leaf switches they already occupy where possible; devices taken from another
+queue's unused guarantee are marked *lent* and are the first given back. A job grows at
+most once per `min_resize_interval_s`, and only by at least a tenth of its size, so the
+checkpoint-resume cost stays small against the gain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from argosy.scheduler import room
+from argosy.scheduler.decisions import Decision
+from argosy.scheduler.workload import Allocation, Workload
+
+
+def target_replicas(sched, w: Workload, now: float) -> int:
+    if not sched.policy.tidal:
+        return w.max_devices
+    step = w.profile_step_s
+    index = int(now // step)
+    if w.target_cache[0] == index:
+        return w.target_cache[1]
+    ahead = int(np.ceil(sched.config.forecast_lead_s / step)) + 1
+    target = max(w.needed_replicas((index + k) * step) for k in range(ahead + 1))
+    w.target_cache = (index, target)
+    return target
+
+
+def scale_services(sched, now: float) -> None:
+    for w in sched.services:
+        before = w.devices
+        target = target_replicas(sched, w, now)
+        if target == before:
+            continue
+        if target < before:
+            _shrink_service(sched, w, before - target)
+        else:
+            _grow_service(sched, w, target - before, now)
+        w.recount()
+        if w.devices != before:
+            sched.out.append(Decision("replicas", w, before, w.devices))
+
+
+def _shrink_service(sched, w: Workload, excess: int) -> None:
+    while excess > 0 and w.replicas:
+        chunk = w.replicas[-1]
+        chip = sched.cap.chips[chunk.group]
+        if chunk.devices <= excess:
+            w.replicas.pop()
+            dropped = chunk
+        else:
+            kept, dropped = trim(chunk, excess)
+            w.replicas[-1] = kept
+        sched.cap.give(dropped)
+        sched.tree.add(w.queue, chip, -dropped.devices)
+        excess -= dropped.devices
+
+
+def _grow_service(sched, w: Workload, missing: int, now: float) -> None:
+    while missing > 0:
+        placed = _place_chunk(sched, w, missing)
+        if placed is None:
+            urgent = _below_guarantee(sched, w)
+            found = room.make_room(sched, w, min(missing, 8), now, urgent=urgent)
+            if found is None:
+                return
+            placed = found[1]
+        sched.cap.take(placed)
+        sched.tree.add(w.queue, sched.cap.chips[placed.group], placed.devices)
+        w.replicas.append(placed)
+        missing -= placed.devices
+
+
+def _place_chunk(sched, w: Workload, missing: int) -> Allocation | None:
+    for chip in w.chips:
+        for g in sched.cap.groups_of_chip[chip]:
+            d = sched.cap.dpn[g]
+            for n in (missing if missing < d else (missing // d) * d, min(missing, d - 1), 1):
+                if n > 0 and (not sched.policy.quotas or _quota_ok(sched, w, chip, n)):
+                    placed = sched.cap.place(g, n)
+                    if placed is not None:
+                        return placed
+    return None
+
+
+def _quota_ok(sched, w: Workload, chip: str, n: int) -> bool:
+    free_for_q = sched.cap.chip_free(chip) - sched.tree.reserved_for_others(w.queue, chip)
+    return n <= min(free_for_q, sched.tree.headroom(w.queue, chip))
+
+
+def _below_guarantee(sched, w: Workload) -> bool:
+    i = sched.tree.index[w.queue]
+    return bool((sched.tree.usage[i] < sched.tree.guarantee[i]).any())
+
+
+def trim(chunk: Allocation, k: int) -> tuple[Allocation, Allocation]:
+    """Split `k` devices off the end of `chunk`: (kept, dropped)."""
+    counts = chunk.counts.copy()
+    dropped = np.zeros_like(counts)
+    i = len(counts) - 1
+    while k > 0:
+        take = min(k, int(counts[i]))
+        counts[i] -= take
+        dropped[i] = take
+        k -= take
+        i -= 1
+    keep_mask, drop_mask = counts > 0, dropped > 0
+    kept = Allocation(chunk.group, chunk.nodes[keep_mask], counts[keep_mask])
+    return kept, Allocation(chunk.group, chunk.nodes[drop_mask], dropped[drop_mask])
+
+
+def grow(sched, now: float) -> None:
+    cap = sched.cap
+    if not cap.hist[np.arange(len(cap.dpn)), cap.dpn].any():
+        return
+    gap = sched.config.min_resize_interval_s
+    cands = [
+        w
+        for w in sched.elastic_running.values()
+        if w.devices < w.max_devices and now - w.last_resize_s >= gap
+    ]
+    cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
+    for w in cands:
+        _grow_one(sched, w, now)
+
+
+def _grow_one(sched, w: Workload, now: float) -> None:
+    cap, tree = sched.cap, sched.tree
+    g, chip = w.alloc.group, w.chip
+    d = cap.dpn[g]
+    spare = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
+    add = min(w.max_devices - w.devices, cap.whole_free_nodes(g) * d, spare)
+    if sched.policy.quotas:
+        add = min(add, tree.headroom(w.queue, chip))
+    add = (add // d) * d
+    if add < max(d, w.devices // 10):
+        return
+    free_for_q = cap.chip_free(chip) - tree.reserved_for_others(w.queue, chip)
+    lent = max(0, add - max(0, free_for_q))
+    borrowed = tree.borrowed_if(w.queue, chip, add)
+    placed = cap.place(g, add, prefer_leaves=np.unique(cap.leaf[w.alloc.nodes]))
+    if placed is None:
+        return
+    cap.take(placed)
+    tree.add(w.queue, chip, add)
+    before = w.devices
+    w.alloc = Allocation(
+        g,
+        np.concatenate([w.alloc.nodes, placed.nodes]),
+        np.concatenate([w.alloc.counts, placed.counts]),
+    )
+    w.lent += lent
+    w.borrowed += borrowed
+    w.last_resize_s = now
+    sched.out.append(Decision("resize", w, before, w.devices, "grown into idle capacity"))

@@ -1,0 +1,72 @@
+"""Scheduling policies as data: which mechanisms are on, and the runtime's recovery budget.
+
+    fifo    first come, first served across the cluster; strict order (the head blocks),
+            no quotas, no preemption; inference holds its peak replicas all day.
+    quota   Kueue-like: quotas with guarantee / nominal / ceiling and borrowing, priority
+            order with fair sharing, backfill past blocked heads, preemption to reclaim
+            borrowed quota and by priority; no elasticity, no co-location (inference
+            holds its peak replicas, guarantees are never lent).
+    argosy  everything: quota + elastic training (shrink instead of evict, grow into
+            idle capacity), tidal inference (replicas follow a forecast of load; idle
+            inference chips lent to elastic training and taken back ahead of peaks),
+            hot spares, quarantine of repeatedly failing nodes, fast detection/restart.
+
+Recovery budgets are per policy because they belong to the runtime the policy comes
+with: a stock PyTorch job waits out the NCCL timeout (600 s) and restarts from disk;
+argosy's runtime detects in tens of seconds and reloads from memory
+(../shared/reference/fault_model.json `time_costs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from argosy.plugins.registry import Registry
+
+
+@dataclass(frozen=True)
+class RuntimeBudget:
+    """Seconds a job stands still per fault, besides the rework since its checkpoint."""
+
+    detection_s: float
+    restart_s: float
+    reload_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.detection_s + self.restart_s + self.reload_s
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which scheduler mechanisms are switched on."""
+
+    name: str
+    order: str  # "fifo" (submit time, strict) or "fair" (priority, then fair share)
+    quotas: bool
+    backfill: bool
+    preemption: bool
+    elastic: bool
+    tidal: bool
+    hot_spares: bool
+    quarantine: bool
+    runtime: RuntimeBudget
+
+
+STOCK_RUNTIME = RuntimeBudget(detection_s=600.0, restart_s=600.0, reload_s=300.0)
+ARGOSY_RUNTIME = RuntimeBudget(detection_s=30.0, restart_s=120.0, reload_s=60.0)
+
+policies: Registry[Policy] = Registry("policy")
+policies.register(
+    "fifo",
+    Policy("fifo", "fifo", False, False, False, False, False, False, False, STOCK_RUNTIME),
+)
+policies.register(
+    "quota",
+    Policy("quota", "fair", True, True, True, False, False, False, False, STOCK_RUNTIME),
+    aliases=("kueue",),
+)
+policies.register(
+    "argosy",
+    Policy("argosy", "fair", True, True, True, True, True, True, True, ARGOSY_RUNTIME),
+)

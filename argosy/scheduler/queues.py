@@ -1,0 +1,222 @@
+"""The queue tree: organisation > team > project, with quota per chip type.
+
+Each queue carries, per chip type, three numbers (Volcano's guarantee / deserved /
+capability, Kueue's nominal with lending and borrowing limits):
+
+- `guarantee`: devices reserved for the queue and never lent to a workload that could
+  not give them back at once (inference). Set on leaf queues only.
+- `nominal`: the queue's fair share. Usage above it is *borrowed* and may be reclaimed.
+- `ceiling`: usage never goes above it (default: the cluster's devices of that type).
+
+An inner queue's nominal defaults to the sum of its children's. Workloads name a leaf
+queue. `weight` scales a queue's fair share when borrowers compete for idle capacity.
+
+    tree = load_queues("queues.yaml", cluster)
+    tree.admissible("eval", "h100-sxm", 8, free=120)   # -> (ok, borrowed devices)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from argosy.core.documents import Document, load_yaml, validate
+from argosy.core.errors import ConfigError, UnknownNameError
+from argosy.hardware.catalog import default_catalog
+from argosy.hardware.cluster import Cluster
+
+
+class QuotaSpec(BaseModel):
+    """Quota of one queue for one chip type, in devices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    guarantee: int = Field(default=0, ge=0)
+    """Devices reserved for this (leaf) queue; never lent to others' gangs."""
+    nominal: int | None = Field(default=None, ge=0)
+    """Fair share; usage above it is borrowed. Default: guarantee, or the children's sum."""
+    ceiling: int | None = Field(default=None, ge=0)
+    """Hard cap on usage. Default: every device of this type in the cluster."""
+
+
+class QueueSpec(BaseModel):
+    """One queue and its children."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    name: str = Field(min_length=1)
+    """Queue name, unique in the tree; workloads name leaf queues."""
+    weight: float = Field(default=1.0, gt=0)
+    """Relative weight among siblings when idle capacity is shared."""
+    quota: dict[str, QuotaSpec] = Field(default_factory=dict)
+    """Quota per chip type (catalog names or aliases)."""
+    children: list[QueueSpec] = Field(default_factory=list)
+    """Sub-queues."""
+
+
+class QueuesFile(BaseModel):
+    """A queues YAML file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    queues: list[QueueSpec] = Field(min_length=1)
+    """Top-level queues (organisations)."""
+
+
+class QueueTree:
+    """The resolved tree: arrays indexed [queue, chip] for quota and usage."""
+
+    def __init__(self, names, parents, weights, guarantee, nominal, ceiling, chips) -> None:
+        self.names: list[str] = names
+        self.index = {name: i for i, name in enumerate(names)}
+        self.parents: list[int] = parents
+        self.weights = np.asarray(weights, dtype=float)
+        self.chips: list[str] = chips
+        self.chip_index = {c: i for i, c in enumerate(chips)}
+        self.guarantee, self.nominal, self.ceiling = guarantee, nominal, ceiling
+        self.usage = np.zeros_like(guarantee)
+        self.totals = ceiling.max(axis=0) if len(ceiling) else np.zeros(len(chips), int)
+        children = {p for p in parents if p >= 0}
+        self.leaves = [n for i, n in enumerate(names) if i not in children]
+        self.ancestors = {n: np.array(self._chain(self.index[n])) for n in names}
+
+    def _chain(self, i: int) -> list[int]:
+        out = []
+        while i >= 0:
+            out.append(i)
+            i = self.parents[i]
+        return out
+
+    def leaf(self, name: str) -> np.ndarray:
+        if name not in self.ancestors or name not in self.leaves:
+            raise UnknownNameError("leaf queue", name, self.leaves)
+        return self.ancestors[name]
+
+    def headroom(self, queue: str, chip: str) -> int:
+        """Devices the queue may still add before some ancestor hits an explicit ceiling
+        (a ceiling of the whole cluster limits nothing the hardware does not)."""
+        anc, c = self.ancestors[queue], self.chip_index[chip]
+        ceiling = self.ceiling[anc, c]
+        binding = ceiling < self.totals[c]
+        if not binding.any():
+            return 1 << 40
+        return int((ceiling[binding] - self.usage[anc[binding], c]).min())
+
+    def reserved_for_others(self, queue: str, chip: str) -> int:
+        """Unused guarantees of every other queue on `chip` (not free for `queue`)."""
+        c = self.chip_index[chip]
+        unused = np.maximum(self.guarantee[:, c] - self.usage[:, c], 0)
+        own = unused[self.index[queue]]
+        return int(unused.sum() - own)
+
+    def borrowed_if(self, queue: str, chip: str, devices: int) -> int:
+        """Devices of a `devices` request that would sit above some ancestor's nominal."""
+        anc, c = self.ancestors[queue], self.chip_index[chip]
+        over = self.usage[anc, c] + devices - self.nominal[anc, c]
+        return int(np.clip(over, 0, devices).max())
+
+    def add(self, queue: str, chip: str, devices: int) -> None:
+        self.usage[self.ancestors[queue], self.chip_index[chip]] += devices
+
+    def share(self, queue: str) -> float:
+        """Dominant share: max over chips of usage / nominal, divided by the weight."""
+        i = self.index[queue]
+        ratio = self.usage[i] / np.maximum(self.nominal[i], 1)
+        return float(ratio.max()) / float(self.weights[i])
+
+    def guaranteed_total(self) -> dict[str, int]:
+        return {c: int(self.guarantee[:, i].sum()) for i, c in enumerate(self.chips)}
+
+
+def load_queues(path: str | Path, cluster: Cluster) -> QueueTree:
+    """Load, validate and resolve a queues YAML file against `cluster`."""
+    doc = load_yaml(Path(path))
+    spec = validate(QueuesFile, doc)
+    return build_tree(spec, cluster, doc)
+
+
+def build_tree(spec: QueuesFile, cluster: Cluster, doc: Document | None = None) -> QueueTree:
+    """Resolve specs to arrays; every impossible quota is a `ConfigError` with its line."""
+    totals = cluster.devices_by_chip()
+    chips = list(totals)
+    flat: list[tuple[QueueSpec, int, tuple]] = []
+    _flatten(spec.queues, -1, ("queues",), flat)
+    n, c = len(flat), len(chips)
+    guarantee = np.zeros((n, c), dtype=np.int64)
+    nominal = np.full((n, c), -1, dtype=np.int64)
+    ceiling = np.tile(np.array([totals[x] for x in chips], dtype=np.int64), (n, 1))
+    names, parents, weights = [], [], []
+    for i, (q, parent, path) in enumerate(flat):
+        if q.name in names:
+            raise _located(f"queue name '{q.name}' is used twice", doc, (*path, "name"))
+        names.append(q.name)
+        parents.append(parent)
+        weights.append(q.weight)
+        for chip_name, quota in q.quota.items():
+            j = _chip_column(chip_name, chips, doc, (*path, "quota", chip_name))
+            where = (*path, "quota", chip_name)
+            if quota.guarantee and q.children:
+                raise _located("guarantees belong on leaf queues", doc, (*where, "guarantee"))
+            guarantee[i, j] = quota.guarantee
+            if quota.nominal is not None:
+                nominal[i, j] = quota.nominal
+            if quota.ceiling is not None:
+                ceiling[i, j] = quota.ceiling
+    _fill_nominal(nominal, guarantee, parents)
+    for i, (_, _, path) in enumerate(flat):
+        for j, chip in enumerate(chips):
+            if not guarantee[i, j] <= nominal[i, j] <= ceiling[i, j]:
+                raise _located(
+                    f"{chip}: need guarantee <= nominal <= ceiling, got "
+                    f"{guarantee[i, j]} / {nominal[i, j]} / {ceiling[i, j]}",
+                    doc,
+                    (*path, "quota", chip),
+                )
+    for j, chip in enumerate(chips):
+        total = int(guarantee[:, j].sum())
+        if total > totals[chip]:
+            raise _located(
+                f"queue guarantees for {chip} add up to {total} devices but the cluster has "
+                f"{totals[chip]}",
+                doc,
+                ("queues",),
+            )
+    tree = QueueTree(names, parents, weights, guarantee, nominal, ceiling, chips)
+    tree.totals = np.array([totals[x] for x in chips], dtype=np.int64)
+    return tree
+
+
+def _flatten(specs, parent: int, path: tuple, out: list) -> None:
+    for k, q in enumerate(specs):
+        here = len(out)
+        out.append((q, parent, (*path, k)))
+        _flatten(q.children, here, (*path, k, "children"), out)
+
+
+def _fill_nominal(nominal: np.ndarray, guarantee: np.ndarray, parents: list[int]) -> None:
+    for i in range(len(parents) - 1, -1, -1):  # children come after their parents
+        kids = [k for k, p in enumerate(parents) if p == i]
+        for j in range(nominal.shape[1]):
+            if nominal[i, j] >= 0:
+                continue
+            nominal[i, j] = sum(nominal[k, j] for k in kids) if kids else guarantee[i, j]
+
+
+def _chip_column(name: str, chips: list[str], doc: Document | None, path: tuple) -> int:
+    try:
+        canonical = default_catalog().canonical(name)
+    except UnknownNameError as err:
+        raise _located(str(err), doc, path) from err
+    if canonical not in chips:
+        raise _located(f"chip '{canonical}' is not in the cluster (has {chips})", doc, path)
+    return chips.index(canonical)
+
+
+def _located(message: str, doc: Document | None, path: tuple) -> ConfigError:
+    if doc is None:
+        return ConfigError(message, field=".".join(str(p) for p in path))
+    return ConfigError(
+        message, source=doc.source, line=doc.line_of(path), field=".".join(map(str, path))
+    )

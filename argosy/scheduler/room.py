@@ -1,0 +1,123 @@
+"""Making room for a blocked workload: shrink elastic jobs first, then evict whole gangs.
+
+Room is made only if it makes the workload fit: victims are released one by one in a
+deterministic order and the placement is retried after each; if the workload still
+does not fit, every release is undone and nothing happened. Victims are whole gangs
+(never part of one), have run at least `min_runtime_s` and have been preempted fewer
+than `max_preemptions_per_job` times, unless the request is *urgent* (a queue taking back
+its guarantee from a borrower or a lent increment), which waits for nobody.
+
+Order: elastic increments lent from others' guarantees, then other elastic increments
+(a resize costs a checkpoint-resume, no lost work), then evictions: borrowers first,
+then lower priority, youngest first (least lost work), then by id.
+"""
+
+from __future__ import annotations
+
+from argosy.scheduler.workload import Allocation, Workload
+
+
+def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool):
+    """Free room for `n` devices of `w` on one of its chips; returns (chip, placement)
+    with the placement not yet taken, or None with nothing changed."""
+    for chip in w.chips:
+        if sched.policy.quotas and sched.tree.headroom(w.queue, chip) < n:
+            continue
+        entitled = not sched.policy.quotas or sched.tree.borrowed_if(w.queue, chip, n) == 0
+        for g in sched.cap.groups_of_chip[chip]:
+            found = _room_on_group(sched, w, chip, g, n, now, urgent, entitled)
+            if found is not None:
+                return chip, found
+    return None
+
+
+def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | None:
+    shrink, evict = _candidates(sched, w, g, now, urgent, entitled)
+    d = sched.cap.dpn[g]
+    releasable = sum(v.devices - v.min_devices for v in shrink) + sum(v.devices for v in evict)
+    if releasable + int(sched.cap.free_devices[g]) < n:
+        return None
+    undo: list[tuple[Workload, Allocation, Allocation | None]] = []
+    missing = n - int(sched.cap.free_devices[g]) + buffer_devices(sched, g)
+    for v in shrink:
+        nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
+        if nodes <= 0:
+            continue
+        keep, drop = _split(v.alloc, len(v.alloc.nodes) - nodes)
+        sched.cap.give(drop)
+        undo.append((v, v.alloc, keep))
+        v.alloc = keep
+        missing -= drop.devices
+        placed = sched.cap.place(g, n)
+        if placed is not None:
+            _commit(sched, undo, now)
+            return placed
+    for v in evict[: sched.config.max_victims]:
+        sched.cap.give(v.alloc)
+        undo.append((v, v.alloc, None))
+        placed = sched.cap.place(g, n)
+        if placed is not None:
+            _commit(sched, undo, now)
+            return placed
+    for v, old, keep in reversed(undo):  # it did not fit: put everything back
+        sched.cap.take(old if keep is None else _split(old, len(keep.nodes))[1])
+        v.alloc = old
+    return None
+
+
+def buffer_devices(sched, g: int) -> int:
+    """Devices elastic jobs leave free on group `g` for arrivals (0 without elasticity)."""
+    if not sched.policy.elastic:
+        return 0
+    return int(sched.config.elastic_buffer_fraction * sched.cluster.groups[g].num_devices)
+
+
+def _candidates(sched, w, g, now, urgent, entitled):
+    shrink, evict = [], []
+    cfg = sched.config
+    for v in sched.running.values():
+        if v.alloc is None or v.alloc.group != g or v.kind == "infer":
+            continue
+        shrinkable = sched.policy.elastic and v.elastic and v.devices > v.min_devices
+        if shrinkable and (v.priority <= w.priority or urgent):
+            shrink.append(v)
+        if _evictable(v, w, now, cfg, urgent, entitled):
+            evict.append(v)
+    shrink.sort(key=lambda v: (-v.lent, v.priority, v.id))
+    evict.sort(key=lambda v: (v.borrowed == 0, v.priority, -v.segment_s, v.id))
+    return shrink, evict
+
+
+def _evictable(v, w, now: float, cfg, urgent: bool, entitled: bool) -> bool:
+    if urgent and (v.borrowed > 0 or v.lent > 0):
+        return True
+    old_enough = now - v.segment_s >= cfg.min_runtime_s
+    fresh = v.preemptions < cfg.max_preemptions_per_job
+    reclaim = entitled and v.borrowed > 0 and v.queue != w.queue
+    return old_enough and fresh and (v.priority < w.priority or reclaim)
+
+
+def _split(alloc: Allocation, keep_nodes: int) -> tuple[Allocation, Allocation]:
+    keep = Allocation(alloc.group, alloc.nodes[:keep_nodes], alloc.counts[:keep_nodes])
+    drop = Allocation(alloc.group, alloc.nodes[keep_nodes:], alloc.counts[keep_nodes:])
+    return keep, drop
+
+
+def _commit(sched, undo, now: float) -> None:
+    from argosy.scheduler.decisions import Decision
+
+    for v, old, keep in undo:
+        before = old.devices
+        if keep is not None:
+            sched.tree.add(v.queue, v.chip, keep.devices - before)
+            v.lent = max(0, v.lent - (before - keep.devices))
+            v.borrowed = max(0, v.borrowed - (before - keep.devices))
+            v.last_resize_s = now
+            v.segment_s = now
+            sched.out.append(Decision("resize", v, before, keep.devices, "shrunk to make room"))
+        else:
+            v.alloc = old
+            sched.release(v, give=False)
+            v.preemptions += 1
+            sched.enqueue(v)
+            sched.out.append(Decision("preempt", v, before, 0, "evicted to make room"))

@@ -1,0 +1,34 @@
+"""Config section of the simulator: fault model, cycle pacing and assumed factors."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SimConfig(BaseModel):
+    """How the simulator injects faults and paces the scheduler."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    faults: bool = True
+    """Inject node failures from the published fault model."""
+    fault_rate_per_device_hour: float = Field(default=1.97e-5, ge=0)
+    """Unexpected interruptions per device-hour (Llama 3: 419 / (16,384 x 54 x 24))."""
+    hardware_share: float = Field(default=0.78, ge=0, le=1)
+    """Share of faults that take the node down (Llama 3: 78% hardware)."""
+    repair_s: float = Field(default=12 * 3600.0, gt=0)
+    """Hours a failed node stays down before repair (assumption)."""
+    lemon_fraction: float = Field(default=0.01, ge=0, le=1)
+    """Share of nodes that fail far more often (lemon nodes, Kokolis et al.; assumption)."""
+    lemon_factor: float = Field(default=20.0, ge=1)
+    """How many times more often a lemon node fails (assumption)."""
+    quarantine_replace_s: float = Field(default=48 * 3600.0, gt=0)
+    """A quarantined node is replaced by a healthy one after this long (assumption)."""
+    cycle_interval_s: float = Field(default=5.0, ge=0)
+    """Least virtual seconds between two scheduling cycles (events in between batch up)."""
+    tick_s: float = Field(default=600.0, gt=0)
+    """Period of inference load steps, SLO checks and allocation samples."""
+    pue: float = Field(default=1.2, ge=1)
+    """Facility PUE for the energy factor (assumed; not simulated)."""
+    assumed_mfu: float = Field(default=0.40, gt=0, le=1)
+    """Single-chip efficiency assumed for every job in the five-factor report."""

@@ -1,0 +1,302 @@
+"""The discrete-event driver: trace arrivals, completions, faults and load steps on a
+virtual clock, with the real scheduler deciding at every step.
+
+    sim = Simulation(cluster, tree, trace.records, policies.get("argosy"), seed=0)
+    report = sim.run()            # the dict of argosy.sim.metrics.report
+
+Each job's progress is integrated exactly between events (rate = devices x the chip's
+relative speed, zero while stalled). Scheduling cycles run after each batch of
+simultaneous events, at most once per `cycle_interval_s`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from argosy.core.clock import FakeClock
+from argosy.hardware.cluster import Cluster
+from argosy.scheduler import recovery
+from argosy.scheduler.config import SchedulerConfig
+from argosy.scheduler.core import Scheduler
+from argosy.scheduler.decisions import Decision
+from argosy.scheduler.policies import Policy
+from argosy.scheduler.queues import QueueTree
+from argosy.scheduler.speed import relative_speed
+from argosy.scheduler.workload import KINDS, Workload
+from argosy.sim.config import SimConfig
+from argosy.sim.faults import FaultModel
+from argosy.sim.metrics import Accounting, report
+from argosy.sim.trace import TraceRecord
+
+COMPLETE, FAULT, REPAIR, TICK, CYCLE, REPLACE = range(6)
+INFER = KINDS.index("infer")
+
+
+class Job:
+    """Progress of one workload."""
+
+    __slots__ = ("w", "kind", "work", "done", "rate", "devices", "t_update", "stall_until",
+                 "anchor", "version", "starts")  # fmt: skip
+
+    def __init__(self, w: Workload, work: float) -> None:
+        self.w, self.kind, self.work = w, KINDS.index(w.kind), work
+        self.done = self.rate = self.t_update = self.stall_until = self.anchor = 0.0
+        self.devices = self.version = self.starts = 0
+
+
+def to_workload(r: TraceRecord) -> Workload:
+    low, high = r.device_range
+    w = Workload(r.id, r.kind, r.queue, r.priority, tuple(r.chips), low, high, r.submit_s,
+                 r.checkpoint_interval_s)  # fmt: skip
+    if r.kind == "infer":
+        w.min_devices = 1
+        w.profile = np.asarray(r.load_profile, dtype=float)
+        w.profile_step_s = r.profile_step_s
+    return w
+
+
+class Simulation:
+    """One policy over one trace on one cluster."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        tree: QueueTree,
+        records: list[TraceRecord],
+        policy: Policy,
+        *,
+        seed: int = 0,
+        horizon_s: float | None = None,
+        config: SchedulerConfig | None = None,
+        sim: SimConfig | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.cfg = sim or SimConfig()
+        self.clock = FakeClock()
+        self.sched = Scheduler(cluster, tree, policy, config, self.clock)
+        self.policy = policy
+        self.records = records
+        last = max((r.submit_s for r in records), default=0.0)
+        self.horizon = horizon_s or math.ceil((last + 1) / 86400) * 86400.0
+        self.acc = Accounting(cluster.num_devices * self.horizon)
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.jobs: dict[str, Job] = {}
+        self.by_kind = np.zeros(len(KINDS))
+        self.t_last = 0.0
+        self.faults = FaultModel(self.sched.cap, self.cfg, seed)
+        self.progress = progress
+        self.cycle_at = -1.0
+        self.cycle_queued = False
+        self.cycle_wall: list[float] = []
+
+    def push(self, t: float, code: int, payload: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, code, payload))
+
+    # ---- main loop --------------------------------------------------------------------
+    def run(self) -> dict:
+        wall = time.perf_counter()
+        self.push(0.0, TICK)
+        if self.cfg.faults:
+            self._next_fault(0.0)
+        i, n = 0, len(self.records)
+        need = False
+        while True:
+            t_arr = self.records[i].submit_s if i < n else math.inf
+            t_evt = self.heap[0][0] if self.heap else math.inf
+            t = min(t_arr, t_evt)
+            if t >= self.horizon:
+                break
+            self._account(t)
+            if t_arr <= t_evt:
+                need |= self._arrive(self.records[i], t)
+                i += 1
+            else:
+                _, _, code, payload = heapq.heappop(self.heap)
+                need |= self._event(code, payload, t)
+            nxt = min(self.records[i].submit_s if i < n else math.inf,
+                      self.heap[0][0] if self.heap else math.inf)  # fmt: skip
+            if need and nxt > t:
+                need = self._maybe_cycle(t)
+        self._finish()
+        extra = {"_pue": self.cfg.pue, "_mfu": self.cfg.assumed_mfu,
+                 "cycle_ms_p99": float(np.percentile(self.cycle_wall, 99)) * 1e3
+                 if self.cycle_wall else 0.0, "cycles": len(self.cycle_wall),
+                 "horizon_days": self.horizon / 86400}  # fmt: skip
+        return report(self.acc, policy=self.policy.name, wall_s=time.perf_counter() - wall,
+                      extra=extra)  # fmt: skip
+
+    def _account(self, t: float) -> None:
+        dt = t - self.t_last
+        if dt > 0:
+            self.acc.allocated += self.by_kind * dt
+            self.t_last = t
+        self.clock.set(t)
+
+    def _maybe_cycle(self, t: float) -> bool:
+        earliest = self.cycle_at + self.cfg.cycle_interval_s
+        if t < earliest:
+            if not self.cycle_queued:
+                self.push(earliest, CYCLE)
+                self.cycle_queued = True
+            return True
+        self.cycle_at = t
+        start = time.perf_counter()
+        decisions = self.sched.cycle()
+        self.cycle_wall.append(time.perf_counter() - start)
+        for d in decisions:
+            self.apply(d, t)
+        return False
+
+    def _arrive(self, r: TraceRecord, t: float) -> bool:
+        w = to_workload(r)
+        self.jobs[w.id] = Job(w, r.work_device_s)
+        d = self.sched.submit(w)
+        if d is not None:
+            self.acc.rejected.append(f"{w.id}: {d.reason}")
+            return False
+        return True
+
+    def _event(self, code: int, payload, t: float) -> bool:
+        if code == COMPLETE:
+            job, version = payload
+            if version != job.version:
+                return False
+            self._advance(job, t)
+            self.sched.complete(job.w)
+            self._set(job, 0, t, 0.0)
+            self.acc.jct[job.w.kind].append(t - job.w.submit_s)
+            return True
+        if code == TICK:
+            self._tick(t)
+            return True
+        if code == CYCLE:
+            self.cycle_queued = False
+            return True
+        return self._fault_event(code, payload, t)
+
+    def _fault_event(self, code: int, node: int, t: float) -> bool:
+        if code == FAULT:
+            self._next_fault(t)
+            hardware = self.faults.is_hardware()
+            if not self.sched.cap.up[node]:
+                return False
+            self.acc.faults += 1
+            for d in recovery.node_failed(self.sched, node, t, hardware=hardware):
+                self.apply(d, t)
+            if hardware:
+                if node in self.sched.quarantined:
+                    self.push(t + self.cfg.quarantine_replace_s, REPLACE, node)
+                else:
+                    self.push(t + self.cfg.repair_s, REPAIR, node)
+            return True
+        if code == REPAIR:
+            return recovery.node_repaired(self.sched, node)
+        recovery.release_quarantine(self.sched, node)  # REPLACE: a healthy node
+        self.faults.replaced(node)
+        return True
+
+    def _next_fault(self, t: float) -> None:
+        when, node = self.faults.next_after(t)
+        if when < self.horizon:
+            self.push(when, FAULT, node)
+
+    def _tick(self, t: float) -> None:
+        step = self.cfg.tick_s
+        if t > 0:
+            for w in self.sched.services:
+                needed = w.needed_replicas(t - step)
+                self.acc.slo_steps += 1
+                self.acc.slo_met += w.devices >= needed
+                self.acc.idle_replicas_s += max(0, w.devices - needed) * step
+        self.acc.samples_t.append(t)
+        self.acc.samples.append(self.by_kind.copy())
+        if self.progress is not None:
+            self.progress(t / self.horizon)
+        self.push(t + step, TICK)
+
+    # ---- applying decisions ------------------------------------------------------------
+    def apply(self, d: Decision, t: float) -> None:
+        w, action = d.workload, d.action
+        if action == "replicas":
+            self.by_kind[INFER] += d.after - d.before
+            return
+        if action == "reject":
+            self.acc.rejected.append(f"{w.id}: {d.reason}")
+            return
+        job = self.jobs[w.id]
+        self._advance(job, t)
+        runtime = self.policy.runtime
+        if action == "start":
+            if job.starts == 0:
+                self.acc.queue[w.kind].append(t - w.submit_s)
+            stall = 0.0 if job.starts == 0 else runtime.restart_s + runtime.reload_s
+            job.starts += 1
+            self._set(job, d.after, t, stall)
+            self._spread(w)
+        elif action == "resize":
+            self.acc.resizes += 1
+            self._set(job, d.after, t, self.sched.config.resize_cost_s)
+            self._spread(w)
+        elif action == "restart":
+            self._lose(job, t)
+            self._set(job, d.after, t, runtime.total_s)
+        else:  # preempt, requeue
+            self._lose(job, t)
+            self._set(job, 0, t, 0.0)
+            if action == "preempt":
+                self.acc.preemptions += 1
+            else:
+                self.acc.requeues += 1
+
+    def _advance(self, job: Job, t: float) -> None:
+        if job.devices:
+            s0 = job.t_update
+            if job.stall_until > s0:
+                self.acc.stalled[job.kind] += job.devices * (min(t, job.stall_until) - s0)
+            start = max(s0, job.stall_until)
+            if t > start:
+                job.done += job.rate * (t - start)
+        job.t_update = t
+
+    def _lose(self, job: Job, t: float) -> None:
+        if job.devices == 0 or t <= job.anchor:
+            return
+        elapsed = t - job.anchor
+        ck = job.w.checkpoint_interval_s
+        since = elapsed % ck if ck > 0 else elapsed
+        job.done = max(0.0, job.done - job.rate * since)
+        self.acc.lost[job.kind] += job.devices * since
+
+    def _set(self, job: Job, devices: int, t: float, stall: float) -> None:
+        self.by_kind[job.kind] += devices - job.devices
+        job.devices = devices
+        job.version += 1
+        job.t_update = t
+        job.stall_until = job.anchor = t + stall
+        if devices:
+            job.rate = devices * relative_speed(job.w.chip)
+            end = job.stall_until + max(0.0, job.work - job.done) / job.rate
+            self.push(end, COMPLETE, (job, job.version))
+        else:
+            job.rate = 0.0
+
+    def _spread(self, w: Workload) -> None:
+        if w.alloc is None or len(w.alloc.nodes) < 2:
+            return
+        leaves = len(np.unique(self.sched.cap.leaf[w.alloc.nodes]))
+        self.acc.leaf_spread.append((1 - 0.05 * (leaves - 1) / leaves, w.alloc.devices))
+
+    def _finish(self) -> None:
+        self._account(self.horizon)
+        for job in self.jobs.values():
+            if job.devices:
+                self._advance(job, self.horizon)
+            elif job.starts == 0 and job.w.kind != "infer" and job.w.reject_reason == "":
+                self.acc.unstarted[job.w.kind] += 1

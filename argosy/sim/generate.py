@@ -1,0 +1,288 @@
+"""`argosy sim generate`: a synthetic LLM-cluster trace calibrated to public traces.
+
+    gen = generate(cluster, days=30, seed=0)         # GeneratedTrace
+    gen.offered_load                                 # ~1.0 x what the cluster can do
+    write_generated(gen, Path("runs/t"))             # trace.jsonl + queues.yaml
+
+The mix: arrivals follow the Helios hour-of-day and weekday profile in bursts; job
+kinds, sizes and run times follow Acme (Seren) per job type; pretraining jobs are
+elastic, and the tail of their run times is solved for so the trace offers `load` times
+the work the cluster can do (inference included); inference services have DLRM-like
+replica counts and a diurnal load. Constants and sources: `argosy.sim.calibration`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from argosy.hardware.cluster import Cluster
+from argosy.scheduler.speed import relative_speed
+from argosy.sim import calibration as cal
+from argosy.sim.trace import TraceRecord, write_trace
+
+DAY_S = 86400.0
+
+
+@dataclass
+class GeneratedTrace:
+    records: list[TraceRecord]
+    queues: dict
+    offered_load: float
+    capacity_device_s: float
+
+
+def generate(cluster: Cluster, days: float, seed: int = 0, load: float = 1.0) -> GeneratedTrace:
+    """A calibrated trace for `cluster` over `days` offering `load` x its capacity."""
+    rng = np.random.default_rng(seed)
+    horizon = days * DAY_S
+    speeds = {c: relative_speed(c) for c in cluster.devices_by_chip()}
+    capacity = sum(n * speeds[c] for c, n in cluster.devices_by_chip().items()) * horizon
+    services, infer_work = _services(cluster, rng, horizon, speeds)
+    jobs = _batch_jobs(cluster, rng, horizon, speeds, load * capacity - infer_work)
+    records = sorted(services + jobs, key=lambda r: r.submit_s)
+    offered = (infer_work + sum(r.work_device_s for r in jobs)) / capacity
+    return GeneratedTrace(records, _queues(cluster, services), offered, capacity)
+
+
+def write_generated(gen: GeneratedTrace, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trace, queues = out_dir / "trace.jsonl", out_dir / "queues.yaml"
+    write_trace(gen.records, trace)
+    tmp = queues.with_name("queues.yaml.tmp")
+    tmp.write_text(yaml.safe_dump(gen.queues, sort_keys=False))
+    os.replace(tmp, queues)
+    return trace, queues
+
+
+# ---- inference services ---------------------------------------------------------------
+def diurnal_profile(peak_hour: float, steps: int = 144) -> list[float]:
+    hours = np.arange(steps) * 24.0 / steps
+    wave = ((1 + np.cos(2 * np.pi * (hours - peak_hour) / 24.0)) / 2) ** 1.5
+    return [round(float(x), 4) for x in cal.INFER_TROUGH + (1 - cal.INFER_TROUGH) * wave]
+
+
+def _services(cluster: Cluster, rng, horizon: float, speeds) -> tuple[list[TraceRecord], float]:
+    by_chip = cluster.devices_by_chip()
+    total = cluster.num_devices
+    count = max(2, round(total / 1000 * cal.INFER_SERVICES_PER_1K_DEVICES))
+    sigma = math.log(cal.INFER_REPLICA_P90 / cal.INFER_REPLICA_MEDIAN) / 1.2816
+    raw = rng.lognormal(math.log(cal.INFER_REPLICA_MEDIAN), sigma, size=count)
+    peaks = np.maximum(1, np.round(raw / raw.sum() * cal.INFER_PEAK_SHARE * total)).astype(int)
+    chips = list(by_chip)
+    shares = np.array([by_chip[c] for c in chips], dtype=float) / total
+    records, work = [], 0.0
+    for i, peak in enumerate(peaks):
+        chip = chips[int(rng.choice(len(chips), p=shares))]
+        peak = int(min(peak, by_chip[chip] // 2))
+        profile = diurnal_profile(cal.INFER_PEAK_HOUR + float(rng.uniform(-2, 2)))
+        work += peak * float(np.mean(profile)) * horizon * speeds[chip]
+        records.append(
+            TraceRecord(
+                id=f"svc{i:03d}", submit_s=0.0, kind="infer", queue="infer",
+                priority=cal.PRIORITY["infer"], chips=[chip], devices=peak,
+                load_profile=profile, profile_step_s=DAY_S / len(profile), slo_target=0.99,
+            )
+        )  # fmt: skip
+    return records, work
+
+
+# ---- batch jobs -----------------------------------------------------------------------
+def _arrivals(rng, days: float, n_expected: float) -> np.ndarray:
+    hours = int(math.ceil(days * 24))
+    h = np.arange(hours)
+    weekend = ((h // 24) % 7) >= 5
+    weight = np.array(cal.HOURLY_PROFILE)[h % 24] / np.where(weekend, cal.WEEKDAY_TO_WEEKEND, 1)
+    per_hour = n_expected * weight / weight.sum()
+    batches = rng.poisson(per_hour / cal.BATCH_MEAN)
+    starts = np.repeat(h * 3600.0, batches) + rng.uniform(0, 3600, size=batches.sum())
+    sizes = rng.geometric(1 / cal.BATCH_MEAN, size=len(starts))
+    times = np.repeat(starts, sizes) + rng.uniform(0, 60, size=sizes.sum())
+    batch_of = np.repeat(np.arange(len(starts)), sizes)
+    keep = times < days * DAY_S
+    return np.column_stack([times[keep], batch_of[keep]])
+
+
+def sample_quantiles(rng, table: dict[float, float], u: np.ndarray) -> np.ndarray:
+    """Inverse-sample a quantile table with log-linear interpolation."""
+    ps = np.array(list(table))
+    logs = np.log(np.array(list(table.values())))
+    return np.exp(np.interp(u, ps, logs))
+
+
+def _batch_jobs(cluster, rng, horizon, speeds, target_work) -> list[TraceRecord]:
+    days = horizon / DAY_S
+    arr = _arrivals(rng, days, cal.JOBS_PER_DEVICE_DAY * cluster.num_devices * days)
+    n_batches = int(arr[:, 1].max()) + 1 if len(arr) else 0
+    kinds_list = list(cal.KIND_SHARE)
+    shares = np.array(list(cal.KIND_SHARE.values()))
+    kind_of_batch = rng.choice(len(kinds_list), size=n_batches, p=shares / shares.sum())
+    batch = arr[:, 1].astype(int)
+    kinds = np.array(kinds_list)[kind_of_batch[batch]]
+    size_of_batch = _sizes(cluster, rng, np.array(kinds_list)[kind_of_batch])
+    sizes = size_of_batch[batch]
+    durations = np.zeros(len(arr))
+    u = rng.uniform(0, 1, size=len(arr))
+    for kind in ("eval", "finetune", "debug"):
+        mask = kinds == kind
+        durations[mask] = sample_quantiles(rng, cal.DURATION_QUANTILES[kind], u[mask])
+    chips = _chip_choices(cluster, rng, len(arr))
+    best = np.array([max(speeds[c] for c in cs) for cs in chips])
+    window = horizon - arr[:, 0]
+    durations = np.minimum(durations, window)
+    _enough_pretraining(cluster, rng, kinds, sizes, durations * sizes * best, window * best,
+                        target_work)  # fmt: skip
+    train = kinds == "train"
+    other = float((sizes * durations * best)[~train].sum())
+    durations[train] = _train_durations(
+        u[train], sizes[train] * best[train], target_work - other, window[train]
+    )
+    return [
+        _job_record(i, float(arr[i, 0]), str(kinds[i]), int(sizes[i]), float(durations[i]),
+                    chips[i], float(best[i]))
+        for i in range(len(arr))
+    ]  # fmt: skip
+
+
+def _enough_pretraining(cluster, rng, kinds, sizes, work, reach, target) -> None:
+    """Short periods or small clusters have too few pretraining jobs to carry the load:
+    turn evaluation jobs into pretraining jobs (in place) until they could."""
+    for _ in range(20):
+        train = kinds == "train"
+        room = float((sizes * reach)[train].sum())
+        need = 1.3 * (target - float(work[~train].sum()))
+        if room >= need:
+            return
+        evals = np.flatnonzero(kinds == "eval")
+        per_job = float(np.mean(sizes[train])) if train.any() else 128.0
+        k = min(len(evals), max(1, int((need - room) / (per_job * float(reach.mean())))))
+        pick = rng.choice(evals, size=k, replace=False)
+        kinds[pick] = "train"
+        sizes[pick] = _sizes(cluster, rng, np.array(["train"] * k))
+        work[pick] = 0.0
+
+
+def _sizes(cluster: Cluster, rng, kinds: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(kinds), dtype=int)
+    for kind, (values, probs) in cal.SIZE_CHOICES.items():
+        mask = kinds == kind
+        out[mask] = rng.choice(values, size=int(mask.sum()), p=probs)
+    smallest_group = min(g.num_devices for g in cluster.groups)
+    cap = max(cal.PRETRAIN_MIN_DEVICES, int(cluster.num_devices * cal.PRETRAIN_CAP_FRACTION))
+    cap = min(cap, smallest_group)
+    top = max(int(math.log2(cap)), int(math.log2(cal.PRETRAIN_MIN_DEVICES)))
+    low = int(math.log2(cal.PRETRAIN_MIN_DEVICES))
+    mask = kinds == "train"
+    out[mask] = 2 ** rng.integers(low, top + 1, size=int(mask.sum()))
+    return np.minimum(out, smallest_group)
+
+
+def _train_durations(u: np.ndarray, rate: np.ndarray, target: float, window: np.ndarray):
+    """Body from the Seren pretrain quantiles; the tail above p90 stretched to a maximum
+    T found by bisection so the jobs' work within the period adds up to `target`; each
+    run time is then cut at the end of the period (what is offered is what can run).
+    When the period is too short for the p90 tail alone to carry the load (few
+    pretraining jobs), the tail starts at a lower quantile (p75, p50, p25, p0)."""
+    table = cal.DURATION_QUANTILES["train"]
+    for q in (0.9, 0.75, 0.5, 0.25, 0.0):
+        durations, reached = _solve_tail(u, rate, target, window, table, q)
+        if reached:
+            break
+    return durations
+
+
+def _solve_tail(u, rate, target, window, table, q):
+    body = sample_quantiles(None, table, np.minimum(u, q))
+    start = float(sample_quantiles(None, table, np.array([q]))[0])
+    tail = u > q
+
+    def durations(t_max: float) -> np.ndarray:
+        d = body.copy()
+        d[tail] = start * (t_max / start) ** ((u[tail] - q) / (1 - q))
+        return np.minimum(d, window)
+
+    lo, hi = start, 1e60
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        if float((durations(mid) * rate).sum()) < target:
+            lo = mid
+        else:
+            hi = mid
+    return durations(hi), float((durations(hi) * rate).sum()) >= 0.99 * target
+
+
+def _chip_choices(cluster: Cluster, rng, n: int) -> list[list[str]]:
+    by_chip = cluster.devices_by_chip()
+    vendors: dict[str, list[str]] = {}
+    for g in cluster.groups:
+        vendors.setdefault(g.chip.vendor, [])
+        if g.chip.id not in vendors[g.chip.vendor]:
+            vendors[g.chip.vendor].append(g.chip.id)
+    names = list(vendors)
+    weights = np.array([sum(by_chip[c] for c in vendors[v]) for v in names], dtype=float)
+    vendor_pick = rng.choice(len(names), size=n, p=weights / weights.sum())
+    pinned = rng.uniform(size=n) < cal.PINNED_CHIP_SHARE
+    out = []
+    for v, pin in zip(vendor_pick, pinned, strict=True):
+        chips = vendors[names[v]]
+        if pin and len(chips) > 1:
+            w = np.array([by_chip[c] for c in chips], dtype=float)
+            chips = [chips[int(rng.choice(len(chips), p=w / w.sum()))]]
+        out.append(chips)
+    return out
+
+
+def _job_record(i, submit, kind, size, duration, chips, speed) -> TraceRecord:
+    common = {
+        "id": f"j{i:07d}", "submit_s": round(submit, 3), "kind": kind, "queue": kind,
+        "priority": cal.PRIORITY[kind], "chips": chips,
+        "work_device_s": round(max(1.0, size * duration * speed), 1),
+        "checkpoint_interval_s": cal.CHECKPOINT_INTERVAL_S[kind],
+    }  # fmt: skip
+    if kind == "train":
+        low = max(8, int(size * cal.ELASTIC_MIN_FRACTION) // 8 * 8)
+        return TraceRecord(**common, min_devices=min(low, size), max_devices=size)
+    return TraceRecord(**common, devices=size)
+
+
+# ---- queues ---------------------------------------------------------------------------
+def _queues(cluster: Cluster, services: list[TraceRecord]) -> dict:
+    by_chip = cluster.devices_by_chip()
+    guarantee = dict.fromkeys(by_chip, 0)
+    for s in services:
+        guarantee[s.chips[0]] += int(s.devices)
+    rest = {c: by_chip[c] - guarantee[c] for c in by_chip}
+    pre = {c: int(rest[c] * 0.7) for c in by_chip}
+    res = {c: rest[c] - pre[c] for c in by_chip}
+    split = {"finetune": 0.6, "eval": 0.3, "debug": 0.1}
+
+    def quota(values: dict[str, int], **extra) -> dict:
+        return {c: {"nominal": int(v), **{k: int(x[c]) for k, x in extra.items()}}
+                for c, v in values.items()}  # fmt: skip
+
+    research = [
+        {"name": name, "quota": quota({c: int(res[c] * share) for c in by_chip})}
+        for name, share in split.items()
+    ]
+    return {
+        "queues": [
+            {
+                "name": "lab",
+                "children": [
+                    {"name": "serving", "children": [
+                        {"name": "infer",
+                         "quota": quota(guarantee, guarantee=guarantee, ceiling=guarantee)},
+                    ]},
+                    {"name": "pretraining", "children": [
+                        {"name": "train", "quota": quota(pre)},
+                    ]},
+                    {"name": "research", "children": research},
+                ],
+            }
+        ]
+    }  # fmt: skip
