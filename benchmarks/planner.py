@@ -22,6 +22,7 @@ from argosy.planner.api import plan as run_plan
 from argosy.planner.calibration import Comparison, points, predict
 from argosy.planner.efficiency import Constants, default_constants
 from argosy.planner.hetero import plan_mixed
+from argosy.planner.layersplit import plan_layer_split
 from argosy.planner.models import load_model
 from argosy.planner.search import search_group
 
@@ -137,15 +138,23 @@ def print_search_times(repeats: int = 3) -> None:
 
 
 def print_mixed() -> None:
-    print("\n| model | cluster | devices | batch | shares | step s | sync s | efficiency |")
-    print("|---|---|---:|---:|---|---:|---:|---:|")
+    print(
+        "\n| model | cluster | devices | batch | batch split: shares | step s | sync s "
+        "| layer split: stages:layers per chip | step s | efficiency (best) |"
+    )
+    print("|---|---|---:|---:|---|---:|---:|---|---:|---:|")
     for model, cluster, seq, gbs in MIXES:
         spec, clus = load_model(model), load_cluster(cluster)
         mixed = plan_mixed(spec, clus, seq, gbs)
+        split = plan_layer_split(spec, clus, seq, gbs)
         shares = "/".join(str(p.samples) for p in mixed.parts)
+        best = min(mixed.step_s, split.step_s if split else float("inf"))
+        layers = "/".join(f"{g.stages}:{g.layers}" for g in split.groups) if split else "-"
+        split_s = f"{split.step_s:.3f}" if split else "-"
+        efficiency = mixed.efficiency() * mixed.step_s / best
         print(
             f"| {model} | {cluster} | {clus.num_devices} | {gbs} | {shares} | {mixed.step_s:.3f} | "
-            f"{mixed.sync_s:.4f} | {mixed.efficiency():.3f} |"
+            f"{mixed.sync_s:.4f} | {layers} | {split_s} | {efficiency:.3f} |"
         )
 
 
