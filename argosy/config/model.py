@@ -5,6 +5,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from argosy.hardware.config import HardwareConfig
 from argosy.planner.config import PlannerConfig
 from argosy.runtime.config import RuntimeConfig
+from argosy.scheduler.config import SchedulerConfig
+from argosy.sim.config import SimConfig
 
 
 class PlatformConfig(BaseModel):
@@ -18,3 +20,7 @@ class PlatformConfig(BaseModel):
     """Defaults of argosy plan and argosy estimate."""
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     """Launcher: hang and straggler thresholds, restart policy."""
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    """Scheduler: preemption limits, elastic resizing, tidal forecast, hot spares."""
+    sim: SimConfig = Field(default_factory=SimConfig)
+    """Simulator: fault model, cycle pacing, assumed factors of the five-factor report."""

@@ -20,7 +20,7 @@ class SchedulerConfig(BaseModel):
     """Most workloads evicted to make one preemptor fit."""
     resize_cost_s: float = Field(default=90.0, ge=0)
     """Checkpoint-resume pause of every device of an elastic job when it shrinks or grows."""
-    min_resize_interval_s: float = Field(default=3600.0, ge=0)
+    min_resize_interval_s: float = Field(default=900.0, ge=0)
     """An elastic job grows at most once per this many seconds (bounds resize churn)."""
     elastic_buffer_fraction: float = Field(default=0.02, ge=0, le=0.5)
     """Share of each group's devices elastic growth leaves free for arriving small jobs;

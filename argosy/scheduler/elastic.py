@@ -10,7 +10,7 @@ borrowed increments go first).
 Elastic training jobs grow in whole nodes into capacity nobody pending could use, on
 the leaf switches they already occupy where possible; devices taken from another
 queue's unused guarantee are marked *lent* and are the first given back. A job grows at
-most once per `min_resize_interval_s`, and only by at least a tenth of its size, so the
+most once per `min_resize_interval_s`, and only by at least a twentieth of its size, so the
 checkpoint-resume cost stays small against the gain.
 """
 
@@ -143,7 +143,7 @@ def _grow_one(sched, w: Workload, now: float) -> None:
     if sched.policy.quotas:
         add = min(add, tree.headroom(w.queue, chip))
     add = (add // d) * d
-    if add < max(d, w.devices // 10):
+    if add < max(d, w.devices // 20):
         return
     free_for_q = cap.chip_free(chip) - tree.reserved_for_others(w.queue, chip)
     lent = max(0, add - max(0, free_for_q))

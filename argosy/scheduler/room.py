@@ -7,9 +7,11 @@ does not fit, every release is undone and nothing happened. Victims are whole ga
 than `max_preemptions_per_job` times, unless the request is *urgent* (a queue taking back
 its guarantee from a borrower or a lent increment), which waits for nobody.
 
-Order: elastic increments lent from others' guarantees, then other elastic increments
-(a resize costs a checkpoint-resume, no lost work), then evictions: borrowers first,
-then lower priority, youngest first (least lost work), then by id.
+Order: elastic jobs holding increments lent from others' guarantees, then other elastic
+jobs, smallest first (a resize pauses every device of the job for a checkpoint-resume
+but loses no work; a shrink also restores the free buffer for arrivals), then
+evictions: borrowers first, then lower priority, youngest first (least lost work), then
+by id.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _candidates(sched, w, g, now, urgent, entitled):
             shrink.append(v)
         if _evictable(v, w, now, cfg, urgent, entitled):
             evict.append(v)
-    shrink.sort(key=lambda v: (-v.lent, v.priority, v.id))
+    shrink.sort(key=lambda v: (v.lent == 0, v.priority, v.devices, v.id))
     evict.sort(key=lambda v: (v.borrowed == 0, v.priority, -v.segment_s, v.id))
     return shrink, evict
 

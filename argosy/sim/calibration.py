@@ -25,6 +25,9 @@ SIZE_CHOICES: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {
 # TRACES_OVERVIEW.md "To scale to 10k-100k GPUs"): cap = largest power of two <= N/4.
 PRETRAIN_MIN_DEVICES = 64
 PRETRAIN_CAP_FRACTION = 1 / 4
+# A trace starts in steady state: pretraining runs already under way at time 0 hold this
+# share of the devices (assumption; Acme: pretraining is 70-96% of GPU time).
+STANDING_RUNS_SHARE = 0.6
 ELASTIC_MIN_FRACTION = 0.25  # assumption: elastic pretraining runs on 1/4..1x of its size
 
 # Run-time quantiles (s), Acme Seren by job type (acme_figs cdf_job_duration_queue);

@@ -126,8 +126,9 @@ def _batch_jobs(cluster, rng, horizon, speeds, target_work) -> list[TraceRecord]
     kinds = np.array(kinds_list)[kind_of_batch[batch]]
     size_of_batch = _sizes(cluster, rng, np.array(kinds_list)[kind_of_batch])
     sizes = size_of_batch[batch]
-    durations = np.zeros(len(arr))
     u = rng.uniform(0, 1, size=len(arr))
+    arr, kinds, sizes, u = _standing_runs(cluster, rng, arr, kinds, sizes, u)
+    durations = np.zeros(len(arr))
     for kind in ("eval", "finetune", "debug"):
         mask = kinds == kind
         durations[mask] = sample_quantiles(rng, cal.DURATION_QUANTILES[kind], u[mask])
@@ -147,6 +148,23 @@ def _batch_jobs(cluster, rng, horizon, speeds, target_work) -> list[TraceRecord]
                     chips[i], float(best[i]))
         for i in range(len(arr))
     ]  # fmt: skip
+
+
+def _standing_runs(cluster, rng, arr, kinds, sizes, u):
+    """A cluster never starts empty: at time 0 the trace holds the standing pretraining
+    runs (sizes from the pretraining distribution, run times from the tail above p90)
+    until they add up to STANDING_RUNS_SHARE of the devices."""
+    warm: list[int] = []
+    while sum(warm) < cal.STANDING_RUNS_SHARE * cluster.num_devices:
+        warm.append(int(_sizes(cluster, rng, np.array(["train"]))[0]))
+    n = len(warm)
+    head = np.column_stack([np.zeros(n), np.full(n, -1.0)])
+    return (
+        np.concatenate([head, arr]),
+        np.concatenate([np.array(["train"] * n, dtype=kinds.dtype), kinds]),
+        np.concatenate([np.array(warm, dtype=sizes.dtype), sizes]),
+        np.concatenate([rng.uniform(0.9, 1.0, size=n), u]),
+    )
 
 
 def _enough_pretraining(cluster, rng, kinds, sizes, work, reach, target) -> None:

@@ -1,0 +1,135 @@
+"""`argosy sim`: generate a calibrated trace, replay it through the scheduler.
+
+    argosy sim generate --cluster h100:10000 --days 30 --out runs/t
+    argosy sim run --cluster h100:10000 --queues runs/t/queues.yaml \
+        --trace runs/t/trace.jsonl --policy argosy --json
+    argosy sim run ... --compare --plot runs/t/compare.png
+
+Only typer and rich load at import time; the simulator is imported inside the commands
+(no torch, ray or fastapi anywhere on this path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from argosy.cli.common import config_of, console, err_console, print_json
+
+app = typer.Typer(help="Cluster simulator: calibrated traces, policies side by side.",
+                  no_args_is_help=True)  # fmt: skip
+
+COMPARED = ("fifo", "quota", "argosy")
+
+
+@app.command("generate")
+def generate(
+    cluster: str = typer.Option(..., "--cluster", help="CHIP:COUNT[+...] or a YAML file."),
+    days: float = typer.Option(..., "--days", min=0.01, help="Length of the trace in days."),
+    out: Path = typer.Option(..., "--out", help="Directory for trace.jsonl and queues.yaml."),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    load: float = typer.Option(1.0, "--load", min=0.05, help="Offered work / capacity."),
+) -> None:
+    """Write a synthetic LLM-cluster trace calibrated to public traces."""
+    from argosy.hardware.loader import load_cluster
+    from argosy.sim.generate import generate as make
+    from argosy.sim.generate import write_generated
+
+    resolved = load_cluster(cluster)
+    gen = make(resolved, days, seed=seed, load=load)
+    trace, queues = write_generated(gen, out)
+    kinds: dict[str, int] = {}
+    for r in gen.records:
+        kinds[r.kind] = kinds.get(r.kind, 0) + 1
+    console.print(f"wrote {trace} ({len(gen.records)} workloads: {kinds}) and {queues}")
+    console.print(f"offered load: {gen.offered_load:.3f} x the cluster's capacity over "
+                  f"{days:g} days")  # fmt: skip
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    cluster: str = typer.Option(..., "--cluster", help="CHIP:COUNT[+...] or a YAML file."),
+    queues: Path = typer.Option(..., "--queues", help="Queue tree YAML."),
+    trace: Path = typer.Option(..., "--trace", help="Trace JSONL."),
+    policy: str = typer.Option("argosy", "--policy", help="fifo, quota or argosy."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the fault model."),
+    compare: bool = typer.Option(False, "--compare", help="Run fifo, quota and argosy."),
+    plot: Path | None = typer.Option(None, "--plot", help="PNG path (default with --compare)."),
+    on_error: str = typer.Option("stop", "--on-error", help="Malformed lines: stop or skip."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
+) -> None:
+    """Replay a trace through the scheduler and print the five-factor report."""
+    from argosy.sim.runner import run_policies
+
+    if on_error not in ("stop", "skip"):
+        raise typer.BadParameter("must be stop or skip", param_hint="--on-error")
+    names = list(COMPARED) if compare else [policy]
+    config = config_of(ctx)
+    kwargs = {"seed": seed, "on_error": on_error, "scheduler": config.scheduler}
+    kwargs["sim"] = config.sim
+    if as_json or not console.is_terminal:
+        reports, devices, skipped = run_policies(cluster, queues, trace, names, **kwargs)
+    else:
+        reports, devices, skipped = _with_progress(cluster, queues, trace, names, kwargs)
+    for line in skipped[:20]:
+        err_console.print(f"[yellow]skipped[/] {line}", highlight=False)
+    if compare or plot:
+        from argosy.sim.plot import plot_allocation
+
+        path = plot or trace.with_name("sim_compare.png")
+        plot_allocation(reports, devices, path)
+        if not as_json:
+            console.print(f"plot: {path}")
+    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
+    if as_json:
+        print_json(public[0] if len(public) == 1 else {"runs": public})
+        return
+    console.print(_table(public))
+
+
+def _with_progress(cluster, queues, trace, names, kwargs):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from argosy.sim.runner import run_policies
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
+            "{task.percentage:>3.0f}%"), TimeElapsedColumn(), console=console) as bar:  # fmt: skip
+        tasks = {n: bar.add_task(f"sim {n}", total=1.0) for n in names}
+
+        def advance(name: str, fraction: float) -> None:
+            bar.update(tasks[name], completed=fraction)
+
+        return run_policies(cluster, queues, trace, names, progress=advance, **kwargs)
+
+
+def _table(reports: list[dict]) -> Table:
+    table = Table(title="simulation", header_style="bold")
+    table.add_column("metric")
+    for r in reports:
+        table.add_column(r["policy"], justify="right")
+    rows = [
+        ("allocation rate", lambda r: f"{r['allocation_rate']:.1%}"),
+        ("useful rate", lambda r: f"{r['useful_rate']:.1%}"),
+        ("effective training time", lambda r: f"{r['effective_training_time']:.1%}"),
+        ("inference SLO attainment", lambda r: f"{r['slo_attainment']:.2%}"),
+        ("eval queue p50 / p90 (s)", lambda r: _q(r, "eval")),
+        ("debug queue p50 / p90 (s)", lambda r: _q(r, "debug")),
+        ("train queue p50 / p90 (s)", lambda r: _q(r, "train")),
+        ("preemptions", lambda r: str(r["preemptions"])),
+        ("resizes", lambda r: str(r["resizes"])),
+        ("faults (requeued)", lambda r: f"{r['faults']} ({r['fault_requeues']})"),
+        ("rejected at submission", lambda r: str(r["rejected"])),
+        ("five-factor product", lambda r: f"{r['five_factor']['product']['value']:.3f}"),
+        ("sim wall (s)", lambda r: f"{r['sim_wall_s']:.1f}"),
+    ]
+    for name, cell in rows:
+        table.add_row(name, *[cell(r) for r in reports])
+    return table
+
+
+def _q(report: dict, kind: str) -> str:
+    q = report["queue_s"].get(kind)
+    return f"{q['p50']:.0f} / {q['p90']:.0f}" if q else "-"
