@@ -165,25 +165,26 @@ def _entry(ranked: Ranked, rank: int, cluster: Cluster, seq_len: int, samples: i
 
 def _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress) -> dict:
     mixed = plan_mixed(model, cluster, seq_len, global_batch, constants, progress)
-    out: dict = {"search": {"candidates": mixed.candidates}, "feasible": mixed.feasible}
-    if not mixed.feasible:
-        out["plans"] = []
+    split = plan_layer_split(model, cluster, seq_len, global_batch, constants)
+    out: dict = {"search": {"candidates": mixed.candidates + (split.candidates if split else 0)}}
+    plans = []
+    if mixed.feasible:
+        depth = min(top, *(len(p.ranked) for p in mixed.parts if p.samples))
+        plans = [_mixed_entry(mixed, r, cluster, seq_len, global_batch) for r in range(depth)]
+    if split is not None:
+        plans.append(_layer_split_entry(split, model, cluster, seq_len, global_batch))
+    plans.sort(key=lambda e: e["predicted"]["step_time_s"])
+    out["plans"] = plans[:top]
+    out["feasible"] = bool(plans)
+    if not plans:
         short = [p.group for p in mixed.parts if p.samples and not len(p.ranked)]
         out["fix"] = "; ".join(
             f"{g.chip.id}: " + smallest_fix(model, g, seq_len, max(1, global_batch // 2), constants)
             for g in short
         )
-        return out
-    depth = min(top, *(len(p.ranked) for p in mixed.parts if p.samples))
-    out["plans"] = [_mixed_entry(mixed, r, cluster, seq_len, global_batch) for r in range(depth)]
-    split = plan_layer_split(model, cluster, seq_len, global_batch, constants)
-    if split is not None:
-        out["search"]["candidates"] += split.candidates
-        out["plans"].append(_layer_split_entry(split, model, cluster, seq_len, global_batch))
-    out["plans"].sort(key=lambda e: e["predicted"]["step_time_s"])
-    out["plans"] = out["plans"][:top]
-    best = out["plans"][0]["predicted"]["step_time_s"]
-    out["mixed_efficiency"] = mixed.efficiency() * mixed.step_s / best
+    elif mixed.feasible:
+        best = out["plans"][0]["predicted"]["step_time_s"]
+        out["mixed_efficiency"] = mixed.efficiency() * mixed.step_s / best
     return out
 
 

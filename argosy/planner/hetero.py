@@ -184,7 +184,7 @@ def _sync_traffic_s(
 def _sync_exposed_s(part: GroupPlan, traffic_s: float, constants: Constants | None) -> float:
     """What the backward of the group's last micro-batch cannot hide, after its own
     data-parallel traffic has used that window (the same overlap rule as plain DP)."""
-    if traffic_s == 0.0 or not part.samples:
+    if traffic_s == 0.0 or not part.samples or not len(part.ranked):
         return 0.0
     fw = (constants or default_constants()).framework
     i, plan = part.ranked.index(0), part.ranked.plan(0)

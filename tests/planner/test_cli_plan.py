@@ -227,3 +227,11 @@ def test_nic_override_slows_data_parallel_traffic() -> None:
     slow = json.loads(invoke(*args, "--nic-gbps", "10").stdout)["predicted"]
     assert slow["breakdown_s"]["dp"] > 10 * fast["breakdown_s"]["dp"]
     assert slow["step_time_s"] > fast["step_time_s"]
+
+
+def test_mixed_plan_that_cannot_fit_names_each_short_group() -> None:
+    result = invoke("plan", "--model", "llama3-405b", "--cluster", "a100:8+h100:8", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["feasible"] is False and out["plans"] == []
+    assert "a100-80g:" in out["fix"] and "h100-sxm:" in out["fix"] and "fits on" in out["fix"]
