@@ -3,6 +3,7 @@ mixed-chip efficiency. Prints markdown tables (paste into benchmarks/RESULTS.md)
 
     .venv/bin/python benchmarks/planner.py            # everything
     .venv/bin/python benchmarks/planner.py --fit      # refit constants (coordinate descent)
+    .venv/bin/python benchmarks/planner.py --holdout  # refit without one source, test on it
 
 Peers side by side: the cost model against "dense peak x one MFU constant" (the best
 single constant for the whole set, i.e. the baseline a calculator such as llm-analysis
@@ -218,12 +219,52 @@ def fit(sweeps: int = 2) -> None:
             print("framework: " + ", ".join(f"{k}: {getattr(fw, k)}" for k in FRAMEWORK_GRID))
 
 
+def holdout() -> None:
+    """Leave one source out: refit the A100 constants on the other sources, test on it."""
+    base = default_constants()
+    a100 = [p for p in points() if load_cluster(p.cluster).groups[0].chip.id == "a100-80g"]
+    print("| held-out source | points | fitted on | median error | worst error |")
+    print("|---|---:|---|---:|---:|")
+    for source in sorted({p.source for p in a100}):
+        train = [p for p in a100 if p.source != source]
+        test = [p for p in a100 if p.source == source]
+        eff, fw = base.chip("a100-80g"), base.framework
+        best = _loss(train, base)
+        for _ in range(2):
+            for key, values in GRID.items():
+                for value in values:
+                    trial = eff.model_copy(update={key: value})
+                    consts = base.model_copy(
+                        update={"chips": {**base.chips, "a100-80g": trial}, "framework": fw}
+                    )
+                    score = _loss(train, consts)
+                    if score < best - 1e-6:
+                        best, eff = score, trial
+            for key, values in FRAMEWORK_GRID.items():
+                for value in values:
+                    trial_fw = fw.model_copy(update={key: value})
+                    consts = base.model_copy(
+                        update={"chips": {**base.chips, "a100-80g": eff}, "framework": trial_fw}
+                    )
+                    score = _loss(train, consts)
+                    if score < best - 1e-6:
+                        best, fw = score, trial_fw
+        consts = base.model_copy(update={"chips": {**base.chips, "a100-80g": eff}, "framework": fw})
+        err = np.abs([predict(p, consts).error for p in test])
+        sources = ", ".join(sorted({p.source for p in train}))
+        print(f"| {source} | {len(test)} | {sources} | {np.median(err):.1%} | {err.max():.1%} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fit", action="store_true", help="refit per-chip constants and exit")
+    parser.add_argument("--holdout", action="store_true", help="leave-one-source-out check")
     args = parser.parse_args()
     if args.fit:
         fit()
+        return
+    if args.holdout:
+        holdout()
         return
     comps = accuracy()
     print_accuracy(comps)
