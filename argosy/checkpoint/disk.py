@@ -64,25 +64,30 @@ class _ChecksumFile:
         self.crc = 0
         self.pool = ThreadPoolExecutor(1)
         self.pending: list[Any] = []
-        self.big_writes: list[tuple[int, int]] = []
+        self.writes: list[tuple[int, int]] = []
+        self.error: OSError | None = None
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        if view.nbytes >= 4096:
-            self.big_writes.append((self.pos, view.nbytes))
+        self.writes.append((self.pos, view.nbytes))
+        stable = view.nbytes >= (1 << 20)  # small buffers may be reused by the caller
         for start in range(0, view.nbytes, _CHUNK):
-            chunk = view[start : start + _CHUNK]
+            chunk = view[start : start + _CHUNK] if stable else bytes(view[start : start + _CHUNK])
             self.pending.append(self.pool.submit(self._crc, chunk))
-            written = 0
-            while written < chunk.nbytes:
-                written += self.file.write(chunk[written:])
+            written, total = 0, len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+            try:
+                while written < total:
+                    written += self.file.write(chunk[written:])
+            except OSError as err:  # torch.save hides it behind its own message; close() raises
+                self.error = self.error or err
+                raise
         self.pos += view.nbytes
         return view.nbytes
 
-    def _crc(self, chunk: memoryview) -> None:
+    def _crc(self, chunk: memoryview | bytes) -> None:
         self.crc = zlib.crc32(chunk, self.crc)
 
     def tell(self) -> int:
@@ -95,8 +100,12 @@ class _ChecksumFile:
         for fut in self.pending:
             fut.result()
         self.pool.shutdown()
-        os.fsync(self.file.fileno())
-        self.file.close()
+        try:
+            if self.error is not None:
+                raise self.error
+            os.fsync(self.file.fileno())
+        finally:
+            self.file.close()
         return self.crc
 
 
@@ -127,14 +136,18 @@ def write_rank(staging: Path, meta: SnapshotMeta, data: memoryview) -> RankPiece
     out = _ChecksumFile(staging / name)
     items: list[tuple[Any, Any]] = []
     raw_offsets: dict[str, int] = {}
+    records: dict[str, tuple[int, int]] = {}
     try:
         for entry in meta.tensors:
+            if out.tell() % 64:  # records start aligned, so raw tensor bytes are aligned too
+                out.write(bytes(64 - out.tell() % 64))
             start = out.tell()
-            before = len(out.big_writes)
+            before = len(out.writes)
             torch.save(_exact_tensor(data, entry), out)
-            raw = [pos for pos, n in out.big_writes[before:] if n == entry.nbytes]
-            if raw:
-                raw_offsets[entry.fqn] = raw[-1]
+            raw = [pos for pos, n in out.writes[before:] if n == entry.nbytes]
+            if len(raw) == 1:  # else ambiguous: the reader parses the torch.save record
+                raw_offsets[entry.fqn] = raw[0]
+            records[entry.fqn] = (start, out.tell() - start)
             if meta.rank == 0 or entry.sharded:
                 index = MetadataIndex(entry.fqn, entry.global_offset)
                 items.append((index, _StorageInfo(name, start, out.tell() - start)))
@@ -147,7 +160,7 @@ def write_rank(staging: Path, meta: SnapshotMeta, data: memoryview) -> RankPiece
         crc = out.close()
     files = {name: {"bytes": out.pos, "crc32": crc}}
     piece = RankPiece(meta.rank, items, raw_offsets, files)
-    index_bytes = pickle.dumps((meta, raw_offsets))
+    index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
     index_name = f"rank{meta.rank}.meta"
     _write_small(staging / index_name, index_bytes)
     files[index_name] = {"bytes": len(index_bytes), "crc32": zlib.crc32(index_bytes)}

@@ -88,6 +88,7 @@ class FlashCheckpointer:
         commit_timeout_s: float = 300.0,
         inline_bytes: int = 1 << 16,
         start_timeout_s: float = 120.0,
+        prestart: bool = True,
     ) -> None:
         if keep < 1 or slots < 1:
             raise ArgosyError(f"keep and slots must be at least 1 (got keep={keep}, slots={slots})")
@@ -110,6 +111,7 @@ class FlashCheckpointer:
             os.getpid(),
         )
         self._proc: Any = None
+        self._sockdir = ""
         self._conn: Any = None
         self._ready = False
         self._pending: int | None = None
@@ -123,7 +125,8 @@ class FlashCheckpointer:
         self._closed = False
         self.last_load_source: str | None = None
         """Where the last `load` read from: "memory", "disk" or None."""
-        self._start()
+        if prestart:  # start-up (~1-2 s of imports) overlaps the caller's load and first steps
+            self._start()
         atexit.register(self.close)
 
     # -- persister process -------------------------------------------------------------
@@ -149,11 +152,19 @@ class FlashCheckpointer:
         address = os.path.join(self._sockdir, "persister.sock")
         listener = Listener(address, family="AF_UNIX", authkey=key)
         env = dict(os.environ, ARGOSY_PERSISTER_KEY=key.hex())
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "argosy.checkpoint.persister", address],
-            env=env,
-            start_new_session=True,
-        )
+        log = self._open_log()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "argosy.checkpoint.persister", address],
+                env=env,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,  # never the trainer's pipes: an orphan would hold them open
+            )
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
 
         def accept() -> None:
             try:
@@ -167,6 +178,17 @@ class FlashCheckpointer:
 
         self._acceptor = threading.Thread(target=accept, daemon=True)
         self._acceptor.start()
+
+    def _open_log(self) -> Any:
+        """The persister's stderr: `<directory>/.logs/persister-r<rank>.log`, if writable."""
+        import subprocess
+
+        try:
+            logs = self.directory / ".logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            return open(logs / f"persister-r{self.rank}.log", "ab")  # noqa: SIM115
+        except OSError:
+            return subprocess.DEVNULL
 
     def _connected(self) -> bool:
         if self._conn is not None:
@@ -233,6 +255,8 @@ class FlashCheckpointer:
         """Snapshot `state` as `step`; returns once the loop may go on (see module doc)."""
         if self._closed:
             raise CheckpointError("save() after close()")
+        if self._proc is None:
+            self._start()
         self.before_optimizer_step()
         self._wait_copied()
         self._raise_errors()
@@ -363,9 +387,10 @@ class FlashCheckpointer:
 
     def close(self, timeout_s: float = 600.0) -> None:
         """Wait for the last snapshot to be durable, stop the persister, free shared memory."""
-        if self._proc is None:
-            return
         atexit.unregister(self.close)
+        if self._proc is None:
+            self._closed = True
+            return
         try:
             self.before_optimizer_step()
             self._wait_copied()

@@ -22,6 +22,7 @@ import contextlib
 import os
 import pickle
 import shutil
+import sys
 import threading
 import time
 import traceback
@@ -212,6 +213,8 @@ class Persister:
         return steps
 
     def _persist_loop(self) -> None:
+        import torch.distributed.checkpoint.filesystem  # noqa: F401  # slow import, done early
+
         while True:
             with self.cond:
                 slot = self._newest_unpersisted()
@@ -346,10 +349,11 @@ def main(address: str) -> None:
         Persister(spec, conn).serve()
     except Exception:
         traceback.print_exc()
-        raise
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stderr.flush()
+    os._exit(0)  # everything is fsynced and released; skip the interpreter's slow teardown
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1])

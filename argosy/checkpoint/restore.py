@@ -8,6 +8,7 @@ one error. Without `into`, fresh CPU tensors are returned (DTensors as their loc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 import warnings
@@ -96,7 +97,8 @@ def read_memory(slot: MemorySlot, into: dict[str, Any] | None) -> tuple[int, dic
             data = torch.frombuffer(seg.map, dtype=torch.uint8)[HEADER_BYTES:]
         state = _fill(meta, functools.partial(view_of, data), into)
         del data
-        if seg.header() != head:
+        after = seg.header()  # the owner may change (adoption); the snapshot must not
+        if after is None or dataclasses.replace(after, owner_pid=head.owner_pid) != head:
             return None
         return meta.step, state
     finally:
@@ -126,13 +128,19 @@ def _dist_on() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
-def _disk_tensor(buffer: torch.Tensor, raw_offsets: dict[str, int], entry: Any) -> torch.Tensor:
-    start = raw_offsets.get(entry.fqn)
+def _disk_tensor(buffer: torch.Tensor, offsets: dict[str, Any], entry: Any) -> torch.Tensor:
     if entry.nbytes == 0:
         return torch.empty(entry.shape, dtype=entry.dtype)
-    if start is None:  # no raw offset recorded: parse the torch.save record
-        raise disk.TornCheckpointError(f"no raw offset for {entry.fqn}")
+    start = offsets["raw"].get(entry.fqn)
+    if start is None:  # no unambiguous raw offset: parse the torch.save record
+        import io
+
+        begin, length = offsets["records"][entry.fqn]
+        record = io.BytesIO(buffer[begin : begin + length].numpy().tobytes())
+        return torch.load(record, weights_only=True).view(entry.shape)
     raw = buffer[start : start + entry.nbytes]
+    if start % raw.element_size() or start % entry.dtype.itemsize:
+        raw = raw.clone()
     return raw.view(entry.dtype).view(entry.shape)
 
 
