@@ -57,6 +57,10 @@ def megatron(p: Parallel, model: ModelSpec, *, seq_len: int, global_batch: int) 
         ]
     if p.zero >= 1:
         args.append("--use-distributed-optimizer")
+    if p.zero >= 2:  # Megatron-FSDP (older releases: --use-custom-fsdp)
+        strategy = "optim_grads" if p.zero == 2 else "optim_grads_params"
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
+        args.append("--no-gradient-accumulation-fusion")
     if p.flash:
         args.append("--use-flash-attn")
     args += (

@@ -235,3 +235,19 @@ def test_mixed_plan_that_cannot_fit_names_each_short_group() -> None:
     out = json.loads(result.stdout)
     assert out["feasible"] is False and out["plans"] == []
     assert "a100-80g:" in out["fix"] and "h100-sxm:" in out["fix"] and "fits on" in out["fix"]
+
+
+@pytest.mark.parametrize(
+    ("zero", "needle"),
+    [(1, "--use-distributed-optimizer"), (2, "optim_grads"), (3, "optim_grads_params")],
+    ids=["zero1", "zero2", "zero3"],
+)
+def test_megatron_emitter_maps_zero_stages(zero: int, needle: str) -> None:
+    from argosy.planner.emit import emitters
+    from argosy.planner.models import load_model
+    from argosy.planner.parallel import parse_parallel
+
+    plan = parse_parallel(f"tp=8,pp=2,dp=4,vpp=2,mbs=1,recompute=full,zero={zero}")
+    text = emitters.get("megatron")(plan, load_model("llama3-70b"), seq_len=8192, global_batch=64)
+    assert needle in text and "--num-layers-per-virtual-pipeline-stage 20" in text
+    assert "--recompute-granularity full" in text and "--num-query-groups 8" in text
