@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from argosy.checkpoint import disk, restore
+from argosy.checkpoint.config import CheckpointConfig
 from argosy.checkpoint.layout import (
     ObjectEntry,
     SnapshotMeta,
@@ -128,6 +129,21 @@ class FlashCheckpointer:
         if prestart:  # start-up (~1-2 s of imports) overlaps the caller's load and first steps
             self._start()
         atexit.register(self.close)
+
+    @classmethod
+    def from_config(
+        cls, config: CheckpointConfig, directory: str | os.PathLike | None = None, **kwargs: Any
+    ) -> FlashCheckpointer:
+        """A checkpointer with the knobs of the `checkpoint` config section."""
+        return cls(
+            directory or config.directory,
+            keep=config.keep,
+            slots=config.slots,
+            linger_s=config.linger_s,
+            commit_timeout_s=config.commit_timeout_s,
+            inline_bytes=config.inline_bytes,
+            **kwargs,
+        )
 
     # -- persister process -------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.checkpoint.config import CheckpointConfig
 from argosy.hardware.config import HardwareConfig
 from argosy.planner.config import PlannerConfig
 from argosy.runtime.config import RuntimeConfig
@@ -22,5 +23,7 @@ class PlatformConfig(BaseModel):
     """Launcher: hang and straggler thresholds, restart policy."""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     """Scheduler: preemption limits, elastic resizing, tidal forecast, hot spares."""
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Flash checkpoint: directory, steps kept, shared-memory slots."""
     sim: SimConfig = Field(default_factory=SimConfig)
     """Simulator: fault model, cycle pacing, assumed factors of the five-factor report."""
