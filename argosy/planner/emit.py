@@ -78,7 +78,9 @@ def torchtitan(p: Parallel, model: ModelSpec, *, seq_len: int, global_batch: int
     mode = {"none": "none", "selective": "selective", "full": "full"}[p.recompute]
     lines = [
         "[training]",
-        f"local_batch_size = {global_batch // p.dp}",
+        # with PP the local batch is split into micro-batches; without, extra local
+        # batches become gradient accumulation (global / (dp * local) steps)
+        f"local_batch_size = {global_batch // p.dp if p.pp > 1 else p.mbs}",
         f"global_batch_size = {global_batch}",
         f"seq_len = {seq_len}",
         'mixed_precision_param = "bfloat16"',
