@@ -126,11 +126,19 @@ class Scheduler:
         blocked: list[Workload] = []
         depth = self.config.backfill_depth
         total_free = int(self.cap.free_devices.sum())
+        heads, offered = self.policy.heads_per_queue, {}
         for w in self.pending:
-            if total_free <= 0:
-                break
+            if total_free <= 0:  # nothing fits any more; the rest may only make room
+                if self.policy.order == "fifo" or len(blocked) >= 64:
+                    break
+                if w.next_room_s <= now:
+                    blocked.append(w)
+                continue
+            if heads and offered.get(w.queue, 0) >= heads:
+                continue
             result = self._try_start(w, now, allow_borrow=not self.policy.quotas)
             if result == STARTED:
+                offered[w.queue] = offered.get(w.queue, 0) + 1
                 started.add(id(w))
                 total_free -= w.devices
             elif result == DEFER:
@@ -144,7 +152,10 @@ class Scheduler:
                     break
         deferred.sort(key=lambda w: (self.tree.share(w.queue), self._key(w)))
         for w in deferred:
+            if heads and offered.get(w.queue, 0) >= heads:
+                continue
             if self._try_start(w, now, allow_borrow=True) == STARTED:
+                offered[w.queue] = offered.get(w.queue, 0) + 1
                 started.add(id(w))
             else:
                 blocked.append(w)
@@ -181,7 +192,8 @@ class Scheduler:
         if not (self.policy.elastic and w.elastic):
             return want if want <= limit and self.cap.fits(g, want) else 0
         d = self.cap.dpn[g]
-        n = min(want, limit, self.cap.whole_free_nodes(g) * d)
+        spare = int(self.cap.free_devices[g]) - room.buffer_devices(self, g)
+        n = min(want, limit, self.cap.whole_free_nodes(g) * d, max(spare, w.min_devices))
         return (n // d) * d if n >= d else n
 
     def start(self, w: Workload, chip: str, alloc, now: float, borrowed: int) -> None:

@@ -5,8 +5,10 @@
     quota   Kueue-like: quotas with guarantee / nominal / ceiling and borrowing, priority
             order with fair sharing, backfill past blocked heads, preemption to reclaim
             borrowed quota and by priority; no elasticity, no co-location (inference
-            holds its peak replicas, guarantees are never lent).
-    argosy  everything: quota + elastic training (shrink instead of evict, grow into
+            holds its peak replicas, guarantees are never lent). Like Kueue, each queue
+            admits one workload per cycle (kueue#14477), so bursts wait.
+    argosy  everything: quota (admitting as many workloads per queue per cycle as fit)
+            + elastic training (shrink instead of evict, grow into
             idle capacity), tidal inference (replicas follow a forecast of load; idle
             inference chips lent to elastic training and taken back ahead of peaks),
             hot spares, quarantine of repeatedly failing nodes, fast detection/restart.
@@ -51,6 +53,8 @@ class Policy:
     hot_spares: bool
     quarantine: bool
     runtime: RuntimeBudget
+    heads_per_queue: int = 0
+    """Workloads each leaf queue may admit per cycle; 0 = as many as fit."""
 
 
 STOCK_RUNTIME = RuntimeBudget(detection_s=600.0, restart_s=600.0, reload_s=300.0)
@@ -63,7 +67,19 @@ policies.register(
 )
 policies.register(
     "quota",
-    Policy("quota", "fair", True, True, True, False, False, False, False, STOCK_RUNTIME),
+    Policy(
+        "quota",
+        "fair",
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        STOCK_RUNTIME,
+        heads_per_queue=1,
+    ),
     aliases=("kueue",),
 )
 policies.register(

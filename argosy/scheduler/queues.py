@@ -8,8 +8,9 @@ capability, Kueue's nominal with lending and borrowing limits):
 - `nominal`: the queue's fair share. Usage above it is *borrowed* and may be reclaimed.
 - `ceiling`: usage never goes above it (default: the cluster's devices of that type).
 
-An inner queue's nominal defaults to the sum of its children's. Workloads name a leaf
-queue. `weight` scales a queue's fair share when borrowers compete for idle capacity.
+An inner queue's nominal defaults to the sum of its children's (at most its ceiling).
+Workloads name a leaf queue. `weight` scales a queue's fair share when borrowers compete
+for idle capacity.
 
     tree = load_queues("queues.yaml", cluster)
     tree.admissible("eval", "h100-sxm", 8, free=120)   # -> (ok, borrowed devices)
@@ -117,6 +118,12 @@ class QueueTree:
         over = self.usage[anc, c] + devices - self.nominal[anc, c]
         return int(np.clip(over, 0, devices).max())
 
+    def within_nominal(self, queue: str, chip: str, devices: int) -> bool:
+        """Whether the leaf queue stays within its own nominal share with `devices` more:
+        it may then reclaim what other queues borrowed."""
+        i, c = self.index[queue], self.chip_index[chip]
+        return bool(self.usage[i, c] + devices <= self.nominal[i, c])
+
     def add(self, queue: str, chip: str, devices: int) -> None:
         self.usage[self.ancestors[queue], self.chip_index[chip]] += devices
 
@@ -164,7 +171,17 @@ def build_tree(spec: QueuesFile, cluster: Cluster, doc: Document | None = None) 
                 nominal[i, j] = quota.nominal
             if quota.ceiling is not None:
                 ceiling[i, j] = quota.ceiling
-    _fill_nominal(nominal, guarantee, parents)
+    for j, chip in enumerate(chips):
+        total = int(guarantee[:, j].sum())
+        if total > totals[chip]:
+            first = next(p for q, _, p in flat if chip in _canonical_keys(q))
+            raise _located(
+                f"queue guarantees for {chip} add up to {total} devices but the cluster has "
+                f"{totals[chip]}",
+                doc,
+                (*first, "quota"),
+            )
+    _fill_nominal(nominal, guarantee, ceiling, parents)
     for i, (_, _, path) in enumerate(flat):
         for j, chip in enumerate(chips):
             if not guarantee[i, j] <= nominal[i, j] <= ceiling[i, j]:
@@ -174,15 +191,6 @@ def build_tree(spec: QueuesFile, cluster: Cluster, doc: Document | None = None) 
                     doc,
                     (*path, "quota", chip),
                 )
-    for j, chip in enumerate(chips):
-        total = int(guarantee[:, j].sum())
-        if total > totals[chip]:
-            raise _located(
-                f"queue guarantees for {chip} add up to {total} devices but the cluster has "
-                f"{totals[chip]}",
-                doc,
-                ("queues",),
-            )
     tree = QueueTree(names, parents, weights, guarantee, nominal, ceiling, chips)
     tree.totals = np.array([totals[x] for x in chips], dtype=np.int64)
     return tree
@@ -195,13 +203,19 @@ def _flatten(specs, parent: int, path: tuple, out: list) -> None:
         _flatten(q.children, here, (*path, k, "children"), out)
 
 
-def _fill_nominal(nominal: np.ndarray, guarantee: np.ndarray, parents: list[int]) -> None:
+def _canonical_keys(q: QueueSpec) -> set[str]:
+    catalog = default_catalog()
+    return {catalog.canonical(k) for k in q.quota if k in catalog}
+
+
+def _fill_nominal(nominal, guarantee, ceiling, parents: list[int]) -> None:
     for i in range(len(parents) - 1, -1, -1):  # children come after their parents
         kids = [k for k, p in enumerate(parents) if p == i]
         for j in range(nominal.shape[1]):
             if nominal[i, j] >= 0:
                 continue
-            nominal[i, j] = sum(nominal[k, j] for k in kids) if kids else guarantee[i, j]
+            total = sum(nominal[k, j] for k in kids) if kids else guarantee[i, j]
+            nominal[i, j] = min(total, ceiling[i, j])  # children may overcommit
 
 
 def _chip_column(name: str, chips: list[str], doc: Document | None, path: tuple) -> int:

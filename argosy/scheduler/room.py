@@ -25,7 +25,7 @@ def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool):
     for chip in w.chips:
         if sched.policy.quotas and sched.tree.headroom(w.queue, chip) < n:
             continue
-        entitled = not sched.policy.quotas or sched.tree.borrowed_if(w.queue, chip, n) == 0
+        entitled = not sched.policy.quotas or sched.tree.within_nominal(w.queue, chip, n)
         for g in sched.cap.groups_of_chip[chip]:
             found = _room_on_group(sched, w, chip, g, n, now, urgent, entitled)
             if found is not None:
