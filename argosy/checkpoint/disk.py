@@ -24,11 +24,12 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch loads only where tensors are written or read (the CLI lists without it)
+    import torch
 
-from argosy.checkpoint.layout import SnapshotMeta, TensorEntry
+    from argosy.checkpoint.layout import SnapshotMeta, TensorEntry
 
 MANIFEST = "manifest.json"
 STEP_PREFIX = "step_"
@@ -121,6 +122,8 @@ class RankPiece:
 
 def _exact_tensor(data: memoryview, entry: TensorEntry) -> torch.Tensor:
     """A tensor whose storage is exactly the entry's bytes, so torch.save writes only them."""
+    import torch
+
     if entry.nbytes == 0:
         return torch.empty(entry.shape, dtype=entry.dtype)
     raw = torch.frombuffer(data[entry.offset : entry.offset + entry.nbytes], dtype=torch.uint8)
@@ -129,6 +132,7 @@ def _exact_tensor(data: memoryview, entry: TensorEntry) -> torch.Tensor:
 
 def write_rank(staging: Path, meta: SnapshotMeta, data: memoryview) -> RankPiece:
     """Write this rank's data file and index into `staging`, fsynced, then its done-marker."""
+    import torch
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import MetadataIndex
 
@@ -221,6 +225,7 @@ def commit(directory: Path, step: int, metas: list[SnapshotMeta], pieces: list[R
 
 
 def _dcp_metadata(metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Any:
+    import torch
     from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
     from torch.distributed.checkpoint.metadata import (
         BytesStorageMetadata,
@@ -335,6 +340,8 @@ def read_rank(step_dir: Path, rank: int) -> tuple[SnapshotMeta, torch.Tensor, di
     The file is read once; its crc32 is computed in a helper thread while the next chunk
     is read. Raises TornCheckpointError naming what is wrong.
     """
+    import torch
+
     manifest = read_manifest(step_dir)
     files = manifest["files"]
     index_name, name = f"rank{rank}.meta", data_file(rank)

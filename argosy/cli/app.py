@@ -12,7 +12,7 @@ import sys
 import typer
 
 from argosy import __version__
-from argosy.cli import chips, cluster, devices, launch, plan, runs, sim
+from argosy.cli import chips, ckpt, cluster, devices, launch, plan, runs, sim
 from argosy.cli.common import State, err_console
 from argosy.core.errors import ArgosyError
 
@@ -53,6 +53,7 @@ app.command("estimate")(plan.estimate)
 app.command("launch", context_settings=launch.CONTEXT)(launch.launch)
 app.add_typer(runs.app, name="runs")
 app.add_typer(sim.app, name="sim")
+app.add_typer(ckpt.app, name="ckpt")
 
 
 def main() -> None:
