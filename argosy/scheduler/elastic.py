@@ -121,7 +121,11 @@ def trim(chunk: Allocation, k: int) -> tuple[Allocation, Allocation]:
 
 def grow(sched, now: float) -> None:
     cap = sched.cap
-    if not cap.hist[np.arange(len(cap.dpn)), cap.dpn].any():
+    room_for = [
+        min(cap.whole_free_nodes(g) * d, int(cap.free_devices[g]) - room.buffer_devices(sched, g))
+        for g, d in enumerate(cap.dpn)
+    ]
+    if all(n < d for n, d in zip(room_for, cap.dpn, strict=True)):
         return
     gap = sched.config.min_resize_interval_s
     cands = [
