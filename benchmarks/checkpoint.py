@@ -1,0 +1,479 @@
+"""Checkpoint benchmark: argosy's flash checkpoint against its peers, side by side, one run.
+
+    .venv/bin/python benchmarks/checkpoint.py                 # 1 and 4 GB states + loop figure
+    .venv/bin/python benchmarks/checkpoint.py --sizes-gb 0.25 --repeats 3   # quick
+
+Peers (each in its own process, one at a time, so memory is freed between them):
+torch.save (+fsync), DCP save, DCP async_save (process executor + cached shared-memory
+stager), DLRover flash checkpoint (MEMORY save to shm, DISK for durability; needs the
+`bench` extra), argosy FlashCheckpointer. Columns: training-loop stall per save (with
+nothing to overlap; argosy also with a step's worth of compute to overlap), time to durable,
+restore from memory and from disk (into the existing state tensors, page cache hot), and
+the raw memcpy floor (copy of the same bytes into a pre-touched buffer). Then a loop-level
+figure: step time of a small training loop with a save every step vs without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+PEERS = ["floor", "torch_save", "dcp_save", "dcp_async", "dlrover", "argosy"]
+TENSOR_MB = 64
+
+
+def make_state(gb: float) -> dict[str, Any]:
+    import torch
+
+    n = max(1, round(gb * 1024 / TENSOR_MB))
+    numel = TENSOR_MB * (1 << 20) // 4
+    layers = {f"layer{i}.weight": torch.empty(numel).fill_(i + 0.5) for i in range(n)}
+    return {"model": layers, "loop": {"step": 0, "epoch": 1}}
+
+
+def nbytes(state: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in state["model"].values())
+
+
+def busy(seconds: float) -> None:
+    """A stand-in for forward/backward: matmuls for about `seconds`."""
+    import torch
+
+    a = torch.randn(512, 512)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = torch.tanh(a @ a * 1e-3)
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fsync_tree(path: Path) -> None:
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def copy_into(state: dict, loaded: dict) -> None:
+    for k, t in state["model"].items():
+        t.copy_(loaded["model"][k])
+
+
+# -- peers (each runs in a worker process) ----------------------------------------------
+
+
+def peer_floor(state: dict, work: Path, repeats: int) -> dict:
+    import torch
+
+    dst = torch.empty(nbytes(state), dtype=torch.uint8)
+    dst.fill_(1)
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        off = 0
+        for t in state["model"].values():
+            n = t.numel() * 4
+            dst[off : off + n].view(torch.float32).copy_(t)
+            off += n
+        times.append(time.perf_counter() - t0)
+    return {"stall_s": med(times[1:]), "durable_s": None}
+
+
+def peer_torch_save(state: dict, work: Path, repeats: int) -> dict:
+    import torch
+
+    stalls = []
+    for r in range(repeats):
+        path = work / f"ckpt{r}.pt"
+        t0 = time.perf_counter()
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        stalls.append(time.perf_counter() - t0)
+        if r:
+            (work / f"ckpt{r - 1}.pt").unlink()
+    loads = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        copy_into(state, torch.load(path, weights_only=True))
+        loads.append(time.perf_counter() - t0)
+    return {"stall_s": med(stalls), "durable_s": med(stalls), "disk_restore_s": med(loads)}
+
+
+def peer_dcp_save(state: dict, work: Path, repeats: int) -> dict:
+    import torch.distributed.checkpoint as dcp
+
+    stalls = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        dcp.save(state, checkpoint_id=str(work / f"s{r}"), no_dist=True)
+        fsync_tree(work / f"s{r}")
+        stalls.append(time.perf_counter() - t0)
+        if r:
+            shutil.rmtree(work / f"s{r - 1}")
+    loads = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dcp.load(state, checkpoint_id=str(work / f"s{repeats - 1}"), no_dist=True)
+        loads.append(time.perf_counter() - t0)
+    return {"stall_s": med(stalls), "durable_s": med(stalls), "disk_restore_s": med(loads)}
+
+
+def peer_dcp_async(state: dict, work: Path, repeats: int) -> dict:
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+    dist.init_process_group("gloo", init_method=f"file://{work / 'store'}", rank=0, world_size=1)
+    stager = DefaultStager(StagingOptions(False, True, False, False))
+    stalls, durables = [], []
+    try:
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            resp = dcp.async_save(
+                state,
+                checkpoint_id=str(work / f"a{r}"),
+                async_stager=stager,
+                async_checkpointer_type=AsyncCheckpointerType.PROCESS,
+            )
+            stall = time.perf_counter() - t0
+            upload = getattr(resp, "upload_completion", resp)
+            upload.result()
+            fsync_tree(work / f"a{r}")
+            if r:  # the first call starts the executor process and allocates the stage
+                stalls.append(stall)
+                durables.append(time.perf_counter() - t0)
+    finally:
+        stager.close()
+        dist.destroy_process_group()
+    return {"stall_s": med(stalls), "durable_s": med(durables)}
+
+
+def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
+    os.environ["TORCHELASTIC_RUN_ID"] = f"argosy-bench-{uuid.uuid4().hex[:8]}"
+    try:
+        from dlrover.trainer.torch.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+    except ImportError as err:
+        return {"missing": f"dlrover not installed ({err}); pip install -e '.[bench]'"}
+    ckpt = DdpCheckpointer(str(work))
+    stalls, durables, mem_loads = [], [], []
+    for r in range(repeats + 1):
+        t0 = time.perf_counter()
+        ckpt.save_checkpoint(r, state, str(work / f"{r}.pt"), storage_type=StorageType.MEMORY)
+        stall = time.perf_counter() - t0
+        if r:  # the first save allocates the shared memory and starts the saver
+            stalls.append(stall)
+    for r in range(repeats + 1, 2 * repeats + 1):
+        t0 = time.perf_counter()
+        ckpt.save_checkpoint(r, state, str(work / f"{r}.pt"), storage_type=StorageType.DISK)
+        tracker = work / "dlrover_latest.txt"
+        while not (tracker.exists() and tracker.read_text().strip() == str(r)):
+            time.sleep(0.002)
+        durables.append(time.perf_counter() - t0)
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        loaded = ckpt.load_checkpoint()
+        copy_into(state, loaded)
+        mem_loads.append(time.perf_counter() - t0)
+    return {"stall_s": med(stalls), "durable_s": med(durables), "memory_restore_s": med(mem_loads)}
+
+
+def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
+    from argosy.checkpoint import FlashCheckpointer
+
+    job = f"bench-{uuid.uuid4().hex[:8]}"
+    free = shutil.disk_usage("/dev/shm").free
+    slots = 2 if free > 2.5 * nbytes(state) else 1
+    ckpt = FlashCheckpointer(work, keep=2, job_id=job, slots=slots)
+    ckpt.save(0, state)  # first save: storages move to shared memory, slots are allocated
+    ckpt.wait()
+    stalls, overlapped, durables, mem_loads = [], [], [], []
+    for r in range(1, repeats + 1):
+        t0 = time.perf_counter()
+        ckpt.save(r, state)
+        ckpt.before_optimizer_step()
+        stalls.append(time.perf_counter() - t0)
+        ckpt.wait()
+    copy_s = med(stalls)
+    for r in range(repeats + 1, 2 * repeats + 1):
+        t0 = time.perf_counter()
+        ckpt.save(r, state)
+        stall = time.perf_counter() - t0
+        busy(2 * copy_s)  # the next step's forward/backward
+        t1 = time.perf_counter()
+        ckpt.before_optimizer_step()
+        overlapped.append(stall + time.perf_counter() - t1)
+        ckpt.wait()
+    for r in range(2 * repeats + 1, 3 * repeats + 1):
+        t0 = time.perf_counter()
+        ckpt.save(r, state)
+        ckpt.wait()
+        durables.append(time.perf_counter() - t0)
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ckpt.load(into=state)
+        mem_loads.append(time.perf_counter() - t0)
+    ckpt.close()
+    reader = FlashCheckpointer(work, job_id=job, prestart=False)
+    disk_loads = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        reader.load(into=state)
+        disk_loads.append(time.perf_counter() - t0)
+    reader.close()
+    return {
+        "stall_s": med(stalls),
+        "stall_overlap_s": med(overlapped),
+        "durable_s": med(durables),
+        "memory_restore_s": med(mem_loads),
+        "disk_restore_s": med(disk_loads),
+        "slots": slots,
+    }
+
+
+# -- the loop-level figure --------------------------------------------------------------
+
+
+def loop_figure(steps: int) -> dict:
+    import torch
+
+    from argosy.checkpoint import FlashCheckpointer
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(4)])
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(96, 2048)
+    work = Path(tempfile.mkdtemp(prefix="argosy-bench-loop-"))
+    ckpt = FlashCheckpointer(work, keep=1, job_id=f"bench-{uuid.uuid4().hex[:8]}")
+
+    def step(i: int, save: bool) -> float:
+        t0 = time.perf_counter()
+        model(x).square().mean().backward()
+        ckpt.before_optimizer_step()
+        opt.step()
+        opt.zero_grad()
+        if save:
+            ckpt.save(i, {"model": model.state_dict(), "optim": opt.state_dict()})
+        return time.perf_counter() - t0
+
+    for i in range(3):
+        step(i, True)  # warm-up, first save
+    ckpt.wait()
+    plain, saving = [], []
+    for block in range(4):  # interleave blocks so drift hits both sides alike
+        plain += [step(i, False) for i in range(steps // 4)]
+        ckpt.wait()
+        saving += [step(i, True) for i in range(steps // 4)]
+        ckpt.before_optimizer_step()
+    ckpt.wait()
+    state_bytes = sum(v.numel() * 4 for v in model.state_dict().values()) * 3
+    ckpt.close()
+    shutil.rmtree(work, ignore_errors=True)
+    return {"state_mb": state_bytes / 2**20, "step_s": med(plain), "step_save_s": med(saving)}
+
+
+# -- driver ---------------------------------------------------------------------------
+
+
+def worker(peer: str, gb: float, repeats: int) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"argosy-bench-{peer}-"))
+    shm_before = set(os.listdir("/dev/shm"))
+    try:
+        if peer == "loop":
+            return loop_figure(steps=repeats)
+        state = make_state(gb)
+        result = globals()[f"peer_{peer}"](state, work, repeats)
+        result["gb"] = nbytes(state) / 2**30
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        _clean_children_and_shm(shm_before)
+
+
+def _clean_children_and_shm(before: set[str]) -> None:
+    """DLRover leaves its saver process and shm segments behind; remove what this run made."""
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+    except ImportError:
+        pass
+    for name in set(os.listdir("/dev/shm")) - before:
+        if "ckpt" in name or "argosy-bench" in name or name.startswith("torch_"):
+            Path("/dev/shm", name).unlink(missing_ok=True)
+
+
+def run_peer(peer: str, gb: float, repeats: int) -> dict:
+    cmd = [
+        sys.executable,
+        "-W",
+        "ignore",
+        __file__,
+        "--worker",
+        peer,
+        "--gb",
+        str(gb),
+        "--repeats",
+        str(repeats),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"missing": f"failed (rc {proc.returncode}): {' | '.join(tail)}"}
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def fmt(x: Any) -> str:
+    return "-" if x is None or x != x else f"{x:.3f}"
+
+
+def report(results: dict[float, dict[str, dict]], loop: dict | None) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(record=True, width=140)
+    md = [
+        "| state | peer | stall/save s | stall overlapped s | durable s | restore mem s | "
+        "restore disk s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for gb, peers in results.items():
+        table = Table(title=f"{gb:g} GB state (medians)")
+        for col in (
+            "peer",
+            "stall/save s",
+            "stall overlapped s",
+            "durable s",
+            "restore mem s",
+            "restore disk s",
+            "note",
+        ):
+            table.add_column(col, justify="left" if col in ("peer", "note") else "right")
+        for peer, r in peers.items():
+            if "missing" in r:
+                table.add_row(peer, "-", "-", "-", "-", "-", r["missing"][:60])
+                md.append(f"| {gb:g} GB | {peer} | n/a: {r['missing'][:60]} |  |  |  |  |")
+                continue
+            cells = [
+                fmt(r.get(k))
+                for k in (
+                    "stall_s",
+                    "stall_overlap_s",
+                    "durable_s",
+                    "memory_restore_s",
+                    "disk_restore_s",
+                )
+            ]
+            note = f"slots={r['slots']}" if "slots" in r else ""
+            table.add_row(peer, *cells, note)
+            md.append(f"| {gb:g} GB | {peer} | " + " | ".join(cells) + " |")
+        console.print(table)
+        for line in ratios(peers):
+            console.print("  " + line)
+            md.append(f"\n{gb:g} GB: {line}")
+        md.append("")
+    if loop:
+        overhead = loop["step_save_s"] / loop["step_s"] - 1
+        line = (
+            f"loop: {loop['state_mb']:.0f} MB state, step {loop['step_s'] * 1e3:.1f} ms without "
+            f"saving, {loop['step_save_s'] * 1e3:.1f} ms with a save every step "
+            f"(overhead {overhead * 100:+.1f}%)"
+        )
+        console.print(line)
+        md.append(line)
+    return "\n".join(md)
+
+
+def ratios(peers: dict[str, dict]) -> list[str]:
+    a, out = peers.get("argosy", {}), []
+
+    def get(peer: str, key: str) -> float | None:
+        v = peers.get(peer, {}).get(key)
+        return v if isinstance(v, float) and v > 0 else None
+
+    pairs = [
+        (
+            "argosy overlapped stall / DLRover stall (target <= 0.5)",
+            "stall_overlap_s",
+            "dlrover",
+            "stall_s",
+        ),
+        (
+            "argosy stall, nothing to overlap / memcpy floor (target <= 1.2)",
+            "stall_s",
+            "floor",
+            "stall_s",
+        ),
+        (
+            "argosy restore from memory / DLRover (target <= 1.2)",
+            "memory_restore_s",
+            "dlrover",
+            "memory_restore_s",
+        ),
+        (
+            "argosy restore from disk / DCP load (target <= 1.2)",
+            "disk_restore_s",
+            "dcp_save",
+            "disk_restore_s",
+        ),
+        ("argosy time to durable / DCP save (target <= 1.3)", "durable_s", "dcp_save", "durable_s"),
+    ]
+    for label, key, peer, peer_key in pairs:
+        mine, theirs = a.get(key), get(peer, peer_key)
+        if isinstance(mine, float) and theirs:
+            out.append(f"{label}: {mine / theirs:.2f}")
+        else:
+            out.append(f"{label}: n/a ({peer} missing)")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes-gb", default="1,4")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--loop-steps", type=int, default=40)
+    parser.add_argument("--markdown", type=Path, default=None, help="Also write a table here.")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--gb", type=float, default=1.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(worker(args.worker, args.gb, args.repeats)), flush=True)
+        return
+    results: dict[float, dict[str, dict]] = {}
+    for gb in [float(s) for s in args.sizes_gb.split(",")]:
+        repeats = args.repeats if gb <= 1 else max(3, args.repeats // 2)
+        results[gb] = {}
+        for peer in args.peers.split(","):
+            print(f"[{gb:g} GB] {peer} ...", file=sys.stderr, flush=True)
+            results[gb][peer] = run_peer(peer, gb, repeats)
+    loop = None
+    if args.loop_steps:
+        print("[loop] ...", file=sys.stderr, flush=True)
+        loop = run_peer("loop", 0, args.loop_steps)
+        loop = None if "missing" in loop else loop
+    md = report(results, loop)
+    if args.markdown:
+        args.markdown.write_text(md + "\n")
+
+
+if __name__ == "__main__":
+    main()
