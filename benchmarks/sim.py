@@ -1,0 +1,182 @@
+"""Benchmark of the scheduler and simulator (issue 6): speed, cycle latency, quality.
+
+    .venv/bin/python benchmarks/sim.py speed --devices 10000 --days 30
+    .venv/bin/python benchmarks/sim.py cycle --devices 10000 --pending 5000
+    .venv/bin/python benchmarks/sim.py quality --devices 10000 --days 30
+    .venv/bin/python benchmarks/sim.py calibration --devices 10000 --days 30
+
+`quality` runs fifo, quota and argosy side by side on the same trace and seed and prints
+a table with ratios against argosy; `speed` times generation and one argosy run with
+faults; `cycle` times scheduling cycles with N pending workloads on a full cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+from argosy.core.clock import FakeClock
+from argosy.hardware.loader import load_cluster
+from argosy.scheduler.core import Scheduler
+from argosy.scheduler.policies import policies
+from argosy.scheduler.queues import QueuesFile, build_tree
+from argosy.scheduler.workload import Workload
+from argosy.sim.engine import Simulation
+from argosy.sim.generate import generate
+
+
+def _trace(devices: int, days: float, seed: int):
+    cluster = load_cluster(f"h100:{devices}")
+    t0 = time.perf_counter()
+    gen = generate(cluster, days, seed=seed)
+    return cluster, gen, time.perf_counter() - t0
+
+
+def _run(cluster, gen, policy: str, seed: int) -> dict:
+    tree = build_tree(QueuesFile.model_validate(gen.queues), cluster)
+    return Simulation(cluster, tree, gen.records, policies.get(policy), seed=seed).run()
+
+
+def speed(args) -> dict:
+    cluster, gen, gen_s = _trace(args.devices, args.days, args.seed)
+    report = _run(cluster, gen, "argosy", args.seed)
+    out = {"devices": args.devices, "days": args.days, "workloads": len(gen.records),
+           "generate_s": round(gen_s, 1), "sim_wall_s": round(report["sim_wall_s"], 1),
+           "faults": report["faults"], "cycles": report["cycles"],
+           "allocation_rate": round(report["allocation_rate"], 4)}  # fmt: skip
+    print(json.dumps(out))
+    return out
+
+
+def cycle(args) -> dict:
+    """A full cluster (fixed 8-64 device gangs) with `pending` workloads waiting; each
+    round one running job completes and a cycle runs. Median and p99 over rounds."""
+    rng = np.random.default_rng(args.seed)
+    cluster = load_cluster(f"h100:{args.devices}")
+    spec = {"queues": [{"name": "org", "children": [
+        {"name": q, "quota": {"h100": {"nominal": args.devices // 4}}}
+        for q in ("train", "finetune", "eval", "debug")]}]}  # fmt: skip
+    out = {}
+    for name in ("quota", "argosy"):
+        clock = FakeClock()
+        sched = Scheduler(cluster, build_tree(QueuesFile.model_validate(spec), cluster),
+                          policies.get(name), clock=clock)  # fmt: skip
+        queues = ["train", "finetune", "eval", "debug"]
+        for i in range(args.devices // 16 + args.pending):
+            n = int(rng.choice([1, 2, 4, 8, 16, 32, 64]))
+            sched.submit(Workload(f"w{i}", "eval", queues[i % 4], int(rng.integers(0, 4)),
+                                  ("h100",), n, n, float(i)))  # fmt: skip
+        for _ in range(200):  # admit until the cluster is full
+            if not sched.cycle():
+                break
+        for j in range(args.pending - len(sched.pending)):  # top up to `pending` waiting
+            n = int(rng.choice([1, 2, 4, 8, 16, 32, 64]))
+            sched.submit(Workload(f"x{j}", "eval", queues[j % 4], int(rng.integers(0, 4)),
+                                  ("h100",), n, n, 1e6 + j))  # fmt: skip
+        times = []
+        for _ in range(args.rounds):
+            clock.advance(10.0)
+            running = list(sched.running.values())
+            sched.complete(running[int(rng.integers(len(running)))])
+            t0 = time.perf_counter()
+            sched.cycle()
+            times.append(time.perf_counter() - t0)
+        out[name] = {"pending": len(sched.pending), "running": len(sched.running),
+                     "p50_ms": round(statistics.median(times) * 1e3, 2),
+                     "p99_ms": round(float(np.percentile(times, 99)) * 1e3, 2)}  # fmt: skip
+    print(json.dumps(out))
+    return out
+
+
+def quality(args) -> dict:
+    cluster, gen, _ = _trace(args.devices, args.days, args.seed)
+    print(f"offered load {gen.offered_load:.3f}, {len(gen.records)} workloads")
+    reports = {p: _run(cluster, gen, p, args.seed) for p in ("fifo", "quota", "argosy")}
+    rows = [
+        ("allocation_rate", lambda r: r["allocation_rate"]),
+        ("useful_rate", lambda r: r["useful_rate"]),
+        ("effective_training_time", lambda r: r["effective_training_time"]),
+        ("slo_attainment", lambda r: r["slo_attainment"]),
+        ("eval queue p50 s", lambda r: r["queue_s"]["eval"]["p50"]),
+        ("eval queue p90 s", lambda r: r["queue_s"]["eval"]["p90"]),
+        ("debug queue p50 s", lambda r: r["queue_s"]["debug"]["p50"]),
+        ("debug queue p90 s", lambda r: r["queue_s"]["debug"]["p90"]),
+        ("train queue p90 s", lambda r: r["queue_s"]["train"]["p90"]),
+        ("preemptions", lambda r: r["preemptions"]),
+        ("resizes", lambda r: r["resizes"]),
+        ("lost device-h", lambda r: r["lost_device_hours"]),
+        ("stalled device-h", lambda r: r["stalled_device_hours"]),
+        ("idle replica device-h", lambda r: r["idle_replica_device_hours"]),
+        ("unstarted at end", lambda r: sum(r["unstarted"].values())),
+        ("five-factor product", lambda r: r["five_factor"]["product"]["value"]),
+        ("sim wall s", lambda r: r["sim_wall_s"]),
+    ]
+    print("| metric | fifo | quota | argosy | argosy / quota | argosy / fifo |")
+    print("|---|---|---|---|---|---|")
+    for name, get in rows:
+        f, q, a = (get(reports[p]) for p in ("fifo", "quota", "argosy"))
+        print(f"| {name} | {f:.4g} | {q:.4g} | {a:.4g} | {_ratio(a, q)} | {_ratio(a, f)} |")
+    return reports
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3g}x" if b else "-"
+
+
+def calibration(args) -> None:
+    """Generated statistics next to the source statistics they are calibrated to."""
+    from argosy.sim import calibration as cal
+
+    _, gen, _ = _trace(args.devices, args.days, args.seed)
+    jobs = [r for r in gen.records if r.kind != "infer"]
+    kinds = np.array([r.kind for r in jobs])
+    size = np.array([r.device_range[1] for r in jobs])
+    dur = np.array([r.work_device_s / r.device_range[1] for r in jobs])
+    work = np.array([r.work_device_s for r in jobs])
+    per_day = len(jobs) / args.devices / args.days
+    print(f"workloads {len(gen.records)}; per device-day {per_day:.3f}; "
+          f"offered {gen.offered_load:.3f}")  # fmt: skip
+    print("| kind | count % (gen) | count % (Seren) | device-time % (gen) | p25/p50/p75/p90 s (gen)"
+          " | p25/p50/p75/p90 s (Acme Seren) |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for k in ("eval", "finetune", "debug", "train"):
+        m = kinds == k
+        qs = np.quantile(dur[m], [0.25, 0.5, 0.75, 0.9]).round().astype(int).tolist()
+        src = [cal.DURATION_QUANTILES[k][p] for p in (0.25, 0.5, 0.75, 0.9)]
+        print(f"| {k} | {100 * m.mean():.1f} | {100 * cal.KIND_SHARE[k]:.1f} | "
+              f"{100 * work[m].sum() / work.sum():.1f} | {qs} | {src} |")  # fmt: skip
+    bins = [(1, 1), (2, 2), (3, 8), (9, 64), (65, 256), (257, 1 << 30)]
+    print("| GPUs | jobs % (gen) | jobs % (Seren) | GPU-time % (gen) | GPU-time % (Seren) |")
+    print("|---|---|---|---|---|")
+    seren_jobs = [54.0, 11.4, 31.3, 2.6, 0.4, 0.3]
+    seren_time = [1.3, 0.5, 10.1, 15.7, 28.7, 43.7]
+    for (lo, hi), sj, st in zip(bins, seren_jobs, seren_time, strict=True):
+        m = (size >= lo) & (size <= hi)
+        label = f"{lo}-{hi}" if hi < 1 << 30 else f">{lo - 1}"
+        print(f"| {label} | {100 * m.mean():.1f} | {sj} | {100 * work[m].sum() / work.sum():.1f}"
+              f" | {st} |")  # fmt: skip
+    submit = np.array([r.submit_s for r in jobs if r.submit_s > 0])
+    hourly = np.bincount(((submit % 86400) // 3600).astype(int), minlength=24)
+    print(f"hourly peak/trough {hourly.max() / max(hourly.min(), 1):.1f} (Venus 9.3)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=["speed", "cycle", "quality", "calibration"])
+    parser.add_argument("--devices", type=int, default=10000)
+    parser.add_argument("--days", type=float, default=30)
+    parser.add_argument("--pending", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    {"speed": speed, "cycle": cycle, "quality": quality, "calibration": calibration}[args.part](
+        args
+    )
+
+
+if __name__ == "__main__":
+    main()
