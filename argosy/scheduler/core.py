@@ -127,9 +127,15 @@ class Scheduler:
         depth = self.config.backfill_depth
         total_free = int(self.cap.free_devices.sum())
         heads, offered = self.policy.heads_per_queue, {}
+        fifo = self.policy.order == "fifo"
+        held: set[str] = set()  # fifo: chip pools whose head is blocked
         for w in self.pending:
+            if fifo and held.intersection(w.chips):
+                if len(held) == len(self.cap.groups_of_chip):
+                    break
+                continue
             if total_free <= 0:  # nothing fits any more; the rest may only make room
-                if self.policy.order == "fifo" or len(blocked) >= 64:
+                if fifo or len(blocked) >= 64:
                     break
                 if w.next_room_s <= now:
                     blocked.append(w)
@@ -145,7 +151,8 @@ class Scheduler:
                 deferred.append(w)
             else:
                 blocked.append(w)
-                if not self.policy.backfill:
+                held.update(w.chips)
+                if not self.policy.backfill and not fifo:
                     break
                 depth -= 1
                 if depth <= 0:

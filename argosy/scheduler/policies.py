@@ -1,7 +1,8 @@
 """Scheduling policies as data: which mechanisms are on, and the runtime's recovery budget.
 
-    fifo    first come, first served across the cluster; strict order (the head blocks),
-            no quotas, no preemption; inference holds its peak replicas all day.
+    fifo    first come, first served; strict order within a chip pool (a blocked head
+            blocks every later job that accepts one of its chip types), no quotas, no
+            preemption; inference holds its peak replicas all day.
     quota   Kueue-like: quotas with guarantee / nominal / ceiling and borrowing, priority
             order with fair sharing, backfill past blocked heads, preemption to reclaim
             borrowed quota and by priority; no elasticity, no co-location (inference

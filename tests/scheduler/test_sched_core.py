@@ -177,3 +177,12 @@ def test_without_spares_a_hit_gang_is_requeued_and_transient_faults_restart_in_p
     assert [(d.action, d.after) for d in hard] == [("requeue", 0)]
     assert gang in sched.pending and gang.alloc is None
     check_invariants(sched)
+
+
+def test_fifo_head_blocks_only_its_own_chip_pool():
+    sched, _ = make("a100-80g:64+h100:64", policy="fifo", chip="h100")
+    sched.submit(job("h-big", devices=64, chips=("h100",)))
+    sched.submit(job("h-blocked", devices=64, chips=("h100",)))
+    sched.submit(job("h-small", devices=8, chips=("h100",)))
+    sched.submit(job("a-ok", devices=8, chips=("a100-80g",)))
+    assert [d.workload.id for d in sched.cycle()] == ["h-big", "a-ok"]
