@@ -5,6 +5,25 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class BudgetConfig(BaseModel):
+    """Seconds a job stands still per fault, besides its rework since the checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    detection_s: float = Field(ge=0)
+    """From the fault to the runtime noticing it."""
+    restart_s: float = Field(ge=0)
+    """Tearing down and relaunching the processes."""
+    reload_s: float = Field(ge=0)
+    """Loading the checkpoint back."""
+
+
+def _budgets() -> dict[str, BudgetConfig]:
+    stock = BudgetConfig(detection_s=600.0, restart_s=600.0, reload_s=300.0)
+    fast = BudgetConfig(detection_s=30.0, restart_s=120.0, reload_s=60.0)
+    return {"fifo": stock, "quota": stock, "argosy": fast}
+
+
 class SimConfig(BaseModel):
     """How the simulator injects faults and paces the scheduler."""
 
@@ -24,6 +43,10 @@ class SimConfig(BaseModel):
     """How many times more often a lemon node fails (assumption)."""
     quarantine_replace_s: float = Field(default=48 * 3600.0, gt=0)
     """A quarantined node is replaced by a healthy one after this long (assumption)."""
+    runtime_budgets: dict[str, BudgetConfig] = Field(default_factory=_budgets)
+    """Recovery budget per policy: a stock PyTorch job waits out the NCCL timeout (600 s)
+    and reloads from disk; argosy's runtime detects in tens of seconds and reloads from
+    memory (fault_model.json `time_costs`). Policies not listed use their own default."""
     cycle_interval_s: float = Field(default=5.0, ge=0)
     """Least virtual seconds between two scheduling cycles (events in between batch up)."""
     tick_s: float = Field(default=600.0, gt=0)

@@ -232,7 +232,7 @@ class Simulation:
             return
         job = self.jobs[w.id]
         self._advance(job, t)
-        runtime = self.policy.runtime
+        runtime = self.cfg.runtime_budgets.get(self.policy.name, self.policy.runtime)
         if action == "start":
             if job.starts == 0:
                 self.acc.queue[w.kind].append(t - w.submit_s)
@@ -246,7 +246,8 @@ class Simulation:
             self._spread(w)
         elif action == "restart":
             self._lose(job, t)
-            self._set(job, d.after, t, runtime.total_s)
+            total = runtime.detection_s + runtime.restart_s + runtime.reload_s
+            self._set(job, d.after, t, total)
         else:  # preempt, requeue
             self._lose(job, t)
             self._set(job, 0, t, 0.0)
