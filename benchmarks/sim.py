@@ -43,9 +43,12 @@ def _run(cluster, gen, policy: str, seed: int) -> dict:
 
 def speed(args) -> dict:
     cluster, gen, gen_s = _trace(args.devices, args.days, args.seed)
+    cpu = time.process_time()
     report = _run(cluster, gen, "argosy", args.seed)
+    cpu = time.process_time() - cpu
     out = {"devices": args.devices, "days": args.days, "workloads": len(gen.records),
            "generate_s": round(gen_s, 1), "sim_wall_s": round(report["sim_wall_s"], 1),
+           "sim_cpu_s": round(cpu, 1),
            "faults": report["faults"], "cycles": report["cycles"],
            "allocation_rate": round(report["allocation_rate"], 4)}  # fmt: skip
     print(json.dumps(out))
@@ -95,7 +98,12 @@ def cycle(args) -> dict:
 def quality(args) -> dict:
     cluster, gen, _ = _trace(args.devices, args.days, args.seed)
     print(f"offered load {gen.offered_load:.3f}, {len(gen.records)} workloads")
-    reports = {p: _run(cluster, gen, p, args.seed) for p in ("fifo", "quota", "argosy")}
+    reports, cpu = {}, {}
+    for p in ("fifo", "quota", "argosy"):
+        start = time.process_time()
+        reports[p] = _run(cluster, gen, p, args.seed)
+        cpu[p] = time.process_time() - start
+        reports[p]["sim_cpu_s"] = cpu[p]
     rows = [
         ("allocation_rate", lambda r: r["allocation_rate"]),
         ("useful_rate", lambda r: r["useful_rate"]),
@@ -114,6 +122,7 @@ def quality(args) -> dict:
         ("unstarted at end", lambda r: sum(r["unstarted"].values())),
         ("five-factor product", lambda r: r["five_factor"]["product"]["value"]),
         ("sim wall s", lambda r: r["sim_wall_s"]),
+        ("sim CPU s", lambda r: r["sim_cpu_s"]),
     ]
     print("| metric | fifo | quota | argosy | argosy / quota | argosy / fifo |")
     print("|---|---|---|---|---|---|")
