@@ -38,8 +38,9 @@ def generate(
     from argosy.sim.generate import write_generated
 
     resolved = load_cluster(cluster)
-    gen = make(resolved, days, seed=seed, load=load)
-    trace, queues = write_generated(gen, out)
+    with console.status(f"generating {days:g} days for {resolved.num_devices} devices"):
+        gen = make(resolved, days, seed=seed, load=load)
+        trace, queues = write_generated(gen, out)
     kinds: dict[str, int] = {}
     for r in gen.records:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
