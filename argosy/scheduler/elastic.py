@@ -70,6 +70,8 @@ def _grow_service(sched, w: Workload, missing: int, now: float) -> None:
     while missing > 0:
         placed = _place_chunk(sched, w, missing)
         if placed is None:
+            if not sched.policy.preemption:
+                return
             urgent = _below_guarantee(sched, w)
             found = room.make_room(sched, w, min(missing, 8), now, urgent=urgent)
             if found is None:
