@@ -334,8 +334,64 @@ def verify(step_dir: Path) -> list[str]:
     return [p for p in problems if p]
 
 
+def read_index(step_dir: Path, rank: int) -> tuple[SnapshotMeta, dict[str, Any]]:
+    """(meta, offsets) of one rank from its checksummed index file."""
+    manifest = read_manifest(step_dir)
+    files = manifest["files"]
+    index_name = f"rank{rank}.meta"
+    if index_name not in files or data_file(rank) not in files:
+        raise TornCheckpointError(f"{step_dir.name}: manifest lists no files of rank {rank}")
+    index_bytes = (step_dir / index_name).read_bytes()
+    if zlib.crc32(index_bytes) != files[index_name]["crc32"]:
+        raise TornCheckpointError(f"{step_dir.name}/{index_name}: checksum mismatch")
+    return pickle.loads(index_bytes)
+
+
+def read_into(
+    step_dir: Path, rank: int, meta: SnapshotMeta, offsets: dict[str, Any], dests: dict
+) -> None:
+    """Read the rank's tensors straight into `dests` (fqn -> contiguous CPU tensor).
+
+    One sequential pass over the file: tensor bytes land in their destination, the bytes
+    between them in a scratch buffer, and crc32 runs over both, in file order, in a helper
+    thread. Raises TornCheckpointError (and `dests` must then be treated as garbage).
+    """
+    name = data_file(rank)
+    want = read_manifest(step_dir)["files"][name]
+    problem = check_file(step_dir, name, want, full=False)
+    if problem:
+        raise TornCheckpointError(problem)
+    regions = sorted(
+        (offsets["raw"][e.fqn], e.nbytes, dests[e.fqn]) for e in meta.tensors if e.nbytes
+    )
+    crc = [0]
+
+    def update(chunk: Any) -> None:
+        crc[0] = zlib.crc32(chunk, crc[0])
+
+    with ThreadPoolExecutor(1) as pool, open(step_dir / name, "rb", buffering=0) as f:
+        pos = 0
+        for start, size, dest in [*regions, (want["bytes"], 0, None)]:
+            if start > pos:
+                gap = f.read(start - pos)
+                pool.submit(update, gap)
+                pos += len(gap)
+            if dest is None:
+                continue
+            view = memoryview(dest.view(-1).view(__import__("torch").uint8).numpy())
+            for at in range(0, size, _CHUNK):
+                chunk = view[at : at + _CHUNK]
+                got = f.readinto(chunk)
+                if got != chunk.nbytes:
+                    raise TornCheckpointError(f"{step_dir.name}/{name}: short read")
+                pool.submit(update, chunk)
+            pos += size
+    if crc[0] != want["crc32"]:
+        raise TornCheckpointError(f"{step_dir.name}/{name}: checksum mismatch")
+
+
 def read_rank(step_dir: Path, rank: int) -> tuple[SnapshotMeta, torch.Tensor, dict[str, int]]:
-    """(meta, the rank's data file as one uint8 tensor, raw offsets), checksums verified.
+    """(meta, the rank's data file as one uint8 tensor, offsets), checksums verified.
 
     The file is read once; its crc32 is computed in a helper thread while the next chunk
     is read. Raises TornCheckpointError naming what is wrong.

@@ -124,6 +124,8 @@ class FlashCheckpointer:
         self._stager: DeviceStager | None = None
         self._staged: tuple[int, bytes, dict[int, bytes]] | None = None
         self._closed = False
+        self.last_copy_s: float | None = None
+        """Seconds the persister took to copy the last snapshot into shared memory."""
         self.last_load_source: str | None = None
         """Where the last `load` read from: "memory", "disk" or None."""
         if prestart:  # start-up (~1-2 s of imports) overlaps the caller's load and first steps
@@ -221,6 +223,7 @@ class FlashCheckpointer:
         if kind == "ready":
             self._ready = True
         elif kind == "copied":
+            self.last_copy_s = msg[2]
             if self._pending == msg[1]:
                 self._pending = None
         elif kind == "durable":

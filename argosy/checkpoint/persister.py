@@ -163,6 +163,7 @@ class Persister:
                 self.cond.wait()
 
     def _snap(self, step: int, meta_bytes: bytes, inline: dict[int, bytes]) -> None:
+        started = time.perf_counter()
         try:
             meta: SnapshotMeta = pickle.loads(meta_bytes)
             self._ensure_slots(meta.data_len + 2 * len(meta_bytes))
@@ -184,11 +185,11 @@ class Persister:
             with self.cond:
                 slot.step, slot.meta = step, meta
                 self.cond.notify_all()
-            self.send("copied", step)
+            self.send("copied", step, time.perf_counter() - started)
         except Exception as err:  # reported to the trainer, which raises it
             traceback.print_exc()
             self.send("error", f"snapshot of step {step} failed: {err!r}")
-            self.send("copied", step)
+            self.send("copied", step, time.perf_counter() - started)
 
     # -- persisting ---------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ def choose_step(
 
 def read_memory(slot: MemorySlot, into: dict[str, Any] | None) -> tuple[int, dict[str, Any]] | None:
     """The slot's state, or None when it changed or tore while being read (seqlock check)."""
-    seg = Segment.open(slot.path)
+    seg = Segment.open(slot.path, populate=True)
     try:
         head = seg.header()
         if head is None or head.state is not SlotState.COMPLETE or head.step != slot.step:
@@ -106,9 +106,28 @@ def read_memory(slot: MemorySlot, into: dict[str, Any] | None) -> tuple[int, dic
 
 
 def read_disk(step_dir: Path, rank: int, into: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
-    """This rank's state from a committed step (checksums verified); raises TornCheckpointError."""
-    meta, buffer, raw_offsets = disk.read_rank(step_dir, rank)
-    return meta.step, _fill(meta, lambda e: _disk_tensor(buffer, raw_offsets, e), into)
+    """This rank's state from a committed step (checksums verified); raises TornCheckpointError.
+
+    Tensor bytes are read straight into `into`'s tensors when they are contiguous on the
+    CPU (else into fresh tensors, then copied): no staging buffer, one pass over the file.
+    """
+    meta, offsets = disk.read_index(step_dir, rank)
+    if any(e.nbytes and e.fqn not in offsets["raw"] for e in meta.tensors):
+        meta, buffer, offsets = disk.read_rank(step_dir, rank)  # records need parsing
+        return meta.step, _fill(meta, lambda e: _disk_tensor(buffer, offsets, e), into)
+    targets: dict[str, torch.Tensor] = {}
+    if into is not None:
+        flat_into, _ = flatten(into)
+        problems = mismatches(meta, flat_into)
+        if problems:
+            raise CheckpointMismatchError(meta.step, problems)
+        for entry in meta.tensors:
+            local = local_tensor(flat_into[entry.fqn])[0].detach()
+            if local.is_contiguous() and local.device.type == "cpu":
+                targets[entry.fqn] = local
+    dests = {e.fqn: targets.get(e.fqn, torch.empty(e.shape, dtype=e.dtype)) for e in meta.tensors}
+    disk.read_into(step_dir, rank, meta, offsets, dests)
+    return meta.step, _fill(meta, lambda e: dests[e.fqn], into, fresh=True)
 
 
 def read_resharded(step_dir: Path, into: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -144,7 +163,10 @@ def _disk_tensor(buffer: torch.Tensor, offsets: dict[str, Any], entry: Any) -> t
     return raw.view(entry.dtype).view(entry.shape)
 
 
-def _fill(meta: SnapshotMeta, source: Any, into: dict[str, Any] | None) -> dict[str, Any]:
+def _fill(
+    meta: SnapshotMeta, source: Any, into: dict[str, Any] | None, fresh: bool = False
+) -> dict[str, Any]:
+    """The state: `into`'s tensors filled from `source(entry)`, or copies (views if `fresh`)."""
     flat: dict[str, Any] = {}
     if into is not None:
         flat_into, _ = flatten(into)
@@ -153,12 +175,14 @@ def _fill(meta: SnapshotMeta, source: Any, into: dict[str, Any] | None) -> dict[
             raise CheckpointMismatchError(meta.step, problems)
         for entry in meta.tensors:
             target = flat_into[entry.fqn]
-            local, _, _, _ = local_tensor(target)
-            local.detach().copy_(source(entry))
+            local = local_tensor(target)[0].detach()
+            src = source(entry)
+            if src.data_ptr() != local.data_ptr() or src.device != local.device:
+                local.copy_(src)
             flat[entry.fqn] = target
     else:
         for entry in meta.tensors:
-            flat[entry.fqn] = source(entry).clone()
+            flat[entry.fqn] = source(entry) if fresh else source(entry).clone()
     for obj in meta.objects:
         flat[obj.fqn] = decode_object(obj.payload)
     return unflatten(flat, meta.mappings)

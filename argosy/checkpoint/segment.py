@@ -87,7 +87,7 @@ class Segment:
         return seg
 
     @classmethod
-    def open(cls, path: Path, writable: bool = False) -> Segment:
+    def open(cls, path: Path, writable: bool = False, populate: bool = False) -> Segment:
         fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
         size = os.fstat(fd).st_size
         if size < HEADER_BYTES:
@@ -96,7 +96,10 @@ class Segment:
         seg = cls.__new__(cls)
         seg.path, seg.fd, seg.size = path, fd, size
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        seg.map = mmap.mmap(fd, size, prot=prot)
+        # MAP_POPULATE maps every page in one call: faulting them one by one costs more
+        # than the copy that follows (a restore reads the whole slot anyway)
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+        seg.map = mmap.mmap(fd, size, flags=flags, prot=prot)
         return seg
 
     def prefault(self) -> None:
