@@ -48,6 +48,7 @@ class Scheduler:
         self.running: dict[str, Workload] = {}
         self.elastic_running: dict[str, Workload] = {}
         self.services: list[Workload] = []
+        self.services_settled = -1
         self.out: list[Decision] = []
         self._seq: dict[str, int] = {}
         self.spares = [0] * len(cluster.groups)
@@ -63,10 +64,17 @@ class Scheduler:
             return Decision("reject", w, 0, 0, reason)
         if w.kind == "infer":
             self.services.append(w)
+            self.services_settled = -1
             return None
         self._seq.setdefault(w.id, len(self._seq))
         self.enqueue(w)
         return None
+
+    def forecast_changed(self) -> None:
+        """A service's load profile changed: recompute every target at the next cycle."""
+        for w in self.services:
+            w.target_cache = (-1, 0)
+        self.services_settled = -1
 
     def enqueue(self, w: Workload) -> None:
         w.state = State.PENDING

@@ -37,6 +37,14 @@ def target_replicas(sched, w: Workload, now: float) -> int:
 
 
 def scale_services(sched, now: float) -> None:
+    """Bring every service to its target; skipped while the forecast step is the one at
+    which every service last reached its target (a fault or a new service resets it)."""
+    if not sched.services:
+        return
+    step = int(now // min(w.profile_step_s for w in sched.services))
+    if sched.services_settled == step:
+        return
+    settled = True
     for w in sched.services:
         before = w.devices
         target = target_replicas(sched, w, now)
@@ -47,8 +55,10 @@ def scale_services(sched, now: float) -> None:
         else:
             _grow_service(sched, w, target - before, now)
         w.recount()
+        settled &= w.devices == target
         if w.devices != before:
             sched.out.append(Decision("replicas", w, before, w.devices))
+    sched.services_settled = step if settled else -1
 
 
 def _shrink_service(sched, w: Workload, excess: int) -> None:

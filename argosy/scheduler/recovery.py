@@ -25,6 +25,7 @@ def node_failed(sched, node: int, now: float, *, hardware: bool) -> list[Decisio
     out: list[Decision] = []
     if not cap.up[node]:
         return out
+    sched.services_settled = -1
     if cap.spare[node]:
         g = int(cap.group[node])
         cap.set_usable(node)

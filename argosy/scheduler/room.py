@@ -34,11 +34,14 @@ def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool):
 
 
 def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | None:
-    shrink, evict = _candidates(sched, w, g, now, urgent, entitled)
-    d = sched.cap.dpn[g]
-    releasable = sum(v.devices - v.min_devices for v in shrink) + sum(v.devices for v in evict)
-    if releasable + int(sched.cap.free_devices[g]) < n:
-        return None
+    free, d = int(sched.cap.free_devices[g]), sched.cap.dpn[g]
+    shrink = _shrinkable(sched, w, g, urgent)
+    releasable = sum(v.devices - v.min_devices for v in shrink)
+    evict = None  # found only when shrinking cannot be enough (the scan is the cost)
+    if releasable + free < n:
+        evict = _victims(sched, w, g, now, urgent, entitled)
+        if releasable + sum(v.devices for v in evict) + free < n:
+            return None
     undo: list[tuple[Workload, Allocation, Allocation | None]] = []
     missing = n - int(sched.cap.free_devices[g]) + buffer_devices(sched, g)
     for v in shrink:
@@ -54,6 +57,8 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | 
         if placed is not None:
             _commit(sched, undo, now)
             return placed
+    if evict is None:
+        evict = _victims(sched, w, g, now, urgent, entitled)
     for v in evict[: sched.config.max_victims]:
         sched.cap.give(v.alloc)
         undo.append((v, v.alloc, None))
@@ -74,20 +79,29 @@ def buffer_devices(sched, g: int) -> int:
     return int(sched.config.elastic_buffer_fraction * sched.cluster.groups[g].num_devices)
 
 
-def _candidates(sched, w, g, now, urgent, entitled):
-    shrink, evict = [], []
+def _shrinkable(sched, w, g, urgent) -> list[Workload]:
+    if not sched.policy.elastic:
+        return []
+    out = [
+        v
+        for v in sched.elastic_running.values()
+        if v.alloc is not None and v.alloc.group == g and v.devices > v.min_devices
+        and (v.priority <= w.priority or urgent)
+    ]  # fmt: skip
+    out.sort(key=lambda v: (v.lent == 0, v.priority, v.devices, v.id))
+    return out
+
+
+def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:
     cfg = sched.config
-    for v in sched.running.values():
-        if v.alloc is None or v.alloc.group != g or v.kind == "infer":
-            continue
-        shrinkable = sched.policy.elastic and v.elastic and v.devices > v.min_devices
-        if shrinkable and (v.priority <= w.priority or urgent):
-            shrink.append(v)
-        if _evictable(v, w, now, cfg, urgent, entitled):
-            evict.append(v)
-    shrink.sort(key=lambda v: (v.lent == 0, v.priority, v.devices, v.id))
-    evict.sort(key=lambda v: (v.borrowed == 0, v.priority, -v.segment_s, v.id))
-    return shrink, evict
+    out = [
+        v
+        for v in sched.running.values()
+        if v.alloc is not None and v.alloc.group == g and v.kind != "infer"
+        and _evictable(v, w, now, cfg, urgent, entitled)
+    ]  # fmt: skip
+    out.sort(key=lambda v: (v.borrowed == 0, v.priority, -v.segment_s, v.id))
+    return out
 
 
 def _evictable(v, w, now: float, cfg, urgent: bool, entitled: bool) -> bool:

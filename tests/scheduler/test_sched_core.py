@@ -135,14 +135,14 @@ def test_guarantee_is_reclaimed_from_lent_capacity_within_one_cycle():
     clock.set(3 * 86400)  # far from any step boundary effects: reset the forecast
     svc.profile_step_s = 86400.0 * 10
     svc.profile[:] = 0.1
-    svc.target_cache = (-1, 0)
+    sched.forecast_changed()
     sched.cycle()
     clock.advance(sched.config.min_resize_interval_s)
     sched.cycle()
     lent = next(w for w in sched.running.values() if w.id == "el")
     assert svc.devices < 10 and lent.lent > 0  # idle guarantee lent to elastic training
     svc.profile[:] = 1.0
-    svc.target_cache = (-1, 0)
+    sched.forecast_changed()
     sched.cycle()
     assert svc.devices == 64  # back within one cycle, by shrinking the borrower
     check_invariants(sched)

@@ -43,7 +43,7 @@ def apply(sched, clock, svc, step, counter):
         recovery.release_quarantine(sched, step[1])
     elif kind == "load":
         svc.profile[:] = step[1]
-        svc.target_cache = (-1, 0)
+        sched.forecast_changed()
     else:
         clock.advance(step[1])
     sched.cycle()
@@ -64,7 +64,7 @@ def test_invariants_hold_under_any_sequence(policy, steps):
     for node in range(NODES):  # bring every node back, then ask for the whole guarantee
         recovery.release_quarantine(sched, node)
     svc.profile[:] = 1.0
-    svc.target_cache = (-1, 0)
+    sched.forecast_changed()
     sched.cycle()
     check_invariants(sched)
     assert svc.devices == 48, "guarantee not reclaimed within one cycle"
