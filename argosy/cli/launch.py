@@ -10,6 +10,7 @@ import it themselves.
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -72,10 +73,18 @@ def launch(
         master_port=master_port,
         max_restarts=config.max_restarts,
     )
-    summary = _run(spec, injections, config, _total_steps(command), quiet)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # stop the ranks, then exit
+    try:
+        summary = _run(spec, injections, config, _total_steps(command), quiet)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _report(summary, run_dir)
     if summary["status"] != "completed":
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=130 if summary["status"] == "interrupted" else 1)
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _runtime_config(ctx, max_restarts, hang_timeout, straggler_policy, spares):  # noqa: ANN001, ANN202

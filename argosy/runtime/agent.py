@@ -103,10 +103,11 @@ class Agent:
                     break
                 self.log.emit("restart", attempt=attempt + 1, reason=fault.kind)
             group = None
+        except KeyboardInterrupt:
+            status = "interrupted"
         finally:
-            if group is not None:  # interrupted: leave nothing running
+            if group is not None:  # interrupted or failed: leave nothing running
                 group.stop(self.config.term_grace_s)
-                status = "interrupted"
             self.log.emit("end", status=status)
             for path in (spec.run_dir / "stacks").glob("*.txt"):
                 if path.stat().st_size == 0:
@@ -155,6 +156,8 @@ class Agent:
                 return fault
             if all(c == 0 for c in codes.values()):
                 return None
+            if self._lingering(group, snap, codes, now, attempt):
+                return None
             live = [r for r, c in codes.items() if c is None and snap[r, Slot.T_DONE] == 0]
             verdict = hang.check(snap, live, spawned, now)
             if verdict is not None:
@@ -162,6 +165,18 @@ class Agent:
             fault = self._straggler(slow, snap, now, attempt)
             if fault is not None:
                 return fault
+
+    def _lingering(
+        self, group: WorkerGroup, snap: np.ndarray, codes: dict, now: float, attempt: int
+    ) -> bool:
+        """Every rank said it finished, yet some do not exit: stop them, the run is done."""
+        done_at = [float(snap[r, Slot.T_DONE]) for r in codes]
+        if not all(done_at) or now - max(done_at) <= self.config.exit_timeout_s:
+            return False
+        stuck = [r for r, c in codes.items() if c is None]
+        self.log.emit("linger", attempt=attempt, ranks=stuck, waited_s=now - max(done_at))
+        group.stop(self.config.term_grace_s)
+        return True
 
     def _read_board(
         self,
@@ -250,7 +265,7 @@ class Agent:
     def _straggler(
         self, slow: StragglerDetector, snap: np.ndarray, now: float, attempt: int
     ) -> Fault | None:
-        verdict = slow.check(exclude=self.reported_stragglers)
+        verdict = slow.check(now, exclude=self.reported_stragglers)
         if verdict is None:
             return None
         self.reported_stragglers.add(verdict.rank)

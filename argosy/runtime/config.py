@@ -22,6 +22,8 @@ class RuntimeConfig(BaseModel):
     """Seconds a rank may take from spawn to its first step before it counts as hung."""
     term_grace_s: float = Field(3.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping the group."""
+    exit_timeout_s: float = Field(60.0, gt=0)
+    """Seconds ranks may linger after all reported `finish()` before they are stopped."""
     stack_dump_wait_s: float = Field(0.5, ge=0)
     """Seconds given to ranks to write their Python stacks after a hang."""
     straggler_threshold: float = Field(1.5, gt=1)
@@ -30,6 +32,8 @@ class RuntimeConfig(BaseModel):
     """Recent steps compared; the rank must be slow in most of them."""
     straggler_fraction: float = Field(0.8, gt=0, le=1)
     """Share of the window in which the rank must exceed the threshold to be confirmed."""
+    straggler_confirm_s: float = Field(5.0, ge=0)
+    """Seconds a rank must stay flagged before it is reported (filters bursts)."""
     straggler_policy: Literal["warn", "restart"] = "warn"
     """warn: report and keep going; restart: restart the group on a spare without it."""
     spares: int = Field(0, ge=0)

@@ -122,8 +122,8 @@ class StragglerDetector:
 
     Over the last `window` steps every rank reported, a rank is a straggler when the
     median of its compute times is `threshold` times the median of its peers' medians
-    (robust to one noisy step) and it was the slower one in at least `fraction` of the
-    steps (consistent, not a burst).
+    (robust to one noisy step), it was the slower one in at least `fraction` of the
+    steps, and both have held for `confirm_s` seconds of checks (not a burst).
     """
 
     def __init__(self, config: RuntimeConfig, world_size: int) -> None:
@@ -131,6 +131,7 @@ class StragglerDetector:
         self.world_size = world_size
         self._pending: dict[int, dict[int, float]] = defaultdict(dict)
         self._rows: deque[tuple[int, dict[int, float]]] = deque(maxlen=config.straggler_window)
+        self._since: dict[int, float] = {}
 
     def observe(self, rank: int, step: int, compute_s: float) -> None:
         """Record one rank's compute time for one step; a complete step joins the window."""
@@ -144,10 +145,19 @@ class StragglerDetector:
         for old in [s for s in self._pending if s < step - 4 * self.config.straggler_window]:
             del self._pending[old]
 
-    def check(self, exclude: set[int] = frozenset()) -> StragglerVerdict | None:
-        """The slowest confirmed straggler not in `exclude`, or None."""
+    def check(self, now: float, exclude: set[int] = frozenset()) -> StragglerVerdict | None:
+        """The slowest straggler not in `exclude` that has held `confirm_s` by `now`, or None."""
+        flagged = {v.rank: v for v in self._flagged(exclude)}
+        self._since = {r: self._since.get(r, now) for r in flagged}
+        confirmed = [
+            v for r, v in flagged.items() if now - self._since[r] >= self.config.straggler_confirm_s
+        ]
+        return max(confirmed, key=lambda v: v.slowdown, default=None)
+
+    def _flagged(self, exclude: set[int]) -> list[StragglerVerdict]:
+        """Ranks that look slow over the current window."""
         if len(self._rows) < self.config.straggler_window:
-            return None
+            return []
         rows = [row for _, row in self._rows]
         medians = {r: statistics.median(row[r] for row in rows) for r in range(self.world_size)}
         found = []
@@ -165,8 +175,9 @@ class StragglerDetector:
             ):
                 first, last = self._rows[0][0], self._rows[-1][0]
                 found.append(StragglerVerdict(rank, round(factor, 3), first, last))
-        return max(found, key=lambda v: v.slowdown, default=None)
+        return found
 
     def reset(self) -> None:
         self._pending.clear()
         self._rows.clear()
+        self._since.clear()

@@ -19,6 +19,7 @@ CONTRACT = {
     "lost_s",
     "faults",
 }
+QUICK_CONFIRM = ("runtime.straggler_confirm_s=0.3",)  # 40 steps last ~2 s here
 FAULT_KEYS = {
     "kind",
     "rank",
@@ -29,9 +30,17 @@ FAULT_KEYS = {
 }
 
 
-def launch(run: Path, *flags: str) -> dict:
+def launch(run: Path, *flags: str, settings: tuple[str, ...] = ()) -> dict:
     done = argosy(
-        "launch", "--quiet", "--nproc-per-node", "2", "--run-dir", str(run), *flags, *TRAIN
+        *[x for item in settings for x in ("--set", item)],
+        "launch",
+        "--quiet",
+        "--nproc-per-node",
+        "2",
+        "--run-dir",
+        str(run),
+        *flags,
+        *TRAIN,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return summary(run)
@@ -83,7 +92,7 @@ def test_kill_exit_and_hang_resume_to_the_same_losses(fault_free: Path, tmp_path
 
 
 def test_straggler_is_reported_with_its_rank_and_factor(tmp_path: Path) -> None:
-    s = launch(tmp_path, "--inject", "slow:rank=1:factor=3:from_step=5")
+    s = launch(tmp_path, "--inject", "slow:rank=1:factor=3:from_step=5", settings=QUICK_CONFIRM)
     (fault,) = s["faults"]
     assert (fault["kind"], fault["rank"], fault["action"]) == ("straggler", 1, "warn")
     assert fault["slowdown"] > 1.5
@@ -99,6 +108,7 @@ def test_straggler_policy_restart_swaps_it_for_a_spare(fault_free: Path, tmp_pat
         "1",
         "--inject",
         "slow:rank=0:factor=3:from_step=3",
+        settings=QUICK_CONFIRM,
     )
     assert [(f["kind"], f["rank"]) for f in s["faults"]] == [("straggler", 0)]
     assert s["restarts"] == 1 and s["final_step"] == 40
@@ -130,3 +140,43 @@ def test_a_script_that_always_fails_is_not_restarted_forever(tmp_path: Path) -> 
 def test_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     done = argosy("launch", "--nproc-per-node", "1", str(tmp_path / "nope.py"))
     assert done.returncode == 2 and "not found" in done.stderr
+
+
+def test_sigterm_to_the_launcher_stops_every_rank(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "argosy",
+        "launch",
+        "--quiet",
+        "--nproc-per-node",
+        "2",
+        "--run-dir",
+        str(run),
+        str(EXAMPLE),
+        "--steps",
+        "100000",
+        "--checkpointer",
+        "disk",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events = run / "events.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and '"step"' not in (
+        events.read_text() if events.exists() else ""
+    ):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    spawn = next(json.loads(x) for x in events.read_text().splitlines() if '"spawn"' in x)
+    for pid in spawn["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert summary(run)["status"] == "interrupted"

@@ -84,15 +84,29 @@ def feed(detector: StragglerDetector, steps: range, times: dict[int, float]) -> 
 
 
 def test_consistent_straggler_is_confirmed_with_its_factor() -> None:
-    config = RuntimeConfig(straggler_window=10, straggler_threshold=1.5)
+    config = RuntimeConfig(straggler_window=10, straggler_threshold=1.5, straggler_confirm_s=5)
     slow = StragglerDetector(config, world_size=4)
     feed(slow, range(1, 10), {0: 0.1, 1: 0.1, 2: 0.25, 3: 0.1})
-    assert slow.check() is None  # window not yet full
+    assert slow.check(now=0.0) is None  # window not yet full
     feed(slow, range(10, 11), {0: 0.1, 1: 0.1, 2: 0.25, 3: 0.1})
-    verdict = slow.check()
+    assert slow.check(now=1.0) is None  # flagged, not yet for confirm_s
+    verdict = slow.check(now=6.0)
     assert verdict is not None and verdict.rank == 2
     assert verdict.slowdown == pytest.approx(2.5)
-    assert slow.check(exclude={2}) is None
+    assert slow.check(now=7.0, exclude={2}) is None
+
+
+def test_a_burst_shorter_than_confirm_s_is_not_reported() -> None:
+    config = RuntimeConfig(straggler_window=5, straggler_confirm_s=5)
+    slow = StragglerDetector(config, world_size=2)
+    feed(slow, range(1, 6), {0: 0.1, 1: 0.3})
+    assert slow.check(now=0.0) is None
+    feed(slow, range(6, 11), {0: 0.1, 1: 0.1})  # the burst is over
+    assert slow.check(now=3.0) is None
+    feed(slow, range(11, 16), {0: 0.1, 1: 0.3})  # slow again: the clock restarts
+    assert slow.check(now=4.0) is None
+    assert slow.check(now=8.0) is None
+    assert slow.check(now=9.0) is not None
 
 
 def test_occasional_slow_steps_are_not_a_straggler() -> None:
@@ -100,10 +114,10 @@ def test_occasional_slow_steps_are_not_a_straggler() -> None:
     slow = StragglerDetector(config, world_size=2)
     for step in range(1, 21):
         feed(slow, range(step, step + 1), {0: 0.1, 1: 0.3 if step % 3 == 0 else 0.1})
-    assert slow.check() is None
+    assert slow.check(now=100.0) is None
 
 
 def test_straggler_needs_every_rank_of_a_step() -> None:
     slow = StragglerDetector(RuntimeConfig(straggler_window=3), world_size=2)
     feed(slow, range(1, 10), {1: 0.5})
-    assert slow.check() is None
+    assert slow.check(now=100.0) is None
