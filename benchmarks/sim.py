@@ -16,6 +16,7 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -36,9 +37,12 @@ def _trace(devices: int, days: float, seed: int):
     return cluster, gen, time.perf_counter() - t0
 
 
-def _run(cluster, gen, policy: str, seed: int) -> dict:
+def _run(cluster, gen, policy: str, seed: int, heads: int | None = None) -> dict:
     tree = build_tree(QueuesFile.model_validate(gen.queues), cluster)
-    return Simulation(cluster, tree, gen.records, policies.get(policy), seed=seed).run()
+    chosen = policies.get(policy)
+    if heads is not None:  # e.g. quota without Kueue's one admission per queue per cycle
+        chosen = replace(chosen, heads_per_queue=heads)
+    return Simulation(cluster, tree, gen.records, chosen, seed=seed).run()
 
 
 def speed(args) -> dict:
@@ -101,7 +105,7 @@ def quality(args) -> dict:
     reports, cpu = {}, {}
     for p in ("fifo", "quota", "argosy"):
         start = time.process_time()
-        reports[p] = _run(cluster, gen, p, args.seed)
+        reports[p] = _run(cluster, gen, p, args.seed, args.quota_heads if p == "quota" else None)
         cpu[p] = time.process_time() - start
         reports[p]["sim_cpu_s"] = cpu[p]
     rows = [
@@ -181,6 +185,9 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quota-heads", type=int, default=None, help="quota's admissions per queue per cycle"
+    )
     args = parser.parse_args()
     {"speed": speed, "cycle": cycle, "quality": quality, "calibration": calibration}[args.part](
         args
