@@ -133,6 +133,9 @@ def quality(args) -> dict:
     for name, get in rows:
         f, q, a = (get(reports[p]) for p in ("fifo", "quota", "argosy"))
         print(f"| {name} | {f:.4g} | {q:.4g} | {a:.4g} | {_ratio(a, q)} | {_ratio(a, f)} |")
+    for p, r in reports.items():
+        factors = {k: round(v["value"], 4) for k, v in r["five_factor"].items()}
+        print(f"five-factor {p}: {json.dumps(factors)}")
     return reports
 
 
