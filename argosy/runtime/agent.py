@@ -12,6 +12,7 @@ logs every step of it. The ranks resume from the latest flash checkpoint themsel
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -21,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from argosy.core.clock import Clock, SystemClock
-from argosy.runtime import goodput
+from argosy.runtime import goodput, warm
 from argosy.runtime.board import ProgressBoard, Slot, injected_at, ring_entries
 from argosy.runtime.config import RuntimeConfig
 from argosy.runtime.events import EVENTS_FILE, SUMMARY_FILE, EventLog, write_json_atomic
-from argosy.runtime.group import GroupSpec, WorkerGroup
+from argosy.runtime.group import GroupSpec, WorkerGroup, base_env, can_use_standby
 from argosy.runtime.inject import Injection, encode
 from argosy.runtime.watchdog import HangDetector, StragglerDetector
 
@@ -75,6 +76,7 @@ class Agent:
         self.fired: dict[int, float] = {}
         self.spares_left = config.spares
         self.reported_stragglers: set[int] = set()
+        self.standby: list[subprocess.Popen] = []
 
     def run(self) -> dict[str, Any]:
         spec = self.spec
@@ -89,8 +91,10 @@ class Agent:
         try:
             for attempt in range(self.config.max_restarts + 1):
                 self.board.reset()
-                group = WorkerGroup(spec, attempt, self._inject_env)
-                self.log.emit("spawn", attempt=attempt, pids=[p.pid for p in group.procs])
+                standby, self.standby = self.standby, []
+                group = WorkerGroup(spec, attempt, self._inject_env, standby)
+                pids = [p.pid for p in group.procs]
+                self.log.emit("spawn", attempt=attempt, pids=pids, warm=group.warm_started)
                 fault = self._watch(group, attempt)
                 if fault is None:
                     status = "completed"
@@ -108,6 +112,9 @@ class Agent:
         finally:
             if group is not None:  # interrupted or failed: leave nothing running
                 group.stop(self.config.term_grace_s)
+            for proc in self.standby:
+                proc.kill()
+                proc.wait()
             self.log.emit("end", status=status)
             for path in (spec.run_dir / "stacks").glob("*.txt"):
                 if path.stat().st_size == 0:
@@ -151,6 +158,8 @@ class Agent:
             codes = group.poll()
             snap = self.board.snapshot()
             self._read_board(snap, watch, attempt, hang, slow)
+            if watch.resumed and not self.standby:
+                self._start_standby()
             fault = self._exit_fault(snap, codes, now)
             if fault is not None:
                 return fault
@@ -165,6 +174,12 @@ class Agent:
             fault = self._straggler(slow, snap, now, attempt)
             if fault is not None:
                 return fault
+
+    def _start_standby(self) -> None:
+        """Warm processes for the next attempt, started once this one trains."""
+        if self.config.warm_standby and can_use_standby(self.spec.command):
+            env = base_env()
+            self.standby = [warm.start_standby(env) for _ in range(self.spec.nproc_per_node)]
 
     def _lingering(
         self, group: WorkerGroup, snap: np.ndarray, codes: dict, now: float, attempt: int
@@ -332,7 +347,8 @@ class Agent:
 def _reclaim_snapshots(run_id: str) -> None:
     """Free the run's flash-checkpoint segments in /dev/shm: the run is over."""
     try:
-        from argosy.checkpoint.flash import reclaim
+        from argosy.checkpoint.segment import job_segments  # light: no torch
     except ImportError:
         return
-    reclaim(run_id)
+    for path in job_segments(run_id):
+        path.unlink(missing_ok=True)

@@ -12,6 +12,8 @@ class RuntimeConfig(BaseModel):
 
     max_restarts: int = Field(3, ge=0)
     """Group restarts allowed before the launcher gives up and reports the cause."""
+    warm_standby: bool = True
+    """Keep one process per local rank with torch imported, ready for the next restart."""
     poll_interval_s: float = Field(0.05, gt=0)
     """How often the agent reads the progress board and checks the processes."""
     hang_floor_s: float = Field(5.0, gt=0)

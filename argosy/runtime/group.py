@@ -14,12 +14,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from argosy.runtime import hooks
+from argosy.runtime import hooks, warm
 
 
 @dataclass
@@ -50,35 +51,68 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class WorkerGroup:
-    """The live processes of one attempt."""
+def base_env() -> dict[str, str]:
+    """What every rank and standby starts with: ours, unbuffered, one OpenMP thread."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
 
-    def __init__(self, spec: GroupSpec, attempt: int, inject_env: Callable[[int], str]) -> None:
+
+def can_use_standby(command: list[str]) -> bool:
+    """Standbys run Python scripts with this interpreter; anything else starts cold."""
+    return len(command) >= 2 and command[0] == sys.executable and command[1].endswith(".py")
+
+
+class WorkerGroup:
+    """The live processes of one attempt; `standby` processes are used first when given."""
+
+    def __init__(
+        self,
+        spec: GroupSpec,
+        attempt: int,
+        inject_env: Callable[[int], str],
+        standby: list[subprocess.Popen] | None = None,
+    ) -> None:
         self.spec = spec
         self.attempt = attempt
         self.log_dir = spec.run_dir / "logs" / f"attempt{attempt}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         port = spec.master_port + attempt if spec.master_port else free_port()
         self.procs: list[subprocess.Popen] = []
+        self.warm_started = 0
+        standby = list(standby or [])
         for local in range(spec.nproc_per_node):
             rank = spec.node_rank * spec.nproc_per_node + local
             env = self._env(rank, local, port, inject_env(rank))
-            with (self.log_dir / f"rank{rank}.log").open("wb") as log:
-                self.procs.append(
-                    subprocess.Popen(
-                        spec.command,
-                        env=env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
+            log = self.log_dir / f"rank{rank}.log"
+            proc = standby.pop(0) if standby else None
+            if proc is not None and warm.assign(
+                proc, env=env, argv=spec.command[1:], cwd=os.getcwd(), log=log
+            ):
+                self.warm_started += 1
+            else:
+                proc = self._cold(env, log)
+            self.procs.append(proc)
+        for proc in standby:  # more standbys than ranks: release them
+            proc.kill()
+            proc.wait()
         self.first_rank = spec.node_rank * spec.nproc_per_node
+
+    def _cold(self, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+        with log_path.open("wb") as log:
+            return subprocess.Popen(
+                self.spec.command,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def _env(self, rank: int, local: int, port: int, inject_json: str) -> dict[str, str]:
         s = self.spec
-        env = dict(os.environ)
+        env = base_env()
         env.update(
             RANK=str(rank),
             LOCAL_RANK=str(local),

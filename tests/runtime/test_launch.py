@@ -86,6 +86,9 @@ def test_kill_exit_and_hang_resume_to_the_same_losses(fault_free: Path, tmp_path
     assert s["faults"][1]["exit_code"] == 3
     assert s["faults"][2]["missing_ranks"] == [0]
     assert losses(tmp_path) == losses(fault_free)  # bitwise, at every step
+    spawns = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    spawns = [e for e in spawns if e["event"] == "spawn"]
+    assert spawns[0]["warm"] == 0 and any(e["warm"] == 2 for e in spawns[1:])  # standbys used
     stacks = (tmp_path / "stacks" / "attempt2-rank0.txt").read_text()
     assert "_hang" in stacks  # the hung rank's Python stack was dumped
     assert set(s["lost_s"]) >= {"detection", "restart", "reload", "redone"}
