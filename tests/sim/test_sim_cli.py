@@ -13,7 +13,7 @@ def argosy(*args, cwd=None):
     return subprocess.run([*ARGOSY, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
-def test_sim_does_not_import_torch_ray_or_fastapi():
+def test_sim_does_not_import_torch_ray_or_fastapi(tmp_path):
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
@@ -24,7 +24,7 @@ def test_sim_does_not_import_torch_ray_or_fastapi():
         "import argosy.sim.engine, argosy.sim.runner, argosy.sim.plot\n"
         "print(sorted(m for m in ('torch', 'ray', 'fastapi') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, "/tmp/argosy-sim-imports"],
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t")],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
