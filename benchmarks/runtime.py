@@ -36,7 +36,7 @@ FAULTS = {
 
 def train_args(steps: int, ckpt_every: int, ckpt_dir: Path | None = None) -> list[str]:
     args = [EXAMPLE, "--steps", str(steps), "--ckpt-every", str(ckpt_every)]
-    args += ["--checkpointer", os.environ.get("BENCH_CHECKPOINTER", "disk")]
+    args += ["--checkpointer", os.environ.get("BENCH_CHECKPOINTER", "auto")]
     return args + (["--ckpt-dir", str(ckpt_dir)] if ckpt_dir else [])
 
 

@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"step {step} loss {mean_loss:.6f} t {time.time():.3f}", flush=True)
         if step % args.ckpt_every == 0 or step == args.steps:
-            ckpt.save(step, snapshot(model, opt, loader))
-            rt.checkpointed(step)
+            with rt.checkpointing(step):
+                ckpt.save(step, snapshot(model, opt, loader))
     ckpt.wait()
     ckpt.close()
     rt.finish()

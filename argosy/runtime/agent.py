@@ -218,7 +218,8 @@ class Agent:
             for step, loss, t_end, compute_s in entries:
                 slow.observe(rank, step, compute_s)
                 if rank == ranks[0]:
-                    self._log_step(watch, attempt, hang, step, loss, t_end)
+                    saved = (watch.last_end or 0.0) < snap[rank, Slot.T_CKPT] <= t_end
+                    self._log_step(watch, attempt, hang, step, loss, t_end, saved)
         first = ranks[0]
         if snap[first, Slot.CKPT_COUNT] > watch.ckpts:
             watch.ckpts = snap[first, Slot.CKPT_COUNT]
@@ -228,10 +229,17 @@ class Agent:
             )
 
     def _log_step(
-        self, watch: _Watch, attempt: int, hang: HangDetector, step: int, loss: float, t_end: float
+        self,
+        watch: _Watch,
+        attempt: int,
+        hang: HangDetector,
+        step: int,
+        loss: float,
+        t_end: float,
+        saved: bool,
     ) -> None:
         dur = t_end - watch.last_end if watch.last_end else None
-        if dur is not None:
+        if dur is not None and not saved:  # a save's stall is not the step time
             hang.observe_step_time(dur)
         watch.last_end, watch.last_step = t_end, step
         fields = {"attempt": attempt, "step": step, "loss": loss}

@@ -9,7 +9,9 @@
             loss = model(x, y)
         loss.backward(); opt.step()
         rt.step_end(step, loss)
-        if step % k == 0: ckpt.save(step, state); rt.checkpointed(step)
+        if step % k == 0:
+            with rt.checkpointing(step):
+                ckpt.save(step, state)
     rt.finish()
 
 Everything goes to this rank's row of the progress board in shared memory: writes are
@@ -114,11 +116,15 @@ class Runtime:
         value = float(loss.item() if hasattr(loss, "item") else loss)
         self._row.push_step(step, value, time.monotonic(), self._compute_s)
 
-    def checkpointed(self, step: int) -> None:
-        """A checkpoint of `step` was handed to the checkpointer."""
+    @contextmanager
+    def checkpointing(self, step: int) -> Iterator[None]:
+        """Wrap the hand-off of `step` to the checkpointer; the watchdog allows for saves
+        blocking this and the next step (`checkpoint_grace_s`)."""
         self._row.set(Slot.CKPT_STEP, step)
         self._touch(Slot.T_CKPT)
+        yield
         self._row.add(Slot.CKPT_COUNT)
+        self._row.set(Slot.HEARTBEAT, time.monotonic())
 
     def finish(self) -> None:
         """Training is over; the rank is about to exit on its own."""

@@ -24,8 +24,6 @@ def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "40",
         "--ckpt-every",
         "5",
-        "--checkpointer",
-        "disk",
     )
     assert done.returncode == 0, done.stderr
     return run

@@ -35,7 +35,8 @@ RANK_SCRIPT = textwrap.dedent(
         with rt.collective():
             pass
         rt.step_end(step, step * 0.5)
-    rt.checkpointed(5)
+    with rt.checkpointing(5):
+        pass
     rt.finish()
     """
 )

@@ -9,7 +9,7 @@ from runtime_helpers import EXAMPLE, argosy, losses, summary
 from argosy.runtime.board import default_board_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-TRAIN = [str(EXAMPLE), "--steps", "40", "--ckpt-every", "5", "--checkpointer", "disk"]
+TRAIN = [str(EXAMPLE), "--steps", "40", "--ckpt-every", "5"]
 CONTRACT = {
     "final_step",
     "final_loss",
@@ -166,8 +166,6 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path: Path) -> None:
         str(EXAMPLE),
         "--steps",
         "100000",
-        "--checkpointer",
-        "disk",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     events = run / "events.jsonl"

@@ -121,3 +121,14 @@ def test_straggler_needs_every_rank_of_a_step() -> None:
     slow = StragglerDetector(RuntimeConfig(straggler_window=3), world_size=2)
     feed(slow, range(1, 10), {1: 0.5})
     assert slow.check(now=100.0) is None
+
+
+def test_the_step_after_a_checkpoint_gets_the_checkpoint_grace() -> None:
+    hang = HangDetector(RuntimeConfig(hang_floor_s=5.0, checkpoint_grace_s=30.0))
+    saving = {**stepping(100.0, 4, 4), Slot.T_STEP: 100.0, Slot.T_CKPT: 100.5}
+    snap = board([saving, stepping(100.0, 4, 4)])
+    assert hang.check(snap, [0, 1], spawned_at=0.0, now=120.0) is None
+    assert hang.check(snap, [0, 1], spawned_at=0.0, now=131.0) is not None
+    saving[Slot.T_STEP] = 101.0  # the step after the save finished: normal threshold again
+    snap = board([saving, stepping(101.0, 4, 4)])
+    assert hang.check(snap, [0, 1], spawned_at=0.0, now=107.0) is not None
