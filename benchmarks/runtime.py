@@ -269,6 +269,7 @@ def main() -> None:
     p.add_argument("--periodic-min", type=float, default=10.0)
     p.add_argument("--every-s", type=float, default=120.0)
     p.add_argument("--peer-pg-timeout", type=float, default=30.0)
+    p.add_argument("--peer-repeats", type=int, default=2)
     p.add_argument("--skip", nargs="*", default=[], choices=["detection", "peers", "periodic"])
     p.add_argument("--out", default=None, help="also write the raw results as JSON here")
     args = p.parse_args()
@@ -281,7 +282,7 @@ def main() -> None:
         results["detection"] = detection(tmp, args.repeats, baseline)
         report_detection(results["detection"])
     if "peers" not in args.skip:
-        results["peers"] = peers(tmp, args.repeats, args.peer_pg_timeout)
+        results["peers"] = peers(tmp, args.peer_repeats, args.peer_pg_timeout)
         report_peers(results["peers"], args.peer_pg_timeout)
     if "periodic" not in args.skip:
         results["periodic"] = periodic(tmp, args.periodic_min, args.every_s)
