@@ -19,5 +19,9 @@ class CheckpointConfig(BaseModel):
     """Seconds an orphaned persister keeps its snapshots in memory for a restarted trainer."""
     commit_timeout_s: float = Field(300.0, gt=0)
     """Seconds rank 0 waits for every rank's files of a step before giving that step up."""
+    persist_interval_s: float = Field(0.0, ge=0)
+    """Least seconds between two disk writes: memory snapshots still happen at every save;
+    0 writes the newest snapshot whenever the previous write is done. `wait()` and a dying
+    trainer write at once."""
     inline_bytes: int = Field(65536, ge=0)
     """Tensors up to this size travel inline with each save instead of by shared handle."""

@@ -90,6 +90,7 @@ class FlashCheckpointer:
         inline_bytes: int = 1 << 16,
         start_timeout_s: float = 120.0,
         prestart: bool = True,
+        persist_interval_s: float = 0.0,
     ) -> None:
         if keep < 1 or slots < 1:
             raise ArgosyError(f"keep and slots must be at least 1 (got keep={keep}, slots={slots})")
@@ -108,6 +109,7 @@ class FlashCheckpointer:
             slots,
             linger_s,
             commit_timeout_s,
+            persist_interval_s,
             str(SHM_DIR),
             os.getpid(),
         )
@@ -124,6 +126,7 @@ class FlashCheckpointer:
         self._stager: DeviceStager | None = None
         self._staged: tuple[int, bytes, dict[int, bytes]] | None = None
         self._closed = False
+        self._maps = restore.MappingCache()
         self.last_copy_s: float | None = None
         """Seconds the persister took to copy the last snapshot into shared memory."""
         self.last_load_source: str | None = None
@@ -144,6 +147,7 @@ class FlashCheckpointer:
             linger_s=config.linger_s,
             commit_timeout_s=config.commit_timeout_s,
             inline_bytes=config.inline_bytes,
+            persist_interval_s=config.persist_interval_s,
             **kwargs,
         )
 
@@ -365,7 +369,7 @@ class FlashCheckpointer:
             chosen, from_memory = choice
             if from_memory:
                 slot = next(s for s in slots if s.step == chosen)
-                result = restore.read_memory(slot, into)
+                result = restore.read_memory(slot, into, self._maps)
                 if result is not None:
                     self.last_load_source = "memory"
                     return result
@@ -407,6 +411,7 @@ class FlashCheckpointer:
     def close(self, timeout_s: float = 600.0) -> None:
         """Wait for the last snapshot to be durable, stop the persister, free shared memory."""
         atexit.unregister(self.close)
+        self._maps.close()
         if self._proc is None:
             self._closed = True
             return

@@ -47,6 +47,7 @@ class PersisterSpec:
     slots: int
     linger_s: float
     commit_timeout_s: float
+    persist_interval_s: float
     shm_dir: str
     parent_pid: int
 
@@ -70,6 +71,8 @@ class Persister:
         self.sources: list[torch.Tensor | None] = []
         self.durable = max(disk.committed_steps(Path(spec.directory)), default=-1)
         self.flush_wanted = False
+        self.urgent = False
+        self.last_persist = float("-inf")
         self.stopping = False
         self.directory = Path(spec.directory)
 
@@ -141,6 +144,10 @@ class Persister:
                 continue
             if index < len(self.slots):
                 old = self.slots[index]
+                with self.cond:  # never resize a slot the disk writer is reading
+                    while old.persisting:
+                        self.cond.wait()
+                    old.step, old.meta = None, None
                 del old.data
                 old.segment.close()
             seg = Segment.create(self._path(index), size)
@@ -193,6 +200,16 @@ class Persister:
 
     # -- persisting ---------------------------------------------------------------------
 
+    def _due(self) -> _Slot | None:
+        """The slot to write now: the newest unpersisted one, once the interval has passed
+        (at once when a `wait`, a close or the trainer's death asks for durability)."""
+        slot = self._newest_unpersisted()
+        if slot is None or self.flush_wanted or self.urgent:
+            return slot
+        return (
+            slot if time.monotonic() - self.last_persist >= self.spec.persist_interval_s else None
+        )
+
     def _newest_unpersisted(self) -> _Slot | None:
         ready = [s for s in self.slots if s.step is not None and s.step > self.durable]
         if not ready:
@@ -216,18 +233,22 @@ class Persister:
     def _persist_loop(self) -> None:
         import torch.distributed.checkpoint.filesystem  # noqa: F401  # slow import, done early
 
+        # below the trainer: the disk writer takes only the CPU the training step leaves
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         while True:
             with self.cond:
-                slot = self._newest_unpersisted()
+                slot = self._due()
                 while slot is None:
-                    if self.flush_wanted:
+                    if self.flush_wanted and self._newest_unpersisted() is None:
                         self.flush_wanted = False
                         self.send("durable", self.durable)
                     if self.stopping:
                         return
-                    self.cond.wait(0.5)
-                    slot = self._newest_unpersisted()
+                    self.cond.wait(0.1)
+                    slot = self._due()
                 slot.persisting = True
+                self.last_persist = time.monotonic()
                 step, meta = slot.step, slot.meta
             try:
                 self._persist(step, meta, slot)
@@ -271,6 +292,8 @@ class Persister:
 
     def _wait_persisted(self) -> None:
         with self.cond:
+            self.urgent = True
+            self.cond.notify_all()
             while self._newest_unpersisted() is not None or any(s.persisting for s in self.slots):
                 self.cond.wait(0.2)
 

@@ -81,9 +81,40 @@ def choose_step(
     return step, step in in_memory
 
 
-def read_memory(slot: MemorySlot, into: dict[str, Any] | None) -> tuple[int, dict[str, Any]] | None:
+class MappingCache:
+    """Read-only mappings of slot files, kept across loads of one process.
+
+    Mapping a multi-GB slot costs a page-table walk of every page; a process that loads
+    more than once (evaluation, retries) pays it once per slot file (path, inode, size).
+    """
+
+    def __init__(self) -> None:
+        self._maps: dict[Path, tuple[tuple[int, int], Segment]] = {}
+
+    def get(self, path: Path) -> Segment:
+        st = path.stat()
+        key = (st.st_ino, st.st_size)
+        cached = self._maps.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if cached is not None:
+            cached[1].close()
+        seg = Segment.open(path, populate=True)
+        self._maps[path] = (key, seg)
+        return seg
+
+    def close(self) -> None:
+        for _, seg in self._maps.values():
+            seg.close()
+        self._maps.clear()
+
+
+def read_memory(
+    slot: MemorySlot, into: dict[str, Any] | None, cache: MappingCache | None = None
+) -> tuple[int, dict[str, Any]] | None:
     """The slot's state, or None when it changed or tore while being read (seqlock check)."""
-    seg = Segment.open(slot.path, populate=True)
+    own = cache is None
+    seg = Segment.open(slot.path, populate=True) if own else cache.get(slot.path)
     try:
         head = seg.header()
         if head is None or head.state is not SlotState.COMPLETE or head.step != slot.step:
@@ -102,7 +133,8 @@ def read_memory(slot: MemorySlot, into: dict[str, Any] | None) -> tuple[int, dic
             return None
         return meta.step, state
     finally:
-        seg.close()
+        if own:
+            seg.close()
 
 
 def read_disk(step_dir: Path, rank: int, into: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
