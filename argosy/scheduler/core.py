@@ -143,7 +143,8 @@ class Scheduler:
                     break
                 continue
             if total_free <= 0:  # nothing fits any more; the rest may only make room
-                if fifo or len(blocked) >= 64:
+                depth -= 1
+                if fifo or depth <= 0 or len(blocked) >= 4 * self.config.max_preemptors_per_cycle:
                     break
                 if w.next_room_s <= now:
                     blocked.append(w)
