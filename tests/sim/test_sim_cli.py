@@ -30,6 +30,7 @@ def test_sim_does_not_import_torch_ray_or_fastapi(tmp_path):
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_generate_then_compare_writes_json_and_a_png(tmp_path):
     gen = argosy("sim", "generate", "--cluster", "h100:256", "--days", "1", "--out", str(tmp_path))
     assert gen.returncode == 0, gen.stderr

@@ -46,6 +46,7 @@ def test_accounting_is_consistent(reports):
     assert reports["argosy"]["resizes"] > 0
 
 
+@pytest.mark.slow
 def test_same_seed_same_report(reports):
     again = run("argosy")
     keep = ("allocation_rate", "useful_rate", "preemptions", "resizes", "faults")
