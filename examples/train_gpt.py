@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        ckpt.before_optimizer_step()
+        with rt.checkpoint_fence():  # waits for the previous snapshot's copy
+            ckpt.before_optimizer_step()
         opt.step()
         loss_sum.copy_(loss.detach())
         if world > 1:
@@ -258,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.ckpt_every == 0 or step == args.steps:
             with rt.checkpointing(step):
                 ckpt.save(step, snapshot(model, opt, loader))
-    ckpt.wait()
-    ckpt.close()
+    with rt.checkpoint_fence():  # the last snapshot becomes durable
+        ckpt.wait()
+        ckpt.close()
     rt.finish()
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -47,6 +47,7 @@ class Slot(IntEnum):
     CKPT_STEP = 14
     T_CKPT = 15
     CKPT_COUNT = 16
+    CKPT_BUSY = 17
 
 
 SCALARS = 24

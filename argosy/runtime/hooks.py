@@ -7,7 +7,9 @@
         rt.step_begin(step)              # injected faults fire here
         with rt.compute():               # forward pass: the straggler detector times it
             loss = model(x, y)
-        loss.backward(); opt.step()
+        loss.backward()
+        with rt.checkpoint_fence(): ckpt.before_optimizer_step()
+        opt.step()
         rt.step_end(step, loss)
         if step % k == 0:
             with rt.checkpointing(step):
@@ -118,13 +120,23 @@ class Runtime:
 
     @contextmanager
     def checkpointing(self, step: int) -> Iterator[None]:
-        """Wrap the hand-off of `step` to the checkpointer; the watchdog allows for saves
-        blocking this and the next step (`checkpoint_grace_s`)."""
+        """Wrap the hand-off of `step` to the checkpointer (`ckpt.save`)."""
         self._row.set(Slot.CKPT_STEP, step)
         self._touch(Slot.T_CKPT)
-        yield
+        with self.checkpoint_fence():
+            yield
         self._row.add(Slot.CKPT_COUNT)
-        self._row.set(Slot.HEARTBEAT, time.monotonic())
+
+    @contextmanager
+    def checkpoint_fence(self) -> Iterator[None]:
+        """Wrap checkpoint calls that may block (`before_optimizer_step`): while inside,
+        the watchdog allows `checkpoint_grace_s` instead of the hang threshold."""
+        self._row.set(Slot.CKPT_BUSY, 1)
+        try:
+            yield
+        finally:
+            self._row.set(Slot.CKPT_BUSY, 0)
+            self._row.set(Slot.HEARTBEAT, time.monotonic())
 
     def finish(self) -> None:
         """Training is over; the rank is about to exit on its own."""

@@ -3,8 +3,9 @@
 Hang: no rank advanced (step, collective entry or exit, restore) for longer than
 max(k x recent p99 step time, floor). The stalled collective is the highest sequence
 number any rank entered; the ranks that never entered it are named as the culprits.
-Before a rank's first step the startup timeout applies instead, and during the step after
-a checkpoint was handed off (a save may block it) at least `checkpoint_grace_s`.
+Before a rank's first step the startup timeout applies instead, and while a rank is inside
+a checkpoint call that may block (hooks.checkpointing / checkpoint_fence) at least
+`checkpoint_grace_s`.
 
 Straggler: per step, each rank's compute time (measured by the hooks, collectives
 excluded) over the median of its peers; a rank above the threshold in most of the last
@@ -77,8 +78,8 @@ class HangDetector:
             return self._check_startup(snap, live, spawned_at, now)
         since = min(float(snap[r, Slot.HEARTBEAT]) for r in live)
         stalled, threshold = now - since, self.threshold_s()
-        if any(snap[r, Slot.T_CKPT] > snap[r, Slot.T_STEP] for r in live):
-            threshold = max(threshold, self.config.checkpoint_grace_s)  # a save may block
+        if any(snap[r, Slot.CKPT_BUSY] > 0 for r in live):
+            threshold = max(threshold, self.config.checkpoint_grace_s)  # inside a blocking save
         if stalled <= threshold:
             return None
         seq, missing, detail = localize(snap, live)

@@ -123,12 +123,12 @@ def test_straggler_needs_every_rank_of_a_step() -> None:
     assert slow.check(now=100.0) is None
 
 
-def test_the_step_after_a_checkpoint_gets_the_checkpoint_grace() -> None:
+def test_a_rank_inside_a_checkpoint_call_gets_the_checkpoint_grace() -> None:
     hang = HangDetector(RuntimeConfig(hang_floor_s=5.0, checkpoint_grace_s=30.0))
-    saving = {**stepping(100.0, 4, 4), Slot.T_STEP: 100.0, Slot.T_CKPT: 100.5}
+    saving = {**stepping(100.0, 4, 4), Slot.CKPT_BUSY: 1}
     snap = board([saving, stepping(100.0, 4, 4)])
     assert hang.check(snap, [0, 1], spawned_at=0.0, now=120.0) is None
     assert hang.check(snap, [0, 1], spawned_at=0.0, now=131.0) is not None
-    saving[Slot.T_STEP] = 101.0  # the step after the save finished: normal threshold again
-    snap = board([saving, stepping(101.0, 4, 4)])
-    assert hang.check(snap, [0, 1], spawned_at=0.0, now=107.0) is not None
+    saving[Slot.CKPT_BUSY] = 0  # the save returned: the normal threshold again
+    snap = board([saving, stepping(100.0, 4, 4)])
+    assert hang.check(snap, [0, 1], spawned_at=0.0, now=106.0) is not None
