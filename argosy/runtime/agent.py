@@ -12,11 +12,14 @@ logs every step of it. The ranks resume from the latest flash checkpoint themsel
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -122,6 +125,7 @@ class Agent:
             self.log.close()
             self.board.close()
             self.board.unlink()
+            _stop_leftovers(spec.run_id)
             _reclaim_snapshots(spec.run_id)
         summary = goodput.summarize_file(spec.run_dir / EVENTS_FILE)
         summary["status"] = status
@@ -360,3 +364,17 @@ def _reclaim_snapshots(run_id: str) -> None:
         return
     for path in job_segments(run_id):
         path.unlink(missing_ok=True)
+
+
+def _stop_leftovers(run_id: str) -> None:
+    """SIGTERM what our ranks left running (a killed rank's lingering checkpoint persister):
+    processes whose environment carries this run's ARGOSY_CKPT_JOB."""
+    marker = f"ARGOSY_CKPT_JOB={run_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGTERM)
+        except (OSError, ProcessLookupError):
+            continue

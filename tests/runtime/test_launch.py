@@ -46,6 +46,21 @@ def launch(run: Path, *flags: str, settings: tuple[str, ...] = ()) -> dict:
     return summary(run)
 
 
+def _processes_of(run_id: str) -> list[int]:
+    import time
+
+    time.sleep(0.5)  # SIGTERM was sent as the launcher ended
+    marker = f"ARGOSY_CKPT_JOB={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_fault_free_run_meets_the_contract(fault_free: Path) -> None:
     s = summary(fault_free)
     assert set(s) >= CONTRACT
@@ -89,6 +104,8 @@ def test_kill_exit_and_hang_resume_to_the_same_losses(fault_free: Path, tmp_path
     spawns = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     spawns = [e for e in spawns if e["event"] == "spawn"]
     assert spawns[0]["warm"] == 0 and any(e["warm"] == 2 for e in spawns[1:])  # standbys used
+    run_id = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[0])["run_id"]
+    assert not _processes_of(run_id)  # nothing the ranks started outlives the run
     stacks = (tmp_path / "stacks" / "attempt2-rank0.txt").read_text()
     assert "_hang" in stacks  # the hung rank's Python stack was dumped
     assert set(s["lost_s"]) >= {"detection", "restart", "reload", "redone"}
