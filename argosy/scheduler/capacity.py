@@ -131,8 +131,9 @@ class Capacity:
         new = old + delta
         assert (new >= 0).all() and (new <= self.cap[nodes]).all(), "capacity over/underflow"
         self.avail[nodes] = new
-        np.subtract.at(self.hist[g], old, 1)
-        np.add.at(self.hist[g], new, 1)
+        hist = self.hist[g]
+        hist -= np.bincount(old, minlength=len(hist))
+        hist += np.bincount(new, minlength=len(hist))
         self.free_devices[g] += int(delta.sum())
 
     def set_unusable(self, node: int, *, spare: bool) -> None:

@@ -49,8 +49,10 @@ class Scheduler:
         self.elastic_running: dict[str, Workload] = {}
         self.services: list[Workload] = []
         self.services_settled = -1
+        self.services_step_s = 0.0  # shortest profile step of the services; 0: recompute
         self.out: list[Decision] = []
         self._seq: dict[str, int] = {}
+        self._fits: dict[tuple, tuple[str, tuple[str, ...]]] = {}
         self.spares = [0] * len(cluster.groups)
         self.failures: dict[int, list[float]] = {}
         self.quarantined: set[int] = set()
@@ -58,13 +60,19 @@ class Scheduler:
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
         """Queue `w`, or reject it at once (with the reason) if it can never fit."""
-        reason = self._never_fits(w)
+        key = (tuple(w.chips), w.min_devices, w.queue)
+        known = self._fits.get(key)  # a pure function of the request's shape
+        if known is None:
+            known = self._fits[key] = (self._never_fits(w), w.chips)
+        reason, chips = known
         if reason:
             w.state, w.reject_reason = State.REJECTED, reason
             return Decision("reject", w, 0, 0, reason)
+        w.chips = chips
         if w.kind == "infer":
             self.services.append(w)
             self.services_settled = -1
+            self.services_step_s = 0.0
             return None
         self._seq.setdefault(w.id, len(self._seq))
         self.enqueue(w)
@@ -75,6 +83,7 @@ class Scheduler:
         for w in self.services:
             w.target_cache = (-1, 0)
         self.services_settled = -1
+        self.services_step_s = 0.0
 
     def enqueue(self, w: Workload) -> None:
         w.state = State.PENDING
@@ -137,7 +146,10 @@ class Scheduler:
         heads, offered = self.policy.heads_per_queue, {}
         fifo = self.policy.order == "fifo"
         held: set[str] = set()  # fifo: chip pools whose head is blocked
+        memo: dict[tuple, int] = {}  # request shape -> result, while nothing started
+        seen = 0  # pending[:seen] was examined; only that prefix can lose entries
         for w in self.pending:
+            seen += 1
             if fifo and held.intersection(w.chips):
                 if len(held) == len(self.cap.groups_of_chip):
                     break
@@ -151,7 +163,7 @@ class Scheduler:
                 continue
             if heads and offered.get(w.queue, 0) >= heads:
                 continue
-            result = self._try_start(w, now, allow_borrow=not self.policy.quotas)
+            result = self._try_start_memo(w, now, not self.policy.quotas, memo)
             if result == STARTED:
                 offered[w.queue] = offered.get(w.queue, 0) + 1
                 started.add(id(w))
@@ -166,18 +178,34 @@ class Scheduler:
                 depth -= 1
                 if depth <= 0:
                     break
-        deferred.sort(key=lambda w: (self.tree.share(w.queue), self._key(w)))
+        shares = {q: self.tree.share(q) for q in {w.queue for w in deferred}}
+        deferred.sort(key=lambda w: (shares[w.queue], self._key(w)))
         for w in deferred:
             if heads and offered.get(w.queue, 0) >= heads:
                 continue
-            if self._try_start(w, now, allow_borrow=True) == STARTED:
+            if self._try_start_memo(w, now, True, memo) == STARTED:
                 offered[w.queue] = offered.get(w.queue, 0) + 1
                 started.add(id(w))
             else:
                 blocked.append(w)
         if started:
-            self.pending = [w for w in self.pending if id(w) not in started]
+            self.pending[:seen] = [w for w in self.pending[:seen] if id(w) not in started]
         return blocked
+
+    def _try_start_memo(self, w: Workload, now: float, allow_borrow: bool, memo: dict) -> int:
+        """`_try_start`, skipped for a request shaped like one that already failed since
+        the last start: the answer depends only on the shape and on the cluster and quota
+        state, which only a start changes during admission."""
+        key = (w.queue, w.chips, w.min_devices, w.max_devices, w.elastic, allow_borrow)
+        result = memo.get(key)
+        if result is not None:
+            return result
+        result = self._try_start(w, now, allow_borrow=allow_borrow)
+        if result == STARTED:
+            memo.clear()
+        else:
+            memo[key] = result
+        return result
 
     def _try_start(self, w: Workload, now: float, *, allow_borrow: bool) -> int:
         deferred = False

@@ -41,7 +41,9 @@ def scale_services(sched, now: float) -> None:
     which every service last reached its target (a fault or a new service resets it)."""
     if not sched.services:
         return
-    step = int(now // min(w.profile_step_s for w in sched.services))
+    if not sched.services_step_s:
+        sched.services_step_s = min(w.profile_step_s for w in sched.services)
+    step = int(now // sched.services_step_s)
     if sched.services_settled == step:
         return
     settled = True
