@@ -53,6 +53,7 @@ class Scheduler:
         self.out: list[Decision] = []
         self._seq: dict[str, int] = {}
         self._fits: dict[tuple, tuple[str, tuple[str, ...]]] = {}
+        self._shapes: dict[str, tuple] = {}  # workload id -> what admission depends on
         self.spares = [0] * len(cluster.groups)
         self.failures: dict[int, list[float]] = {}
         self.quarantined: set[int] = set()
@@ -138,18 +139,18 @@ class Scheduler:
         return out
 
     def _admit(self, now: float) -> list[Workload]:
-        started: set[int] = set()
+        started: list[int] = []  # positions in `pending` of the workloads started
         deferred: list[Workload] = []
+        at: dict[int, int] = {}  # id of a deferred workload -> its position
         blocked: list[Workload] = []
         depth = self.config.backfill_depth
         total_free = int(self.cap.free_devices.sum())
         heads, offered = self.policy.heads_per_queue, {}
         fifo = self.policy.order == "fifo"
         held: set[str] = set()  # fifo: chip pools whose head is blocked
-        memo: dict[tuple, int] = {}  # request shape -> result, while nothing started
-        seen = 0  # pending[:seen] was examined; only that prefix can lose entries
-        for w in self.pending:
-            seen += 1
+        memo = ({}, {})  # per allow_borrow: request shape -> result, while nothing started
+        own = not self.policy.quotas
+        for i, w in enumerate(self.pending):
             if fifo and held.intersection(w.chips):
                 if len(held) == len(self.cap.groups_of_chip):
                     break
@@ -163,13 +164,14 @@ class Scheduler:
                 continue
             if heads and offered.get(w.queue, 0) >= heads:
                 continue
-            result = self._try_start_memo(w, now, not self.policy.quotas, memo)
+            result = self._try_start_memo(w, now, own, memo)
             if result == STARTED:
                 offered[w.queue] = offered.get(w.queue, 0) + 1
-                started.add(id(w))
+                started.append(i)
                 total_free -= w.devices
             elif result == DEFER:
                 deferred.append(w)
+                at[id(w)] = i
             else:
                 blocked.append(w)
                 held.update(w.chips)
@@ -185,26 +187,30 @@ class Scheduler:
                 continue
             if self._try_start_memo(w, now, True, memo) == STARTED:
                 offered[w.queue] = offered.get(w.queue, 0) + 1
-                started.add(id(w))
+                started.append(at[id(w)])
             else:
                 blocked.append(w)
-        if started:
-            self.pending[:seen] = [w for w in self.pending[:seen] if id(w) not in started]
+        for i in sorted(started, reverse=True):
+            del self.pending[i]
         return blocked
 
-    def _try_start_memo(self, w: Workload, now: float, allow_borrow: bool, memo: dict) -> int:
+    def _try_start_memo(self, w: Workload, now: float, allow_borrow: bool, memo) -> int:
         """`_try_start`, skipped for a request shaped like one that already failed since
         the last start: the answer depends only on the shape and on the cluster and quota
         state, which only a start changes during admission."""
-        key = (w.queue, w.chips, w.min_devices, w.max_devices, w.elastic, allow_borrow)
-        result = memo.get(key)
+        key = self._shapes.get(w.id)
+        if key is None:
+            key = self._shapes[w.id] = (w.queue, w.chips, w.min_devices, w.max_devices, w.elastic)
+        known = memo[allow_borrow]
+        result = known.get(key)
         if result is not None:
             return result
         result = self._try_start(w, now, allow_borrow=allow_borrow)
         if result == STARTED:
-            memo.clear()
+            memo[0].clear()
+            memo[1].clear()
         else:
-            memo[key] = result
+            known[key] = result
         return result
 
     def _try_start(self, w: Workload, now: float, *, allow_borrow: bool) -> int:
