@@ -125,6 +125,18 @@ class Capacity:
         self._change(alloc.group, alloc.nodes, alloc.counts)
 
     def _change(self, g: int, nodes: np.ndarray, delta: np.ndarray) -> None:
+        if len(nodes) == 1:  # the common case, in scalars
+            node = int(nodes[0])
+            if not self.up[node] or self.spare[node]:
+                return
+            old = int(self.avail[node])
+            new = old + int(delta[0])
+            assert 0 <= new <= self.cap[node], "capacity over/underflow"
+            self.avail[node] = new
+            self.hist[g, old] -= 1
+            self.hist[g, new] += 1
+            self.free_devices[g] += new - old
+            return
         usable = self.up[nodes] & ~self.spare[nodes]
         nodes, delta = nodes[usable], delta[usable]
         old = self.avail[nodes]
