@@ -11,6 +11,7 @@ Only light modules load here: no torch, ray or fastapi.
 from __future__ import annotations
 
 import typer
+from rich import box
 from rich.table import Table
 
 from argosy.cli.common import config_of, console, print_json
@@ -163,21 +164,24 @@ def _print_plans(result: dict, model: str, cluster: str) -> None:
         caption=f"{search['candidates']:,} candidates priced in {search['seconds']:.2f} s; "
         "MFU = model FLOPs (no recompute) / dense bf16 peak",
         header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
     )
-    for col in ("#", "tp pp vpp dp cp ep", "mbs", "recomp", "zero"):
-        table.add_column(col, justify="right")
-    for col in ("step s", "tokens/s", "TFLOP/s/GPU", "MFU", "GiB/dev"):
-        table.add_column(col, justify="right")
+    for col in ("#", "plan", "mbs", "recomp", "zero"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for col in ("step s", "tokens/s", "TFLOP/s", "MFU", "GiB"):
+        table.add_column(col, justify="right", no_wrap=True)
     for rank, entry in enumerate(result["plans"], start=1):
         p, pred = entry["parallel"], entry["predicted"]
         table.add_row(
             str(rank),
-            " ".join(str(p[k]) for k in ("tp", "pp", "vpp", "dp", "cp", "ep")),
+            _degrees(p),
             str(p["mbs"]),
             p["recompute"][:4],
             str(p["zero"]),
             f"{pred['step_time_s']:.3f}",
-            f"{pred['tokens_per_s']:,.0f}",
+            _si(pred["tokens_per_s"]),
             f"{pred['tflops_per_gpu']:.0f}",
             f"{pred['mfu']:.1%}",
             f"{pred['memory_gib_per_device']:.1f}",
@@ -195,6 +199,20 @@ def _print_plans(result: dict, model: str, cluster: str) -> None:
         )
     if "mixed_efficiency" in result:
         console.print(f"  mixed-chip efficiency {result['mixed_efficiency']:.3f}", highlight=False)
+
+
+def _degrees(p: dict) -> str:
+    """Parallel degrees above 1, e.g. 'tp8 pp4 dp32' ('dp1' on one device)."""
+    parts = [f"{k}{p[k]}" for k in ("tp", "pp", "vpp", "dp", "cp", "ep") if p[k] > 1]
+    return " ".join(parts) or "dp1"
+
+
+def _si(value: float) -> str:
+    """A compact count: 590.2k, 12.4M."""
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.1f}{suffix}"
+    return f"{value:.0f}"
 
 
 def _short(p: dict) -> str:
