@@ -82,11 +82,12 @@ def buffer_devices(sched, g: int) -> int:
 def _shrinkable(sched, w, g, urgent) -> list[Workload]:
     if not sched.policy.elastic:
         return []
+    p = w.priority
     out = [
         v
         for v in sched.elastic_running.values()
-        if v.alloc is not None and v.alloc.group == g and v.devices > v.min_devices
-        and (v.priority <= w.priority or urgent)
+        if (a := v.alloc) is not None and a.group == g and a.devices > v.min_devices
+        and (v.priority <= p or urgent)
     ]  # fmt: skip
     out.sort(key=lambda v: (v.lent == 0, v.priority, v.devices, v.id))
     return out
@@ -94,12 +95,22 @@ def _shrinkable(sched, w, g, urgent) -> list[Workload]:
 
 def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:
     cfg = sched.config
-    out = [
-        v
-        for v in sched.running.values()
-        if v.alloc is not None and v.alloc.group == g and v.kind != "infer"
-        and _evictable(v, w, now, cfg, urgent, entitled)
-    ]  # fmt: skip
+    if urgent:
+        out = [
+            v
+            for v in sched.running.values()
+            if v.alloc is not None and v.alloc.group == g and v.kind != "infer"
+            and _evictable(v, w, now, cfg, urgent, entitled)
+        ]  # fmt: skip
+    else:  # `_evictable` inlined: this scan of every running job is a hot path
+        p, q, runtime, most = w.priority, w.queue, cfg.min_runtime_s, cfg.max_preemptions_per_job
+        out = [
+            v
+            for v in sched.running.values()
+            if (a := v.alloc) is not None and a.group == g and v.kind != "infer"
+            and (v.priority < p or (entitled and v.borrowed > 0 and v.queue != q))
+            and v.preemptions < most and now - v.segment_s >= runtime
+        ]  # fmt: skip
     out.sort(key=lambda v: (v.borrowed == 0, v.priority, -v.segment_s, v.id))
     return out
 
