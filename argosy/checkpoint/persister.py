@@ -276,12 +276,26 @@ class Persister:
             data.release()
         if self.spec.rank != 0:
             return
-        pieces = disk.wait_for_ranks(staging, meta.world_size, self.spec.commit_timeout_s)
-        if pieces is None:
-            raise TimeoutError(f"not every rank wrote step {step} within the commit timeout")
+        pieces = self._wait_for_ranks(staging, step, meta.world_size)
+        if pieces is None:  # the other ranks moved on to a newer step: commit that one instead
+            shutil.rmtree(staging, ignore_errors=True)
+            return
         metas = [meta] + [self._rank_meta(staging, r) for r in range(1, meta.world_size)]
         disk.commit(self.directory, step, metas, pieces)
         disk.prune(self.directory, self.spec.keep)
+
+    def _wait_for_ranks(self, staging: Path, step: int, world_size: int) -> list | None:
+        """Every rank's piece of `step`; None when another rank has started a newer step
+        (ranks pick their newest snapshot independently, so they can pass each other)."""
+        deadline = time.monotonic() + self.spec.commit_timeout_s
+        while True:
+            pieces = disk.wait_for_ranks(staging, world_size, 0.5)
+            if pieces is not None:
+                return pieces
+            if any(other > step for other in self._staged_steps()):
+                return None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every rank wrote step {step} within the commit timeout")
 
     @staticmethod
     def _rank_meta(staging: Path, rank: int) -> SnapshotMeta:
