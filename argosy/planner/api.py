@@ -214,15 +214,36 @@ def _layer_split_entry(split: LayerSplit, model, cluster: Cluster, seq_len: int,
     return {
         "parallel": split.parallel.as_dict(),
         "split": "layers",
-        "predicted": {
-            "step_time_s": step,
-            "tokens_per_s": gbs * seq_len / step,
-            "tflops_per_gpu": model_flops / step / devices / 1e12,
-            "hardware_tflops_per_gpu": hw_flops / step / devices / 1e12,
-            "mfu": model_flops / step / peak,
-            "memory_gib_per_device": max(g.memory_gib for g in split.groups),
-        },
+        "predicted": _predicted(
+            step,
+            gbs * seq_len,
+            model_flops,
+            hw_flops,
+            devices,
+            peak,
+            max(g.memory_gib for g in split.groups),
+        ),
         "groups": groups,
+    }
+
+
+def _predicted(
+    step: float,
+    tokens: float,
+    model_flops: float,
+    hw_flops: float,
+    devices: int,
+    peak: float,
+    memory_gib: float,
+) -> dict:
+    """The `predicted` block of a plan whose totals are summed over chip groups."""
+    return {
+        "step_time_s": step,
+        "tokens_per_s": tokens / step,
+        "tflops_per_gpu": model_flops / step / devices / 1e12,
+        "hardware_tflops_per_gpu": hw_flops / step / devices / 1e12,
+        "mfu": model_flops / step / peak,
+        "memory_gib_per_device": memory_gib,
     }
 
 
@@ -252,12 +273,9 @@ def _mixed_entry(
         "parallel": largest["parallel"],
         "split": "batch",
         "predicted": {
-            "step_time_s": step,
-            "tokens_per_s": global_batch * seq_len / step,
-            "tflops_per_gpu": model_flops / step / devices / 1e12,
-            "hardware_tflops_per_gpu": hw_flops / step / devices / 1e12,
-            "mfu": model_flops / step / peak,
-            "memory_gib_per_device": memory,
+            **_predicted(
+                step, global_batch * seq_len, model_flops, hw_flops, devices, peak, memory
+            ),
             "cross_group_sync_s": mixed.sync_s,
             "cross_group_traffic_s": mixed.sync_traffic_s,
         },
