@@ -14,6 +14,11 @@ switch with the fewest free nodes that is big enough, else to the leaves with th
 free nodes first (fewest leaves). Tensor-parallel groups of up to a node's devices
 therefore never leave an NVLink domain. Down and hot-spare nodes are invisible to
 placement (`avail` is 0 there).
+
+One index convention: every node id that enters or leaves this class is global (an
+index into `cluster.nodes`); `ranges[g]` is only used inside to slice a group's nodes.
+Hot spares are owned here too: `reserve_spares(g, k)` holds whole idle nodes of group
+`g` back, `take_spare(g, leaf)` hands one out, `mark_down` / `mark_up` follow faults.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Capacity:
         self.avail = self.cap.copy()
         self.up = np.ones(len(nodes), dtype=bool)
         self.spare = np.zeros(len(nodes), dtype=bool)
+        self.spare_count = np.zeros(len(cluster.groups), dtype=np.int64)
         self.chips = [g.chip.id for g in cluster.groups]
         self.dpn = [g.devices_per_node for g in cluster.groups]
         self.ranges: list[tuple[int, int]] = []
@@ -148,28 +154,64 @@ class Capacity:
         hist += np.bincount(new, minlength=len(hist))
         self.free_devices[g] += int(delta.sum())
 
-    def set_unusable(self, node: int, *, spare: bool) -> None:
-        """Take a node out of placement (down, or held as a hot spare); it must be idle
-        if it is to become a spare."""
-        g = int(self.group[node])
-        old = int(self.avail[node])
-        if spare:
-            assert old == self.cap[node] and self.up[node], "spare nodes are whole and up"
-            self.spare[node] = True
-        else:
-            self.up[node] = False
+    # ---- faults and hot spares -----------------------------------------------------
+    def _hide(self, node: int) -> None:
+        g, old = int(self.group[node]), int(self.avail[node])
         self.avail[node] = 0
         self.hist[g, old] -= 1
         self.hist[g, 0] += 1
         self.free_devices[g] -= old
 
-    def set_usable(self, node: int, used: int = 0) -> None:
-        """Bring a node back (repaired, or a spare put to use) with `used` devices busy."""
-        g = int(self.group[node])
-        self.up[node] = True
-        self.spare[node] = False
-        new = int(self.cap[node]) - used
+    def _show(self, node: int, used: int = 0) -> None:
+        g, new = int(self.group[node]), int(self.cap[node]) - used
         self.avail[node] = new
         self.hist[g, 0] -= 1
         self.hist[g, new] += 1
         self.free_devices[g] += new
+
+    def mark_down(self, node: int) -> None:
+        """`node` failed: out of placement until `mark_up` (a held spare stops being one)."""
+        if not self.up[node]:
+            return
+        if self.spare[node]:
+            self.spare[node] = False
+            self.spare_count[int(self.group[node])] -= 1
+        else:
+            self._hide(node)
+        self.up[node] = False
+
+    def mark_up(self, node: int) -> None:
+        """`node` is repaired (or replaced): idle and placeable again."""
+        if self.up[node]:
+            return
+        self.up[node] = True
+        self._show(node)
+
+    def reserve_spares(self, g: int, target: int) -> int:
+        """Hold idle whole nodes of group `g` as hot spares until `target` are held (or
+        no whole node is free); returns how many are held."""
+        while self.spare_count[g] < target and self.whole_free_nodes(g) > 0:
+            node = int(self._whole_nodes(g, 1, None)[0])  # a global id
+            self._hide(node)
+            self.spare[node] = True
+            self.spare_count[g] += 1
+        return int(self.spare_count[g])
+
+    def take_spare(self, g: int, near_leaf: int) -> int | None:
+        """A held spare of group `g` (on leaf switch `near_leaf` if one is), now placeable
+        and idle; None if the group holds none."""
+        if not self.spare_count[g]:
+            return None
+        s, e = self.ranges[g]
+        held = s + np.flatnonzero(self.spare[s:e])
+        same = held[self.leaf[held] == near_leaf]
+        node = int(same[0] if len(same) else held[0])
+        self.spare[node] = False
+        self.spare_count[g] -= 1
+        self._show(node)
+        return node
+
+    def spares_of(self, g: int) -> np.ndarray:
+        """Global ids of the spares group `g` holds."""
+        s, e = self.ranges[g]
+        return s + np.flatnonzero(self.spare[s:e])

@@ -33,5 +33,10 @@ class SchedulerConfig(BaseModel):
     """Failures within `quarantine_window_s` that send a node to quarantine."""
     quarantine_window_s: float = Field(default=7 * 86400.0, gt=0)
     """Window over which a node's failures are counted for quarantine."""
-    hot_spare_fraction: float = Field(default=0.005, ge=0, le=0.5)
-    """Share of whole nodes per group held back as hot spares for failed gang members."""
+    hardware_fault_rate_per_device_hour: float = Field(default=1.54e-5, ge=0)
+    """Faults that take a node down, per device-hour, used to size each group's hot
+    spares (Llama 3: 1.97e-5 interruptions x 78% hardware). The simulator sets it from
+    its fault model unless it is given explicitly."""
+    repair_s: float = Field(default=12 * 3600.0, gt=0)
+    """Seconds a failed node stays down, used to size hot spares (assumption; the
+    simulator sets it from its fault model unless it is given explicitly)."""

@@ -10,6 +10,7 @@ Time comes only from the injected clock.
 from __future__ import annotations
 
 import bisect
+import math
 
 from argosy.core.clock import Clock, FakeClock
 from argosy.core.errors import UnknownNameError
@@ -54,7 +55,6 @@ class Scheduler:
         self._seq: dict[str, int] = {}
         self._fits: dict[tuple, tuple[str, tuple[str, ...]]] = {}
         self._shapes: dict[str, tuple] = {}  # workload id -> what admission depends on
-        self.spares = [0] * len(cluster.groups)
         self.failures: dict[int, list[float]] = {}
         self.quarantined: set[int] = set()
 
@@ -298,23 +298,25 @@ class Scheduler:
                 w.next_room_s = now + 300.0
 
     def _keep_spares(self) -> None:
-        for g, (s, e) in enumerate(self.cap.ranges):
-            target = int(self.config.hot_spare_fraction * (e - s))
-            while self.spares[g] < target and self.cap.whole_free_nodes(g) > 0:
-                free = s + self.cap._whole_nodes(g, 1, None)[0]  # noqa: SLF001
-                self.cap.set_unusable(int(free), spare=True)
-                self.spares[g] += 1
+        for g in range(len(self.cluster.groups)):
+            self.cap.reserve_spares(g, self.spare_target(g))
+
+    def spare_target(self, g: int) -> int:
+        """Hot spares group `g` holds: enough to cover the hardware faults expected in it
+        within one repair time (mean + 2 standard deviations of a Poisson count), at
+        least one, but at most a tenth of the group's nodes (a group of fewer than ten
+        nodes holds none: one spare would be a large share of it)."""
+        group = self.cluster.groups[g]
+        cfg = self.config
+        mean = group.num_devices * cfg.hardware_fault_rate_per_device_hour * cfg.repair_s / 3600
+        want = max(1, math.ceil(mean + 2 * math.sqrt(mean)))
+        return min(want, group.num_nodes // 10)
+
+    @property
+    def spares(self) -> list[int]:
+        """Hot spares held per group."""
+        return [int(n) for n in self.cap.spare_count]
 
     def take_spare(self, g: int, near_leaf: int) -> int | None:
         """A hot-spare node of group `g` (same leaf switch if possible), now usable."""
-        s, e = self.cap.ranges[g]
-        import numpy as np
-
-        held = s + np.flatnonzero(self.cap.spare[s:e])
-        if not len(held):
-            return None
-        same = held[self.cap.leaf[held] == near_leaf]
-        node = int(same[0] if len(same) else held[0])
-        self.cap.set_usable(node)
-        self.spares[g] -= 1
-        return node
+        return self.cap.take_spare(g, near_leaf)

@@ -26,10 +26,11 @@ def node_failed(sched, node: int, now: float, *, hardware: bool) -> list[Decisio
     if not cap.up[node]:
         return out
     sched.services_settled = -1
-    if cap.spare[node]:
-        g = int(cap.group[node])
-        cap.set_usable(node)
-        sched.spares[g] -= 1
+    if cap.spare[node]:  # an idle held spare: nothing runs there
+        if hardware:
+            cap.mark_down(node)
+            _after_hardware_fault(sched, node, now)
+        return out
     for w in sched.services:
         before = w.devices
         kept = []
@@ -50,10 +51,14 @@ def node_failed(sched, node: int, now: float, *, hardware: bool) -> list[Decisio
     for w in hit:
         out.append(_recover(sched, w, node, now, hardware))
     if hardware:
-        cap.set_unusable(node, spare=False)
-        if sched.policy.quarantine:
-            _count_failure(sched, node, now)
+        cap.mark_down(node)
+        _after_hardware_fault(sched, node, now)
     return out
+
+
+def _after_hardware_fault(sched, node: int, now: float) -> None:
+    if sched.policy.quarantine:
+        _count_failure(sched, node, now)
 
 
 def _recover(sched, w, node: int, now: float, hardware: bool) -> Decision:
@@ -88,7 +93,7 @@ def node_repaired(sched, node: int) -> bool:
     """Bring `node` back unless it is quarantined; returns whether it is back."""
     if sched.cap.up[node] or node in sched.quarantined:
         return False
-    sched.cap.set_usable(node)
+    sched.cap.mark_up(node)
     return True
 
 
@@ -96,5 +101,4 @@ def release_quarantine(sched, node: int) -> None:
     """The node was replaced: forget its history and bring it back."""
     sched.quarantined.discard(node)
     sched.failures.pop(node, None)
-    if not sched.cap.up[node]:
-        sched.cap.set_usable(node)
+    sched.cap.mark_up(node)

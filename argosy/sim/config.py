@@ -51,6 +51,9 @@ class SimConfig(BaseModel):
     """Least virtual seconds between two scheduling cycles (events in between batch up)."""
     tick_s: float = Field(default=600.0, gt=0)
     """Period of inference load steps, SLO checks and allocation samples."""
+    check_invariants: bool = False
+    """Check the scheduler's invariants after every cycle and fault, stopping at the first
+    broken one (slow; for tests and debugging)."""
     pue: float = Field(default=1.2, ge=1)
     """Facility PUE for the energy factor (assumed; not simulated)."""
     assumed_mfu: float = Field(default=0.40, gt=0, le=1)

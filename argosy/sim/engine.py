@@ -24,6 +24,7 @@ from argosy.scheduler import recovery
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.decisions import Decision
+from argosy.scheduler.invariants import violations
 from argosy.scheduler.policies import Policy
 from argosy.scheduler.queues import QueueTree
 from argosy.scheduler.speed import relative_speed
@@ -60,6 +61,18 @@ def to_workload(r: TraceRecord) -> Workload:
     return w
 
 
+def _believed_faults(config: SchedulerConfig, sim: SimConfig) -> SchedulerConfig:
+    """The scheduler sizes hot spares from the fault model the simulation injects, unless
+    its config names a rate or repair time of its own."""
+    update = {}
+    if "hardware_fault_rate_per_device_hour" not in config.model_fields_set:
+        rate = sim.fault_rate_per_device_hour * sim.hardware_share if sim.faults else 0.0
+        update["hardware_fault_rate_per_device_hour"] = rate
+    if "repair_s" not in config.model_fields_set:
+        update["repair_s"] = sim.repair_s
+    return config.model_copy(update=update)
+
+
 class Simulation:
     """One policy over one trace on one cluster."""
 
@@ -78,6 +91,7 @@ class Simulation:
     ) -> None:
         self.cfg = sim or SimConfig()
         self.clock = FakeClock()
+        config = _believed_faults(config or SchedulerConfig(), self.cfg)
         self.sched = Scheduler(cluster, tree, policy, config, self.clock)
         self.policy = policy
         self.records = records
@@ -152,7 +166,12 @@ class Simulation:
         self.cycle_wall.append(time.perf_counter() - start)
         for d in decisions:
             self.apply(d, t)
+        self._check("cycle", t)
         return False
+
+    def _check(self, where: str, t: float) -> None:
+        if self.cfg.check_invariants and (problems := violations(self.sched)):
+            raise AssertionError(f"after {where} at t={t:.0f} s: {problems}")
 
     def _arrive(self, r: TraceRecord, t: float) -> bool:
         w = to_workload(r)
@@ -190,6 +209,7 @@ class Simulation:
             self.acc.faults += 1
             for d in recovery.node_failed(self.sched, node, t, hardware=hardware):
                 self.apply(d, t)
+            self._check("fault", t)
             if hardware:
                 if node in self.sched.quarantined:
                     self.push(t + self.cfg.quarantine_replace_s, REPLACE, node)

@@ -7,6 +7,7 @@ import numpy as np
 from argosy.core.clock import FakeClock
 from argosy.hardware.loader import load_cluster
 from argosy.scheduler.core import Scheduler
+from argosy.scheduler.invariants import violations
 from argosy.scheduler.policies import policies
 from argosy.scheduler.queues import QueuesFile, build_tree
 from argosy.scheduler.workload import Workload
@@ -55,23 +56,9 @@ def service(wid, peak, profile=None) -> Workload:
 
 
 def check_invariants(sched) -> None:
-    """No device double-allocated; gangs whole; usage never above an explicit ceiling."""
-    cap = sched.cap
-    used = np.zeros(len(cap.cap), dtype=np.int64)
-    allocs = [w.alloc for w in sched.running.values()]
-    allocs += [c for s in sched.services for c in s.replicas]
-    for a in allocs:
-        np.add.at(used, a.nodes, a.counts)
-    assert (used <= cap.cap).all(), "a device is allocated twice"
-    live = cap.up & ~cap.spare
-    assert (cap.avail[live] + used[live] == cap.cap[live]).all(), "free count out of step"
-    assert (used[~cap.up] == 0).all(), "work left on a down node"
-    assert (used[cap.spare] == 0).all(), "work on a held spare"
-    for w in sched.running.values():
-        assert w.min_devices <= w.devices <= w.max_devices, f"{w.id} partially placed"
-    tree = sched.tree
-    binding = tree.ceiling < tree.totals[None, :]
-    assert (tree.usage[binding] <= tree.ceiling[binding]).all(), "usage above ceiling"
+    """Every rule of `argosy.scheduler.invariants` holds."""
+    problems = violations(sched)
+    assert problems == [], problems
 
 
 def settle(sched, cycles=8):
