@@ -1,0 +1,213 @@
+"""Job commands over HTTP: submit, jobs, job, logs, cancel, queues, nodes, cordon, token.
+
+argosy submit job.yaml [--json]
+argosy jobs [--state running] [--queue team-a] [--json]
+argosy job JOB [--json]; argosy logs JOB [-f]; argosy cancel JOB
+argosy queues; argosy nodes; argosy cordon NODE [--undo]
+argosy token create --queue team-a
+
+httpx is imported when a command calls the server.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
+from argosy.cli.common import console, print_json
+from argosy.core.errors import ArgosyError
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def submit(
+    file: Path = typer.Argument(..., help="Job YAML."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Submit a job YAML to its queue."""
+    from argosy.server.spec import load_job_file
+
+    if not file.exists():
+        raise ArgosyError(f"job file '{file}' not found")
+    spec = load_job_file(file, Path.cwd())
+    key = str(uuid.uuid4())  # a retried request cannot submit twice
+    body = spec.model_dump()
+    job = Client(server, token).call("POST", "/jobs", json=body, headers={"Idempotency-Key": key})
+    if as_json:
+        print_json(job)
+        return
+    console.print(f"submitted {job['id']} ({job['name']}) to queue {job['queue']}")
+
+
+def jobs(
+    state: list[str] = typer.Option([], "--state", help="Filter by state (repeatable)."),
+    queue: str | None = typer.Option(None, "--queue", help="Filter by queue."),
+    limit: int = typer.Option(100, "--limit", min=1, max=500, help="Jobs per page."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """List jobs, oldest first."""
+    params: dict = {"limit": limit, "state": state}
+    if queue:
+        params["queue"] = queue
+    page = Client(server, token).call("GET", "/jobs", params=params)
+    if as_json:
+        print_json(page["items"])
+        return
+    table = Table("id", "name", "queue", "state", "attempts", "created")
+    for j in page["items"]:
+        table.add_row(
+            j["id"], j["name"], j["queue"], j["state"], str(j["attempts"]), j["created_at"]
+        )
+    console.print(table)
+
+
+def job(
+    job_id: str = typer.Argument(..., help="Job id."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Show one job and its event log."""
+    client = Client(server, token)
+    data = client.call("GET", f"/jobs/{job_id}")
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"[bold]{data['id']}[/] {data['name']} in {data['queue']}: {data['state']}")
+    console.print(f"attempts {data['attempts']}; created {data['created_at']}")
+    if data["reason"]:
+        console.print(f"reason: {data['reason']}", highlight=False)
+    for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:
+        console.print(f"  {e['created_at']}  {e['kind']:<12} {e['message']}", highlight=False)
+
+
+def logs(
+    job_id: str = typer.Argument(..., help="Job id."),
+    follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing until it ends."),
+    rank: int = typer.Option(0, "--rank", min=0, help="Rank whose output to show."),
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Print the output of a job's latest attempt."""
+    client, offset = Client(server, token), 0
+    while True:
+        r = client.raw("GET", f"/jobs/{job_id}/logs", params={"offset": offset, "rank": rank})
+        if r.text:
+            typer.echo(r.text, nl=False)
+        offset = int(r.headers.get("x-next-offset", offset))
+        if not follow or (not r.text and _ended(client, job_id)):
+            return
+        if not r.text:
+            time.sleep(0.5)
+
+
+def _ended(client: Client, job_id: str) -> bool:
+    return client.call("GET", f"/jobs/{job_id}")["state"] in TERMINAL
+
+
+def cancel(
+    job_id: str = typer.Argument(..., help="Job id."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Cancel a job (a running one stops its attempt first)."""
+    data = Client(server, token).call("POST", f"/jobs/{job_id}/cancel")
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"{data['id']}: {data['state']}")
+
+
+def queues(
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Show the queue tree: quota, use, pending and running jobs."""
+    data = Client(server, token).call("GET", "/queues")
+    if as_json:
+        print_json(data)
+        return
+    table = Table("queue", "parent", "nominal", "usage", "pending", "running")
+    for q in data:
+        table.add_row(
+            q["name"],
+            q["parent"] or "",
+            _chips(q["nominal"]),
+            _chips(q["usage"]),
+            str(q["pending"]),
+            str(q["running"]),
+        )
+    console.print(table)
+
+
+def nodes(
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Show the executor's nodes and what runs on them."""
+    data = Client(server, token).call("GET", "/nodes")
+    if as_json:
+        print_json(data)
+        return
+    table = Table("node", "chip", "devices", "free", "cordoned", "jobs")
+    for n in data:
+        table.add_row(
+            n["name"],
+            n["chip"],
+            str(n["devices"]),
+            str(n["free"]),
+            "yes" if n["cordoned"] else "",
+            ", ".join(n["jobs"]),
+        )
+    console.print(table)
+
+
+def cordon(
+    node: str = typer.Argument(..., help="Node name (see argosy nodes)."),
+    undo: bool = typer.Option(False, "--undo", help="Uncordon."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Keep new work off a node (admin token); what runs there keeps running."""
+    verb = "uncordon" if undo else "cordon"
+    data = Client(server, token).call("POST", f"/nodes/{node}/{verb}")
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"{data['name']}: {'cordoned' if data['cordoned'] else 'schedulable'}")
+
+
+token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
+
+
+@token_app.command("create")
+def token_create(
+    queue: str | None = typer.Option(None, "--queue", help="Scope to one queue; none: admin."),
+    name: str = typer.Option("", "--name", help="Label."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Create a token (needs an admin token); it is printed once."""
+    data = Client(server, token).call("POST", "/tokens", json={"queue": queue, "name": name})
+    if as_json:
+        print_json(data)
+        return
+    typer.echo(data["token"])
+
+
+def _chips(values: dict[str, int]) -> str:
+    return ", ".join(f"{c}: {n}" for c, n in values.items())

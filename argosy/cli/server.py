@@ -1,0 +1,58 @@
+"""`argosy server`: the control plane (REST API, store, scheduler loop, executor).
+
+argosy server                                  # 127.0.0.1:8265, SQLite in ~/.argosy
+argosy server --executor ray --ray-address 127.0.0.1:6379 --queues queues.yaml
+
+FastAPI and uvicorn are imported only when the server starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from argosy.core.errors import ArgosyError
+
+
+def server(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    port: int = typer.Option(8265, "--port", min=0, max=65535, help="TCP port."),
+    db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL; default SQLite in home."),
+    executor: str = typer.Option("local", "--executor", help="local or ray."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster address."),
+    queues: Path | None = typer.Option(None, "--queues", help="Queue tree YAML."),
+    home: Path | None = typer.Option(None, "--home", help="Default: $ARGOSY_HOME or ~/.argosy."),
+    slots: int = typer.Option(0, "--slots", min=0, help="CPU slots (local, no accelerator)."),
+    policy: str = typer.Option("argosy", "--policy", help="Scheduling policy."),
+) -> None:
+    """Run the control plane: REST API under /api/v1, OpenAPI at /docs."""
+    try:
+        import uvicorn
+
+        from argosy.server.app import create_app
+        from argosy.server.config import ServerConfig
+    except ImportError as err:
+        raise ArgosyError(f"argosy server needs the 'server' extra: {err}") from err
+    from argosy.executors import executors
+    from argosy.scheduler.policies import policies
+
+    executors.canonical(executor)  # unknown names list the known ones
+    policies.canonical(policy)
+    if queues is not None and not queues.exists():
+        raise ArgosyError(f"queues file '{queues}' not found")
+    values = {
+        "host": host,
+        "port": port,
+        "db_url": db,
+        "executor": executors.canonical(executor),
+        "ray_address": ray_address,
+        "queues_file": queues,
+        "local_slots": slots,
+        "policy": policies.canonical(policy),
+    }
+    if home is not None:
+        values["home"] = home
+    config = ServerConfig.model_validate(values)
+    typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
+    uvicorn.run(create_app(config), host=host, port=port, log_level="warning")

@@ -1,0 +1,208 @@
+"""REST routes under /api/v1. Every route but /health needs a bearer token; changes to a
+queue's jobs need an admin token or that queue's token (401 without a valid token, 403
+across queues)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
+from fastapi.responses import PlainTextResponse
+
+from argosy.core.errors import ArgosyError
+from argosy.server.auth import Principal
+from argosy.server.control import Control, NotFoundError
+from argosy.server.schemas import (
+    Event,
+    EventPage,
+    Health,
+    Job,
+    JobPage,
+    JobState,
+    NodeView,
+    QueueInfo,
+    TokenCreated,
+    TokenRequest,
+)
+from argosy.server.spec import JobSpec
+from argosy.server.store import IdempotencyConflictError
+from argosy.server.views import event_view, job_view, node_views, queue_views
+
+router = APIRouter(prefix="/api/v1")
+LOG_CHUNK_BYTES = 1 << 20
+
+
+def control(request: Request) -> Control:
+    return request.app.state.control
+
+
+def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    scheme, _, token = (authorization or "").partition(" ")
+    found = (
+        request.app.state.tokens.principal(token.strip()) if scheme.lower() == "bearer" else None
+    )
+    if found is None:
+        raise HTTPException(401, "missing or unknown token", {"WWW-Authenticate": "Bearer"})
+    return found
+
+
+def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
+    if not who.is_admin:
+        raise HTTPException(403, "needs an admin token")
+    return who
+
+
+Ctl = Annotated[Control, Depends(control)]
+Who = Annotated[Principal, Depends(principal)]
+Admin = Annotated[Principal, Depends(admin)]
+Limit = Annotated[int, Query(ge=1, le=500)]
+Cursor = Annotated[int, Query(ge=0, le=2**62)]
+
+
+@router.get("/health")
+async def health() -> Health:
+    """Liveness; no token needed."""
+    return Health(status="ok")
+
+
+@router.post("/jobs", status_code=201, responses={200: {"model": Job}, 409: {}, 422: {}})
+async def submit(
+    spec: JobSpec,
+    ctl: Ctl,
+    who: Who,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Job:
+    """Submit a job. A repeated `Idempotency-Key` with the same body returns the first job
+    (200) instead of a new one; with a different body it is a 409."""
+    if not who.may_change(spec.queue):
+        raise HTTPException(403, f"this token may submit only to queue '{who.queue}'")
+    digest = hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
+    try:
+        row, created = ctl.submit(spec, idempotency_key, digest)
+    except IdempotencyConflictError as err:
+        raise HTTPException(409, f"Idempotency-Key '{err}' was used with another body") from err
+    except ArgosyError as err:
+        raise HTTPException(422, str(err)) from err
+    if not created:
+        response.status_code = 200
+    return job_view(row)
+
+
+@router.get("/jobs")
+async def list_jobs(
+    ctl: Ctl,
+    who: Who,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    queue: Annotated[str | None, Query(max_length=100)] = None,
+    name: Annotated[str | None, Query(max_length=100)] = None,
+    cursor: Cursor = 0,
+    limit: Limit = 100,
+) -> JobPage:
+    """Jobs in submit order, filtered by state (repeatable), queue and name."""
+    rows, nxt = ctl.store.list_jobs(
+        states=state or (), queue=queue, name=name, cursor=cursor, limit=limit
+    )
+    return JobPage(items=[job_view(r) for r in rows], next_cursor=nxt)
+
+
+@router.get("/jobs/{job_id}", responses={404: {}})
+async def get_job(job_id: str, ctl: Ctl, who: Who) -> Job:
+    return job_view(_job(ctl, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", responses={403: {}, 404: {}})
+async def cancel(job_id: str, ctl: Ctl, who: Who) -> Job:
+    """Cancel a job: a pending one at once, a running one once its attempt has stopped."""
+    row = _job(ctl, job_id)
+    if not who.may_change(row["queue"]):
+        raise HTTPException(403, f"this token may cancel only in queue '{who.queue}'")
+    return job_view(ctl.cancel(job_id))
+
+
+@router.get("/jobs/{job_id}/events", responses={404: {}})
+async def job_events(
+    job_id: str, ctl: Ctl, who: Who, cursor: Cursor = 0, limit: Limit = 100
+) -> EventPage:
+    _job(ctl, job_id)
+    rows, nxt = ctl.store.list_events(job_id=job_id, cursor=cursor, limit=limit)
+    return EventPage(items=[event_view(r) for r in rows], next_cursor=nxt)
+
+
+@router.get("/jobs/{job_id}/logs", response_class=PlainTextResponse, responses={404: {}})
+async def job_logs(
+    job_id: str,
+    ctl: Ctl,
+    who: Who,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
+) -> PlainTextResponse:
+    """Output of one rank of the job's latest attempt from byte `offset`; the header
+    `X-Next-Offset` is where to continue (`argosy logs -f`)."""
+    _job(ctl, job_id)
+    logs = sorted((ctl.run_dir(job_id) / "logs").glob(f"attempt*/rank{rank}.log"))
+    data = b""
+    if logs:
+        with logs[-1].open("rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_CHUNK_BYTES)
+    headers = {"X-Next-Offset": str(offset + len(data))}
+    return PlainTextResponse(data.decode(errors="replace"), headers=headers)
+
+
+@router.get("/events")
+async def events(ctl: Ctl, who: Who, cursor: Cursor = 0, limit: Limit = 100) -> EventPage:
+    rows, nxt = ctl.store.list_events(cursor=cursor, limit=limit)
+    return EventPage(items=[event_view(r) for r in rows], next_cursor=nxt)
+
+
+@router.get("/queues")
+async def queues(ctl: Ctl, who: Who) -> list[QueueInfo]:
+    """The queue tree with quota and use per chip type."""
+    return queue_views(ctl.scheduling, ctl.store.count_jobs())
+
+
+@router.get("/nodes")
+async def nodes(ctl: Ctl, who: Who) -> list[NodeView]:
+    return node_views(ctl.scheduling, ctl.store.cordoned())
+
+
+@router.post("/nodes/{name}/cordon", responses={403: {}, 404: {}})
+async def cordon(name: str, ctl: Ctl, who: Admin) -> NodeView:
+    """Keep new work off a node; what runs there keeps running."""
+    return _set_cordon(ctl, name, True)
+
+
+@router.post("/nodes/{name}/uncordon", responses={403: {}, 404: {}})
+async def uncordon(name: str, ctl: Ctl, who: Admin) -> NodeView:
+    return _set_cordon(ctl, name, False)
+
+
+@router.post("/tokens", status_code=201, responses={403: {}, 422: {}})
+async def create_token(body: TokenRequest, ctl: Ctl, who: Admin, request: Request) -> TokenCreated:
+    """A new token: admin (no queue) or scoped to one leaf queue."""
+    leaves = ctl.scheduling.sched.tree.leaves
+    if body.queue is not None and body.queue not in leaves:
+        raise HTTPException(422, f"unknown leaf queue '{body.queue}'; known: {', '.join(leaves)}")
+    token = request.app.state.tokens.create(body.queue, body.name)
+    return TokenCreated(token=token, queue=body.queue, name=body.name)
+
+
+def _job(ctl: Control, job_id: str) -> dict:
+    try:
+        return ctl.job(job_id)
+    except NotFoundError as err:
+        raise HTTPException(404, str(err)) from err
+
+
+def _set_cordon(ctl: Control, name: str, cordoned: bool) -> NodeView:
+    try:
+        ctl.set_cordon(name, cordoned)
+    except NotFoundError as err:
+        raise HTTPException(404, str(err)) from err
+    return next(n for n in node_views(ctl.scheduling, ctl.store.cordoned()) if n.name == name)
+
+
+__all__ = ["Event", "router"]

@@ -1,0 +1,84 @@
+"""The FastAPI application: store, executor, control loop and routes, built once.
+
+    app = create_app(ServerConfig(home=Path("/tmp/argosy")))
+    uvicorn.run(app, host="127.0.0.1", port=8265)
+
+The lifespan opens the store (running migrations), writes the admin token, reconciles
+the jobs left running by a previous server, and starts the control loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from argosy.core.errors import ArgosyError
+from argosy.executors import Executor, executors
+from argosy.server.api import router
+from argosy.server.auth import Tokens, ensure_admin_token
+from argosy.server.config import ServerConfig
+from argosy.server.control import Control
+from argosy.server.store import Store
+
+
+def make_executor(config: ServerConfig) -> Executor:
+    """The configured executor (an unknown name lists the known ones)."""
+    cls = executors.get(config.executor)
+    if config.executor == "ray":
+        from argosy.executors.ray import RayOptions
+
+        return cls(RayOptions(address=config.ray_address or "auto"))
+    from argosy.executors.local import LocalOptions
+
+    return cls(LocalOptions(slots=config.local_slots))
+
+
+def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store(config.database_url)
+        ensure_admin_token(store, config.home)
+        ctl = Control(config, store, executor or make_executor(config))
+        ctl.recover()
+        app.state.control = ctl
+        app.state.tokens = Tokens(store)
+        task = asyncio.create_task(ctl.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            store.engine.dispose()
+
+    app = FastAPI(
+        title="argosy",
+        summary="Control plane: queues, jobs, nodes, events.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.include_router(router)
+    app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
+
+    @app.exception_handler(ArgosyError)
+    async def _user_error(_request: Request, err: ArgosyError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=422)
+
+    return app
+
+
+async def _metrics(request: Request, _=Depends(lambda: None)) -> Response:  # noqa: ANN001
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from argosy.server.api import principal
+    from argosy.server.metrics import make_registry
+
+    principal(request, request.headers.get("authorization"))
+    state = request.app.state
+    if not hasattr(state, "registry"):
+        state.registry = make_registry(state.control)
+    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)

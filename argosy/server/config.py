@@ -1,0 +1,54 @@
+"""Config of `argosy server`: where it listens, where it stores, what runs the jobs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_PORT = 8265
+
+
+def default_home() -> Path:
+    """`$ARGOSY_HOME`, else `~/.argosy`: admin token, default database, run directories."""
+    return Path(os.environ.get("ARGOSY_HOME") or Path.home() / ".argosy").expanduser()
+
+
+class ServerConfig(BaseModel):
+    """Every knob of the control plane; the CLI flags of `argosy server` set the first ones."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    host: str = "127.0.0.1"
+    """Address to bind; 127.0.0.1 unless told otherwise."""
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    """TCP port of the REST API."""
+    home: Path = Field(default_factory=default_home)
+    """State directory: admin.token, the default SQLite file, run directories."""
+    db_url: str | None = None
+    """SQLAlchemy URL of the store; default: sqlite:///<home>/argosy.db."""
+    executor: str = "local"
+    """Executor that runs jobs: local (this machine) or ray (a Ray cluster)."""
+    ray_address: str | None = None
+    """Address of the Ray cluster for the ray executor (e.g. 127.0.0.1:6379)."""
+    queues_file: Path | None = None
+    """Queue tree YAML; without it one queue, `default`, owns every device."""
+    policy: str = "argosy"
+    """Scheduling policy (argosy, quota, fifo); hot spares are off on the server."""
+    local_slots: int = Field(default=0, ge=0)
+    """CPU slots of the local executor when no accelerator is found; 0 = CPU cores."""
+    cycle_interval_s: float = Field(default=1.0, gt=0)
+    """Longest wait between scheduler cycles; a submit or an exit wakes it sooner."""
+    poll_interval_s: float = Field(default=0.2, gt=0)
+    """How often running attempts are checked for their exit."""
+    page_limit_max: int = Field(default=500, gt=0)
+    """Largest page a list call returns."""
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.home / 'argosy.db'}"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"

@@ -1,0 +1,286 @@
+"""The control loop: submitted jobs in, scheduler decisions out, executor exits back in.
+
+One `Control` owns the live scheduler (through `Scheduling`), the store and the
+executor. Everything runs on the server's event loop, one step at a time, so the
+scheduler never sees two callers. A step:
+
+ 1. collect attempts that ended (executor.poll) and apply what each exit means:
+    succeeded, failed, cancelled, preempted back to pending, or lost and queued again
+    to resume from its checkpoint (while attempts <= max_restarts);
+ 2. when something changed or `cycle_interval_s` passed, run one scheduler cycle and
+    apply its decisions: start -> admitted -> executor.start -> running; preempt ->
+    stop the attempt, back to pending.
+
+At start-up `recover()` reconciles the store with reality: pending jobs are queued
+again, and every admitted or running job is either adopted (its attempt still runs:
+it keeps its devices and is never started twice) or settled from the exit status its
+attempt left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from argosy.core.errors import ArgosyError
+from argosy.executors.base import AttemptExit, Executor, LaunchRequest
+from argosy.scheduler.config import SchedulerConfig
+from argosy.scheduler.decisions import Decision
+from argosy.server.config import ServerConfig
+from argosy.server.scheduling import Scheduling
+from argosy.server.schemas import ACTIVE, TERMINAL, Placement
+from argosy.server.spec import JobSpec
+from argosy.server.store import Row, Store
+
+
+class WallClock:
+    """Seconds since the epoch: submit times survive a server restart."""
+
+    def now_s(self) -> float:
+        return time.time()
+
+
+class NotFoundError(ArgosyError):
+    """No such job or node."""
+
+
+class Control:
+    """Applies the scheduler's decisions and the executor's exits to the store."""
+
+    def __init__(self, config: ServerConfig, store: Store, executor: Executor) -> None:
+        self.config = config
+        self.store = store
+        self.executor = executor
+        self.clock = WallClock()
+        self.scheduling = Scheduling(
+            executor.inventory(),
+            config.queues_file,
+            config.policy,
+            SchedulerConfig(),
+            self.clock,
+        )
+        self.dirty = True
+        self.last_cycle_s = 0.0
+        self.cycle_s = 0.0
+        self._wake: asyncio.Event | None = None
+
+    # ---- start-up --------------------------------------------------------------------
+    def recover(self) -> None:
+        """Rebuild the scheduler's state from the store and the executor."""
+        for name in self.store.cordoned():
+            self.scheduling.set_in_service(name, False)
+        for row in self.store.jobs_in(["pending", *ACTIVE]):
+            spec = JobSpec.model_validate(row["spec"])
+            if row["state"] == "pending":
+                self._queue(row["id"], spec, row["created_at"])
+                continue
+            ended = self.executor.adopt(row["id"], row["attempts"], self.run_dir(row["id"]))
+            placement = Placement.model_validate(row["placement"]) if row["placement"] else None
+            if ended is None and placement is not None:
+                kept = self.scheduling.adopt(row["id"], spec, row["created_at"], placement)
+                if kept:
+                    self.store.add_event(row["id"], "adopted", "still running after a restart")
+                    continue
+                self.executor.stop(row["id"])
+            self._queue(row["id"], spec, row["created_at"])
+            self._apply_exit(ended or _lost(row, "the server restarted without it"))
+
+    def _queue(self, job_id: str, spec: JobSpec, submit_s: float) -> None:
+        reason = self.scheduling.submit(job_id, spec, submit_s)
+        if reason:
+            self._finish(job_id, "failed", reason, ("rejected", reason))
+
+    # ---- requests from the API -------------------------------------------------------
+    def submit(self, spec: JobSpec, key: str | None, request_hash: str) -> tuple[Row, bool]:
+        reason = self.scheduling.check(spec)
+        if reason:
+            raise ArgosyError(reason)
+        row, created = self.store.insert_job(
+            spec.model_dump(),
+            now=self.clock.now_s(),
+            idempotency_key=key,
+            request_hash=request_hash,
+        )
+        if created:
+            self._queue(row["id"], spec, row["created_at"])
+            self.poke()
+        return row, created
+
+    def cancel(self, job_id: str) -> Row:
+        row = self.job(job_id)
+        if row["state"] in TERMINAL:
+            return row
+        if row["state"] == "pending":
+            self.scheduling.finished(job_id)
+            self._finish(job_id, "cancelled", "cancelled", ("cancelled", "cancelled while pending"))
+        else:
+            self.store.update_job(
+                job_id, {"stop_requested": "cancel"}, event=("cancel", "stopping")
+            )
+            self.executor.stop(job_id)
+        return self.job(job_id)
+
+    def set_cordon(self, name: str, cordoned: bool) -> None:
+        if name not in self.scheduling.index:
+            raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
+        self.store.set_cordon(name, cordoned)
+        self.scheduling.set_in_service(name, not cordoned)
+        self.poke()
+
+    def job(self, job_id: str) -> Row:
+        row = self.store.get_job(job_id)
+        if row is None:
+            raise NotFoundError(f"no job '{job_id}'")
+        return row
+
+    # ---- the loop --------------------------------------------------------------------
+    def poke(self) -> None:
+        self.dirty = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        while True:
+            self.step()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_s)
+            self._wake.clear()
+
+    def step(self) -> None:
+        for ended in self.executor.poll():
+            self._apply_exit(ended)
+        now = time.monotonic()
+        if self.dirty or now - self.last_cycle_s >= self.config.cycle_interval_s:
+            self.dirty = False
+            self.last_cycle_s = now
+            decisions = self.scheduling.cycle()
+            self.cycle_s = time.monotonic() - now
+            for d in decisions:
+                self._apply(d)
+
+    def _apply(self, d: Decision) -> None:
+        job_id = d.workload.id
+        if d.action == "start":
+            self._start(job_id)
+        elif d.action == "preempt":
+            self.store.update_job(
+                job_id, {"stop_requested": "preempt"}, event=("preempted", d.reason)
+            )
+            self.executor.stop(job_id)
+        else:
+            self.store.add_event(job_id, d.action, d.reason or "scheduler decision")
+
+    def _start(self, job_id: str) -> None:
+        row = self.job(job_id)
+        spec = JobSpec.model_validate(row["spec"])
+        placement = self.scheduling.placement(job_id)
+        attempt = row["attempts"] + 1
+        where = ", ".join(f"{n}: {k} {placement.chip}" for n, k in placement.nodes.items())
+        self.store.update_job(
+            job_id,
+            {
+                "state": "admitted",
+                "attempts": attempt,
+                "placement": placement.model_dump(),
+                "stop_requested": None,
+            },
+            event=("admitted", f"attempt {attempt} on {where}"),
+        )
+        request = self._request(job_id, attempt, spec, placement)
+        try:
+            self.executor.start(request)
+        except (OSError, ArgosyError) as err:
+            self._apply_exit(AttemptExit(job_id, attempt, None, True, f"could not start: {err}"))
+            return
+        values: dict[str, Any] = {"state": "running"}
+        if row["started_at"] is None:
+            values["started_at"] = self.clock.now_s()
+        self.store.update_job(job_id, values, event=("running", f"attempt {attempt} started"))
+
+    def _request(self, job_id: str, attempt: int, spec: JobSpec, p: Placement) -> LaunchRequest:
+        env = {"ARGOSY_SERVER_ATTEMPT": str(attempt)}
+        if spec.checkpoint_every is not None:
+            env["ARGOSY_CHECKPOINT_EVERY"] = str(spec.checkpoint_every)
+        return LaunchRequest(
+            job_id=job_id,
+            attempt=attempt,
+            script=spec.script,
+            args=tuple(spec.args),
+            nproc_per_node=spec.nproc_per_node,
+            run_dir=self.run_dir(job_id),
+            nodes=p.nodes,
+            chip=p.chip,
+            workdir=spec.workdir,
+            max_restarts=spec.max_restarts,
+            env=env,
+        )
+
+    def run_dir(self, job_id: str) -> Path:
+        return self.config.runs_dir / job_id
+
+    # ---- exits -----------------------------------------------------------------------
+    def _apply_exit(self, e: AttemptExit) -> None:
+        row = self.store.get_job(e.job_id)
+        if row is None or row["attempts"] != e.attempt or row["state"] in TERMINAL:
+            return
+        self.poke()
+        summary = _summary(self.run_dir(e.job_id))
+        base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
+        stop, n = row["stop_requested"], e.attempt
+        spec = JobSpec.model_validate(row["spec"])
+        if stop == "cancel":
+            self.scheduling.finished(e.job_id)
+            self._finish(
+                e.job_id, "cancelled", "cancelled", ("cancelled", f"attempt {n} stopped"), base
+            )
+        elif stop == "preempt":
+            self.store.update_job(
+                e.job_id,
+                base | {"state": "pending", "reason": "preempted"},
+                event=("pending", f"attempt {n} stopped by preemption; queued again"),
+            )
+        elif e.exit_code == 0:
+            self.scheduling.finished(e.job_id)
+            self._finish(e.job_id, "succeeded", "", ("succeeded", f"attempt {n} {e.reason}"), base)
+        elif e.lost and n <= spec.max_restarts:
+            self.scheduling.requeue(e.job_id)
+            why = f"attempt {n} lost: {e.reason}; queued again to resume from its checkpoint"
+            self.store.update_job(
+                e.job_id, base | {"state": "pending", "reason": why}, event=("attempt_lost", why)
+            )
+        else:
+            self.scheduling.finished(e.job_id)
+            why = f"attempt {n}: {e.reason}" + _cause(summary)
+            if e.lost:
+                why += f" (max_restarts={spec.max_restarts} used up)"
+            self._finish(e.job_id, "failed", why, ("failed", why), base)
+
+    def _finish(
+        self, job_id: str, state: str, reason: str, event: tuple[str, str], extra: Row | None = None
+    ) -> None:
+        values = (extra or {}) | {"state": state, "reason": reason, "finished_at": time.time()}
+        self.store.update_job(job_id, values, event=event)
+
+
+def _lost(row: Row, reason: str) -> AttemptExit:
+    return AttemptExit(row["id"], row["attempts"], None, True, reason)
+
+
+def _summary(run_dir: Path) -> dict | None:
+    try:
+        data = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _cause(summary: dict | None) -> str:
+    cause = (summary or {}).get("cause")
+    if isinstance(cause, dict) and cause.get("detail"):
+        return f"; cause: {cause['detail']}"
+    return ""

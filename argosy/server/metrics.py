@@ -1,0 +1,89 @@
+"""`/metrics` for Prometheus: read from the scheduler and the store at scrape time.
+
+Queue depth (pending jobs per queue), jobs by state, allocation by chip type, devices
+used per node (per-device use: the local and Ray executors place whole devices), the
+effective training time of finished jobs (the runtime's goodput), and the last cycle's
+duration. A registry per app, so several servers live in one test process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from argosy.server.control import Control
+
+
+class ServerCollector(Collector):
+    """Collects the control plane's gauges on each scrape."""
+
+    def __init__(self, control: Control) -> None:
+        self.control = control
+
+    def collect(self) -> Iterator[Metric]:
+        ctl = self.control
+        counts = ctl.store.count_jobs()
+        depth = GaugeMetricFamily("argosy_queue_pending_jobs", "Pending jobs", labels=["queue"])
+        states = GaugeMetricFamily(
+            "argosy_jobs", "Jobs by queue and state", labels=["queue", "state"]
+        )
+        pending: dict[str, int] = {}
+        for (queue, state), n in counts.items():
+            states.add_metric([queue, state], n)
+            if state == "pending":
+                pending[queue] = pending.get(queue, 0) + n
+        for queue in ctl.scheduling.sched.tree.leaves:
+            depth.add_metric([queue], pending.get(queue, 0))
+        yield depth
+        yield states
+        yield from self._devices()
+        yield self._goodput()
+        cycle = GaugeMetricFamily("argosy_scheduler_cycle_seconds", "Last scheduler cycle")
+        cycle.add_metric([], ctl.cycle_s)
+        yield cycle
+
+    def _devices(self) -> Iterator[Metric]:
+        s = self.control.scheduling
+        total = GaugeMetricFamily("argosy_devices", "Devices by chip type", labels=["chip"])
+        used = GaugeMetricFamily(
+            "argosy_devices_allocated", "Devices allocated by chip type", labels=["chip"]
+        )
+        node = GaugeMetricFamily(
+            "argosy_node_devices_used", "Devices in use per node", labels=["node", "chip"]
+        )
+        by_chip: dict[str, list[int]] = {}
+        for n in s.nodes:
+            k = s.used_on(n.name)
+            node.add_metric([n.name, n.chip], k)
+            agg = by_chip.setdefault(n.chip, [0, 0])
+            agg[0] += n.devices
+            agg[1] += k
+        for chip, (n, k) in by_chip.items():
+            total.add_metric([chip], n)
+            used.add_metric([chip], k)
+        yield total
+        yield used
+        yield node
+
+    def _goodput(self) -> Metric:
+        rows, _ = self.control.store.list_jobs(states=["succeeded", "failed"], limit=100_000)
+        values = [
+            float(r["summary"]["effective_training_time"])
+            for r in rows
+            if isinstance(r["summary"], dict) and "effective_training_time" in r["summary"]
+        ]
+        g = GaugeMetricFamily(
+            "argosy_effective_training_time",
+            "Mean effective training time (runtime goodput) of finished jobs",
+        )
+        g.add_metric([], sum(values) / len(values) if values else 0.0)
+        return g
+
+
+def make_registry(control: Control) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(ServerCollector(control))
+    return registry

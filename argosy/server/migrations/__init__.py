@@ -1,0 +1,1 @@
+"""Alembic migrations of the server's store; `argosy.server.store.migrate` runs them."""

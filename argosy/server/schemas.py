@@ -1,0 +1,116 @@
+"""What the REST API answers: pydantic models that also make the OpenAPI schema."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from argosy.server.spec import JobSpec
+
+JobState = Literal["pending", "admitted", "running", "succeeded", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+ACTIVE: frozenset[str] = frozenset({"admitted", "running"})
+
+
+class Placement(BaseModel):
+    """Where the current (or last) attempt runs: chip type and devices per node."""
+
+    chip: str
+    nodes: dict[str, int]
+
+
+class Job(BaseModel):
+    """A job as the API and `argosy job ID --json` show it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+    queue: str
+    state: JobState
+    attempts: int
+    created_at: str
+    """ISO 8601, UTC."""
+    started_at: str | None = None
+    finished_at: str | None = None
+    reason: str = ""
+    """Why the job is in its state (a failure, a cancel, a requeue)."""
+    exit_code: int | None = None
+    placement: Placement | None = None
+    spec: JobSpec
+    summary: dict[str, Any] | None = None
+    """The runtime's goodput summary (summary.json) of the last attempt."""
+
+
+class JobPage(BaseModel):
+    """One page of jobs, oldest first; pass `next_cursor` as `cursor` for the next."""
+
+    items: list[Job]
+    next_cursor: int | None = None
+
+
+class Event(BaseModel):
+    """One line of the event log."""
+
+    seq: int
+    job_id: str | None
+    kind: str
+    message: str
+    created_at: str
+
+
+class EventPage(BaseModel):
+    items: list[Event]
+    next_cursor: int | None = None
+
+
+class QueueInfo(BaseModel):
+    """A queue with its quota and use per chip type."""
+
+    name: str
+    parent: str | None
+    leaf: bool
+    weight: float
+    guarantee: dict[str, int]
+    nominal: dict[str, int]
+    ceiling: dict[str, int]
+    usage: dict[str, int]
+    pending: int
+    running: int
+
+
+class NodeView(BaseModel):
+    """A node of the executor's inventory."""
+
+    name: str
+    chip: str
+    devices: int
+    free: int
+    cordoned: bool
+    up: bool
+    jobs: list[str]
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = Field(default=None, min_length=1, max_length=100)
+    """Queue the token may submit to and cancel in; omitted: an admin token."""
+    name: str = Field(default="", max_length=100)
+    """Free-form label."""
+
+
+class TokenCreated(BaseModel):
+    token: str
+    """Shown once; only its hash is stored."""
+    queue: str | None
+    name: str
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class ErrorBody(BaseModel):
+    detail: Any

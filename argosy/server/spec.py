@@ -1,0 +1,69 @@
+"""The job spec: what a job YAML (and the body of `POST /api/v1/jobs`) holds.
+
+Imports only pydantic and the core, so the CLI validates a job file before anything
+goes over the wire and points at the line and field of a mistake:
+
+    spec = load_job_file(Path("job.yaml"), cwd=Path.cwd())
+    # ConfigError: job.yaml:4 field 'nproc_per_node': Input should be greater than 0 ...
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from argosy.core.documents import load_yaml, validate
+from argosy.core.errors import ConfigError
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+class JobSpec(BaseModel):
+    """A training job: a script run as `nproc_per_node` ranks by `argosy launch`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """Job name (letters, digits, `.`, `_`, `-`); need not be unique."""
+    queue: str = Field(default="default", min_length=1, max_length=100)
+    """Leaf queue the job is submitted to."""
+    script: str = Field(min_length=1, max_length=4096)
+    """Training script (.py) or executable; relative paths resolve against `workdir`."""
+    args: list[str] = Field(default_factory=list, max_length=1000)
+    """Arguments passed to the script."""
+    nproc_per_node: int = Field(default=1, ge=1, le=1024)
+    """Ranks per node, one device each."""
+    nnodes: int = Field(default=1, ge=1, le=1024)
+    """Nodes of the gang (all start together or none does)."""
+    chips: list[str] = Field(default_factory=list, max_length=32)
+    """Chip types the job accepts (catalog names); empty: any chip the cluster has."""
+    checkpoint_every: int | None = Field(default=None, ge=1)
+    """Steps between checkpoints, handed to the script as ARGOSY_CHECKPOINT_EVERY."""
+    max_restarts: int = Field(default=3, ge=0, le=100)
+    """Restarts of the ranks inside one attempt (`argosy launch`), and new attempts after
+    an attempt is lost (its process killed, its node gone)."""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    """Higher runs first within the fair-share order."""
+    workdir: str | None = Field(default=None, max_length=4096)
+    """Directory the job runs in; the CLI sends the submitting directory."""
+
+    @property
+    def devices(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+def load_job_file(path: Path, cwd: Path) -> JobSpec:
+    """Validate a job YAML; a relative script resolves against `cwd`, which becomes the
+    job's working directory unless the file names one."""
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise ConfigError("a job file is a mapping of keys to values", source=str(path), line=1)
+    spec = validate(JobSpec, doc)
+    workdir = Path(spec.workdir) if spec.workdir else cwd
+    if not workdir.is_absolute():
+        workdir = cwd / workdir
+    script = Path(spec.script)
+    if not script.is_absolute() and (workdir / script).exists():
+        script = workdir / script
+    return spec.model_copy(update={"script": str(script), "workdir": str(workdir.resolve())})

@@ -1,0 +1,198 @@
+"""The durable store: jobs, their event log, API tokens and node cordons, over SQLAlchemy.
+
+Any SQLAlchemy URL works (SQLite by default, PostgreSQL in production); the schema is
+brought to the newest version by alembic when the store opens. Every change of a job
+and the event that explains it are written in one transaction, so the log never
+disagrees with the state.
+
+    store = Store("sqlite:///state.db")
+    row = store.insert_job(spec.model_dump(), now=time.time())
+    store.update_job(row["id"], {"state": "running"}, event=("started", "attempt 1"))
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from argosy.server.tables import events, jobs, nodes, tokens
+
+Row = dict[str, Any]
+Event = tuple[str, str]  # (kind, message)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest alembic revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+    cursor.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; safe with WAL
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+class IdempotencyConflictError(Exception):
+    """The Idempotency-Key was used before with a different request."""
+
+
+class Store:
+    """Reads and writes of the control plane's state."""
+
+    def __init__(self, url: str) -> None:
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine = create_engine(url)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        migrate(self.engine)
+
+    # ---- jobs ------------------------------------------------------------------------
+    def insert_job(
+        self, spec: Row, *, now: float, idempotency_key: str | None = None, request_hash: str = ""
+    ) -> tuple[Row, bool]:
+        """Store a new pending job; returns (row, created). A repeated Idempotency-Key
+        with the same request returns the first job and created=False."""
+        job_id = "j" + secrets.token_hex(6)
+        values = {
+            "id": job_id,
+            "name": spec["name"],
+            "queue": spec["queue"],
+            "state": "pending",
+            "attempts": 0,
+            "spec": spec,
+            "created_at": now,
+            "updated_at": now,
+            "reason": "",
+            "idempotency_key": idempotency_key,
+            "request_hash": request_hash,
+        }
+        try:
+            with self.engine.begin() as c:
+                c.execute(jobs.insert().values(**values))
+                c.execute(events.insert().values(_event(job_id, ("submitted", "queued"), now)))
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            first = self._by_key(idempotency_key)
+            if first is None or first["request_hash"] != request_hash:
+                raise IdempotencyConflictError(idempotency_key) from None
+            return first, False
+        return self.get_job(job_id) or values, True
+
+    def _by_key(self, key: str) -> Row | None:
+        with self.engine.connect() as c:
+            row = c.execute(select(jobs).where(jobs.c.idempotency_key == key)).mappings().first()
+        return dict(row) if row else None
+
+    def get_job(self, job_id: str) -> Row | None:
+        with self.engine.connect() as c:
+            row = c.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        return dict(row) if row else None
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[str] = (),
+        queue: str | None = None,
+        name: str | None = None,
+        cursor: int = 0,
+        limit: int = 100,
+    ) -> tuple[list[Row], int | None]:
+        """One page of jobs in submit order after `cursor`; the next cursor or None."""
+        query = select(jobs).where(jobs.c.seq > cursor).order_by(jobs.c.seq).limit(limit + 1)
+        states = list(states)
+        if states:
+            query = query.where(jobs.c.state.in_(states))
+        if queue:
+            query = query.where(jobs.c.queue == queue)
+        if name:
+            query = query.where(jobs.c.name == name)
+        with self.engine.connect() as c:
+            rows = [dict(r) for r in c.execute(query).mappings()]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (rows[-1]["seq"] if more and rows else None)
+
+    def jobs_in(self, states: Iterable[str]) -> list[Row]:
+        """Every job in one of `states`, in submit order (for reconciliation)."""
+        query = select(jobs).where(jobs.c.state.in_(list(states))).order_by(jobs.c.seq)
+        with self.engine.connect() as c:
+            return [dict(r) for r in c.execute(query).mappings()]
+
+    def update_job(self, job_id: str, values: Row, *, event: Event | None = None) -> None:
+        """Change a job and log why, in one transaction."""
+        now = time.time()
+        with self.engine.begin() as c:
+            c.execute(update(jobs).where(jobs.c.id == job_id).values(updated_at=now, **values))
+            if event is not None:
+                c.execute(events.insert().values(_event(job_id, event, now)))
+
+    def count_jobs(self) -> dict[tuple[str, str], int]:
+        """Jobs per (queue, state)."""
+        query = select(jobs.c.queue, jobs.c.state, func.count()).group_by(
+            jobs.c.queue, jobs.c.state
+        )
+        with self.engine.connect() as c:
+            return {(q, s): int(n) for q, s, n in c.execute(query)}
+
+    # ---- events ----------------------------------------------------------------------
+    def add_event(self, job_id: str | None, kind: str, message: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(events.insert().values(_event(job_id, (kind, message), time.time())))
+
+    def list_events(
+        self, *, job_id: str | None = None, cursor: int = 0, limit: int = 100
+    ) -> tuple[list[Row], int | None]:
+        query = select(events).where(events.c.seq > cursor).order_by(events.c.seq)
+        if job_id is not None:
+            query = query.where(events.c.job_id == job_id)
+        with self.engine.connect() as c:
+            rows = [dict(r) for r in c.execute(query.limit(limit + 1)).mappings()]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (rows[-1]["seq"] if more and rows else None)
+
+    # ---- tokens and nodes ------------------------------------------------------------
+    def add_token(self, token_hash: str, queue: str | None, name: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(
+                tokens.insert().values(
+                    hash=token_hash, queue=queue, name=name, created_at=time.time()
+                )
+            )
+
+    def token(self, token_hash: str) -> Row | None:
+        with self.engine.connect() as c:
+            row = c.execute(select(tokens).where(tokens.c.hash == token_hash)).mappings().first()
+        return dict(row) if row else None
+
+    def cordoned(self) -> set[str]:
+        with self.engine.connect() as c:
+            return {r[0] for r in c.execute(select(nodes.c.name).where(nodes.c.cordoned))}
+
+    def set_cordon(self, name: str, cordoned: bool) -> None:
+        with self.engine.begin() as c:
+            c.execute(nodes.delete().where(nodes.c.name == name))
+            c.execute(nodes.insert().values(name=name, cordoned=cordoned))
+            kind = "cordoned" if cordoned else "uncordoned"
+            c.execute(events.insert().values(_event(None, (kind, f"node {name}"), time.time())))
+
+
+def _event(job_id: str | None, event: Event, now: float) -> Row:
+    return {"job_id": job_id, "kind": event[0], "message": event[1], "created_at": now}

@@ -1,0 +1,71 @@
+"""The store's schema (SQLAlchemy Core). Alembic migrations in `migrations/` create and
+change it; this module is what the code reads and writes through."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(32), nullable=False, unique=True),
+    Column("name", String(100), nullable=False),
+    Column("queue", String(100), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("spec", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("reason", Text, nullable=False, default=""),
+    Column("exit_code", Integer),
+    Column("placement", JSON),
+    Column("summary", JSON),
+    Column("stop_requested", String(16)),
+    Column("idempotency_key", String(200), unique=True),
+    Column("request_hash", String(64)),
+    Index("ix_jobs_state", "state"),
+    Index("ix_jobs_queue_state", "queue", "state"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(32)),
+    Column("kind", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_events_job", "job_id"),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("queue", String(100)),
+    Column("name", String(100), nullable=False, default=""),
+    Column("created_at", Float, nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("cordoned", Boolean, nullable=False, default=False),
+)

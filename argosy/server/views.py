@@ -1,0 +1,88 @@
+"""Store rows -> API models (times as ISO 8601 UTC)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from argosy.server.scheduling import Scheduling
+from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo
+from argosy.server.spec import JobSpec
+from argosy.server.store import Row
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def job_view(row: Row) -> Job:
+    return Job(
+        id=row["id"],
+        name=row["name"],
+        queue=row["queue"],
+        state=row["state"],
+        attempts=row["attempts"],
+        created_at=iso(row["created_at"]) or "",
+        started_at=iso(row["started_at"]),
+        finished_at=iso(row["finished_at"]),
+        reason=row["reason"] or "",
+        exit_code=row["exit_code"],
+        placement=Placement.model_validate(row["placement"]) if row["placement"] else None,
+        spec=JobSpec.model_validate(row["spec"]),
+        summary=row["summary"],
+    )
+
+
+def event_view(row: Row) -> Event:
+    return Event(
+        seq=row["seq"],
+        job_id=row["job_id"],
+        kind=row["kind"],
+        message=row["message"],
+        created_at=iso(row["created_at"]) or "",
+    )
+
+
+def queue_views(s: Scheduling, counts: dict[tuple[str, str], int]) -> list[QueueInfo]:
+    tree = s.sched.tree
+    out = []
+    for i, name in enumerate(tree.names):
+        parent = tree.parents[i]
+
+        def per_chip(table, i=i) -> dict[str, int]:  # noqa: ANN001
+            return {c: int(table[i, j]) for j, c in enumerate(tree.chips)}
+
+        out.append(
+            QueueInfo(
+                name=name,
+                parent=tree.names[parent] if parent >= 0 else None,
+                leaf=name in tree.leaves,
+                weight=float(tree.weights[i]),
+                guarantee=per_chip(tree.guarantee),
+                nominal=per_chip(tree.nominal),
+                ceiling=per_chip(tree.ceiling),
+                usage=per_chip(tree.usage),
+                pending=counts.get((name, "pending"), 0),
+                running=counts.get((name, "running"), 0) + counts.get((name, "admitted"), 0),
+            )
+        )
+    return out
+
+
+def node_views(s: Scheduling, cordoned: set[str]) -> list[NodeView]:
+    out = []
+    for n in s.nodes:
+        used = s.used_on(n.name)
+        out.append(
+            NodeView(
+                name=n.name,
+                chip=n.chip,
+                devices=n.devices,
+                free=0 if n.name in s.out_of_service else n.devices - used,
+                cordoned=n.name in cordoned,
+                up=n.name not in s.out_of_service or n.name in cordoned,
+                jobs=s.jobs_on(n.name),
+            )
+        )
+    return out
