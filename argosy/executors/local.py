@@ -90,7 +90,7 @@ class LocalExecutor:
         env = dict(os.environ) | request.env
         env |= {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
         proc = subprocess.Popen(
-            ["sh", "-c", WRAPPER, "argosy-attempt", *launch_command(request)],
+            ["sh", "-c", WRAPPER, str(where), *launch_command(request)],
             cwd=request.workdir or None,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -31,3 +31,62 @@ def wait_for(client: Any, job_id: str, states: set[str], timeout_s: float = 30.0
             assert job["state"] in states, job
             return job
         time.sleep(0.05)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`argosy server` as a real process on a free port (start, SIGKILL, start again)."""
+
+    def __init__(self, home: Path, *extra: str) -> None:
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra = extra
+        self.proc: Any = None
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        import os
+        import subprocess
+        import sys
+
+        import httpx
+
+        command = [sys.executable, "-m", "argosy", "server", "--port", str(self.port)]
+        command += ["--home", str(self.home), "--slots", "2", *self.extra]
+        log = (self.home.parent / f"server-{self.port}.log").open("ab")
+        env = dict(os.environ, ARGOSY_HOME=str(self.home))
+        self.proc = subprocess.Popen(command, stdout=log, stderr=log, env=env)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "the server exited at start"
+            try:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("the server did not answer /health")
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def client(self) -> Any:
+        import httpx
+
+        token = (self.home / "admin.token").read_text().strip()
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"})
+
+    def env(self) -> dict[str, str]:
+        import os
+
+        return dict(os.environ, ARGOSY_HOME=str(self.home), ARGOSY_SERVER=self.url)

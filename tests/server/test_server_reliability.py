@@ -1,0 +1,98 @@
+"""Faults while jobs run: the server SIGKILLed and restarted, a job's launcher killed.
+
+Nothing submitted is lost, running attempts are adopted (never started twice), a killed
+attempt fails and the job resumes from its checkpoint, and the event log says why.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from server_helpers import TERMINAL, ServerProcess, job_body, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def starts(home: Path, job_id: str) -> list[tuple[int, int]]:
+    """(pid, first step) of every start of the job's script."""
+    path = home / "runs" / job_id / "starts.txt"
+    lines = path.read_text().split("\n") if path.exists() else []
+    return [(int(a), int(b)) for a, b in (line.split() for line in lines if line)]
+
+
+def steps_done(home: Path, job_id: str) -> int:
+    path = home / "runs" / job_id / "ckpt.txt"
+    return int(path.read_text()) if path.exists() else 0
+
+
+def wait_until(predicate, timeout_s: float = 30.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_server_sigkill_loses_nothing_and_runs_no_job_twice(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    server = ServerProcess(home)
+    server.start()
+    slow = ["--steps", "120", "--step-s", "0.1"]
+    with server.client() as c:
+        running = [c.post("/api/v1/jobs", json=job_body(f"r{i}", args=slow)).json() for i in (0, 1)]
+        queued = c.post("/api/v1/jobs", json=job_body("q", nproc_per_node=2)).json()
+        for job in running:
+            wait_for(c, job["id"], {"running"})
+        wait_until(lambda: all(steps_done(home, j["id"]) >= 3 for j in running))
+    server.kill()
+    time.sleep(0.5)  # the attempts keep training while no server runs
+    server.start()
+    with server.client() as c:
+        for job in [*running, queued]:
+            assert c.get(f"/api/v1/jobs/{job['id']}").status_code == 200  # nothing lost
+        for job in running:
+            assert c.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "running"
+            kinds = [e["kind"] for e in c.get(f"/api/v1/jobs/{job['id']}/events").json()["items"]]
+            assert "adopted" in kinds
+        for job in [*running, queued]:
+            done = wait_for(c, job["id"], TERMINAL, timeout_s=60)
+            assert done["state"] == "succeeded" and done["attempts"] == 1, done
+            ranks = job["spec"]["nproc_per_node"]
+            assert [step for _, step in starts(home, job["id"])] == [1] * ranks  # ran once
+    server.kill()
+
+
+def test_killed_launcher_fails_the_attempt_and_the_job_resumes(
+    client: TestClient, home: Path
+) -> None:
+    body = job_body("k", args=["--steps", "30", "--step-s", "0.1"], checkpoint_every=2)
+    job = client.post("/api/v1/jobs", json=body).json()
+    wait_for(client, job["id"], {"running"})
+    wait_until(lambda: steps_done(home, job["id"]) >= 6)
+    attempt = home / "runs" / job["id"] / "server" / "attempt1"
+    first_rank = starts(home, job["id"])[0][0]
+    os.kill(int((attempt / "launch.pid").read_text()), signal.SIGKILL)
+    done = wait_for(client, job["id"], TERMINAL, timeout_s=60)
+    assert done["state"] == "succeeded" and done["attempts"] == 2, done
+    (_, first), (_, resumed) = starts(home, job["id"])
+    assert first == 1 and resumed >= 7 and resumed % 2 == 1  # after an even checkpoint
+    with pytest.raises(ProcessLookupError):
+        os.kill(first_rank, 0)  # the orphaned rank of attempt 1 was stopped
+    events = client.get(f"/api/v1/jobs/{job['id']}/events").json()["items"]
+    lost = [e["message"] for e in events if e["kind"] == "attempt_lost"]
+    assert len(lost) == 1 and "SIGKILL" in lost[0] and "checkpoint" in lost[0]
+
+
+def test_attempts_lost_beyond_max_restarts_fail_the_job(client: TestClient, home: Path) -> None:
+    body = job_body("m", args=["--steps", "100", "--step-s", "0.1"], max_restarts=0)
+    job = client.post("/api/v1/jobs", json=body).json()
+    wait_for(client, job["id"], {"running"})
+    pid_file = home / "runs" / job["id"] / "server" / "attempt1" / "launch.pid"
+    wait_until(pid_file.exists)
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    done = wait_for(client, job["id"], TERMINAL)
+    assert done["state"] == "failed" and "max_restarts=0" in done["reason"]
