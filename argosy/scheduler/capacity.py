@@ -42,6 +42,8 @@ class Capacity:
         self.up = np.ones(len(nodes), dtype=bool)
         self.spare = np.zeros(len(nodes), dtype=bool)
         self.spare_count = np.zeros(len(cluster.groups), dtype=np.int64)
+        self.version = [0] * len(cluster.groups)
+        """Per group: bumped by every change of its free capacity (admission's memory)."""
         self.chips = [g.chip.id for g in cluster.groups]
         self.dpn = [g.devices_per_node for g in cluster.groups]
         self.ranges: list[tuple[int, int]] = []
@@ -66,6 +68,11 @@ class Capacity:
             return bool(self.hist[g, devices:].any())
         whole, rest = divmod(devices, d)
         return int(self.hist[g, d]) >= whole + (1 if rest else 0)
+
+    def versions(self, chips: tuple[str, ...]) -> tuple[int, ...]:
+        """Capacity versions of every group of `chips`: equal tuples, same capacity."""
+        v = self.version
+        return tuple(v[g] for c in chips for g in self.groups_of_chip[c])
 
     def whole_free_nodes(self, g: int) -> int:
         return int(self.hist[g, self.dpn[g]])
@@ -142,6 +149,7 @@ class Capacity:
             self.hist[g, old] -= 1
             self.hist[g, new] += 1
             self.free_devices[g] += new - old
+            self.version[g] += 1
             return
         usable = self.up[nodes] & ~self.spare[nodes]
         nodes, delta = nodes[usable], delta[usable]
@@ -153,6 +161,7 @@ class Capacity:
         hist -= np.bincount(old, minlength=len(hist))
         hist += np.bincount(new, minlength=len(hist))
         self.free_devices[g] += int(delta.sum())
+        self.version[g] += 1
 
     # ---- faults and hot spares -----------------------------------------------------
     def _hide(self, node: int) -> None:
@@ -161,6 +170,7 @@ class Capacity:
         self.hist[g, old] -= 1
         self.hist[g, 0] += 1
         self.free_devices[g] -= old
+        self.version[g] += 1
 
     def _show(self, node: int, used: int = 0) -> None:
         g, new = int(self.group[node]), int(self.cap[node]) - used
@@ -168,6 +178,7 @@ class Capacity:
         self.hist[g, 0] -= 1
         self.hist[g, new] += 1
         self.free_devices[g] += new
+        self.version[g] += 1
 
     def mark_down(self, node: int) -> None:
         """`node` failed: out of placement until `mark_up` (a held spare stops being one)."""

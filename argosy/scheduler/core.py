@@ -9,23 +9,18 @@ Time comes only from the injected clock.
 
 from __future__ import annotations
 
-import bisect
 import math
 
 from argosy.core.clock import Clock, FakeClock
-from argosy.core.errors import UnknownNameError
-from argosy.hardware.catalog import default_catalog
 from argosy.hardware.cluster import Cluster
-from argosy.scheduler import elastic, room
+from argosy.scheduler import admission, elastic, fit, room
 from argosy.scheduler.capacity import Capacity
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.decisions import Decision
+from argosy.scheduler.pending import PendingSet, shape_of
 from argosy.scheduler.policies import Policy
 from argosy.scheduler.queues import QueueTree
-from argosy.scheduler.speed import relative_speed
 from argosy.scheduler.workload import State, Workload
-
-STARTED, DEFER, BLOCKED = 0, 1, 2
 
 
 class Scheduler:
@@ -45,7 +40,7 @@ class Scheduler:
         self.policy = policy
         self.config = config or SchedulerConfig()
         self.clock = clock or FakeClock()
-        self.pending: list[Workload] = []
+        self.pending = PendingSet(self._key)
         self.running: dict[str, Workload] = {}
         self.elastic_running: dict[str, Workload] = {}
         self.services: list[Workload] = []
@@ -54,17 +49,16 @@ class Scheduler:
         self.out: list[Decision] = []
         self._seq: dict[str, int] = {}
         self._fits: dict[tuple, tuple[str, tuple[str, ...]]] = {}
-        self._shapes: dict[str, tuple] = {}  # workload id -> what admission depends on
         self.failures: dict[int, list[float]] = {}
         self.quarantined: set[int] = set()
 
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
         """Queue `w`, or reject it at once (with the reason) if it can never fit."""
-        key = (tuple(w.chips), w.min_devices, w.queue)
+        key = (tuple(w.chips), w.min_devices, w.max_devices, w.queue)
         known = self._fits.get(key)  # a pure function of the request's shape
         if known is None:
-            known = self._fits[key] = (self._never_fits(w), w.chips)
+            known = self._fits[key] = (fit.never_fits(self, w), w.chips)
         reason, chips = known
         if reason:
             w.state, w.reject_reason = State.REJECTED, reason
@@ -72,6 +66,7 @@ class Scheduler:
         w.chips = chips
         if w.kind == "infer":
             self.services.append(w)
+            self._fits.clear()  # what is pinned beside later gangs changed
             self.services_settled = -1
             self.services_step_s = 0.0
             return None
@@ -88,39 +83,12 @@ class Scheduler:
 
     def enqueue(self, w: Workload) -> None:
         w.state = State.PENDING
-        bisect.insort(self.pending, w, key=self._key)
+        self.pending.add(w)
 
     def _key(self, w: Workload) -> tuple:
         if self.policy.order == "fifo":
             return (w.submit_s, self._seq[w.id])
         return (-w.priority, w.submit_s, self._seq[w.id])
-
-    def _never_fits(self, w: Workload) -> str:
-        catalog, have = default_catalog(), self.cluster.devices_by_chip()
-        chips: list[str] = []
-        for name in w.chips:
-            try:
-                chips.append(catalog.canonical(name))
-            except UnknownNameError as err:
-                return str(err)
-        usable = [c for c in chips if c in have]
-        if not usable:
-            return f"accepts chip types {chips}; the cluster has {list(have)}"
-        biggest = {
-            c: max(self.cluster.groups[g].num_devices for g in self.cap.groups_of_chip[c])
-            for c in usable
-        }
-        usable = [c for c in usable if biggest[c] >= w.min_devices]
-        if not usable:
-            return f"needs {w.min_devices} devices of one type; largest groups: {biggest}"
-        if w.queue not in self.tree.leaves:
-            return str(UnknownNameError("leaf queue", w.queue, self.tree.leaves))
-        anc = self.tree.ancestors[w.queue]
-        ceil = {c: int(self.tree.ceiling[anc, self.tree.chip_index[c]].min()) for c in usable}
-        if self.policy.quotas and max(ceil.values()) < w.min_devices:
-            return f"needs {w.min_devices} devices; queue '{w.queue}' ceilings: {ceil}"
-        w.chips = tuple(sorted(usable, key=relative_speed, reverse=True))
-        return ""
 
     # ---- the cycle --------------------------------------------------------------------
     def cycle(self) -> list[Decision]:
@@ -128,7 +96,7 @@ class Scheduler:
         now = self.clock.now_s()
         self.out = []
         elastic.scale_services(self, now)
-        blocked = self._admit(now)
+        blocked = admission.admit(self, now)
         if self.policy.preemption:
             self._make_room(blocked, now)
         if self.policy.elastic:
@@ -138,100 +106,7 @@ class Scheduler:
         out, self.out = self.out, []
         return out
 
-    def _admit(self, now: float) -> list[Workload]:
-        started: list[int] = []  # positions in `pending` of the workloads started
-        deferred: list[Workload] = []
-        at: dict[int, int] = {}  # id of a deferred workload -> its position
-        blocked: list[Workload] = []
-        depth = self.config.backfill_depth
-        total_free = int(self.cap.free_devices.sum())
-        heads, offered = self.policy.heads_per_queue, {}
-        fifo = self.policy.order == "fifo"
-        held: set[str] = set()  # fifo: chip pools whose head is blocked
-        memo = ({}, {})  # per allow_borrow: request shape -> result, while nothing started
-        own = not self.policy.quotas
-        for i, w in enumerate(self.pending):
-            if fifo and held.intersection(w.chips):
-                if len(held) == len(self.cap.groups_of_chip):
-                    break
-                continue
-            if total_free <= 0:  # nothing fits any more; the rest may only make room
-                depth -= 1
-                if fifo or depth <= 0 or len(blocked) >= 4 * self.config.max_preemptors_per_cycle:
-                    break
-                if w.next_room_s <= now:
-                    blocked.append(w)
-                continue
-            if heads and offered.get(w.queue, 0) >= heads:
-                continue
-            result = self._try_start_memo(w, now, own, memo)
-            if result == STARTED:
-                offered[w.queue] = offered.get(w.queue, 0) + 1
-                started.append(i)
-                total_free -= w.devices
-            elif result == DEFER:
-                deferred.append(w)
-                at[id(w)] = i
-            else:
-                blocked.append(w)
-                held.update(w.chips)
-                if not self.policy.backfill and not fifo:
-                    break
-                depth -= 1
-                if depth <= 0:
-                    break
-        shares = {q: self.tree.share(q) for q in {w.queue for w in deferred}}
-        deferred.sort(key=lambda w: (shares[w.queue], self._key(w)))
-        for w in deferred:
-            if heads and offered.get(w.queue, 0) >= heads:
-                continue
-            if self._try_start_memo(w, now, True, memo) == STARTED:
-                offered[w.queue] = offered.get(w.queue, 0) + 1
-                started.append(at[id(w)])
-            else:
-                blocked.append(w)
-        for i in sorted(started, reverse=True):
-            del self.pending[i]
-        return blocked
-
-    def _try_start_memo(self, w: Workload, now: float, allow_borrow: bool, memo) -> int:
-        """`_try_start`, skipped for a request shaped like one that already failed since
-        the last start: the answer depends only on the shape and on the cluster and quota
-        state, which only a start changes during admission."""
-        key = self._shapes.get(w.id)
-        if key is None:
-            key = self._shapes[w.id] = (w.queue, w.chips, w.min_devices, w.max_devices, w.elastic)
-        known = memo[allow_borrow]
-        result = known.get(key)
-        if result is not None:
-            return result
-        result = self._try_start(w, now, allow_borrow=allow_borrow)
-        if result == STARTED:
-            memo[0].clear()
-            memo[1].clear()
-        else:
-            known[key] = result
-        return result
-
-    def _try_start(self, w: Workload, now: float, *, allow_borrow: bool) -> int:
-        deferred = False
-        for chip in w.chips:
-            for g in self.cap.groups_of_chip[chip]:
-                n = self._size_for(w, chip, g)
-                if n < w.min_devices:
-                    continue
-                borrowed = self.tree.borrowed_if(w.queue, chip, n) if self.policy.quotas else 0
-                if borrowed and not allow_borrow:
-                    deferred = True
-                    continue
-                alloc = self.cap.place(g, n)
-                if alloc is None:
-                    continue
-                self.start(w, chip, alloc, now, borrowed)
-                return STARTED
-        return DEFER if deferred else BLOCKED
-
-    def _size_for(self, w: Workload, chip: str, g: int) -> int:
+    def size_for(self, w: Workload, chip: str, g: int) -> int:
         """Devices `w` would start with on group `g`: its max, or for an elastic job the
         most whole nodes that are free now, within quota."""
         want = w.max_devices
@@ -296,6 +171,7 @@ class Scheduler:
                 self.pending.remove(w)
             else:
                 w.next_room_s = now + 300.0
+                self.pending.room_at[shape_of(w)] = w.next_room_s
 
     def _keep_spares(self) -> None:
         for g in range(len(self.cluster.groups)):

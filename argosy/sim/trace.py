@@ -101,16 +101,16 @@ def read_trace(path: str | Path, *, on_error: Literal["stop", "skip"] = "stop") 
     """Parse a JSONL trace; malformed lines raise (stop) or are listed (skip)."""
     path = Path(path)
     try:
-        handle = path.open()
+        handle = path.open("rb")  # decoded line by line, so a bad byte names its line
     except OSError as err:
         raise ConfigError(f"cannot read trace: {err.strerror}", source=str(path)) from err
     records, skipped, seen = [], [], set()
     with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+        for number, raw in enumerate(_lines(handle, path), start=1):
+            if not raw.strip():
                 continue
             try:
-                record = _parse(line, str(path), number)
+                record = _parse(_text(raw, str(path), number), str(path), number)
                 if record.id in seen:
                     raise ConfigError(
                         f"duplicate id '{record.id}'", source=str(path), line=number, field="id"
@@ -125,11 +125,29 @@ def read_trace(path: str | Path, *, on_error: Literal["stop", "skip"] = "stop") 
     return Trace(records, skipped)
 
 
+def _lines(handle, path: Path):  # noqa: ANN202  # yields bytes
+    try:
+        yield from handle
+    except OSError as err:  # a directory, a device gone away
+        raise ConfigError(f"cannot read trace: {err.strerror}", source=str(path)) from err
+
+
+def _text(raw: bytes, source: str, number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        msg = f"not UTF-8 text (byte {err.start + 1}); a trace is JSONL, one object a line"
+        raise ConfigError(msg, source=source, line=number) from err
+
+
 def _parse(line: str, source: str, number: int) -> TraceRecord:
     try:
         data = json.loads(line)
     except json.JSONDecodeError as err:
         raise ConfigError(f"not JSON: {err.msg}", source=source, line=number) from err
+    if not isinstance(data, dict):
+        msg = f"a trace line is one JSON object, not {type(data).__name__}"
+        raise ConfigError(msg, source=source, line=number)
     try:
         return TraceRecord.model_validate(data)
     except ValidationError as err:

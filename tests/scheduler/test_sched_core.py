@@ -187,3 +187,19 @@ def test_fifo_head_blocks_only_its_own_chip_pool():
     sched.submit(job("h-small", devices=8, chips=("h100",)))
     sched.submit(job("a-ok", devices=8, chips=("a100-80g",)))
     assert [d.workload.id for d in sched.cycle()] == ["h-big", "a-ok"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "guarantee", "peak", "want_rejected", "want_ok"),
+    [("fifo", 0, 32, 40, 32), ("quota", 48, 8, 24, 16), ("argosy", 48, 48, 24, 16)],
+    ids=["fifo-peak-replicas", "quota-guarantee", "argosy-guarantee"],
+)
+def test_gangs_that_never_fit_beside_pinned_reservations_are_rejected(
+    policy, guarantee, peak, want_rejected, want_ok
+):
+    sched, _ = make("h100:64", policy=policy, guarantee=guarantee, a_nominal=8)
+    sched.submit(service("svc", peak=peak))
+    too_big = sched.submit(job("big", devices=want_rejected))
+    assert too_big is not None and "beside pinned reservations" in too_big.reason
+    assert sched.submit(job("ok", devices=want_ok)) is None
+    assert [w.id for w in sched.pending] == ["ok"]

@@ -82,3 +82,23 @@ def test_malformed_trace_line_names_file_line_and_field(tmp_path):
     skip = argosy(*common, "--on-error", "skip", cwd=tmp_path)
     assert skip.returncode == 0, skip.stderr
     assert "t.jsonl:2" in skip.stderr and json.loads(skip.stdout)["skipped_trace_lines"] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"garbage\n", "t.jsonl:1: not JSON"),
+        (b'{"id": "a"}\n\x00\xff\xfe binary\n', "t.jsonl:1"),
+        (b"\xd7\x9b\x00\x01\xff\n", "t.jsonl:1: not UTF-8 text"),
+        (b"[1, 2]\n", "t.jsonl:1: a trace line is one JSON object, not list"),
+    ],
+    ids=["text", "binary-after-a-line", "binary", "json-array"],
+)
+def test_garbage_trace_names_the_file_and_line_and_exits_2(tmp_path, content, needle):
+    (tmp_path / "q.yaml").write_text("queues:\n  - name: eval\n")
+    (tmp_path / "t.jsonl").write_bytes(content)
+    out = argosy("sim", "run", "--cluster", "h100:8", "--queues", "q.yaml", "--trace", "t.jsonl",
+                 "--json", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert needle in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
