@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from argosy.core.documents import load_yaml, validate
 from argosy.core.errors import ConfigError
@@ -47,6 +47,17 @@ class JobSpec(BaseModel):
     """Higher runs first within the fair-share order."""
     workdir: str | None = Field(default=None, max_length=4096)
     """Directory the job runs in; the CLI sends the submitting directory."""
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _scalars_as_text(cls, value: object) -> object:
+        """`args: [--steps, 60]` is what people write: numbers become their text."""
+        if isinstance(value, list):
+            return [
+                str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+                for v in value
+            ]
+        return value
 
     @property
     def devices(self) -> int:

@@ -1,0 +1,97 @@
+"""The job CLI: malformed job files point at line and field, usage errors exit 2 with one
+line, and every command works against a real `argosy server` process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from server_helpers import STEPS, TERMINAL, ServerProcess, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def argosy(
+    *args: str, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "argosy", *args], capture_output=True, text=True, env=env, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "want_line", "want_field"),
+    [
+        ("name: a\nscript: s.py\nnproc_per_node: 0\n", 3, "nproc_per_node"),
+        ("name: a\nscript: s.py\nargs: [1, 2]\ncolour: red\n", 4, "colour"),
+        ("name: a\nscript: s.py\nargs: 5\n", 3, "args"),
+        ("script: s.py\nqueue: default\n", 1, "name"),
+        ("name: a\nscript: s.py\nchips: [h100\n", 4, None),
+    ],
+    ids=["bad-value", "unknown-key", "wrong-type", "missing", "bad-yaml"],
+)
+def test_malformed_job_yaml_names_line_and_field(
+    tmp_path: Path, text: str, want_line: int, want_field: str | None
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    r = argosy("submit", str(path), "--server", "http://127.0.0.1:1")
+    assert r.returncode == 2
+    assert f"job.yaml:{want_line}" in r.stderr
+    if want_field:
+        assert f"field '{want_field}" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_server_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = argosy("jobs", "--server", "http://127.0.0.1:1", "--token", "x")
+    assert r.returncode == 2 and "cannot reach the argosy server" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = ServerProcess(tmp_path_factory.mktemp("cli") / "home")
+    s.start()
+    yield s
+    s.kill()
+
+
+@pytest.mark.slow
+def test_cli_round_trip_against_a_real_server(server: ServerProcess, tmp_path: Path) -> None:
+    env = server.env()
+    mode = (server.home / "admin.token").stat().st_mode & 0o777
+    assert mode == 0o600
+    (tmp_path / "s.py").write_text(Path(STEPS).read_text())
+    (tmp_path / "job.yaml").write_text(
+        "name: cli\nqueue: default\nscript: s.py\nargs: ['--steps', '3']\nnproc_per_node: 1\n"
+    )
+    r = argosy("submit", "job.yaml", "--json", env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert {"id", "name", "queue", "state", "attempts", "created_at"} <= set(job)
+    assert job["spec"]["script"] == str(tmp_path / "s.py")  # resolved where submitted
+    with server.client() as c:
+        wait_for(c, job["id"], TERMINAL)
+    shown = json.loads(argosy("job", job["id"], "--json", env=env).stdout)
+    assert shown["id"] == job["id"] and shown["state"] == "succeeded"
+    listed = json.loads(argosy("jobs", "--json", "--state", "succeeded", env=env).stdout)
+    assert job["id"] in [j["id"] for j in listed]
+    assert "step 3" in argosy("logs", job["id"], "-f", env=env).stdout
+    assert "succeeded" in argosy("job", job["id"], env=env).stdout
+    node = json.loads(argosy("nodes", "--json", env=env).stdout)[0]["name"]
+    assert json.loads(argosy("cordon", node, "--json", env=env).stdout)["cordoned"] is True
+    assert (
+        json.loads(argosy("cordon", node, "--undo", "--json", env=env).stdout)["cordoned"] is False
+    )
+    assert "default" in argosy("queues", env=env).stdout
+    token = argosy("token", "create", "--queue", "default", env=env).stdout.strip()
+    assert token.startswith("argosy_")
+    r = argosy("cordon", node, "--token", token, env=env)
+    assert r.returncode == 2 and "403" in r.stderr
+    r = argosy("job", "jnothere", env=env)
+    assert r.returncode == 2 and "404" in r.stderr
