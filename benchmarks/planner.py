@@ -1,13 +1,14 @@
-"""Planner benchmark: accuracy against published runs, plan quality, search time, and
-mixed-chip efficiency. Prints markdown tables (paste into benchmarks/RESULTS.md).
+"""Planner benchmark: accuracy against published runs (in-sample and leave-one-source-out,
+side by side with a constant 50%-of-peak guess), memory against measured H100 runs,
+ranking of published configurations, search time and mixed-chip efficiency. Prints
+markdown tables (paste into benchmarks/RESULTS.md).
 
     .venv/bin/python benchmarks/planner.py            # everything
-    .venv/bin/python benchmarks/planner.py --fit      # refit constants (coordinate descent)
-    .venv/bin/python benchmarks/planner.py --holdout  # refit without one source, test on it
+    .venv/bin/python benchmarks/planner.py --fit      # refit data/calibrated.yaml
+    .venv/bin/python benchmarks/planner.py --quick    # accuracy tables only
 
-Peers side by side: the cost model against "dense peak x one MFU constant" (the best
-single constant for the whole set, i.e. the baseline a calculator such as llm-analysis
-gives when it is handed one efficiency).
+The peer is the guess "every run reaches 50% of dense peak" (model FLOPs): it needs no
+fitting, so its in-sample and held-out errors are the same.
 """
 
 from __future__ import annotations
@@ -20,8 +21,16 @@ import numpy as np
 
 from argosy.hardware.loader import load_cluster
 from argosy.planner.api import plan as run_plan
-from argosy.planner.calibration import Comparison, points, predict
-from argosy.planner.efficiency import Constants, default_constants
+from argosy.planner.calibration import (
+    Comparison,
+    calibration_key,
+    fit_all,
+    measured_step_s,
+    points,
+    predict,
+)
+from argosy.planner.efficiency import Constants
+from argosy.planner.frameworks import CALIBRATED_PATH, Scales
 from argosy.planner.hetero import plan_mixed
 from argosy.planner.layersplit import plan_layer_split
 from argosy.planner.models import load_model
@@ -47,25 +56,40 @@ def accuracy(constants: Constants | None = None) -> list[Comparison]:
     return [predict(p, constants) for p in points()]
 
 
-def baseline_errors(comps: list[Comparison]) -> np.ndarray:
-    """Errors of dense peak x the single best MFU constant."""
-    ideal = []
-    for c in comps:
-        p = c.point
-        flops = 3 * p.spec.forward_flops_per_token(p.seq) * p.seq * p.gbs
-        peak = load_cluster(p.cluster).groups[0].chip.peak_tflops() * 1e12 * p.devices
-        ideal.append(flops / peak)
-    ratio = np.array(ideal) / np.array([c.measured_s for c in comps])
-    constant = np.median(ratio)
-    return np.abs(ratio / constant - 1)
+def guess_error(point) -> float:
+    """Signed error of 'the run reaches 50% of dense peak' (model FLOPs)."""
+    flops = 3 * point.spec.forward_flops_per_token(point.seq) * point.seq * point.gbs
+    peak = load_cluster(point.cluster).groups[0].chip.peak_tflops() * 1e12 * point.devices
+    return flops / (0.5 * peak) / measured_step_s(point) - 1.0
 
 
-def print_accuracy(comps: list[Comparison]) -> None:
+def _scales(fits: dict, point) -> Scales:
+    key, gen = calibration_key(point)
+    return fits.get(key, {}).get(gen) or fits.get("any", {}).get(gen) or Scales()
+
+
+def held_out() -> dict[str, float]:
+    """Signed error of every point when its source is left out of the fit."""
+    out: dict[str, float] = {}
+    pts = list(points())
+    for source in sorted({p.source for p in pts}):
+        fits = fit_all([p for p in pts if p.source != source])
+        for p in (p for p in pts if p.source == source):
+            out[p.id] = predict(p, scales=_scales(fits, p)).error
+    return out
+
+
+def _stats(errors) -> str:
+    e = np.abs(np.asarray(errors))
+    return f"{np.median(e):.1%} | {np.percentile(e, 90):.1%}"
+
+
+def print_accuracy(comps: list[Comparison], loso: dict[str, float] | None) -> None:
     print(
-        "| point | chips | published config (planner-chosen fields in *) "
-        "| measured s | predicted s | error |"
+        "| point | framework | chips | configuration (planner-chosen fields in *) "
+        "| measured s | argosy s | argosy | held out | 50% guess |"
     )
-    print("|---|---|---|---:|---:|---:|")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
     for c in comps:
         given = set(c.point.parallel)
         cfg = " ".join(
@@ -73,24 +97,83 @@ def print_accuracy(comps: list[Comparison]) -> None:
             for k, v in c.plan.as_dict().items()
             if k in ("tp", "pp", "dp", "vpp", "cp", "mbs", "recompute", "zero")
         )
+        held = f"{loso[c.point.id]:+.1%}" if loso else "-"
         print(
-            f"| {c.point.id} | {c.point.cluster} | {cfg} | {c.measured_s:.2f} | "
-            f"{c.predicted_s:.2f} | {c.error:+.1%} |"
+            f"| {c.point.id} | {c.point.framework} | {c.point.cluster} | {cfg} | "
+            f"{c.measured_s:.2f} | {c.predicted_s:.2f} | {c.error:+.1%} | {held} | "
+            f"{guess_error(c.point):+.1%} |"
         )
-    err = np.abs([c.error for c in comps])
-    base = baseline_errors(comps)
+    guess = [guess_error(c.point) for c in comps]
+    print("\n| predictor | in-sample median | in-sample p90 | held-out median | held-out p90 |")
+    print("|---|---:|---:|---:|---:|")
+    held = _stats(list(loso.values())) if loso else "- | -"
     print(
-        f"\nabs error over {len(comps)} points: median {np.median(err):.1%}, "
-        f"worst {err.max():.1%}, "
-        f"mean {err.mean():.1%}"
+        f"| argosy (framework profiles + measured tables) | {_stats([c.error for c in comps])} "
+        f"| {held} |"
     )
+    print(f"| constant 50% of dense peak | {_stats(guess)} | {_stats(guess)} |")
+    by_fw: dict[str, list[Comparison]] = {}
+    for c in comps:
+        by_fw.setdefault(f"{c.point.framework} x {calibration_key(c.point)[1]}", []).append(c)
+    print("\n| framework x chip | points | argosy median | held-out median | 50% guess median |")
+    print("|---|---:|---:|---:|---:|")
+    for name, cs in sorted(by_fw.items()):
+        e = np.abs([c.error for c in cs])
+        h = np.abs([loso[c.point.id] for c in cs]) if loso else None
+        g = np.abs([guess_error(c.point) for c in cs])
+        held_m = f"{np.median(h):.1%}" if h is not None else "-"
+        print(f"| {name} | {len(cs)} | {np.median(e):.1%} | {held_m} | {np.median(g):.1%} |")
+
+
+def print_ranking(comps: list[Comparison]) -> None:
+    """Runs that report several configurations of one model on one cluster: is the
+    measured best among argosy's predicted top 3 (and is it the predicted best)?"""
+    groups: dict[tuple[str, str, int, int], list[Comparison]] = {}
+    for c in comps:
+        p = c.point
+        groups.setdefault((p.model, p.cluster, p.seq, p.gbs), []).append(c)
+    print("\n| model | cluster | configurations | measured best | its predicted rank |")
+    print("|---|---|---:|---|---:|")
+    hits, exact, total = 0, 0, 0
+    for (model, cluster, _, _), cs in sorted(groups.items()):
+        if len(cs) < 2:
+            continue
+        best = min(cs, key=lambda c: c.measured_s)
+        order = sorted(cs, key=lambda c: c.predicted_s)
+        rank = order.index(best) + 1
+        total += 1
+        hits += rank <= 3
+        exact += rank == 1
+        print(f"| {model} | {cluster} | {len(cs)} | {best.point.id} | {rank} |")
     print(
-        f"peer (peak x best single MFU constant): median {np.median(base):.1%}, "
-        f"worst {base.max():.1%}"
+        f"\nmeasured best in the predicted top 3 on {hits}/{total} groups; "
+        f"predicted best on {exact}/{total}"
     )
-    for chip in sorted({c.point.cluster.split(":")[0] for c in comps}):
-        sub = np.abs([c.error for c in comps if c.point.cluster.startswith(chip)])
-        print(f"  {chip}: {len(sub)} points, median {np.median(sub):.1%}, worst {sub.max():.1%}")
+
+
+def print_memory() -> None:
+    """Allocated peak of the measured single-H100 runs (framework `pytorch`)."""
+    from argosy.planner.api import estimate
+    from argosy.planner.parallel import parse_parallel
+
+    print("\n| run | predicted allocated GiB | predicted with reserve GiB |")
+    print("|---|---:|---:|")
+    for p in points():
+        if p.source != "measured-h100" or p.parallel.get("compile"):
+            continue
+        text = ",".join(f"{k}={v}" for k, v in p.parallel.items())
+        out = estimate(
+            p.spec,
+            load_cluster(p.cluster),
+            parse_parallel(text),
+            p.seq,
+            p.gbs,
+            framework=p.framework,
+        )
+        pred = out["predicted"]
+        print(
+            f"| {p.id} | {pred['memory_allocated_gib']:.1f} | {pred['memory_gib_per_device']:.1f} |"
+        )
 
 
 def print_plan_quality(comps: list[Comparison]) -> None:
@@ -100,7 +183,8 @@ def print_plan_quality(comps: list[Comparison]) -> None:
     for c in comps:
         p = c.point
         fixed = {"flash": p.parallel["flash"]} if "flash" in p.parallel else None
-        ranked = search_group(p.spec, load_cluster(p.cluster).groups[0], p.seq, p.gbs, fixed=fixed)
+        group = load_cluster(p.cluster).groups[0]
+        ranked = search_group(p.spec, group, p.seq, p.gbs, fixed=fixed, framework=p.framework)
         best = ranked.step_s(0)
         ratios.append(c.predicted_s / best)
         plan = ranked.plan(0)
@@ -159,115 +243,42 @@ def print_mixed() -> None:
         )
 
 
-GRID = {
-    "gemm_max": [0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9],
-    "gemm_half_gflop": [0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 4.0],
-    "dim_half": [0, 16, 32, 48, 64, 96, 128],
-    "attn_eff": [0.3, 0.35, 0.4, 0.45, 0.5, 0.6],
-}
-FRAMEWORK_GRID = {
-    "backward_factor": [1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3],
-    "elementwise_passes": [8, 12, 16, 24, 32],
-    "score_passes": [2, 3, 4, 6, 8],
-}
-MIN_POINTS_FOR_SHAPE = 8  # with fewer points, fit only gemm_max (one number per chip)
-
-
-def _loss(pts, consts) -> float:
-    err = np.abs([predict(p, consts).error for p in pts])
-    return float(np.median(err) + 0.5 * err.max())
-
-
-def fit(sweeps: int = 2) -> None:
-    """Coordinate descent: framework constants and the richest chip's full set on that
-    chip's points; every other chip only its gemm_max when it has few points."""
-    base = default_constants()
-    by_chip: dict[str, list] = {}
-    for p in points():
-        by_chip.setdefault(load_cluster(p.cluster).groups[0].chip.id, []).append(p)
-    richest = max(by_chip, key=lambda c: len(by_chip[c]))
-    for chip, pts in sorted(by_chip.items(), key=lambda kv: kv[0] != richest):
-        grid = GRID if len(pts) >= MIN_POINTS_FOR_SHAPE else {"gemm_max": GRID["gemm_max"]}
-        eff, fw = base.chip(chip), base.framework
-        best = _loss(pts, base)
-        for _ in range(sweeps):
-            for key, values in grid.items():
-                for value in values:
-                    trial = eff.model_copy(update={key: value})
-                    score = _loss(
-                        pts, base.model_copy(update={"chips": {**base.chips, chip: trial}})
-                    )
-                    if score < best - 1e-6:
-                        best, eff = score, trial
-            if chip != richest:
-                continue
-            for key, values in FRAMEWORK_GRID.items():
-                for value in values:
-                    trial_fw = fw.model_copy(update={key: value})
-                    consts = base.model_copy(
-                        update={"chips": {**base.chips, chip: eff}, "framework": trial_fw}
-                    )
-                    score = _loss(pts, consts)
-                    if score < best - 1e-6:
-                        best, fw = score, trial_fw
-        base = base.model_copy(update={"chips": {**base.chips, chip: eff}, "framework": fw})
-        fields = ", ".join(f"{k}: {getattr(eff, k)}" for k in GRID)
-        print(
-            f"{chip} ({len(pts)} points, fitted {', '.join(grid)}): loss {best:.4f} -> {{{fields}}}"
-        )
-        if chip == richest:
-            print("framework: " + ", ".join(f"{k}: {getattr(fw, k)}" for k in FRAMEWORK_GRID))
-
-
-def holdout() -> None:
-    """Leave one source out: refit the A100 constants on the other sources, test on it."""
-    base = default_constants()
-    a100 = [p for p in points() if load_cluster(p.cluster).groups[0].chip.id == "a100-80g"]
-    print("| held-out source | points | fitted on | median error | worst error |")
-    print("|---|---:|---|---:|---:|")
-    for source in sorted({p.source for p in a100}):
-        train = [p for p in a100 if p.source != source]
-        test = [p for p in a100 if p.source == source]
-        eff, fw = base.chip("a100-80g"), base.framework
-        best = _loss(train, base)
-        for _ in range(2):
-            for key, values in GRID.items():
-                for value in values:
-                    trial = eff.model_copy(update={key: value})
-                    consts = base.model_copy(
-                        update={"chips": {**base.chips, "a100-80g": trial}, "framework": fw}
-                    )
-                    score = _loss(train, consts)
-                    if score < best - 1e-6:
-                        best, eff = score, trial
-            for key, values in FRAMEWORK_GRID.items():
-                for value in values:
-                    trial_fw = fw.model_copy(update={key: value})
-                    consts = base.model_copy(
-                        update={"chips": {**base.chips, "a100-80g": eff}, "framework": trial_fw}
-                    )
-                    score = _loss(train, consts)
-                    if score < best - 1e-6:
-                        best, fw = score, trial_fw
-        consts = base.model_copy(update={"chips": {**base.chips, "a100-80g": eff}, "framework": fw})
-        err = np.abs([predict(p, consts).error for p in test])
-        sources = ", ".join(sorted({p.source for p in train}))
-        print(f"| {source} | {len(test)} | {sources} | {np.median(err):.1%} | {err.max():.1%} |")
+def fit() -> None:
+    """Refit every framework x chip generation and write data/calibrated.yaml."""
+    fits = fit_all()
+    lines = [
+        "# Fitted scales per framework calibration key x chip generation, written by",
+        "# `benchmarks/planner.py --fit` from argosy/planner/data/calibration.yaml: compute",
+        "# multiplies kernel time, comm collective time. `any` holds the median over keys",
+        "# for pairs no published run covers. Never edit by hand.",
+        "fitted:",
+    ]
+    for key, gens in fits.items():
+        lines.append(f"  {key}:")
+        for gen, sc in gens.items():
+            lines.append(
+                f"    {gen}: {{compute: {sc.compute:.3f}, comm: {sc.comm:.3f}, "
+                f"points: {sc.points}, sources: [{', '.join(sc.sources)}]}}"
+            )
+    CALIBRATED_PATH.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--fit", action="store_true", help="refit per-chip constants and exit")
-    parser.add_argument("--holdout", action="store_true", help="leave-one-source-out check")
+    parser.add_argument("--fit", action="store_true", help="refit data/calibrated.yaml and exit")
+    parser.add_argument("--quick", action="store_true", help="accuracy tables only")
     args = parser.parse_args()
     if args.fit:
         fit()
         return
-    if args.holdout:
-        holdout()
-        return
     comps = accuracy()
-    print_accuracy(comps)
+    loso = held_out()
+    print_accuracy(comps, loso)
+    print_ranking(comps)
+    print_memory()
+    if args.quick:
+        return
     print_plan_quality(comps)
     print_search_times()
     print_mixed()

@@ -24,13 +24,13 @@ from argosy.core.errors import ArgosyError
 from argosy.hardware.cluster import Cluster
 from argosy.planner.costmodel import Costs
 from argosy.planner.efficiency import Constants
+from argosy.planner.frameworks import Profile, load_framework
 from argosy.planner.hetero import MixedPlan, plan_mixed
 from argosy.planner.layersplit import LayerSplit, plan_layer_split
+from argosy.planner.memory import GIB
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Parallel, check_parallel
 from argosy.planner.search import Ranked, estimate_one, overflow_reasons, search_group, smallest_fix
-
-BREAKDOWN = ("compute_s", "bubble_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_s", "optimizer_s")
 
 
 def predicted(
@@ -46,9 +46,10 @@ def predicted(
         "hardware_tflops_per_gpu": hw_flops / step / devices / 1e12,
         "mfu": model_flops / step / peak_flops_total,
         "memory_gib_per_device": float(costs.memory_gib[i]),
+        "memory_allocated_gib": float(costs.memory.allocated[i]) / GIB,
         "memory_gib": {k: round(v, 3) for k, v in costs.memory.terms(i).items()},
     }
-    out["breakdown_s"] = {k[:-2]: float(getattr(costs, k)[i]) for k in BREAKDOWN}
+    out["breakdown_s"] = costs.breakdown(i)
     return out
 
 
@@ -59,19 +60,24 @@ def estimate(
     seq_len: int,
     global_batch: int,
     constants: Constants | None = None,
+    framework: Profile | str | None = None,
 ) -> dict:
-    """Price one configuration on a homogeneous cluster."""
+    """Price one configuration on a homogeneous cluster under `framework`."""
+    fw = load_framework(framework)
     if cluster.is_mixed:
         raise ArgosyError("estimate prices one chip type; for a mixed cluster use `argosy plan`")
     check_parallel(plan, model, cluster.num_devices, seq_len, global_batch)
+    if plan.vpp > 1 and not fw.interleaved_pipeline:
+        raise ArgosyError(f"{fw.name} has no interleaved pipeline schedule: vpp must be 1")
     group = cluster.groups[0]
-    costs, hw = estimate_one(model, group, seq_len, global_batch, plan, constants)
+    costs, hw = estimate_one(model, group, seq_len, global_batch, plan, constants, fw)
     reasons = overflow_reasons(costs, 0)
     if plan.tp > hw.domain_size:
         reasons.append(f"tp={plan.tp} spans beyond the {hw.domain_size}-device scale-up domain")
     out = {
         "model": model.name,
         "cluster": cluster.describe(),
+        "framework": fw.name,
         "parallel": plan.as_dict(),
         "feasible": not reasons,
         "reasons": reasons,
@@ -86,12 +92,14 @@ def estimate(
     }
     if costs.fits[0]:
         return out
-    fix = _estimate_fix(model, group, plan, seq_len, global_batch, constants)
-    out["fix"] = fix or smallest_fix(model, group, seq_len, global_batch, constants)
+    fix = _estimate_fix(model, group, plan, seq_len, global_batch, constants, fw)
+    out["fix"] = fix or smallest_fix(model, group, seq_len, global_batch, constants, fw)
     return out
 
 
-def _estimate_fix(model, group, plan: Parallel, seq_len, global_batch, constants) -> str | None:
+def _estimate_fix(
+    model, group, plan: Parallel, seq_len, global_batch, constants, fw: Profile
+) -> str | None:
     """The least invasive change to `plan` that fits: more ZeRO, then more recompute."""
     from dataclasses import replace
 
@@ -102,7 +110,7 @@ def _estimate_fix(model, group, plan: Parallel, seq_len, global_batch, constants
         options += [{"recompute": rec, "zero": z} for z in range(plan.zero + 1, 4)]
     for change in options:
         costs, _ = estimate_one(
-            model, group, seq_len, global_batch, replace(plan, **change), constants
+            model, group, seq_len, global_batch, replace(plan, **change), constants, fw
         )
         if costs.fits[0]:
             what = ", ".join(f"{k}={v}" for k, v in change.items())
@@ -119,28 +127,31 @@ def plan(
     top: int = 5,
     constants: Constants | None = None,
     progress: Callable[[int], None] | None = None,
+    framework: Profile | str | None = None,
 ) -> dict:
-    """The best `top` plans for `model` on `cluster`, best first."""
+    """The best `top` plans for `model` on `cluster` under `framework`, best first."""
     started = time.perf_counter()
+    fw = load_framework(framework)
     if cluster.is_mixed:
-        result = _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress)
+        result = _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress, fw)
     else:
-        result = _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants)
+        result = _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants, fw)
         if progress:
             progress(1)
     result["search"]["seconds"] = time.perf_counter() - started
     return {
         "model": model.name,
         "cluster": cluster.describe(),
+        "framework": fw.name,
         "seq_len": seq_len,
         "global_batch": global_batch,
         **result,
     }
 
 
-def _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants) -> dict:
+def _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants, fw) -> dict:
     group = cluster.groups[0]
-    ranked = search_group(model, group, seq_len, global_batch, constants=constants)
+    ranked = search_group(model, group, seq_len, global_batch, constants=constants, framework=fw)
     plans = [
         _entry(ranked, r, cluster, seq_len, global_batch) for r in range(min(top, len(ranked)))
     ]
@@ -150,7 +161,7 @@ def _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants) -> 
     }
     out["feasible"] = bool(plans)
     if not plans:
-        out["fix"] = smallest_fix(model, group, seq_len, global_batch, constants)
+        out["fix"] = smallest_fix(model, group, seq_len, global_batch, constants, fw)
     return out
 
 
@@ -163,8 +174,8 @@ def _entry(ranked: Ranked, rank: int, cluster: Cluster, seq_len: int, samples: i
     }
 
 
-def _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress) -> dict:
-    mixed = plan_mixed(model, cluster, seq_len, global_batch, constants, progress)
+def _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress, fw) -> dict:
+    mixed = plan_mixed(model, cluster, seq_len, global_batch, constants, progress, fw)
     split = plan_layer_split(model, cluster, seq_len, global_batch, constants)
     out: dict = {"search": {"candidates": mixed.candidates + (split.candidates if split else 0)}}
     plans = []
@@ -179,7 +190,8 @@ def _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress)
     if not plans:
         short = [p.group for p in mixed.parts if p.samples and not len(p.ranked)]
         out["fix"] = "; ".join(
-            f"{g.chip.id}: " + smallest_fix(model, g, seq_len, max(1, global_batch // 2), constants)
+            f"{g.chip.id}: "
+            + smallest_fix(model, g, seq_len, max(1, global_batch // 2), constants, fw)
             for g in short
         )
     elif mixed.feasible:

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from argosy.core.documents import load_yaml, validate
 from argosy.hardware.loader import load_cluster
-from argosy.planner.efficiency import Constants
+from argosy.planner.efficiency import Constants, default_constants
+from argosy.planner.frameworks import Scales, load_framework
 from argosy.planner.models import ModelSpec, load_model
 from argosy.planner.parallel import Parallel
 from argosy.planner.search import search_group
@@ -32,6 +34,7 @@ class Point(BaseModel):
 
     id: str
     source: str
+    framework: str = "megatron-core"
     model: str
     cluster: str
     seq: int
@@ -41,6 +44,7 @@ class Point(BaseModel):
     model_tflops: float | None = None
     mfu: float | None = None
     iteration_s: float | None = None
+    tokens_per_s: float | None = None
 
     @property
     def spec(self) -> ModelSpec:
@@ -73,6 +77,8 @@ def measured_step_s(point: Point) -> float:
     spec, n = point.spec, point.devices
     if point.iteration_s is not None:
         return point.iteration_s
+    if point.tokens_per_s is not None:
+        return point.gbs * point.seq / (point.tokens_per_s * n)
     if point.narayanan_tflops is not None:
         return narayanan_flops(spec, point.seq, point.gbs) / (point.narayanan_tflops * 1e12 * n)
     model_flops = 3.0 * spec.forward_flops_per_token(point.seq) * point.seq * point.gbs
@@ -99,22 +105,84 @@ class Comparison:
         return self.predicted_s / self.measured_s - 1.0
 
 
-def predict(point: Point, constants: Constants | None = None) -> Comparison:
-    """Price the published configuration of `point` (unknown fields chosen by the planner)."""
-    cluster = load_cluster(point.cluster)
-    group = cluster.groups[0]
-    fixed = dict(point.parallel)
-    ranked = search_group(point.spec, group, point.seq, point.gbs, fixed=fixed, constants=constants)
+def predict(
+    point: Point, constants: Constants | None = None, scales: Scales | None = None
+) -> Comparison:
+    """Price the published configuration of `point` (unknown fields chosen by the planner)
+    under its framework; `scales` replaces the fitted ones (for fitting)."""
+    group = load_cluster(point.cluster).groups[0]
+    kwargs = {
+        "fixed": dict(point.parallel),
+        "constants": constants,
+        "framework": point.framework,
+        "scales": scales,
+    }
+    ranked = search_group(point.spec, group, point.seq, point.gbs, **kwargs)
     feasible = len(ranked) > 0
     if not feasible:
         ranked = search_group(
-            point.spec,
-            group,
-            point.seq,
-            point.gbs,
-            fixed=fixed,
-            constants=constants,
-            include_infeasible=True,
+            point.spec, group, point.seq, point.gbs, include_infeasible=True, **kwargs
         )
     assert len(ranked), f"{point.id}: the published configuration is outside the search space"
     return Comparison(point, ranked.plan(0), ranked.step_s(0), measured_step_s(point), feasible)
+
+
+def calibration_key(point: Point) -> tuple[str, str]:
+    """(framework calibration key, chip generation) the point is fitted under."""
+    chip = load_cluster(point.cluster).groups[0].chip.id
+    return load_framework(point.framework).key, default_constants().generation(chip)
+
+
+COMPUTE_GRID = tuple(float(x) for x in np.round(np.geomspace(0.6, 4.0, 25), 3))
+COMM_GRID = (0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0)
+MIN_POINTS_FOR_COMM = 4  # fewer points: fit the compute scale only
+
+
+def _loss(pts: list[Point], scales: Scales) -> float:
+    errors = np.abs(
+        np.log([predict(p, scales=scales).predicted_s / measured_step_s(p) for p in pts])
+    )
+    return float(np.median(errors) + np.mean(errors))
+
+
+def fit_group(pts: list[Point], rounds: int = 2) -> Scales:
+    """Compute and comm scales for points of one framework x chip generation: coordinate
+    search over two grids on the median plus mean absolute log error."""
+    best = Scales(points=len(pts), sources=sorted({p.source for p in pts}))
+    score = _loss(pts, best)
+    grids = [("compute", COMPUTE_GRID)]
+    if len(pts) >= MIN_POINTS_FOR_COMM:
+        grids.append(("comm", COMM_GRID))
+    for _ in range(rounds):
+        for name, grid in grids:
+            for value in grid:
+                trial = best.model_copy(update={name: value})
+                trial_score = _loss(pts, trial)
+                if trial_score < score - 1e-9:
+                    best, score = trial, trial_score
+    return best
+
+
+def fit_all(pts: list[Point] | None = None) -> dict[str, dict[str, Scales]]:
+    """Fitted scales per calibration key and generation, plus `any` per generation (the
+    median over keys) for pairs no published run covers."""
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in pts if pts is not None else points():
+        groups.setdefault(calibration_key(p), []).append(p)
+    out: dict[str, dict[str, Scales]] = {}
+    for (key, gen), members in sorted(groups.items()):
+        out.setdefault(key, {})[gen] = fit_group(members)
+    by_gen: dict[str, list[Scales]] = {}
+    for gens in out.values():
+        for gen, sc in gens.items():
+            by_gen.setdefault(gen, []).append(sc)
+    out["any"] = {
+        gen: Scales(
+            compute=float(np.median([s.compute for s in scs])),
+            comm=float(np.median([s.comm for s in scs])),
+            points=sum(s.points for s in scs),
+            sources=sorted({src for s in scs for src in s.sources}),
+        )
+        for gen, scs in by_gen.items()
+    }
+    return out

@@ -1,24 +1,29 @@
 """Step time, FLOPs and memory of many candidate plans on one chip group, vectorised.
 
-Contract: `evaluate(model, hw, seq_len, cands, samples_per_replica)` returns a `Costs`
-whose arrays line up with `cands`. It is pure numpy (no torch) and takes microseconds
-per candidate. The model, per device and per micro-batch:
+Contract: `evaluate(model, hw, seq_len, cands, samples_per_replica, framework=...)`
+returns a `Costs` whose arrays line up with `cands`; the `breakdown` terms add up to
+`step_s` exactly. Pure numpy (no torch), microseconds per candidate. Per device and
+micro-batch, on the slowest pipeline stage:
 
-- compute: every GEMM after the TP/CP/EP split, timed at `gemm_efficiency(m, n, k)` of
-  the chip; the attention core at `attn_eff`; norms, residuals and activations as
-  memory-bound passes (and, without flash attention, the scores too); backward =
-  `backward_factor` x 2 x forward; full recompute repeats the forward,
-  selective recompute repeats the attention core;
-- TP/SP collectives (2 forward, 2 backward, 2 more under full recompute) on the
-  scale-up link (the NIC if TP leaves the domain); CP ring exchange of K/V hidden behind
-  the attention core where it can be; EP all-to-all; PP send/recv per micro-batch;
-- pipeline: (micro-batches + (pp-1)/vpp) x the slowest stage, where the last stage also
-  runs the LM head and layers are shifted off it when that helps;
-- DP: hierarchical reduce of gradients (scale-up link, then NIC), exposed beyond the
-  backward of the last micro-batch; ZeRO-3 all-gathers parameters every micro-batch and
-  hides them behind compute where it can;
-- optimizer step as memory-bound traffic; a fixed step overhead; a straggler term that
-  grows with the log of data-parallel replicas.
+- compute: every GEMM after the TP/CP/EP split at the chip's measured forward+backward
+  efficiency for that (m, n, k) (`measured.py`; chips without a table use the parametric
+  curve of `efficiency.yaml`), fp8 GEMMs faster by the measured fp8/bf16 ratio; causal
+  flash attention at its measured efficiency for the sequence length (or, without flash
+  attention, matmuls plus memory-bound passes over the scores); norms, the MLP
+  activation, residuals/RoPE and the loss at the measured seconds per element, scaled by
+  what the framework fuses (eager, `compile=1`, Transformer Engine);
+- recompute: full repeats the forward, selective the attention core;
+- TP/SP, CP and EP collectives, and PP send/recv, each minus the share the framework's
+  profile overlaps with compute;
+- pipeline bubble: (pp - 1) / vpp micro-batch times;
+- data parallel, by the framework's ZeRO semantics: gradients all-reduced or
+  reduce-scattered and parameters all-gathered once per step (hidden behind the last
+  backward / first forward) or on every micro-batch (hidden behind that micro-batch);
+  rings run at the scale-up link inside a node, else at the NIC per device;
+- optimizer step at the measured fused-AdamW bandwidth; a fixed overhead; a straggler
+  term growing with the log of data-parallel replicas.
+The fitted `compute` and `comm` scales of the framework x chip generation
+(`data/calibrated.yaml`) multiply the kernel and collective times.
 
 FLOP convention: `model_flops` counts matmuls and full (unmasked) attention scores,
 3x forward, no recompute (for MFU); `hardware_flops` adds what recompute repeats.
@@ -26,7 +31,7 @@ FLOP convention: `model_flops` counts matmuls and full (unmasked) attention scor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -34,13 +39,28 @@ from argosy.hardware.cluster import NodeGroup
 from argosy.planner.efficiency import (
     ChipEfficiency,
     Constants,
-    Framework,
     default_constants,
-    gemm_seconds,
+    gemm_efficiency,
 )
-from argosy.planner.memory import GIB, Memory, memory
+from argosy.planner.frameworks import Profile, Scales, fitted_scales, load_framework
+from argosy.planner.measured import Measured, tables_for
+from argosy.planner.memory import GIB, Memory, layer_params_per_device, memory
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates
+
+H100_BPS = 3.35e12  # the measured per-element costs are scaled by bandwidth for other chips
+BREAKDOWN = (
+    "compute",
+    "recompute",
+    "tp",
+    "cp",
+    "ep",
+    "pp",
+    "bubble",
+    "dp",
+    "optimizer",
+    "overhead",
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,8 @@ class Hardware:
     devices_per_node: int
     nic_bps: float  # bytes/s per device
     eff: ChipEfficiency
+    generation: str = ""
+    measured: Measured | None = None
 
     @classmethod
     def of(
@@ -63,6 +85,7 @@ class Hardware:
     ) -> Hardware:
         chip = group.chip
         constants = constants or default_constants()
+        generation = constants.generation(chip.id)
         return cls(
             chip_id=chip.id,
             peak_flops=chip.peak_tflops(dtype) * 1e12,  # type: ignore[arg-type]
@@ -73,6 +96,17 @@ class Hardware:
             devices_per_node=group.devices_per_node,
             nic_bps=group.nic_gbps * 1e9 / 8,
             eff=constants.chip(chip.id),
+            generation=generation,
+            measured=tables_for(chip.id) or tables_for(generation),
+        )
+
+    @property
+    def elem_scale(self) -> float:
+        """Measured per-element costs are from the table's chip; others scale by bandwidth."""
+        return (
+            1.0
+            if self.measured and self.measured.chip_id == self.chip_id
+            else (H100_BPS / self.memory_bps)
         )
 
 
@@ -82,13 +116,15 @@ class Costs:
 
     step_s: np.ndarray
     compute_s: np.ndarray
-    bubble_s: np.ndarray
+    recompute_s: np.ndarray
     tp_s: np.ndarray
     cp_s: np.ndarray
     ep_s: np.ndarray
     pp_s: np.ndarray
+    bubble_s: np.ndarray
     dp_s: np.ndarray
     optimizer_s: np.ndarray
+    overhead_s: np.ndarray
     model_flops: np.ndarray
     hardware_flops: np.ndarray
     memory: Memory
@@ -102,6 +138,27 @@ class Costs:
     def fits(self) -> np.ndarray:
         return self.memory_gib <= self.capacity_gib
 
+    def breakdown(self, i: int) -> dict[str, float]:
+        """Seconds of each part of candidate `i`'s step; they add up to `step_s[i]`."""
+        return {name: float(getattr(self, f"{name}_s")[i]) for name in BREAKDOWN}
+
+
+@dataclass
+class _MicroBatch:
+    """Seconds of one micro-batch on one device, per layer (arrays) and for the LM head."""
+
+    fwd: np.ndarray  # forward compute of one layer
+    bwd: np.ndarray  # backward compute of one layer
+    rec: np.ndarray  # recompute of one layer
+    tp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    head: np.ndarray  # LM head + loss, forward and backward
+
+    @property
+    def layer(self) -> np.ndarray:
+        return self.fwd + self.bwd + self.rec + self.tp + self.cp + self.ep
+
 
 def evaluate(
     model: ModelSpec,
@@ -110,23 +167,34 @@ def evaluate(
     c: Candidates,
     samples_per_replica,
     constants: Constants | None = None,
+    framework: Profile | str | None = None,
+    scales: Scales | None = None,
 ) -> Costs:
     """Costs of every candidate when each replica processes `samples_per_replica`."""
-    fw = (constants or default_constants()).framework
+    fw = load_framework(framework)
+    sc = scales or fitted_scales(fw.key, hw.generation)
     samples = np.asarray(samples_per_replica, dtype=np.float64) * np.ones(len(c))
-    nmb = np.ceil(samples / c.mbs)
+    nmb = np.maximum(np.ceil(samples / c.mbs), 1.0)
     tokens = c.mbs * seq_len / c.cp
-    layer, head, (tp_s, cp_s, ep_s) = microbatch_times(model, hw, seq_len, c, constants)
+    mb = _microbatch(model, hw, fw, sc, seq_len, c)
     chunk_layers = np.ceil(model.layers / (c.pp * c.vpp))
-    stage = np.maximum(chunk_layers * c.vpp * layer, (model.layers * layer + head) / c.pp)
-    pp_s = _p2p_s(model, hw, fw, c, tokens)
-    per_mb = stage + pp_s
-    bubble = (c.pp - 1) / c.vpp * per_mb
-    pipe = nmb * per_mb + bubble
-    dp_s = _dp_s(model, hw, fw, c, nmb, stage, pipe)
-    opt = _optimizer_s(model, hw, c)
-    jitter = 1.0 + fw.straggler_per_doubling * np.log2(c.dp * c.cp)
-    step = (pipe + dp_s + opt + fw.step_overhead_s) * jitter
+    body = chunk_layers * c.vpp
+    # the slowest stage: a full chunk set, or an even share of layers plus the LM head
+    with_head = (model.layers * mb.layer + mb.head) / c.pp
+    share = np.where(body * mb.layer >= with_head, 1.0, with_head / (body * mb.layer))
+    per = {k: getattr(mb, k) * body * share for k in ("fwd", "bwd", "rec", "tp", "cp", "ep")}
+    head_share = np.where(body * mb.layer >= with_head, 0.0, mb.head / c.pp)
+    fwd_stage = per["fwd"] + head_share / 3.0
+    bwd_stage = per["bwd"] + head_share * 2.0 / 3.0
+    pp_s = _p2p_s(model, hw, fw, sc, c, tokens)
+    per_mb = fwd_stage + bwd_stage + per["rec"] + per["tp"] + per["cp"] + per["ep"] + pp_s
+    bubble = np.where(c.pp > 1, (c.pp - 1) / c.vpp * per_mb, 0.0)
+    dp_s = _dp_s(model, hw, fw, sc, c, nmb, fwd_stage, bwd_stage)
+    opt = _optimizer_s(model, hw, fw, c)
+    base = nmb * per_mb + bubble + dp_s + opt
+    jitter = fw.straggler_per_doubling * np.log2(c.dp * c.cp)
+    overhead = fw.step_overhead_s * sc.overhead + jitter * (base + fw.step_overhead_s)
+    step = base + overhead
     flops_tok = model.forward_flops_per_token(seq_len)
     total_tokens = samples * c.dp * seq_len
     model_flops = 3.0 * flops_tok * total_tokens
@@ -135,17 +203,19 @@ def evaluate(
         [flops_tok - 2.0 * model.vocab * model.hidden, 4.0 * seq_len * model.hidden * model.layers],
         0.0,
     )
-    mem = memory(model, c, seq_len, nmb, fw.reserved_gib)
+    mem = memory(model, c, seq_len, nmb, fw)
     return Costs(
         step_s=step,
-        compute_s=nmb * stage,
-        bubble_s=bubble,
-        tp_s=nmb * tp_s * chunk_layers * c.vpp,
-        cp_s=nmb * cp_s * chunk_layers * c.vpp,
-        ep_s=nmb * ep_s * chunk_layers * c.vpp,
+        compute_s=nmb * (fwd_stage + bwd_stage),
+        recompute_s=nmb * per["rec"],
+        tp_s=nmb * per["tp"],
+        cp_s=nmb * per["cp"],
+        ep_s=nmb * per["ep"],
         pp_s=nmb * pp_s,
+        bubble_s=bubble,
         dp_s=dp_s,
         optimizer_s=opt,
+        overhead_s=overhead,
         model_flops=model_flops,
         hardware_flops=model_flops + extra * total_tokens,
         memory=mem,
@@ -153,131 +223,225 @@ def evaluate(
     )
 
 
-def microbatch_times(model: ModelSpec, hw: Hardware, seq_len: int, c: Candidates, constants=None):
+def microbatch_times(
+    model: ModelSpec,
+    hw: Hardware,
+    seq_len: int,
+    c: Candidates,
+    constants=None,
+    framework: Profile | str | None = None,
+):
     """Seconds of one layer (forward, backward, recompute, TP/CP/EP traffic) and of the
     LM head for one micro-batch on one device; also the TP, CP and EP parts of a layer."""
-    fw = (constants or default_constants()).framework
+    fw = load_framework(framework)
+    mb = _microbatch(model, hw, fw, fitted_scales(fw.key, hw.generation), seq_len, c)
+    return mb.layer, mb.head, (mb.tp, mb.cp, mb.ep)
+
+
+def _microbatch(model, hw: Hardware, fw: Profile, sc: Scales, seq_len, c) -> _MicroBatch:
     tokens = c.mbs * seq_len / c.cp
-    fwd, attn_core = _layer_forward_s(model, hw, fw, c, tokens, seq_len)
-    rec_extra = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_core], 0.0)
-    tp_s = _tp_s(model, hw, fw, c, tokens)
-    cp_s = _cp_s(model, hw, c, tokens, attn_core)
-    ep_s = _ep_s(model, hw, fw, c, tokens)
-    layer = (1.0 + 2.0 * fw.backward_factor) * fwd + rec_extra + tp_s + cp_s + ep_s
-    head = 3.0 * gemm_seconds(hw.eff, hw.peak_flops, tokens, model.vocab / c.tp, model.hidden)
-    return layer, head, (tp_s, cp_s, ep_s)
+    gemm, attn, elem, fwd_share = _layer_compute(model, hw, fw, c, tokens, seq_len)
+    total = (gemm + attn + elem) * sc.compute
+    fwd = total * fwd_share
+    attn_fwd = attn * sc.compute / 3.5
+    rec = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
+    return _MicroBatch(
+        fwd=fwd,
+        bwd=total - fwd,
+        rec=rec,
+        tp=_tp_s(model, hw, fw, sc, c, tokens),
+        cp=_cp_s(model, hw, fw, sc, c, tokens, attn_fwd),
+        ep=_ep_s(model, hw, fw, sc, c, tokens),
+        head=_head_s(model, hw, fw, c, tokens) * sc.compute,
+    )
 
 
-def _layer_forward_s(model, hw, fw: Framework, c, tokens, seq_len):
-    """Forward seconds of one layer for one micro-batch, and of its attention core."""
+def _gemm_fb_s(hw: Hardware, m, n, k, fp8) -> np.ndarray:
+    """Forward+backward seconds of a linear layer (m tokens, weight n x k)."""
+    if hw.measured is not None:
+        eff = hw.measured.gemm_eff(m, n, k)
+        speedup = np.where(fp8, hw.measured.fp8_factor, 1.0)
+    else:
+        eff = gemm_efficiency(hw.eff, m, n, k)
+        speedup = np.where(fp8, 1.6, 1.0)
+    return 6.0 * np.asarray(m, dtype=np.float64) * n * k / (hw.peak_flops * eff) / speedup
+
+
+def _layer_compute(model, hw: Hardware, fw: Profile, c, tokens, seq_len):
+    """Forward+backward seconds of one layer for one micro-batch: GEMMs, attention core,
+    memory-bound ops; and the forward's share of the total."""
     h, t = model.hidden, c.tp
     qkv = h + 2 * model.kv * model.head_dim
-    g = hw.eff
-    gemm = gemm_seconds(g, hw.peak_flops, tokens, qkv / t, h) + gemm_seconds(
-        g, hw.peak_flops, tokens, h, h / t
-    )
+    fp8 = c.fp8
+    gemm = _gemm_fb_s(hw, tokens, qkv / t, h, fp8) + _gemm_fb_s(hw, tokens, h, h / t, fp8)
     if model.is_moe:
         per_expert = tokens * model.top_k * c.ep / model.experts
         local = model.experts / c.ep
         f = model.expert_ffn
-        up = gemm_seconds(g, hw.peak_flops, per_expert, f * (model.mlp_mats - 1) / t, h)
-        down = gemm_seconds(g, hw.peak_flops, per_expert, h, f / t)
-        gemm = gemm + local * (up + down)
+        gemm = gemm + local * (
+            _gemm_fb_s(hw, per_expert, f * (model.mlp_mats - 1) / t, h, fp8)
+            + _gemm_fb_s(hw, per_expert, h, f / t, fp8)
+        )
         if model.shared_experts:
             fs = f * model.shared_experts
-            gemm = gemm + gemm_seconds(g, hw.peak_flops, tokens, fs * (model.mlp_mats - 1) / t, h)
-            gemm = gemm + gemm_seconds(g, hw.peak_flops, tokens, h, fs / t)
-        gemm = gemm + gemm_seconds(g, hw.peak_flops, tokens, model.experts, h)
+            gemm = gemm + _gemm_fb_s(hw, tokens, fs * (model.mlp_mats - 1) / t, h, fp8)
+            gemm = gemm + _gemm_fb_s(hw, tokens, h, fs / t, fp8)
+        gemm = gemm + _gemm_fb_s(hw, tokens, model.experts, h, False)
+        act_elems = tokens * model.top_k * f / t + tokens * model.shared_experts * f / t
     else:
         f = model.ffn_size
-        gemm = gemm + gemm_seconds(g, hw.peak_flops, tokens, f * (model.mlp_mats - 1) / t, h)
-        gemm = gemm + gemm_seconds(g, hw.peak_flops, tokens, h, f / t)
-    attn = 4.0 * tokens * seq_len * h / t / (hw.peak_flops * g.attn_eff)
-    elem_div = np.where(c.sp, t, 1)
-    elem = fw.elementwise_passes * 2.0 * tokens * h / elem_div / (hw.memory_bps * g.mem_eff)
-    # without flash attention the scores make memory-bound passes over (s x s) per head
-    scores = (
-        fw.score_passes * 2.0 * tokens * seq_len * model.heads / t / (hw.memory_bps * g.mem_eff)
+        gemm = gemm + _gemm_fb_s(hw, tokens, f * (model.mlp_mats - 1) / t, h, fp8)
+        gemm = gemm + _gemm_fb_s(hw, tokens, h, f / t, fp8)
+        act_elems = tokens * f / t
+    flash = c.flash
+    if hw.measured is not None:
+        causal_fwd = 2.0 * tokens * seq_len * h / t
+        attn_flash = 3.5 * causal_fwd / (hw.peak_flops * hw.measured.attn_eff(seq_len))
+    else:
+        attn_flash = 12.0 * tokens * seq_len * h / t / (hw.peak_flops * hw.eff.attn_eff)
+    # without flash attention: full score matmuls plus memory-bound passes over the scores
+    score_bytes = 2.0 * tokens * seq_len * model.heads / t
+    attn_plain = 12.0 * tokens * seq_len * h / t / (hw.peak_flops * hw.eff.attn_eff) + (
+        fw.score_passes * score_bytes / (hw.memory_bps * hw.eff.mem_eff)
     )
-    attn = attn + np.where(c.flash, 0.0, scores)
-    return gemm + attn + elem, attn
+    attn = np.where(flash, attn_flash, attn_plain)
+    elem = _elementwise_s(model, hw, fw, c, tokens, act_elems)
+    # forward share: a third of GEMMs and elementwise work, 1/3.5 of the attention core
+    fwd_share = (gemm / 3.0 + attn / 3.5 + elem / 3.0) / (gemm + attn + elem)
+    return gemm, attn, elem, fwd_share
 
 
-def _bw(hw: Hardware, group_span, per_node_ok) -> np.ndarray:
-    """Per-direction bytes/s for a collective: scale-up link inside the domain, else NIC."""
-    return np.where(
-        per_node_ok & (group_span <= hw.domain_size),
-        hw.link_bps * hw.eff.link_eff,
-        hw.nic_bps * hw.eff.nic_eff,
-    )
+def _elementwise_s(model, hw: Hardware, fw: Profile, c, tokens, act_elems) -> np.ndarray:
+    """Norms, MLP activation and other passes over the hidden state, forward+backward."""
+    m = hw.measured or tables_for("h100-sxm")
+    assert m is not None
+    scale = hw.elem_scale * np.where(c.compile, fw.elementwise_compiled, fw.elementwise_eager)
+    sp_div = np.where(c.sp, c.tp, 1)
+    norms = 2.0 * tokens * model.hidden / sp_div * m.rmsnorm_s_per_elem
+    act_cost = m.swiglu_s_per_elem if model.gated else m.swiglu_s_per_elem * 2.0 / 3.0
+    act = act_elems * act_cost
+    passes = fw.extra_passes * 2.0 * tokens * model.hidden / sp_div / m.copy_bps
+    return (norms + act + passes) * scale
 
 
-def _tp_s(model, hw, fw: Framework, c, tokens):
-    volume = tokens * model.hidden * 2.0
+def _head_s(model, hw: Hardware, fw: Profile, c, tokens) -> np.ndarray:
+    """LM head GEMM and the loss over the vocabulary, forward+backward."""
+    gemm = _gemm_fb_s(hw, tokens, model.vocab / c.tp, model.hidden, False)
+    m = hw.measured or tables_for("h100-sxm")
+    assert m is not None
+    factor = fw.cross_entropy * np.where(c.compile, fw.elementwise_compiled, 1.0)
+    loss = tokens * model.vocab / c.tp * m.ce_s_per_elem * hw.elem_scale * factor
+    return gemm + loss
+
+
+def _ring_bw(hw: Hardware, span, message_bytes) -> np.ndarray:
+    """Per-device bytes/s of a ring collective over `span` devices: the scale-up link
+    inside a node, else the NIC; small messages reach less (half at `coll_half_mb`)."""
+    inside = span <= hw.devices_per_node
+    bw = np.where(inside, hw.link_bps * hw.eff.link_eff, hw.nic_bps * hw.eff.nic_eff)
+    half = hw.eff.coll_half_mb * 1e6
+    return bw * message_bytes / (message_bytes + half)
+
+
+def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, latency_us: float):
+    """Seconds of a ring collective moving `passes` x (span-1)/span x `volume` per device."""
+    span = np.maximum(span, 1)
+    moved = passes * (span - 1) / span * volume
+    lat = latency_us * 1e-6 * np.log2(span) * passes
+    return np.where(span > 1, (moved / _ring_bw(hw, span, volume) + lat) * sc.comm, 0.0)
+
+
+def _tp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
+    volume = tokens * model.hidden * (2.0 if fw.tp_comm_in_bf16 else 4.0)
     count = 4 + np.where(c.recompute == 2, 2, 0)
-    bw = _bw(hw, c.tp, True)
-    one = 2.0 * (c.tp - 1) / c.tp * volume / bw + fw.collective_latency_us * 1e-6 * np.log2(
-        np.maximum(c.tp, 1)
-    )
-    return np.where(c.tp > 1, count * one * fw.tp_exposed, 0.0)
+    one = _ring_s(hw, sc, c.tp, volume, 2.0, hw.eff.latency_us)
+    return count * one * (1.0 - fw.overlap.tp)
 
 
-def _cp_s(model, hw, c, tokens, attn_core):
+def _cp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens, attn_fwd):
     kv_bytes = 2.0 * tokens * model.kv * model.head_dim * 2.0 / c.tp
-    comm = 3.0 * (c.cp - 1) * kv_bytes / _bw(hw, c.tp * c.cp, True)
-    return np.where(c.cp > 1, np.maximum(0.0, comm - 3.0 * attn_core), 0.0)
+    bw = _ring_bw(hw, c.tp * c.cp, kv_bytes)
+    comm = 3.0 * (c.cp - 1) * kv_bytes / bw * sc.comm
+    hidden = fw.overlap.cp * 3.5 * attn_fwd
+    return np.where(c.cp > 1, np.maximum(0.0, comm - hidden), 0.0)
 
 
-def _ep_s(model, hw, fw: Framework, c, tokens):
+def _ep_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
     if not model.is_moe:
         return np.zeros(len(c))
-    volume = tokens * model.top_k * model.hidden * 2.0 * (c.ep - 1) / c.ep / c.tp
+    volume = tokens * model.top_k * model.hidden * 2.0 / c.tp
     count = 4 + np.where(c.recompute == 2, 2, 0)
-    return np.where(c.ep > 1, count * volume / _bw(hw, c.tp * c.ep, True) * fw.a2a_exposed, 0.0)
+    one = _ring_s(hw, sc, c.tp * c.ep, volume, 1.0, hw.eff.latency_us)
+    return np.where(c.ep > 1, count * one * (1.0 - fw.overlap.ep), 0.0)
 
 
-def _p2p_s(model, hw, fw: Framework, c, tokens):
+def _p2p_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
     volume = tokens * model.hidden * 2.0 / c.tp
     inner = c.tp * c.cp * c.dp
     bw = np.where(
         inner < hw.devices_per_node, hw.link_bps * hw.eff.link_eff, hw.nic_bps * hw.eff.nic_eff
     )
-    return np.where(c.pp > 1, 2.0 * c.vpp * volume / bw * fw.p2p_exposed, 0.0)
+    one = 2.0 * c.vpp * volume / bw * sc.comm
+    return np.where(c.pp > 1, one * (1.0 - fw.overlap.p2p), 0.0)
 
 
-def _dp_s(model, hw, fw: Framework, c, nmb, stage, pipe):
-    """Exposed data-parallel seconds per step (gradient reduction; ZeRO-3 gathers)."""
-    from argosy.planner.memory import layer_params_per_device
+def stage_params(model: ModelSpec, c: Candidates) -> np.ndarray:
+    """Parameters held by one device of the fullest stage (layers and embedding or head)."""
+    ends = model.vocab * model.hidden / c.tp
+    body = np.ceil(model.layers / c.pp) * layer_params_per_device(model, c)
+    return body + np.where(c.pp == 1, 2 * ends, ends)
 
-    params = np.ceil(model.layers / c.pp) * layer_params_per_device(
-        model, c
-    ) + 2 * model.vocab * model.hidden / c.tp / np.minimum(c.pp, 2)
+
+def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
+    """Exposed data-parallel seconds per step under the framework's ZeRO semantics."""
+    params = stage_params(model, c)
     d = c.dp * c.cp
-    d_in = np.clip(hw.devices_per_node // (c.tp * c.cp), 1, None)
-    d_in = np.minimum(d, np.where(c.dp >= d_in, d_in, c.dp))
-    d_out = np.maximum(d / d_in, 1)
-    grad = params * fw.grad_bytes
-    lat = fw.collective_latency_us * 1e-6 * 2.0 * np.log2(np.maximum(d, 1))
-    link, nic = hw.link_bps * hw.eff.link_eff, hw.nic_bps * hw.eff.nic_eff
-    allreduce = (
-        2.0 * (d_in - 1) / d_in * grad / link + 2.0 * (d_out - 1) / d_out * grad / d_in / nic + lat
-    )
-    hidden_window = fw.dp_overlap * stage * 2.0 / 3.0
-    plain = np.maximum(0.0, allreduce - hidden_window)
-    # ZeRO-2 reduce-scatters gradients every micro-batch, behind that micro-batch's backward
-    zero2 = np.maximum(0.0, nmb * allreduce / 2.0 - nmb * hidden_window) + allreduce / 2.0
-    plain = np.where(c.zero == 2, np.maximum(plain, zero2), plain)
-    # ZeRO-3 gathers and scatters run per layer on the flat data-parallel group
-    gathers = 2 + np.where(c.recompute == 2, 1, 0)
-    one_pass = (d - 1) / d * params * 2.0 / np.where(d_out > 1, nic, link) + lat
-    zero3_comm = nmb * (gathers + 1) * one_pass
-    zero3 = np.maximum(0.0, zero3_comm - pipe)
-    return np.where(d > 1, np.where(c.zero >= 3, zero3, plain), 0.0)
+    grads = params * fw.grad_comm_bytes
+    weights = params * fw.param_comm_bytes
+    lat = hw.eff.latency_us
+    out = np.zeros(len(c))
+    for z in range(4):
+        stage = fw.stage(z)
+        sel = c.zero == z
+        if not sel.any():
+            continue
+        passes = 2.0 if stage.grad_op == "all_reduce" else 1.0
+        g = _ring_s(hw, sc, d, grads, passes, lat)
+        p = _ring_s(hw, sc, d, weights, 1.0, lat)
+        ov_g = fw.overlap.grad_reduce if stage.overlap_grad is None else stage.overlap_grad
+        ov_p = fw.overlap.param_gather if stage.overlap_param is None else stage.overlap_param
+        if stage.grad_reduce == "step":
+            exposed = _exposed(g, ov_g, bwd_mb)
+        else:
+            exposed = nmb * _exposed(g, ov_g, bwd_mb)
+        if stage.param_gather == "step":
+            exposed = exposed + _exposed(p, ov_p, fwd_mb)
+        elif stage.param_gather == "microbatch":
+            window = fwd_mb + np.where(stage.gathers_per_microbatch >= 2, bwd_mb, 0.0)
+            exposed = exposed + nmb * _exposed(stage.gathers_per_microbatch * p, ov_p, window)
+        out = np.where(sel, exposed, out)
+    return np.where(d > 1, out, 0.0)
 
 
-def _optimizer_s(model, hw, c):
-    from argosy.planner.memory import layer_params_per_device
+def _exposed(comm, overlap: float, window):
+    """What compute of length `window` cannot hide of `comm`, when at most `overlap` of it
+    can run concurrently."""
+    return np.maximum(comm * (1.0 - overlap), comm - window)
 
-    params = np.ceil(model.layers / c.pp) * layer_params_per_device(model, c)
-    shard = np.where(c.zero >= 1, c.dp * c.cp, 1)
-    return 36.0 * params / shard / (hw.memory_bps * hw.eff.mem_eff)
+
+def _optimizer_s(model, hw: Hardware, fw: Profile, c):
+    params = stage_params(model, c)
+    shard = np.ones(len(c))
+    for z in range(4):
+        if "optimizer" in fw.stage(z).shard:
+            shard = np.where(c.zero == z, c.dp * c.cp, shard)
+    m = hw.measured
+    bps = 28.0 / m.adamw_s_per_param_fp32 if m else hw.memory_bps * hw.eff.mem_eff
+    if m and m.chip_id != hw.chip_id:
+        bps = bps / hw.elem_scale
+    return fw.optimizer_bytes_moved * params / shard / bps
+
+
+def costs_fields() -> tuple[str, ...]:
+    """Names of the per-candidate arrays of `Costs`."""
+    return tuple(f.name for f in fields(Costs))

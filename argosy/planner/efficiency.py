@@ -40,6 +40,10 @@ class ChipEfficiency(BaseModel):
     """Fraction of NIC bandwidth reached by collectives."""
     mem_eff: float = Field(gt=0, le=1)
     """Fraction of memory bandwidth reached by elementwise kernels."""
+    coll_half_mb: float = Field(default=1.0, ge=0)
+    """Collective message size (MB) at which a ring reaches half its bandwidth."""
+    latency_us: float = Field(default=20.0, ge=0)
+    """Latency of one ring step of a collective, microseconds."""
     basis: Literal["fitted", "assumed"] = "assumed"
     """Whether the set was fitted to measurements or assumed."""
 
@@ -84,6 +88,10 @@ class Constants(BaseModel):
     chips: dict[str, ChipEfficiency] = {}
     like: dict[str, str] = {}
     framework: Framework = Framework()
+
+    def generation(self, chip_id: str) -> str:
+        """The fitted chip `chip_id` shares silicon and kernels with (itself if none)."""
+        return self.like.get(chip_id, chip_id)
 
     def chip(self, chip_id: str) -> ChipEfficiency:
         """The set for `chip_id`; else that of the chip it shares silicon with (`like`),

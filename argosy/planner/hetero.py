@@ -76,6 +76,7 @@ def plan_mixed(
     global_batch: int,
     constants: Constants | None = None,
     progress: Callable[[int], None] | None = None,
+    framework=None,
 ) -> MixedPlan:
     """Split `global_batch` across the chip groups of `cluster` and plan each group."""
     groups = list(cluster.groups)
@@ -85,7 +86,7 @@ def plan_mixed(
     candidates = 0
     for _ in range(ROUNDS):
         parts = [
-            _plan_part(model, g, seq_len, int(s), constants)
+            _plan_part(model, g, seq_len, int(s), constants, framework)
             for g, s in zip(groups, shares, strict=True)
         ]
         candidates += sum(len(p.ranked.cands) for p in parts)
@@ -100,13 +101,13 @@ def plan_mixed(
         if np.array_equal(new, shares):
             break
         shares = new
-    parts, extra = _refine(model, parts, seq_len, constants)
+    parts, extra = _refine(model, parts, seq_len, constants, framework)
     traffic = _sync_traffic_s(model, parts, constants)
     exposed = [_sync_exposed_s(p, t, constants) for p, t in zip(parts, traffic, strict=True)]
     return MixedPlan(parts, exposed, max(traffic), candidates + extra)
 
 
-def _refine(model, parts: list[GroupPlan], seq_len, constants, moves: int = 12):
+def _refine(model, parts: list[GroupPlan], seq_len, constants, framework=None, moves: int = 12):
     """Move samples off the slowest group while its step time drops: integer micro-batches
     leave the proportional split uneven. Tries a few move sizes towards every other group."""
     cache: dict[tuple[int, int], GroupPlan] = {(p.group.index, p.samples): p for p in parts}
@@ -114,7 +115,7 @@ def _refine(model, parts: list[GroupPlan], seq_len, constants, moves: int = 12):
     def part(group, samples: int) -> GroupPlan:
         key = (group.index, samples)
         if key not in cache:
-            cache[key] = _plan_part(model, group, seq_len, samples, constants)
+            cache[key] = _plan_part(model, group, seq_len, samples, constants, framework)
         return cache[key]
 
     for _ in range(moves):
@@ -144,12 +145,11 @@ def _refine(model, parts: list[GroupPlan], seq_len, constants, moves: int = 12):
     return parts, searched
 
 
-def _plan_part(model, group, seq_len, samples, constants) -> GroupPlan:
+def _plan_part(model, group, seq_len, samples, constants, framework=None) -> GroupPlan:
+    kwargs = {"exact_batch": False, "constants": constants, "framework": framework}
     if samples == 0:
-        return GroupPlan(
-            group, 0, search_group(model, group, seq_len, 1, exact_batch=False, constants=constants)
-        )
-    ranked = search_group(model, group, seq_len, samples, exact_batch=False, constants=constants)
+        return GroupPlan(group, 0, search_group(model, group, seq_len, 1, **kwargs))
+    ranked = search_group(model, group, seq_len, samples, **kwargs)
     return GroupPlan(group, samples, ranked)
 
 

@@ -2,16 +2,20 @@
 
 Terms, for the worse of the first and the last pipeline stage:
 
-- weights (bf16, 2 B), gradients (fp32 main grads, 4 B), optimizer (fp32 master, m, v:
-  12 B) per parameter held, sharded over data parallel by ZeRO 1 (optimizer), 2 (+ grads),
-  3 (+ weights); the embedding lives on the first stage and the LM head on the last;
+- weights, gradients and optimizer states per parameter held (Megatron: 2 + 4 + 12 B),
+  sharded over data parallel as the framework's ZeRO stage says; the embedding lives on
+  the first stage and the LM head on the last;
 - activations per layer and micro-batch after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b
   bytes, the parallel part divided by TP, the rest by TP only with sequence parallelism;
   flash attention never stores the attention scores and selective recompute drops
   them, full recompute keeps only the layer input), times the micro-batches in flight
   on the first stage of a 1F1B or interleaved pipeline; fp32 logits and their
   gradient on the last stage;
-- a fixed reserve for the runtime, workspace and fragmentation.
+- the allocator's reserve (a fraction of the allocated peak) plus the runtime's own
+  memory (CUDA context, communicator buffers).
+
+Bytes per parameter, what each ZeRO stage shards and the activation accounting come
+from the framework profile (`frameworks.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ class Memory:
     activations: np.ndarray
     logits: np.ndarray
     reserved: np.ndarray
+
+    @property
+    def allocated(self) -> np.ndarray:
+        """What the framework allocates at its peak (torch.cuda.max_memory_allocated)."""
+        return self.total - self.reserved
 
     @property
     def total(self) -> np.ndarray:
@@ -65,52 +74,76 @@ def layer_params_per_device(model: ModelSpec, c: Candidates) -> np.ndarray:
     return attn + experts + shared + model.hidden * model.experts + 2 * model.hidden
 
 
-def activation_bytes_per_layer(model: ModelSpec, c: Candidates, seq_len: int) -> np.ndarray:
-    """Activation bytes one layer keeps for one micro-batch on one device."""
+def activation_bytes_per_layer(
+    model: ModelSpec, c: Candidates, seq_len: int, accounting: str = "megatron"
+) -> np.ndarray:
+    """Activation bytes one layer keeps for one micro-batch on one device.
+
+    `megatron`: Korthikanti et al. 2022 with fused kernels (34 s b h + 5 a s^2 b for GPT;
+    the MLP term grows with the FFN width and gating). `eager`: what PyTorch autograd saves
+    for an unfused Llama block: two RMSNorms that upcast to fp32 (6h each), q, k, v,
+    the attention output and its contiguous copy, and the MLP's gate, activation, up and
+    product (8 f; 4 f without gating)."""
     h = model.hidden
     tokens = c.mbs * seq_len / c.cp
+    kvd = model.kv * model.head_dim
     f_eff = (
         model.ffn_size
         if not model.is_moe
         else model.expert_ffn * (model.top_k + model.shared_experts)
     )
-    f_eff = f_eff * (1.5 if model.gated else 1.0)
-    attn = 5 + 2 * (h + 2 * model.kv * model.head_dim) / h
-    mlp = 3 + 4 * f_eff / h
-    total = 4 + attn + mlp
-    nonpar, par = 10.0, total - 10.0
     sp_div = np.where(c.sp, c.tp, 1)
-    per_token = h * (nonpar / sp_div + par / c.tp)
+    if accounting == "eager":
+        nonpar = 12.0 * h
+        par = 6.0 * h + 4.0 * kvd + (8.0 if model.gated else 4.0) * f_eff
+        per_token = nonpar / sp_div + par / c.tp
+    else:
+        f_eff = f_eff * (1.5 if model.gated else 1.0)
+        attn = 5 + 2 * (h + 2 * kvd) / h
+        mlp = 3 + 4 * f_eff / h
+        total = 4 + attn + mlp
+        nonpar_h, par_h = 10.0, total - 10.0
+        per_token = h * (nonpar_h / sp_div + par_h / c.tp)
+    # fp8 GEMMs (Transformer Engine) keep their inputs in fp8: about a quarter less
+    per_token = per_token * np.where(c.fp8, 0.75, 1.0)
     scores = 5.0 * model.heads * tokens * (seq_len / c.cp) / c.tp
     kept = tokens * per_token + np.where((c.recompute == 0) & ~c.flash, scores, 0.0)
     return np.where(c.recompute == 2, 2.0 * tokens * h / sp_div, kept)
 
 
-def memory(
-    model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, reserved_gib: float
-) -> Memory:
-    """Per-device memory of every candidate, the fuller of first and last stage."""
+def _sharded(profile, c: Candidates, state: str) -> np.ndarray:
+    """Divisor of a state held per device: dp*cp where the candidate's ZeRO stage shards it."""
+    out = np.ones(len(c))
+    for z in range(4):
+        if state in profile.stage(z).shard:
+            out = np.where(c.zero == z, c.dp * c.cp, out)
+    return out
+
+
+def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profile) -> Memory:
+    """Per-device memory of every candidate under a framework `profile`, the fuller of
+    first and last stage; the reserve is the allocator's fraction plus the runtime."""
+    mem = profile.memory
     layers_stage = np.ceil(model.layers / c.pp)
-    body = layers_stage * layer_params_per_device(model, c)
+    per_layer = layer_params_per_device(model, c)
     ends = model.vocab * model.hidden / c.tp
-    params = body + np.where(c.pp == 1, 2 * ends, ends)
-    dcp = c.dp * c.cp
-    weights = 2.0 * params / np.where(c.zero >= 3, dcp, 1)
-    grads = 4.0 * params / np.where(c.zero >= 2, dcp, 1)
-    optim = 12.0 * params / np.where(c.zero >= 1, dcp, 1)
+    params = layers_stage * per_layer + np.where(c.pp == 1, 2 * ends, ends)
+    weight_div = _sharded(profile, c, "weights")
+    # sharded weights are gathered (bf16) a layer at a time, the next one prefetched
+    gathered = np.where(weight_div > 1, 2.0 * 2.0 * per_layer, 0.0)
+    weights = mem.weight_bytes * params / weight_div + gathered
+    grads = mem.grad_bytes * params / _sharded(profile, c, "grads")
+    optim = mem.optimizer_bytes * params / _sharded(profile, c, "optimizer")
     inflight = np.minimum(c.pp, nmb) * np.where(c.vpp > 1, 1 + (c.pp - 1) / (c.pp * c.vpp), 1.0)
-    acts = layers_stage * activation_bytes_per_layer(model, c, seq_len) * inflight
+    act_layer = activation_bytes_per_layer(model, c, seq_len, mem.activations)
     tokens = c.mbs * seq_len / c.cp
-    acts = acts + 2.0 * tokens * model.hidden * inflight  # embedding output / stage input
-    logits = 8.0 * tokens * model.vocab / c.tp
+    acts = (layers_stage * act_layer + 2.0 * tokens * model.hidden) * inflight
+    logits = mem.logits_bytes_per_vocab * tokens * model.vocab / c.tp
     # first stage carries the in-flight activations, the last the logits: take the worse
-    first = acts
-    last = (
-        np.where(c.pp == 1, acts, layers_stage * activation_bytes_per_layer(model, c, seq_len))
-        + logits
-    )
-    worse_is_last = last > first
-    acts_out = np.where(worse_is_last, last - logits, first)
+    last = np.where(c.pp == 1, acts, layers_stage * act_layer) + logits
+    worse_is_last = last > acts
+    acts_out = np.where(worse_is_last, last - logits, acts)
     logits_out = np.where(worse_is_last | (c.pp == 1), logits, 0.0)
-    reserved = np.full(len(c), reserved_gib * GIB)
+    allocated = weights + grads + optim + acts_out + logits_out
+    reserved = allocated * mem.reserve_fraction + mem.runtime_gib * GIB
     return Memory(weights, grads, optim, acts_out, logits_out, reserved)

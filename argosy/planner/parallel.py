@@ -3,9 +3,10 @@
 `Parallel` is one configuration; `Candidates` holds many as numpy columns so the cost
 model evaluates them all at once. `parse_parallel` reads the CLI form
 
-    tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=true]
+    tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1]
 
-and `check_parallel` raises `ArgosyError` for degrees that cannot work (product not the
+(`flash` left out means the framework's default kernel: see `given_keys`), and
+`check_parallel` raises `ArgosyError` for degrees that cannot work (product not the
 device count, TP not dividing the heads, ...).
 """
 
@@ -19,8 +20,12 @@ from argosy.core.errors import ArgosyError, ConfigError
 from argosy.planner.models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
+BOOL_KEYS = ("sp", "flash", "compile", "fp8")
 INT_KEYS = ("tp", "pp", "dp", "vpp", "cp", "ep", "mbs", "zero")
-PARALLEL_FORM = "tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=true]"
+PARALLEL_FORM = (
+    "tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1"
+    "[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1]"
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class Parallel:
     ep: int = 1
     sp: bool = True
     flash: bool = True
+    compile: bool = False
+    fp8: bool = False
 
     @property
     def devices(self) -> int:
@@ -69,6 +76,11 @@ def parse_parallel(text: str) -> Parallel:
     return Parallel(**values)  # type: ignore[arg-type]
 
 
+def given_keys(text: str) -> set[str]:
+    """The keys the `--parallel` text sets explicitly."""
+    return {p.partition("=")[0].strip() for p in text.split(",") if "=" in p}
+
+
 def _value(key: str, raw: str, text: str) -> object:
     if key == "recompute":
         if raw not in RECOMPUTE:
@@ -76,7 +88,7 @@ def _value(key: str, raw: str, text: str) -> object:
                 f"recompute={raw!r}; expected one of {', '.join(RECOMPUTE)}", source=text, field=key
             )
         return raw
-    if key in ("sp", "flash"):
+    if key in BOOL_KEYS:
         return raw.lower() in ("1", "true", "yes", "on")
     if not raw.isdigit() or int(raw) < (0 if key == "zero" else 1):
         raise ConfigError(f"{key}={raw!r} is not a positive integer", source=text, field=key)
@@ -125,6 +137,8 @@ class Candidates:
     ep: np.ndarray
     sp: np.ndarray
     flash: np.ndarray
+    compile: np.ndarray
+    fp8: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -133,7 +147,7 @@ class Candidates:
     def of(cls, plans: list[Parallel]) -> Candidates:
         cols = {f.name: [getattr(p, f.name) for p in plans] for f in fields(Parallel)}
         cols["recompute"] = [RECOMPUTE.index(r) for r in cols["recompute"]]
-        bools = ("sp", "flash")
+        bools = BOOL_KEYS
         return cls(
             **{k: np.asarray(v, dtype=bool if k in bools else np.int64) for k, v in cols.items()}
         )

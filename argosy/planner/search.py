@@ -15,6 +15,7 @@ import numpy as np
 from argosy.hardware.cluster import NodeGroup
 from argosy.planner.costmodel import Costs, Hardware, evaluate
 from argosy.planner.efficiency import Constants
+from argosy.planner.frameworks import Profile, Scales, load_framework
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates, Parallel
 from argosy.planner.space import enumerate_space
@@ -55,15 +56,21 @@ def search_group(
     devices: int | None = None,
     constants: Constants | None = None,
     include_infeasible: bool = False,
+    framework: Profile | str | None = None,
+    scales: Scales | None = None,
 ) -> Ranked:
     """Every candidate for `group` (or `devices` of its chip), best first."""
     devices = devices or group.num_devices
+    fw = load_framework(framework)
     hw = Hardware.of(group, constants)
-    cands = enumerate_space(model, devices, hw.domain_size, seq_len, samples, fixed, exact_batch)
+    cands = enumerate_space(
+        model, devices, hw.domain_size, seq_len, samples, fixed, exact_batch,
+        flash_default=fw.flash_attention, interleaved=fw.interleaved_pipeline,
+    )  # fmt: skip
     if len(cands) == 0:
-        costs = evaluate(model, hw, seq_len, cands, 0.0, constants)
+        costs = evaluate(model, hw, seq_len, cands, 0.0, constants, fw, scales)
         return Ranked(cands, costs, np.zeros(0, dtype=np.int64), hw, devices, samples)
-    costs = evaluate(model, hw, seq_len, cands, samples / cands.dp, constants)
+    costs = evaluate(model, hw, seq_len, cands, samples / cands.dp, constants, fw, scales)
     keep = np.arange(len(cands)) if include_infeasible else np.flatnonzero(costs.fits)
     order = keep[np.lexsort((costs.memory_gib[keep], costs.step_s[keep]))]
     return Ranked(cands, costs, order, hw, devices, samples)
@@ -76,11 +83,13 @@ def estimate_one(
     global_batch: int,
     plan: Parallel,
     constants: Constants | None = None,
+    framework: Profile | str | None = None,
 ) -> tuple[Costs, Hardware]:
     """Costs of one configuration on one homogeneous group (arrays of length 1)."""
     hw = Hardware.of(group, constants)
     cands = Candidates.of([plan])
-    return evaluate(model, hw, seq_len, cands, global_batch / plan.dp, constants), hw
+    costs = evaluate(model, hw, seq_len, cands, global_batch / plan.dp, constants, framework)
+    return costs, hw
 
 
 def overflow_reasons(costs: Costs, i: int = 0) -> list[str]:
@@ -102,11 +111,13 @@ def smallest_fix(
     seq_len: int,
     samples: int,
     constants: Constants | None = None,
+    framework: Profile | str | None = None,
 ) -> str:
     """The smallest change that lets the job fit: full recompute + ZeRO-3, else more devices."""
     ranked = search_group(
-        model, group, seq_len, samples, constants=constants, include_infeasible=True
-    )
+        model, group, seq_len, samples, constants=constants, include_infeasible=True,
+        framework=framework,
+    )  # fmt: skip
     if len(ranked):
         best = int(np.argmin(ranked.costs.memory_gib))
         plan = ranked.cands.plan(best)
@@ -116,7 +127,9 @@ def smallest_fix(
         hint = "no parallel layout divides this cluster"
     for factor in (2, 4, 8, 16, 32, 64):
         more = group.num_devices * factor
-        ranked = search_group(model, group, seq_len, samples, devices=more, constants=constants)
+        ranked = search_group(
+            model, group, seq_len, samples, devices=more, constants=constants, framework=framework
+        )
         if len(ranked):
             return f"{hint}; it fits on {more} x {group.chip.id} ({ranked.plan(0).text()})"
     return f"{hint}; it does not fit on up to 64x more devices: reduce seq-len or batch"

@@ -40,6 +40,8 @@ def enumerate_space(
     samples: int,
     fixed: dict[str, object] | None = None,
     exact_batch: bool = True,
+    flash_default: bool = True,
+    interleaved: bool = True,
 ) -> Candidates:
     """All pruned candidates for `devices` of one chip type processing `samples` per step.
 
@@ -63,21 +65,28 @@ def enumerate_space(
             dp = devices // (tp * cp * pp)
             if "dp" in fixed and fixed["dp"] != dp:
                 continue
-            rows.extend(_inner(model, fixed, tp, cp, pp, dp, eps, samples, exact_batch))
+            rows.extend(
+                _inner(model, fixed, tp, cp, pp, dp, eps, samples, exact_batch, interleaved)
+            )
     if not rows:
         return Candidates.of([])
     arr = np.asarray(rows, dtype=np.int64)
     sp = fixed.get("sp")
     sp_col = arr[:, 0] > 1 if sp is None else np.full(len(arr), bool(sp))
-    flash = np.full(len(arr), bool(fixed.get("flash", True)))
+    flash = np.full(len(arr), bool(fixed.get("flash", flash_default)))
+    compiled = np.full(len(arr), bool(fixed.get("compile", False)))
+    fp8 = np.full(len(arr), bool(fixed.get("fp8", False)))
     return Candidates(
         tp=arr[:, 0], pp=arr[:, 1], dp=arr[:, 2], vpp=arr[:, 3], mbs=arr[:, 4],
         recompute=arr[:, 5], zero=arr[:, 6], cp=arr[:, 7], ep=arr[:, 8], sp=sp_col, flash=flash,
+        compile=compiled, fp8=fp8,
     )  # fmt: skip
 
 
-def _inner(model, fixed, tp, cp, pp, dp, eps, samples, exact_batch) -> list[tuple[int, ...]]:
-    vpps = [v for v in VPP if v == 1 or (pp > 1 and v * pp <= model.layers)]
+def _inner(
+    model, fixed, tp, cp, pp, dp, eps, samples, exact_batch, interleaved
+) -> list[tuple[int, ...]]:
+    vpps = [v for v in VPP if v == 1 or (interleaved and pp > 1 and v * pp <= model.layers)]
     mbss = [
         m for m in MBS if (samples % (dp * m) == 0 if exact_batch else m * dp <= max(samples, dp))
     ]

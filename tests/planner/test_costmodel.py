@@ -5,6 +5,7 @@ import pytest
 
 from argosy.hardware.loader import load_cluster
 from argosy.planner.calibration import narayanan_flops
+from argosy.planner.frameworks import load_framework
 from argosy.planner.models import load_model
 from argosy.planner.parallel import Parallel
 from argosy.planner.search import estimate_one
@@ -19,9 +20,10 @@ def cost(
     seq: int = 2048,
     gbs: int = 1536,
     nic=None,
+    framework=None,
 ):
     group = load_cluster(cluster, nic_gbps=nic).groups[0]
-    costs, _ = estimate_one(model, group, seq, gbs, plan)
+    costs, _ = estimate_one(model, group, seq, gbs, plan, framework=framework)
     return costs
 
 
@@ -57,8 +59,16 @@ def test_recompute_trades_time_for_memory() -> None:
 
 
 def test_zero_stages_shrink_memory_monotonically() -> None:
-    totals = [cost(Parallel(tp=8, pp=16, dp=12, zero=z)).memory_gib[0] for z in range(4)]
-    assert all(a > b for a, b in zip(totals, totals[1:], strict=False))
+    def totals(framework: str) -> list[float]:
+        return [
+            cost(Parallel(tp=8, pp=16, dp=12, zero=z), framework=framework).memory_gib[0]
+            for z in range(4)
+        ]
+
+    ds = totals("deepspeed")  # each stage shards one more state
+    assert all(a > b for a, b in zip(ds, ds[1:], strict=False))
+    mcore = totals("megatron-core")  # distributed optimizer: zero=2 keeps the grad buffer
+    assert mcore[0] > mcore[1] == mcore[2] > mcore[3]
 
 
 def test_interleaving_shrinks_the_bubble() -> None:
@@ -86,7 +96,8 @@ def test_last_stage_memory_includes_lm_head_logits_for_big_vocab() -> None:
     c = cost(
         Parallel(tp=1, pp=1, dp=64, mbs=1, zero=1), "h100:64", load_model("llama3-8b"), 8192, 64
     )
-    assert c.memory.logits[0] / 2**30 == pytest.approx(8 * 8192 * 128256 / 2**30, rel=1e-6)
+    per_vocab = load_framework("megatron-core").memory.logits_bytes_per_vocab
+    assert c.memory.logits[0] == pytest.approx(per_vocab * 8192 * 128256, rel=1e-6)
 
 
 def test_tensor_parallel_one_has_no_tp_traffic_and_more_dp_traffic() -> None:
