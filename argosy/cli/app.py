@@ -12,7 +12,7 @@ import sys
 import typer
 
 from argosy import __version__
-from argosy.cli import chips, ckpt, cluster, devices, jobs, launch, plan, runs, server, sim
+from argosy.cli import chips, ckpt, cluster, devices, health, jobs, launch, plan, runs, server, sim
 from argosy.cli.common import State, err_console
 from argosy.core.errors import ArgosyError
 
@@ -54,6 +54,7 @@ app.command("launch", context_settings=launch.CONTEXT)(launch.launch)
 app.add_typer(runs.app, name="runs")
 app.add_typer(sim.app, name="sim")
 app.add_typer(ckpt.app, name="ckpt")
+app.add_typer(health.app, name="health")
 app.command("server")(server.server)
 for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon"):
     app.command(_name)(getattr(jobs, _name))

@@ -6,6 +6,7 @@ import glob
 import shutil
 
 from argosy.hardware.backends.base import Device
+from argosy.hardware.backends.signals import VendorSignal
 from argosy.hardware.catalog import default_catalog
 
 
@@ -41,3 +42,9 @@ class CudaBackend:
                 )
             )
         return devices
+
+    def health_signals(self, window_s: float = 0.0) -> list[VendorSignal]:
+        """ECC, row-remap, slowdown and XID counters through NVML (SupportsHealthSignals)."""
+        from argosy.hardware.backends.nvml import read_signals
+
+        return read_signals(window_s=window_s)

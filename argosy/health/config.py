@@ -1,0 +1,71 @@
+"""Config section of the health layer: probe sizes, expectations and verdict thresholds.
+
+Every threshold the node checks use lives here, so an operator can tune them without
+touching code. The CPU reference figures were measured on the development machine class
+(a 2-core AMD EPYC KVM guest with AVX-512, two ranks of one thread each running at once);
+`benchmarks/health.py --calibrate` measures them again on another machine.
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CpuReference(BaseModel):
+    """Per-rank figures a healthy CPU node reaches, measured with every rank running at once.
+
+    The catalog's `cpu` entry is a nominal socket figure (1 TFLOP/s bf16, 50 GB/s), not a
+    measurement, so a CPU node is compared with these figures instead.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    gemm_tflops: float = Field(0.085, gt=0)
+    """fp32 GEMM throughput of one single-thread rank (n=768), TFLOP/s."""
+    memory_gbps: float = Field(14.0, gt=0)
+    """Copy bandwidth (read + write bytes) of one single-thread rank, GB/s."""
+    bus_gbps: float = Field(1.5, gt=0)
+    """gloo all-reduce bus bandwidth between the node's ranks, GB/s."""
+    measured_on: str = "2-core AMD EPYC KVM guest (AVX-512), 2 ranks, 2026-11-23"
+    """Where and when the reference figures were measured."""
+
+
+class HealthConfig(BaseModel):
+    """How `argosy health check` probes a node and judges what it measures."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    degraded_below: float = Field(0.8, gt=0, le=1)
+    """A measured/expected factor under this is degraded."""
+    failed_below: float = Field(0.2, ge=0, lt=1)
+    """A measured/expected factor under this is failed (a dead or crippled device)."""
+    rounds: int = Field(5, ge=3)
+    """Timed rounds per probe; every rank runs each round at the same time, medians are kept."""
+    round_s: float = Field(0.1, gt=0)
+    """Target seconds of work per rank in one round (the iteration count is sized to it)."""
+    cpu_ranks: int | None = Field(None, ge=1)
+    """Ranks on a node without accelerators; None uses min(cores, 4), at least 2."""
+    gemm_n: int = Field(768, ge=64)
+    """Matrix size of the GEMM probe on a CPU (fp32)."""
+    gpu_gemm_n: int = Field(8192, ge=256)
+    """Matrix size of the GEMM probe on an accelerator (bf16)."""
+    gemm_fraction: float = Field(0.6, gt=0, le=1)
+    """Share of the catalog's dense bf16 peak a healthy accelerator reaches in the probe."""
+    memory_fraction: float = Field(0.8, gt=0, le=1)
+    """Share of the catalog's memory bandwidth a healthy accelerator reaches in a copy."""
+    bus_fraction: float = Field(0.4, gt=0, le=1)
+    """Share of the catalog's scale-up link figure reached as all-reduce bus bandwidth."""
+    host_copy_gbps: float = Field(20.0, gt=0)
+    """Pinned host-device copy bandwidth expected per device, GB/s (PCIe Gen4 x16 ~25)."""
+    memory_mib: int = Field(64, ge=1)
+    """Buffer copied by the memory probe on a CPU, MiB."""
+    gpu_memory_mib: int = Field(1024, ge=1)
+    """Buffer copied by the memory and host-copy probes on an accelerator, MiB."""
+    bus_mib: int = Field(16, ge=1)
+    """All-reduce message size on a CPU node, MiB."""
+    gpu_bus_mib: int = Field(256, ge=1)
+    """All-reduce message size on an accelerator node, MiB."""
+    xid_window_s: float = Field(2.0, ge=0)
+    """Seconds the vendor library is listened to for XID events (while the probes run)."""
+    timeout_s: float = Field(120.0, gt=0)
+    """Seconds the whole check may take before its ranks are stopped and it fails."""
+    cpu: CpuReference = Field(default_factory=CpuReference)
+    """Expectations of a CPU node (the catalog has no measured CPU figures)."""

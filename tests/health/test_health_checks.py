@@ -1,0 +1,93 @@
+"""From probe samples to checks and the report: pure, synthetic samples, no processes."""
+
+import json
+
+import pytest
+
+from argosy.hardware.catalog import default_catalog
+from argosy.health.checks import probe_checks
+from argosy.health.config import HealthConfig
+from argosy.health.expectations import expectations
+from argosy.health.report import HealthReport, NodeInfo
+from argosy.health.verdict import Verdict
+
+CONFIG = HealthConfig()
+CPU = expectations(default_catalog().get("cpu"), CONFIG)
+H100 = expectations(default_catalog().get("h100"), CONFIG)
+NODE = NodeInfo("cpu", "cpu", 2, "gloo", CPU.basis)
+
+
+def samples_of(speeds: list[float], expect=CPU, rounds: int = 5, host: bool = False) -> dict:
+    """Samples of ranks running at `speeds` x the expectation, with a little round noise."""
+    noise = [1.0, 0.97, 1.03, 0.99, 1.01][:rounds]
+    probes = {"gemm": expect.gemm_tflops, "memory": expect.memory_gbps, "bus": expect.bus_gbps}
+    if host:
+        probes["host_copy"] = expect.host_copy_gbps
+    return {
+        r: {p: [want * speed * n for n in noise] for p, want in probes.items()}
+        for r, speed in enumerate(speeds)
+    }
+
+
+def by_name(results) -> dict:
+    return {r.name: r for r in results}
+
+
+def test_a_healthy_cpu_node() -> None:
+    got = by_name(probe_checks(samples_of([1.0, 1.0]), CPU, CONFIG, {}))
+    assert got["host_copy"].verdict is Verdict.NOT_APPLICABLE
+    assert {r.verdict for n, r in got.items() if n != "host_copy"} == {Verdict.HEALTHY}
+    assert got["gemm.rank0"].expected == CPU.gemm_tflops
+    assert got["gemm_peer.rank1"].factor == pytest.approx(1.0)
+
+
+def test_a_half_speed_rank_is_degraded_with_its_factor() -> None:
+    got = by_name(probe_checks(samples_of([1.0, 0.5, 1.0]), CPU, CONFIG, {}))
+    for name in ("gemm_peer.rank1", "memory_peer.rank1", "gemm.rank1"):
+        assert got[name].verdict is Verdict.DEGRADED
+        assert got[name].factor == pytest.approx(0.5, abs=0.01)
+    assert got["gemm_peer.rank0"].verdict is Verdict.HEALTHY
+
+
+def test_accelerator_node_judges_host_copy_against_the_floor() -> None:
+    got = by_name(probe_checks(samples_of([1.0, 0.1], H100, host=True), H100, CONFIG, {}))
+    assert got["host_copy.rank0"].expected == CONFIG.host_copy_gbps
+    assert got["host_copy.rank1"].verdict is Verdict.FAILED
+    assert H100.gemm_tflops == pytest.approx(989 * CONFIG.gemm_fraction)
+
+
+def test_a_rank_that_died_fails_its_checks_and_the_bus() -> None:
+    samples = samples_of([1.0, 1.0])
+    del samples[1]
+    got = by_name(probe_checks(samples, CPU, CONFIG, {1: "RuntimeError: device lost"}))
+    assert got["gemm.rank1"].verdict is Verdict.FAILED
+    assert "device lost" in got["gemm.rank1"].detail
+    assert got["bus"].verdict is Verdict.FAILED
+    assert "gemm_peer.rank0" not in got  # no peers left to compare with
+
+
+def test_one_device_has_no_peers_and_no_bus() -> None:
+    got = by_name(probe_checks(samples_of([1.0]), CPU, CONFIG, {}))
+    assert got["bus"].verdict is Verdict.NOT_APPLICABLE
+    assert not [n for n in got if "_peer" in n]
+
+
+def test_unknown_chip_measures_without_judging() -> None:
+    got = by_name(probe_checks(samples_of([1.0, 0.5]), None, CONFIG, {}))
+    assert got["gemm.rank0"].verdict is Verdict.NOT_APPLICABLE and got["gemm.rank0"].value
+    assert got["gemm_peer.rank1"].verdict is Verdict.DEGRADED  # peers need no catalog
+
+
+@pytest.mark.parametrize(
+    ("speeds", "want_code"), [([1.0, 1.0], 0), ([1.0, 0.5], 1)], ids=["healthy", "slow"]
+)
+def test_report_json_contract_and_exit_code(speeds: list[float], want_code: int) -> None:
+    report = HealthReport(tuple(probe_checks(samples_of(speeds), CPU, CONFIG, {})), NODE, 1.0)
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["verdict"] in {"healthy", "degraded", "failed"}
+    for check in data["checks"]:
+        assert {"name", "value", "unit", "expected", "verdict"} <= set(check)
+    assert report.exit_code == want_code
+    assert (data["verdict"] == "healthy") == (want_code == 0)
+    slow = data["slow_devices"]
+    assert slow == [] if want_code == 0 else slow[0]["rank"] == 1

@@ -1,0 +1,69 @@
+"""`argosy health check` end to end: real gloo ranks, JSON contract, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def argosy(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "100"}
+    return subprocess.run(
+        [sys.executable, "-m", "argosy", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_half_speed_rank_is_flagged_degraded_with_its_factor() -> None:
+    done = argosy("health", "check", "--json", "--emulate-slow", "1:0.5")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["verdict"] in {"degraded", "failed"}
+    checks = {c["name"]: c for c in report["checks"]}
+    for check in checks.values():
+        assert {"name", "value", "unit", "expected", "verdict"} <= set(check)
+    peer = checks["gemm_peer.rank1"]
+    assert peer["verdict"] == "degraded"
+    assert 0.4 <= peer["factor"] <= 0.6, peer  # injected 0.5, target +/- 20%
+    assert checks["gemm_peer.rank0"]["verdict"] == "healthy"
+    assert checks["host_copy"]["verdict"] == "not_applicable"  # no accelerator here
+    assert checks["bus"]["value"] > 0 and report["node"]["dist_backend"] == "gloo"
+    assert [d["rank"] for d in report["slow_devices"]] == [1]
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["--emulate-slow", "1"], "RANK:FACTOR"),
+        (["--emulate-slow", "1:1.5"], "factor must be in"),
+        (["--emulate-slow", "7:0.5"], "beyond the node"),
+        (["--ranks", "0"], "--ranks"),
+    ],
+    ids=["no-factor", "factor-above-one", "rank-beyond", "zero-ranks"],
+)
+def test_usage_errors_exit_2_without_a_traceback(args: list[str], want: str) -> None:
+    done = argosy("health", "check", *args, timeout=60)
+    assert done.returncode == 2
+    assert want in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_the_health_command_loads_no_torch_until_it_runs() -> None:
+    code = (
+        "import sys\n"
+        "from argosy.cli.app import app\n"
+        "import argosy.health, argosy.cli.health\n"
+        "try:\n    app(['health', 'check', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('TORCH=' + str('torch' in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "TORCH=False" in out.stdout, out.stdout + out.stderr
