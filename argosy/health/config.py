@@ -28,6 +28,31 @@ class CpuReference(BaseModel):
     """Where and when the reference figures were measured."""
 
 
+class NodePolicyConfig(BaseModel):
+    """How evidence against a node turns into cordon, quarantine and return to service."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    window_s: float = Field(86_400.0, gt=0)
+    """Evidence older than this no longer counts against a node."""
+    cordon_score: float = Field(2.0, gt=0)
+    """Score (weighted evidence in the window) at which a healthy node is cordoned."""
+    quarantine_score: float = Field(4.0, gt=0)
+    """Score at which a node is quarantined: out of service until repaired."""
+    degraded_weight: float = Field(1.0, ge=0)
+    """Weight of one degraded health check."""
+    failed_weight: float = Field(4.0, ge=0)
+    """Weight of one failed health check (the default quarantines at once)."""
+    straggler_weight: float = Field(1.0, ge=0)
+    """Weight of one straggler verdict of the runtime naming a device of the node."""
+    fault_weight: float = Field(1.0, ge=0)
+    """Weight of one fault (crash, hang) the runtime attributed to the node."""
+    uncordon_after: int = Field(3, ge=1)
+    """Consecutive healthy checks after which a cordoned node returns to service."""
+    probation_checks: int = Field(2, ge=1)
+    """Consecutive healthy checks after which a repaired node counts as healthy again."""
+
+
 class HealthConfig(BaseModel):
     """How `argosy health check` probes a node and judges what it measures."""
 
@@ -69,3 +94,5 @@ class HealthConfig(BaseModel):
     """Seconds the whole check may take before its ranks are stopped and it fails."""
     cpu: CpuReference = Field(default_factory=CpuReference)
     """Expectations of a CPU node (the catalog has no measured CPU figures)."""
+    policy: NodePolicyConfig = Field(default_factory=NodePolicyConfig)
+    """Node-record policy: cordon, quarantine and return-to-service thresholds."""
