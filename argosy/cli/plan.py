@@ -4,6 +4,11 @@ argosy plan            # planner.default_model on hardware.default_cluster
 argosy plan --model llama3-405b --cluster h100:16384 --seq-len 8192 --global-batch 2048 --json
 argosy plan --model llama3-70b --cluster a100:512+h100:512 --emit megatron
 argosy estimate --model gpt3-175b --cluster a100:1536 --parallel tp=8,pp=16,dp=12,mbs=1 --json
+argosy estimate -m llama3-8b -c h100:64 -p tp=1,pp=1,dp=64,mbs=2,zero=3,compile=1 -f torchtitan
+
+`--framework` (megatron-core by default, megatron-lm, deepspeed, torchtitan, pytorch) picks
+the profile the cost model prices with; `--emit auto` emits for that framework.
+`estimate` exits 1 when the layout does not fit, after printing the smallest fix.
 
 Only light modules load here: no torch, ray or fastapi.
 """
@@ -14,15 +19,20 @@ import typer
 from rich import box
 from rich.table import Table
 
-from argosy.cli.common import config_of, console, print_json
+from argosy.cli.common import config_of, console, print_json, usage_error
 
 MODEL_HELP = "Preset, HF config.json, YAML file, or layers=..,hidden=..,heads=..[,..]."
+FRAMEWORK_HELP = "megatron-core (default) | megatron-lm | deepspeed | torchtitan | pytorch"
+EMITTER_OF = {"megatron-core": "megatron", "megatron-lm": "megatron", "deepspeed": "deepspeed"}
 
 
 def _inputs(ctx: typer.Context, model, cluster, nic_gbps, seq_len, global_batch):
     from argosy.hardware.loader import load_cluster
     from argosy.planner.models import load_model
 
+    for flag, value in (("--model", model), ("--cluster", cluster)):
+        if value is not None and not value.strip():
+            raise usage_error(f"{flag} is empty; give a value or leave the option out")
     cfg = config_of(ctx)
     planner = getattr(cfg, "planner", None)
     spec = load_model(model or (planner.default_model if planner else "llama3-8b"))
@@ -44,19 +54,23 @@ def plan(
     top: int | None = typer.Option(None, "--top", min=1, help="Plans to show."),
     nic_gbps: float | None = typer.Option(None, "--nic-gbps", help="Override NIC Gb/s per device."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    emit: str | None = typer.Option(None, "--emit", help="megatron | torchtitan | deepspeed"),
+    emit: str | None = typer.Option(
+        None, "--emit", help="megatron | torchtitan | deepspeed | auto (the --framework's)"
+    ),
+    framework: str | None = typer.Option(None, "--framework", "-f", help=FRAMEWORK_HELP),
 ) -> None:
     """Search parallel plans (TP/PP/VPP/DP/CP/EP, micro-batch, recompute, ZeRO) and rank them."""
     from argosy.planner.api import plan as run_plan
 
+    fw = _framework(framework)
     spec, clus, seq, gbs, default_top = _inputs(
         ctx, model, cluster, nic_gbps, seq_len, global_batch
     )
-    emitter = _emitter(emit)
+    emitter = _emitter(EMITTER_OF.get(fw.name, fw.name) if emit == "auto" else emit)
     if as_json or emitter:
-        result = run_plan(spec, clus, seq, gbs, top or default_top)
+        result = run_plan(spec, clus, seq, gbs, top or default_top, framework=fw)
     else:
-        result = _with_progress(run_plan, spec, clus, seq, gbs, top or default_top)
+        result = _with_progress(run_plan, spec, clus, seq, gbs, top or default_top, fw)
     if emitter:
         if not result["plans"]:
             console.print(f"no plan fits: {result.get('fix', '')}", highlight=False)
@@ -82,33 +96,85 @@ def estimate(
     ),
     nic_gbps: float | None = typer.Option(None, "--nic-gbps", help="Override NIC Gb/s per device."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    framework: str | None = typer.Option(None, "--framework", "-f", help=FRAMEWORK_HELP),
 ) -> None:
     """Predict step time, throughput, MFU and memory of one parallel configuration."""
-    from argosy.planner.api import estimate as run_estimate
-    from argosy.planner.parallel import parse_parallel
+    from dataclasses import replace
 
+    from argosy.planner.api import estimate as run_estimate
+    from argosy.planner.parallel import given_keys, parse_parallel
+
+    fw = _framework(framework)
     spec, clus, seq, gbs, _ = _inputs(ctx, model, cluster, nic_gbps, seq_len, global_batch)
-    result = run_estimate(spec, clus, parse_parallel(parallel), seq, gbs)
+    layout = parse_parallel(parallel)
+    if "flash" not in given_keys(parallel):
+        layout = replace(layout, flash=fw.flash_attention)
+    result = run_estimate(spec, clus, layout, seq, gbs, framework=fw)
     if as_json:
         print_json(result)
-        return
+    else:
+        _print_estimate(result, spec.describe(), clus.describe())
+    if not result["feasible"]:
+        raise typer.Exit(1)
+
+
+BREAKDOWN_LABELS = {
+    "compute": "compute s",
+    "recompute": "recompute s",
+    "tp": "exposed TP comm s",
+    "cp": "exposed CP comm s",
+    "ep": "exposed EP comm s",
+    "pp": "pipeline send/recv s",
+    "bubble": "pipeline bubble s",
+    "dp": "exposed DP/ZeRO comm s",
+    "optimizer": "optimizer step s",
+    "overhead": "overhead s",
+}
+
+
+def _print_estimate(result: dict, model: str, cluster: str) -> None:
     pred = result["predicted"]
-    table = Table(title=f"{spec.describe()} on {clus.describe()}", header_style="bold")
+    table = Table(
+        title=f"{model} on {cluster} ({result['framework']})",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+    )
     table.add_column("quantity")
     table.add_column("value", justify="right")
+    table.add_column("share", justify="right")
     for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "hardware_tflops_per_gpu", "mfu"):
-        table.add_row(key, f"{pred[key]:,.3f}")
-    for key, gib in pred["memory_gib"].items():
-        table.add_row(f"memory {key} (GiB)", f"{gib:.2f}")
+        table.add_row(key, f"{pred[key]:,.3f}", "")
+    step = pred["step_time_s"]
+    table.add_section()
     for key, sec in pred["breakdown_s"].items():
-        table.add_row(f"time {key} (s)", f"{sec:.3f}")
+        table.add_row(
+            f"time: {BREAKDOWN_LABELS.get(key, key)} (s)", f"{sec:.3f}", f"{sec / step:.0%}"
+        )
+    table.add_section()
+    for key, gib in pred["memory_gib"].items():
+        table.add_row(f"{key} GiB", f"{gib:.2f}", "")
+    table.add_row("memory per device GiB", f"{pred['memory_gib_per_device']:.2f}", "")
+    if not result["feasible"]:
+        table.add_section()
+        table.add_row("[red]does not fit[/]", "; ".join(result["reasons"]), "")
+        if result.get("fix"):
+            table.add_row("smallest fix", result["fix"], "")
     console.print(table)
-    verdict = (
-        "[green]fits[/]"
-        if result["feasible"]
-        else "[red]does not fit[/]: " + "; ".join(result["reasons"])
-    )
-    console.print(verdict, highlight=False)
+    verdict = "[green]fits[/]" if result["feasible"] else "[red]does not fit[/]"
+    detail = "" if result["feasible"] else ": " + "; ".join(result["reasons"])
+    fix = f"\n  smallest fix: {result['fix']}" if result.get("fix") else ""
+    console.print(verdict + detail + fix, highlight=False)
+
+
+def _framework(name: str | None):
+    """The framework profile; an unknown name is a usage error listing the known ones."""
+    from argosy.core.errors import ArgosyError
+    from argosy.planner.frameworks import load_framework
+
+    try:
+        return load_framework(name)
+    except ArgosyError as err:
+        raise usage_error(str(err)) from None
 
 
 def _emitter(name: str | None):
@@ -141,7 +207,7 @@ def _emit(emitter, result: dict, spec, seq: int, gbs: int) -> str:
     return "\n".join(out)
 
 
-def _with_progress(run, spec, clus, seq, gbs, top):
+def _with_progress(run, spec, clus, seq, gbs, top, framework):
     from rich.progress import Progress
 
     from argosy.planner.hetero import ROUNDS
@@ -149,7 +215,15 @@ def _with_progress(run, spec, clus, seq, gbs, top):
     total = ROUNDS * len(clus.groups) if clus.is_mixed else 1
     with Progress(transient=True, console=console) as progress:
         task = progress.add_task(f"planning {spec.name} on {clus.describe()}", total=total)
-        return run(spec, clus, seq, gbs, top, progress=lambda n: progress.advance(task, n))
+        return run(
+            spec,
+            clus,
+            seq,
+            gbs,
+            top,
+            progress=lambda n: progress.advance(task, n),
+            framework=framework,
+        )
 
 
 def _print_plans(result: dict, model: str, cluster: str) -> None:

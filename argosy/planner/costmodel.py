@@ -244,7 +244,10 @@ def _microbatch(model, hw: Hardware, fw: Profile, sc: Scales, seq_len, c) -> _Mi
     total = (gemm + attn + elem) * sc.compute
     fwd = total * fwd_share
     attn_fwd = attn * sc.compute / 3.5
-    rec = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
+    sel = fw.selective
+    selective = (sel.gemm * gemm / 3.0 + sel.elementwise * elem / 3.0) * sc.compute
+    selective = selective + sel.attention * attn_fwd
+    rec = np.select([c.recompute == 2, c.recompute == 1], [fwd, selective], 0.0)
     return _MicroBatch(
         fwd=fwd,
         bwd=total - fwd,

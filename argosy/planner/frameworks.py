@@ -80,6 +80,21 @@ class ZeroStage(BaseModel):
     """Where the semantics are documented."""
 
 
+class Selective(BaseModel):
+    """What `recompute=selective` recomputes in this framework, as fractions of the forward."""
+
+    model_config = _STRICT
+
+    gemm: float = Field(default=0.0, ge=0, le=1)
+    """Share of the forward GEMMs recomputed."""
+    attention: float = Field(default=1.0, ge=0, le=1)
+    """Share of the attention core recomputed."""
+    elementwise: float = Field(default=0.0, ge=0, le=1)
+    """Share of the memory-bound forward ops recomputed."""
+    kept: float = Field(default=1.0, gt=0, le=1)
+    """Share of the layer's activation bytes still stored (scores aside)."""
+
+
 class Memory(BaseModel):
     """Bytes the framework keeps per parameter and how it stores activations."""
 
@@ -146,6 +161,8 @@ class Profile(BaseModel):
     """Relative step-time growth per doubling of data-parallel replicas."""
     overlap: Overlap = Overlap()
     """Which collectives hide behind which compute."""
+    selective: Selective = Selective()
+    """What selective recompute repeats and keeps (Megatron: the attention core)."""
     zero: dict[int, ZeroStage]
     """ZeRO stage 0-3 as this framework runs it."""
     memory: Memory = Memory()

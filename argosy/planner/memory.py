@@ -75,7 +75,11 @@ def layer_params_per_device(model: ModelSpec, c: Candidates) -> np.ndarray:
 
 
 def activation_bytes_per_layer(
-    model: ModelSpec, c: Candidates, seq_len: int, accounting: str = "megatron"
+    model: ModelSpec,
+    c: Candidates,
+    seq_len: int,
+    accounting: str = "megatron",
+    selective_kept: float = 1.0,
 ) -> np.ndarray:
     """Activation bytes one layer keeps for one micro-batch on one device.
 
@@ -106,6 +110,7 @@ def activation_bytes_per_layer(
         per_token = h * (nonpar_h / sp_div + par_h / c.tp)
     # fp8 GEMMs (Transformer Engine) keep their inputs in fp8: about a quarter less
     per_token = per_token * np.where(c.fp8, 0.75, 1.0)
+    per_token = per_token * np.where(c.recompute == 1, selective_kept, 1.0)
     scores = 5.0 * model.heads * tokens * (seq_len / c.cp) / c.tp
     kept = tokens * per_token + np.where((c.recompute == 0) & ~c.flash, scores, 0.0)
     return np.where(c.recompute == 2, 2.0 * tokens * h / sp_div, kept)
@@ -135,7 +140,9 @@ def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profi
     grads = mem.grad_bytes * params / _sharded(profile, c, "grads")
     optim = mem.optimizer_bytes * params / _sharded(profile, c, "optimizer")
     inflight = np.minimum(c.pp, nmb) * np.where(c.vpp > 1, 1 + (c.pp - 1) / (c.pp * c.vpp), 1.0)
-    act_layer = activation_bytes_per_layer(model, c, seq_len, mem.activations)
+    act_layer = activation_bytes_per_layer(
+        model, c, seq_len, mem.activations, profile.selective.kept
+    )
     tokens = c.mbs * seq_len / c.cp
     acts = (layers_stage * act_layer + 2.0 * tokens * model.hidden) * inflight
     logits = mem.logits_bytes_per_vocab * tokens * model.vocab / c.tp

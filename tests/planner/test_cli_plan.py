@@ -48,9 +48,9 @@ def test_estimate_that_does_not_fit_names_the_overflowing_term() -> None:
         "--seq-len", "8192", "--global-batch", "64", "--parallel",
         "tp=8,pp=1,dp=8,mbs=1,recompute=none,zero=0", "--json",
     )  # fmt: skip
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # a layout that does not fit is a failed estimate
     out = json.loads(result.stdout)
-    assert out["feasible"] is False
+    assert out["feasible"] is False and out["fix"]
     assert (
         "exceeds" in out["reasons"][0]
         and "GiB" in out["reasons"][0]
