@@ -32,7 +32,8 @@ class SimConfig(BaseModel):
     faults: bool = True
     """Inject node failures from the published fault model."""
     fault_rate_per_device_hour: float = Field(default=1.97e-5, ge=0)
-    """Unexpected interruptions per device-hour (Llama 3: 419 / (16,384 x 54 x 24))."""
+    """Unexpected interruptions per device-hour over the whole fleet, lemon nodes included
+    (Llama 3: 419 / (16,384 x 54 x 24)); the one fault rate of the simulation."""
     hardware_share: float = Field(default=0.78, ge=0, le=1)
     """Share of faults that take the node down (Llama 3: 78% hardware)."""
     repair_s: float = Field(default=12 * 3600.0, gt=0)
@@ -40,7 +41,8 @@ class SimConfig(BaseModel):
     lemon_fraction: float = Field(default=0.01, ge=0, le=1)
     """Share of nodes that fail far more often (lemon nodes, Kokolis et al.; assumption)."""
     lemon_factor: float = Field(default=20.0, ge=1)
-    """How many times more often a lemon node fails (assumption)."""
+    """How many times more often a lemon node fails than the others (assumption); it
+    redistributes the fleet rate over nodes, it does not add to it."""
     quarantine_replace_s: float = Field(default=48 * 3600.0, gt=0)
     """A quarantined node is replaced by a healthy one after this long (assumption)."""
     runtime_budgets: dict[str, BudgetConfig] = Field(default_factory=_budgets)

@@ -320,4 +320,5 @@ class Simulation:
             if job.devices:
                 self._advance(job, self.horizon)
             elif job.starts == 0 and job.w.kind != "infer" and job.w.reject_reason == "":
-                self.acc.unstarted[job.w.kind] += 1
+                self.acc.unstarted[job.w.kind] += 1  # starved: its wait so far counts
+                self.acc.queue[job.w.kind].append(self.horizon - job.w.submit_s)

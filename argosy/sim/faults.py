@@ -1,10 +1,13 @@
 """Node failures from the published fault model (../shared/reference/fault_model.json).
 
-Failures arrive as a Poisson process at `fault_rate_per_device_hour` per device (Llama 3:
-1.97e-5 unexpected interruptions per GPU-hour); a share `lemon_fraction` of nodes fails
-`lemon_factor` times as often (lemon nodes; assumption) until replaced. A fault is a
-hardware fault (node down until repaired; Llama 3: 78%) or a transient one (the job
-restarts in place). Rates are per node, weighted by its devices.
+Failures arrive as a Poisson process at `fault_rate_per_device_hour` per device over the
+fleet (Llama 3: 1.97e-5 unexpected interruptions per GPU-hour, a fleet figure that
+already includes its lemon nodes). One rate: a share `lemon_fraction` of nodes draws
+`lemon_factor` times the share of the others, and the weights are normalised so the
+fleet still fails at exactly that rate; a replaced lemon takes the ordinary share (the
+fleet rate then drops, as it does when lemons are culled). A fault is a hardware fault
+(node down until repaired; Llama 3: 78%) or a transient one (the job restarts in
+place). Rates are per node, weighted by its devices.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ class FaultModel:
         self.weight = self.base.copy()
         lemons = self.rng.uniform(size=len(self.weight)) < cfg.lemon_fraction
         self.weight[lemons] *= cfg.lemon_factor
+        scale = self.base.sum() / self.weight.sum()  # the fleet rate stays the rate
+        self.base *= scale
+        self.weight *= scale
         self._refresh()
 
     def _refresh(self) -> None:

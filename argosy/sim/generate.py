@@ -62,50 +62,92 @@ def write_generated(gen: GeneratedTrace, out_dir: Path) -> tuple[Path, Path]:
 
 # ---- inference services ---------------------------------------------------------------
 def diurnal_profile(peak_hour: float, steps: int = 144) -> list[float]:
+    """One day of load as a fraction of the peak: trough `INFER_TROUGH`, a raised-cosine
+    peak sharpened until the day's mean over its peak is `INFER_MEAN_TO_PEAK`."""
     hours = np.arange(steps) * 24.0 / steps
-    wave = ((1 + np.cos(2 * np.pi * (hours - peak_hour) / 24.0)) / 2) ** 1.5
-    return [round(float(x), 4) for x in cal.INFER_TROUGH + (1 - cal.INFER_TROUGH) * wave]
+    base = (1 + np.cos(2 * np.pi * (hours - peak_hour) / 24.0)) / 2
+    trough = cal.INFER_TROUGH
+    want = (cal.INFER_MEAN_TO_PEAK - trough) / (1 - trough)
+    lo, hi = 0.1, 50.0
+    for _ in range(60):  # mean of base**p falls as p grows
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(np.mean(base**mid)) > want else (lo, mid)
+    return [round(float(x), 4) for x in trough + (1 - trough) * base**hi]
 
 
 def _services(cluster: Cluster, rng, horizon: float, speeds) -> tuple[list[TraceRecord], float]:
+    """Services per chip pool in proportion to its devices (at least one each), their
+    peaks summing to `INFER_PEAK_SHARE` of every pool: no pool serves more than its
+    share, so batch work sees the same room everywhere."""
     by_chip = cluster.devices_by_chip()
     total = cluster.num_devices
-    count = max(2, round(total / 1000 * cal.INFER_SERVICES_PER_1K_DEVICES))
+    count = max(len(by_chip), round(total / 1000 * cal.INFER_SERVICES_PER_1K_DEVICES))
+    counts = _apportion(count, np.array(list(by_chip.values()), dtype=float))
     sigma = math.log(cal.INFER_REPLICA_P90 / cal.INFER_REPLICA_MEDIAN) / 1.2816
-    raw = rng.lognormal(math.log(cal.INFER_REPLICA_MEDIAN), sigma, size=count)
-    peaks = np.maximum(1, np.round(raw / raw.sum() * cal.INFER_PEAK_SHARE * total)).astype(int)
-    chips = list(by_chip)
-    shares = np.array([by_chip[c] for c in chips], dtype=float) / total
     records, work = [], 0.0
-    for i, peak in enumerate(peaks):
-        chip = chips[int(rng.choice(len(chips), p=shares))]
-        peak = int(min(peak, by_chip[chip] // 2))
-        profile = diurnal_profile(cal.INFER_PEAK_HOUR + float(rng.uniform(-2, 2)))
-        work += peak * float(np.mean(profile)) * horizon * speeds[chip]
-        records.append(
-            TraceRecord(
-                id=f"svc{i:03d}", submit_s=0.0, kind="infer", queue="infer",
-                priority=cal.PRIORITY["infer"], chips=[chip], devices=peak,
-                load_profile=profile, profile_step_s=DAY_S / len(profile), slo_target=0.99,
-            )
-        )  # fmt: skip
+    for (chip, devices), k in zip(by_chip.items(), counts, strict=True):
+        raw = rng.lognormal(math.log(cal.INFER_REPLICA_MEDIAN), sigma, size=int(k))
+        peaks = np.maximum(1, np.floor(raw / raw.sum() * cal.INFER_PEAK_SHARE * devices))
+        for peak in peaks.astype(int):
+            profile = diurnal_profile(cal.INFER_PEAK_HOUR + float(rng.uniform(-2, 2)))
+            work += peak * float(np.mean(profile)) * horizon * speeds[chip]
+            records.append(
+                TraceRecord(
+                    id=f"svc{len(records):03d}", submit_s=0.0, kind="infer", queue="infer",
+                    priority=cal.PRIORITY["infer"], chips=[chip], devices=int(peak),
+                    load_profile=profile, profile_step_s=DAY_S / len(profile), slo_target=0.99,
+                )
+            )  # fmt: skip
     return records, work
+
+
+def _apportion(n: int, weights: np.ndarray) -> np.ndarray:
+    """`n` split by `weights` (largest remainders), at least one each."""
+    share = weights / weights.sum() * max(n - len(weights), 0)
+    out = np.floor(share).astype(int)
+    out[np.argsort(out - share)[: max(n - len(weights), 0) - int(out.sum())]] += 1
+    return out + 1
 
 
 # ---- batch jobs -----------------------------------------------------------------------
 def _arrivals(rng, days: float, n_expected: float) -> np.ndarray:
+    """(time, batch id) of every job: batches arrive as a Poisson process following the
+    Venus hour-of-day and weekday profile; batch sizes follow `burst_law`."""
     hours = int(math.ceil(days * 24))
     h = np.arange(hours)
     weekend = ((h // 24) % 7) >= 5
     weight = np.array(cal.HOURLY_PROFILE)[h % 24] / np.where(weekend, cal.WEEKDAY_TO_WEEKEND, 1)
     per_hour = n_expected * weight / weight.sum()
-    batches = rng.poisson(per_hour / cal.BATCH_MEAN)
+    law = burst_law(float(n_expected / max(days * 144, 1e-9)), weight)
+    mean_batch = float((law * np.arange(1, len(law) + 1)).sum())
+    batches = rng.poisson(per_hour / mean_batch)
     starts = np.repeat(h * 3600.0, batches) + rng.uniform(0, 3600, size=batches.sum())
-    sizes = rng.geometric(1 / cal.BATCH_MEAN, size=len(starts))
+    sizes = rng.choice(np.arange(1, len(law) + 1), size=len(starts), p=law)
     times = np.repeat(starts, sizes) + rng.uniform(0, 60, size=sizes.sum())
     batch_of = np.repeat(np.arange(len(starts)), sizes)
     keep = times < days * DAY_S
     return np.column_stack([times[keep], batch_of[keep]])
+
+
+def burst_law(jobs_per_10min: float, hourly_weight: np.ndarray) -> np.ndarray:
+    """P(batch size = 1..MAX_BATCH), a power law whose exponent makes the per-10-min job
+    count's coefficient of variation `ARRIVAL_CV_10MIN`. A compound Poisson count with
+    batch size S over a rate that varies as the profile has CV^2 = CV_profile^2 +
+    E[S^2] / (E[S] x jobs per bin), so E[S^2]/E[S] is solved for by bisection."""
+    cv_profile2 = float(np.var(hourly_weight) / np.mean(hourly_weight) ** 2)
+    target = max(1.0, (cal.ARRIVAL_CV_10MIN**2 - cv_profile2) * jobs_per_10min)
+    s = np.arange(1, cal.MAX_BATCH + 1, dtype=float)
+
+    def law(a: float) -> np.ndarray:
+        p = s**-a
+        return p / p.sum()
+
+    lo, hi = 0.0, 8.0  # E[S^2]/E[S] falls as the exponent grows
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        p = law(mid)
+        lo, hi = (mid, hi) if (p * s * s).sum() / (p * s).sum() > target else (lo, mid)
+    return law(hi)
 
 
 def sample_quantiles(rng, table: dict[float, float], u: np.ndarray) -> np.ndarray:
@@ -193,11 +235,20 @@ def _sizes(cluster: Cluster, rng, kinds: np.ndarray) -> np.ndarray:
     smallest_group = min(g.num_devices for g in cluster.groups)
     cap = max(cal.PRETRAIN_MIN_DEVICES, int(cluster.num_devices * cal.PRETRAIN_CAP_FRACTION))
     cap = min(cap, smallest_group)
-    top = max(int(math.log2(cap)), int(math.log2(cal.PRETRAIN_MIN_DEVICES)))
-    low = int(math.log2(cal.PRETRAIN_MIN_DEVICES))
     mask = kinds == "train"
-    out[mask] = 2 ** rng.integers(low, top + 1, size=int(mask.sum()))
+    out[mask] = _pretrain_sizes(rng, int(mask.sum()), cap)
     return np.minimum(out, smallest_group)
+
+
+def _pretrain_sizes(rng, n: int, cap: int) -> np.ndarray:
+    """A quarter at each Seren quartile (64, 128, 256), the top quarter log-uniform over
+    powers of two from 512 to `cap`."""
+    low = int(math.log2(cal.PRETRAIN_QUARTILES[-1])) + 1
+    top = max(low, int(math.log2(max(cap, 1))))
+    quartile = rng.integers(0, 4, size=n)
+    body = np.array(cal.PRETRAIN_QUARTILES)[np.minimum(quartile, 2)]
+    tail = 2 ** rng.integers(low, top + 1, size=n)
+    return np.where(quartile == 3, tail, body)
 
 
 def _train_durations(u: np.ndarray, rate: np.ndarray, target: float, window: np.ndarray):

@@ -13,6 +13,9 @@ Device-time is accounted exactly, event by event:
     useful_rate     = (allocated - stalled - lost - idle replicas) / capacity
     effective_training_time = (allocated - stalled - lost) / allocated, over train+finetune
     slo_attainment  = share of service-steps whose replicas covered the load
+
+Wait times (`queue_s`) count every job that was not rejected: a job still waiting at
+the end counts with its wait so far (starved work is not left out of the percentiles).
 """
 
 from __future__ import annotations
