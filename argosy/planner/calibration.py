@@ -145,14 +145,17 @@ def _loss(pts: list[Point], scales: Scales) -> float:
     return float(np.median(errors) + np.mean(errors))
 
 
-def fit_group(pts: list[Point], rounds: int = 2) -> Scales:
+def fit_group(pts: list[Point], rounds: int = 2, compute: float | None = None) -> Scales:
     """Compute and comm scales for points of one framework x chip generation: coordinate
-    search over two grids on the median plus mean absolute log error."""
+    search over two grids on the median plus mean absolute log error. With `compute`
+    given (borrowed from the framework whose kernels these runs use), only comm is fitted."""
     best = Scales(points=len(pts), sources=sorted({p.source for p in pts}))
-    score = _loss(pts, best)
     grids = [("compute", COMPUTE_GRID)]
-    if len(pts) >= MIN_POINTS_FOR_COMM:
+    if compute is not None:
+        best, grids = best.model_copy(update={"compute": compute}), []
+    if len(pts) >= MIN_POINTS_FOR_COMM or compute is not None:
         grids.append(("comm", COMM_GRID))
+    score = _loss(pts, best)
     for _ in range(rounds):
         for name, grid in grids:
             for value in grid:
@@ -170,8 +173,17 @@ def fit_all(pts: list[Point] | None = None) -> dict[str, dict[str, Scales]]:
     for p in pts if pts is not None else points():
         groups.setdefault(calibration_key(p), []).append(p)
     out: dict[str, dict[str, Scales]] = {}
+    borrowed: list[tuple[str, str, list[Point]]] = []
     for (key, gen), members in sorted(groups.items()):
+        kernels = load_framework(members[0].framework).kernels
+        if kernels and kernels != key:
+            borrowed.append((key, gen, members))
+            continue
         out.setdefault(key, {})[gen] = fit_group(members)
+    for key, gen, members in borrowed:
+        kernels = load_framework(members[0].framework).kernels
+        own = out.get(kernels, {}).get(gen)
+        out.setdefault(key, {})[gen] = fit_group(members, compute=own.compute if own else None)
     by_gen: dict[str, list[Scales]] = {}
     for gens in out.values():
         for gen, sc in gens.items():

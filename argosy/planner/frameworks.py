@@ -133,6 +133,9 @@ class Profile(BaseModel):
     """Where each behaviour was read."""
     calibration: str = ""
     """Key of the fitted parameters (defaults to the name)."""
+    kernels: str = ""
+    """Calibration key whose fitted compute scale this framework borrows because it runs
+    that framework's kernels (Megatron-DeepSpeed runs Megatron-LM's); empty: its own."""
     flash_attention: bool = True
     """Whether attention runs as a fused flash kernel unless the plan says otherwise."""
     interleaved_pipeline: bool = True
