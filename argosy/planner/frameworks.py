@@ -112,6 +112,11 @@ class Memory(BaseModel):
     """Activation accounting."""
     logits_bytes_per_vocab: float = 4.0
     """Bytes per token and vocabulary entry at the loss (logits, their gradient)."""
+    compiled_activations: float = Field(default=1.0, gt=0, le=1)
+    """Share of the activation bytes still saved with `compile=1` (fused norms and MLP
+    activation save their bf16 inputs only)."""
+    compiled_logits_bytes_per_vocab: float | None = None
+    """Bytes per token and vocabulary entry at the loss with `compile=1` (default: as eager)."""
     reserve_fraction: float = Field(default=0.05, ge=0, lt=1)
     """Allocator reserve over the allocated peak (caching-allocator fragmentation)."""
     runtime_gib: float = 1.0

@@ -143,9 +143,12 @@ def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profi
     act_layer = activation_bytes_per_layer(
         model, c, seq_len, mem.activations, profile.selective.kept
     )
+    act_layer = act_layer * np.where(c.compile, mem.compiled_activations, 1.0)
     tokens = c.mbs * seq_len / c.cp
     acts = (layers_stage * act_layer + 2.0 * tokens * model.hidden) * inflight
-    logits = mem.logits_bytes_per_vocab * tokens * model.vocab / c.tp
+    compiled_logits = mem.compiled_logits_bytes_per_vocab or mem.logits_bytes_per_vocab
+    per_vocab = np.where(c.compile, compiled_logits, mem.logits_bytes_per_vocab)
+    logits = per_vocab * tokens * model.vocab / c.tp
     # first stage carries the in-flight activations, the last the logits: take the worse
     last = np.where(c.pp == 1, acts, layers_stage * act_layer) + logits
     worse_is_last = last > acts
