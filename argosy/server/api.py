@@ -166,7 +166,7 @@ async def queues(ctl: Ctl, who: Who) -> list[QueueInfo]:
 
 @router.get("/nodes")
 async def nodes(ctl: Ctl, who: Who) -> list[NodeView]:
-    return node_views(ctl.scheduling, ctl.store.cordoned())
+    return node_views(ctl.scheduling, ctl.cordoned, ctl.lost)
 
 
 @router.post("/nodes/{name}/cordon", responses={403: {}, 404: {}})
@@ -202,7 +202,7 @@ def _set_cordon(ctl: Control, name: str, cordoned: bool) -> NodeView:
         ctl.set_cordon(name, cordoned)
     except NotFoundError as err:
         raise HTTPException(404, str(err)) from err
-    return next(n for n in node_views(ctl.scheduling, ctl.store.cordoned()) if n.name == name)
+    return next(n for n in node_views(ctl.scheduling, ctl.cordoned, ctl.lost) if n.name == name)
 
 
 __all__ = ["Event", "router"]

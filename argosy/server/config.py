@@ -42,6 +42,8 @@ class ServerConfig(BaseModel):
     """Longest wait between scheduler cycles; a submit or an exit wakes it sooner."""
     poll_interval_s: float = Field(default=0.2, gt=0)
     """How often running attempts are checked for their exit."""
+    nodes_interval_s: float = Field(default=2.0, gt=0)
+    """How often the executor's inventory is checked for lost and returning nodes."""
     page_limit_max: int = Field(default=500, gt=0)
     """Largest page a list call returns."""
 

@@ -63,6 +63,9 @@ class Control:
             SchedulerConfig(),
             self.clock,
         )
+        self.cordoned: set[str] = set()
+        self.lost: set[str] = set()
+        self.last_nodes_s = time.monotonic()
         self.dirty = True
         self.last_cycle_s = 0.0
         self.cycle_s = 0.0
@@ -71,8 +74,8 @@ class Control:
     # ---- start-up --------------------------------------------------------------------
     def recover(self) -> None:
         """Rebuild the scheduler's state from the store and the executor."""
-        for name in self.store.cordoned():
-            self.scheduling.set_in_service(name, False)
+        self.cordoned = self.store.cordoned()
+        self._check_nodes()
         for row in self.store.jobs_in(["pending", *ACTIVE]):
             spec = JobSpec.model_validate(row["spec"])
             if row["state"] == "pending":
@@ -128,8 +131,26 @@ class Control:
         if name not in self.scheduling.index:
             raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
         self.store.set_cordon(name, cordoned)
-        self.scheduling.set_in_service(name, not cordoned)
+        (self.cordoned.add if cordoned else self.cordoned.discard)(name)
+        self._sync_node(name)
         self.poke()
+
+    def _sync_node(self, name: str) -> None:
+        in_service = name not in self.cordoned and name not in self.lost
+        self.scheduling.set_in_service(name, in_service)
+
+    def _check_nodes(self) -> None:
+        """Nodes the executor no longer reports are lost (out of placement); nodes that
+        come back are placeable again. The attempts on a lost node are reported lost by
+        the executor itself."""
+        alive = {n.name for n in self.executor.inventory()}
+        for name in self.scheduling.index:
+            lost = name not in alive
+            if lost != (name in self.lost):
+                (self.lost.add if lost else self.lost.discard)(name)
+                self.store.add_event(None, "node_lost" if lost else "node_back", f"node {name}")
+                self._sync_node(name)
+                self.poke()
 
     def job(self, job_id: str) -> Row:
         row = self.store.get_job(job_id)
@@ -152,9 +173,12 @@ class Control:
             self._wake.clear()
 
     def step(self) -> None:
+        now = time.monotonic()
+        if now - self.last_nodes_s >= self.config.nodes_interval_s:
+            self.last_nodes_s = now
+            self._check_nodes()
         for ended in self.executor.poll():
             self._apply_exit(ended)
-        now = time.monotonic()
         if self.dirty or now - self.last_cycle_s >= self.config.cycle_interval_s:
             self.dirty = False
             self.last_cycle_s = now
@@ -226,9 +250,11 @@ class Control:
     # ---- exits -----------------------------------------------------------------------
     def _apply_exit(self, e: AttemptExit) -> None:
         row = self.store.get_job(e.job_id)
-        if row is None or row["attempts"] != e.attempt or row["state"] in TERMINAL:
+        if row is None or row["attempts"] != e.attempt or row["state"] not in ACTIVE:
             return
         self.poke()
+        if e.lost:
+            self._check_nodes()  # a lost node goes out of placement before the requeue
         summary = _summary(self.run_dir(e.job_id))
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt

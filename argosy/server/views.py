@@ -70,7 +70,7 @@ def queue_views(s: Scheduling, counts: dict[tuple[str, str], int]) -> list[Queue
     return out
 
 
-def node_views(s: Scheduling, cordoned: set[str]) -> list[NodeView]:
+def node_views(s: Scheduling, cordoned: set[str], lost: set[str]) -> list[NodeView]:
     out = []
     for n in s.nodes:
         used = s.used_on(n.name)
@@ -81,7 +81,7 @@ def node_views(s: Scheduling, cordoned: set[str]) -> list[NodeView]:
                 devices=n.devices,
                 free=0 if n.name in s.out_of_service else n.devices - used,
                 cordoned=n.name in cordoned,
-                up=n.name not in s.out_of_service or n.name in cordoned,
+                up=n.name not in lost,
                 jobs=s.jobs_on(n.name),
             )
         )

@@ -31,6 +31,6 @@ for step in range(start + 1, args.steps + 1):
     time.sleep(args.step_s)
     print(f"step {step}", flush=True)
     if step % every == 0:
-        tmp = run_dir / "ckpt.tmp"
+        tmp = run_dir / f"ckpt.{os.getpid()}.tmp"  # ranks share the run dir
         tmp.write_text(str(step))
         tmp.replace(ckpt)

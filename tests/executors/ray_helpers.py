@@ -1,0 +1,125 @@
+"""A real two-node Ray cluster on this machine: `ray start` head and worker processes, each
+with two `chip:cpu` devices, started once per test module."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RAY = str(Path(sys.executable).parent / "ray")
+FAST_HEALTH = {  # detect a dead node in a few seconds, not thirty
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "2000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayCluster:
+    """Head and worker as `ray start --block` process groups (killable one by one)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log_dir = log_dir
+        self.env = dict(os.environ) | FAST_HEALTH
+        self.head = self._start(
+            "head", "--head", "--port", str(self.port), "--include-dashboard=false"
+        )
+        self._wait_nodes(1)
+        self.worker = self._start("worker", "--address", self.address)
+        self._wait_nodes(2)
+        self._wait_registered(2)
+
+    def _wait_registered(self, n: int, timeout_s: float = 90.0) -> None:
+        """Connect this process as the driver and wait until Ray lists `n` chip nodes."""
+        import ray
+
+        ray.init(
+            address=self.address, namespace="argosy", log_to_driver=False, logging_level="WARNING"
+        )
+        deadline = time.monotonic() + timeout_s
+        while sum(1 for x in ray.nodes() if x["Alive"] and "chip:cpu" in x["Resources"]) < n:
+            assert time.monotonic() < deadline, "ray nodes did not register"
+            time.sleep(0.25)
+
+    def _start(self, name: str, *args: str) -> subprocess.Popen:
+        log = (self.log_dir / f"ray-{name}.log").open("ab")
+        command = [
+            RAY,
+            "start",
+            "--block",
+            "--num-cpus",
+            "1",
+            "--disable-usage-stats",
+            "--resources",
+            '{"chip:cpu": 2}',
+            *args,
+        ]
+        return subprocess.Popen(
+            command, stdout=log, stderr=log, env=self.env, start_new_session=True
+        )
+
+    def _wait_nodes(self, n: int, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(raylet_node_ids()) < n:
+            assert time.monotonic() < deadline, "ray nodes did not come up"
+            time.sleep(0.25)
+
+    def worker_node_id(self) -> str:
+        """The node id of the worker's raylet (a descendant of the worker process)."""
+        return next(
+            nid for pid, nid in raylet_node_ids().items() if _descends(pid, self.worker.pid)
+        )
+
+    def kill_worker(self) -> None:
+        """The worker node dies: SIGKILL to its whole process group."""
+        os.killpg(self.worker.pid, signal.SIGKILL)
+        self.worker.wait()
+
+    def stop(self) -> None:
+        for proc in (self.worker, self.head):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+
+def raylet_node_ids() -> dict[int, str]:
+    """pid -> node id of every raylet this user runs."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"/raylet"):
+            for a in args:
+                if a.startswith(b"--node_id="):
+                    out[int(entry.name)] = a.split(b"=", 1)[1].decode()
+    return out
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
