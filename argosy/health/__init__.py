@@ -11,9 +11,24 @@ Imports `core`, `plugins` and `hardware` only; torch loads only inside the check
     print(report.verdict, report.exit_code)
 """
 
-from argosy.health.config import CpuReference, HealthConfig
+from argosy.health.config import CpuReference, HealthConfig, NodePolicyConfig
 from argosy.health.harness import run_check
+from argosy.health.policy import Evidence, EvidenceKind, NodeRecord, NodeState, decide, replay
 from argosy.health.report import HealthReport
 from argosy.health.verdict import CheckResult, Verdict
 
-__all__ = ["CheckResult", "CpuReference", "HealthConfig", "HealthReport", "Verdict", "run_check"]
+__all__ = [
+    "CheckResult",
+    "CpuReference",
+    "Evidence",
+    "EvidenceKind",
+    "HealthConfig",
+    "HealthReport",
+    "NodePolicyConfig",
+    "NodeRecord",
+    "NodeState",
+    "Verdict",
+    "decide",
+    "replay",
+    "run_check",
+]

@@ -18,13 +18,13 @@ class CpuReference(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    gemm_tflops: float = Field(0.085, gt=0)
-    """fp32 GEMM throughput of one single-thread rank (n=768), TFLOP/s."""
-    memory_gbps: float = Field(14.0, gt=0)
-    """Copy bandwidth (read + write bytes) of one single-thread rank, GB/s."""
-    bus_gbps: float = Field(1.5, gt=0)
-    """gloo all-reduce bus bandwidth between the node's ranks, GB/s."""
-    measured_on: str = "2-core AMD EPYC KVM guest (AVX-512), 2 ranks, 2026-11-23"
+    gemm_tflops: float = Field(0.092, gt=0)
+    """fp32 GEMM throughput of one single-thread rank (n=768) per CPU-second, TFLOP/s."""
+    memory_gbps: float = Field(20.0, gt=0)
+    """Copy bandwidth (read + write bytes) of one single-thread rank per CPU-second, GB/s."""
+    bus_gbps: float = Field(0.9, gt=0)
+    """gloo all-reduce bus bandwidth (16 MiB, wall clock) between the node's ranks, GB/s."""
+    measured_on: str = "2-core AMD EPYC KVM guest (AVX-512), 2 ranks, shared load, 2026-11-23"
     """Where and when the reference figures were measured."""
 
 
@@ -62,9 +62,9 @@ class HealthConfig(BaseModel):
     """A measured/expected factor under this is degraded."""
     failed_below: float = Field(0.2, ge=0, lt=1)
     """A measured/expected factor under this is failed (a dead or crippled device)."""
-    rounds: int = Field(5, ge=3)
-    """Timed rounds per probe; every rank runs each round at the same time, medians are kept."""
-    round_s: float = Field(0.1, gt=0)
+    rounds: int = Field(7, ge=3)
+    """Timed rounds per probe; every rank runs each round at the same time."""
+    round_s: float = Field(0.06, gt=0)
     """Target seconds of work per rank in one round (the iteration count is sized to it)."""
     cpu_ranks: int | None = Field(None, ge=1)
     """Ranks on a node without accelerators; None uses min(cores, 4), at least 2."""

@@ -41,6 +41,9 @@ DEVICE_TYPES: dict[str, tuple[str, str]] = {
 }
 """backend name -> (torch device type, torch.distributed backend)."""
 
+AFTER_ERROR_S = 10.0
+"""Seconds the other ranks get to report after one rank failed."""
+
 
 @dataclass(frozen=True)
 class NodePlan:
@@ -144,6 +147,8 @@ def spawn_ranks(plan: ProbePlan, timeout_s: float) -> tuple[dict, dict[int, str]
             break
         if error:
             errors[rank] = error
+            # the others may wait for the failed rank in a collective: give them a grace only
+            deadline = min(deadline, time.monotonic() + AFTER_ERROR_S)
         else:
             samples[rank] = got
     _stop(procs)
