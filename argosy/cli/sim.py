@@ -60,6 +60,9 @@ def run(
     compare: bool = typer.Option(False, "--compare", help="Run fifo, quota and argosy."),
     plot: Path | None = typer.Option(None, "--plot", help="PNG path (default with --compare)."),
     on_error: str = typer.Option("stop", "--on-error", help="Malformed lines: stop or skip."),
+    plans: str = typer.Option(
+        "planner", "--plans", help="planner (argosy runs planner plans) or stock (all stock)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
 ) -> None:
     """Replay a trace through the scheduler and print the five-factor report."""
@@ -67,10 +70,12 @@ def run(
 
     if on_error not in ("stop", "skip"):
         raise typer.BadParameter("must be stop or skip", param_hint="--on-error")
+    if plans not in ("planner", "stock"):
+        raise typer.BadParameter("must be planner or stock", param_hint="--plans")
     names = list(COMPARED) if compare else [policy]
     config = config_of(ctx)
     kwargs = {"seed": seed, "on_error": on_error, "scheduler": config.scheduler}
-    kwargs["sim"] = config.sim
+    kwargs["sim"] = config.sim.model_copy(update={"plans": plans})
     if as_json or not console.is_terminal:
         reports, devices, skipped = run_policies(cluster, queues, trace, names, **kwargs)
     else:
@@ -86,9 +91,12 @@ def run(
             console.print(f"plot: {path}")
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if as_json:
-        print_json(public[0] if len(public) == 1 else {"runs": public})
+        out = public[0] if len(public) == 1 else {"runs": public, "ratios": _ratios(public)}
+        print_json(out)
         return
     console.print(_table(public))
+    for name, value in _ratios(public).items():
+        console.print(f"five-factor product {name}: {value:.2f}x")
 
 
 def _with_progress(cluster, queues, trace, names, kwargs):
@@ -123,12 +131,30 @@ def _table(reports: list[dict]) -> Table:
         ("resizes", lambda r: str(r["resizes"])),
         ("faults (requeued)", lambda r: f"{r['faults']} ({r['fault_requeues']})"),
         ("rejected at submission", lambda r: str(r["rejected"])),
+        *[(f"x {name.replace('_', ' ')} (factor)", _factor(name)) for name in FACTORS],
         ("five-factor product", lambda r: f"{r['five_factor']['product']['value']:.3f}"),
         ("sim wall (s)", lambda r: f"{r['sim_wall_s']:.1f}"),
     ]
     for name, cell in rows:
         table.add_row(name, *[cell(r) for r in reports])
     return table
+
+
+FACTORS = ("resource_utilization", "effective_training_time", "single_chip_efficiency",
+           "parallel_scaling")  # fmt: skip
+
+
+def _factor(name: str):  # noqa: ANN202  # a cell function
+    return lambda r: f"{r['five_factor'][name]['value']:.3f}"
+
+
+def _ratios(reports: list[dict]) -> dict[str, float]:
+    """argosy's five-factor product over each other policy's."""
+    product = {r["policy"]: r["five_factor"]["product"]["value"] for r in reports}
+    if "argosy" not in product:
+        return {}
+    return {f"argosy / {p}": product["argosy"] / v for p, v in product.items()
+            if p != "argosy" and v > 0}  # fmt: skip
 
 
 def _q(report: dict, kind: str) -> str:

@@ -56,6 +56,9 @@ class Policy:
     runtime: RuntimeBudget
     heads_per_queue: int = 0
     """Workloads each leaf queue may admit per cycle; 0 = as many as fit."""
+    planner_plans: bool = False
+    """Jobs run the planner's plan for the chips they were placed on (else the
+    framework's stock plan for their model size)."""
 
 
 STOCK_RUNTIME = RuntimeBudget(detection_s=600.0, restart_s=600.0, reload_s=300.0)
@@ -85,5 +88,17 @@ policies.register(
 )
 policies.register(
     "argosy",
-    Policy("argosy", "fair", True, True, True, True, True, True, True, ARGOSY_RUNTIME),
+    Policy(
+        "argosy",
+        "fair",
+        True,
+        True,
+        True,
+        True,
+        True,
+        True,
+        True,
+        ARGOSY_RUNTIME,
+        planner_plans=True,
+    ),  # fmt: skip
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -58,5 +60,10 @@ class SimConfig(BaseModel):
     broken one (slow; for tests and debugging)."""
     pue: float = Field(default=1.2, ge=1)
     """Facility PUE for the energy factor (assumed; not simulated)."""
-    assumed_mfu: float = Field(default=0.40, gt=0, le=1)
-    """Single-chip efficiency assumed for every job in the five-factor report."""
+    plans: Literal["planner", "stock"] = "planner"
+    """Which parallel plans jobs run: `planner`: argosy runs the planner's plan for the
+    chips it placed a job on and the baselines the framework's stock plan; `stock`: every
+    policy runs stock plans (the scheduler's own share of the lead)."""
+    serving_mfu: float = Field(default=0.25, gt=0, le=1)
+    """MFU of an inference replica serving the load it is needed for (assumption: the
+    training cost model does not price serving; the same for every policy)."""

@@ -31,7 +31,9 @@ from argosy.scheduler.speed import relative_speed
 from argosy.scheduler.workload import KINDS, Workload
 from argosy.sim.config import SimConfig
 from argosy.sim.faults import FaultModel
+from argosy.sim.ledger import FlopsLedger
 from argosy.sim.metrics import Accounting, report
+from argosy.sim.plans import PlanCosts
 from argosy.sim.trace import TraceRecord
 
 COMPLETE, FAULT, REPAIR, TICK, CYCLE, REPLACE = range(6)
@@ -42,11 +44,12 @@ class Job:
     """Progress of one workload."""
 
     __slots__ = ("w", "kind", "work", "done", "rate", "devices", "t_update", "stall_until",
-                 "anchor", "version", "starts")  # fmt: skip
+                 "anchor", "version", "starts", "peak", "mfu", "scaling")  # fmt: skip
 
     def __init__(self, w: Workload, work: float) -> None:
         self.w, self.kind, self.work = w, KINDS.index(w.kind), work
         self.done = self.rate = self.t_update = self.stall_until = self.anchor = 0.0
+        self.peak = self.mfu = self.scaling = 0.0  # FLOP/s per device, and its efficiency
         self.devices = self.version = self.starts = 0
 
 
@@ -104,6 +107,10 @@ class Simulation:
         self.by_kind = np.zeros(len(KINDS))
         self.t_last = 0.0
         self.faults = FaultModel(self.sched.cap, self.cfg, seed)
+        stock = self.cfg.plans == "stock" or not policy.planner_plans
+        self.ledger = FlopsLedger(cluster, self.horizon, PlanCosts(), stock=stock,
+                                  serving_mfu=self.cfg.serving_mfu)  # fmt: skip
+        self.held_by_service: dict[str, float] = {}  # peak FLOP/s of each service's replicas
         self.progress = progress
         self.cycle_at = -1.0
         self.cycle_queued = False
@@ -139,10 +146,11 @@ class Simulation:
             if need and nxt > t:
                 need = self._maybe_cycle(t)
         self._finish()
-        extra = {"_pue": self.cfg.pue, "_mfu": self.cfg.assumed_mfu,
+        extra = {"_pue": self.cfg.pue,
                  "cycle_ms_p99": float(np.percentile(self.cycle_wall, 99)) * 1e3
                  if self.cycle_wall else 0.0, "cycles": len(self.cycle_wall),
-                 "horizon_days": self.horizon / 86400}  # fmt: skip
+                 "horizon_days": self.horizon / 86400, "_ledger": self.ledger,
+                 "plans": "stock" if self.ledger.stock else "planner"}  # fmt: skip
         return report(self.acc, policy=self.policy.name, wall_s=time.perf_counter() - wall,
                       extra=extra)  # fmt: skip
 
@@ -150,6 +158,7 @@ class Simulation:
         dt = t - self.t_last
         if dt > 0:
             self.acc.allocated += self.by_kind * dt
+            self.ledger.elapse(dt)
             self.t_last = t
         self.clock.set(t)
 
@@ -232,6 +241,10 @@ class Simulation:
         if t > 0:
             for w in self.sched.services:
                 needed = w.needed_replicas(t - step)
+                if w.devices:
+                    peak = self.held_by_service.get(w.id, 0.0) / w.devices
+                    served = min(w.devices, needed) * step
+                    self.ledger.credit(served, peak, self.ledger.serving_mfu, 1.0)
                 self.acc.slo_steps += 1
                 self.acc.slo_met += w.devices >= needed
                 self.acc.idle_replicas_s += max(0, w.devices - needed) * step
@@ -246,6 +259,7 @@ class Simulation:
         w, action = d.workload, d.action
         if action == "replicas":
             self.by_kind[INFER] += d.after - d.before
+            self._hold_replicas(w)
             return
         if action == "reject":
             self.acc.rejected.append(f"{w.id}: {d.reason}")
@@ -284,6 +298,7 @@ class Simulation:
             start = max(s0, job.stall_until)
             if t > start:
                 job.done += job.rate * (t - start)
+                self.ledger.credit(job.devices * (t - start), job.peak, job.mfu, job.scaling)
         job.t_update = t
 
     def _lose(self, job: Job, t: float) -> None:
@@ -294,9 +309,15 @@ class Simulation:
         since = elapsed % ck if ck > 0 else elapsed
         job.done = max(0.0, job.done - job.rate * since)
         self.acc.lost[job.kind] += job.devices * since
+        self.ledger.credit(-job.devices * since, job.peak, job.mfu, job.scaling)
 
     def _set(self, job: Job, devices: int, t: float, stall: float) -> None:
         self.by_kind[job.kind] += devices - job.devices
+        held = job.devices * job.peak
+        if devices:
+            job.peak = self.ledger.peak[job.w.chip or ""]
+            job.mfu, job.scaling = self.ledger.efficiency(job.w, devices, self._extra_leaves(job.w))
+        self.ledger.hold(devices * job.peak - held)
         job.devices = devices
         job.version += 1
         job.t_update = t
@@ -307,6 +328,23 @@ class Simulation:
             self.push(end, COMPLETE, (job, job.version))
         else:
             job.rate = 0.0
+
+    def _hold_replicas(self, w: Workload) -> None:
+        peak, chips = self.ledger.peak, self.sched.cap.chips
+        now = sum(c.devices * peak[chips[c.group]] for c in w.replicas)
+        self.ledger.hold(now - self.held_by_service.get(w.id, 0.0))
+        self.held_by_service[w.id] = now
+
+    def _extra_leaves(self, w: Workload) -> float:
+        """Share of the leaf switches `w` spans beyond the fewest that could hold it."""
+        a = w.alloc
+        if a is None or len(a.nodes) < 2:
+            return 0.0
+        cap = self.sched.cap
+        used = len(np.unique(cap.leaf[a.nodes]))
+        s, e = cap.ranges[a.group]
+        per_leaf = max(1, int(np.bincount(cap.leaf[s:e] - cap.leaf[s]).max()))
+        return (used - math.ceil(len(a.nodes) / per_leaf)) / used
 
     def _spread(self, w: Workload) -> None:
         if w.alloc is None or len(w.alloc.nodes) < 2:

@@ -96,33 +96,38 @@ def _percentiles(values: dict[str, list[float]]) -> dict:
 
 
 def five_factor(acc: Accounting, useful_rate: float, ett: float, extra: dict) -> dict:
-    """The five factors; the simulator measures two and models or assumes the others."""
+    """Four measured factors whose product is delivered model FLOPs / owned peak FLOPs
+    (`argosy.sim.ledger`), and the facility's energy factor beside them."""
     pue = extra.get("_pue", 1.2)
-    mfu = extra.get("_mfu", 0.40)
-    spread = np.array(acc.leaf_spread) if acc.leaf_spread else np.zeros((0, 2))
-    scaling = float(np.average(spread[:, 0], weights=spread[:, 1])) if len(spread) else 1.0
-    factors = {
+    ledger = extra.get("_ledger")
+    values = ledger.factors() if ledger is not None else dict.fromkeys(_HOW, 0.0)
+    plans = "stock plans for every policy" if extra.get("plans") == "stock" else (
+        "argosy jobs run the planner's plan, baseline jobs the stock plan")  # fmt: skip
+    out = {
         "energy_efficiency": {
             "value": 1 / pue,
-            "how": f"1/PUE with PUE={pue} (assumed; a facility figure, not simulated)",
-        },
-        "single_chip_efficiency": {
-            "value": mfu,
-            "how": f"MFU {mfu} assumed for every job (use `argosy plan` for a model's MFU)",
-        },
-        "parallel_scaling": {
-            "value": scaling,
-            "how": "per multi-node job 1 - 0.05 x (leaf switches spanned - 1) / leaf switches "
-            "spanned, weighted by devices (a placement model: cross-leaf traffic costs)",
-        },
-        "effective_training_time": {
-            "value": ett,
-            "how": "measured: training device-time kept / allocated (stalls and rework lost)",
-        },
-        "resource_utilization": {
-            "value": useful_rate,
-            "how": "measured: useful device-time / capacity (useful_rate)",
+            "how": f"1/PUE with PUE={pue} (assumed; a facility figure, not simulated, not in "
+            "the product, which counts FLOPs)",
         },
     }
-    product = float(np.prod([f["value"] for f in factors.values()]))
-    return {**factors, "product": {"value": product, "how": "product of the five values"}}
+    for name, how in _HOW.items():
+        out[name] = {"value": values[name], "how": how.format(plans=plans)}
+    return out
+
+
+_HOW = {
+    "resource_utilization": "measured: allocated device-time / owned device-time (jobs and "
+    "inference replicas), each device weighted by its chip's peak FLOP/s",
+    "effective_training_time": "measured: productive / allocated device-time, peak-weighted; "
+    "every stall (fault detection, restart, reload, resize), all work redone since the last "
+    "checkpoint and idle inference replicas are lost here and only here",
+    "single_chip_efficiency": "planner cost model: per job, the MFU of its model (llama3-8b, "
+    "or llama3-70b for pretraining runs of 256+ devices) on the chip it ran on, the best over "
+    "power-of-two sizes from one node up to its size; {plans}; inference replicas at "
+    "sim.serving_mfu (assumed); weighted by productive device-time x peak FLOP/s",
+    "parallel_scaling": "planner cost model: MFU at the job's size / its single-chip "
+    "efficiency (same plan kind), times 1 - 0.05 x the share of leaf switches spanned beyond "
+    "the fewest that could hold it (placement model); weighted by model FLOPs",
+    "product": "delivered model FLOPs / owned peak FLOPs = the product of the four factors "
+    "above (energy aside); progress of a job is not sped up by its plan, only credited",
+}

@@ -102,3 +102,20 @@ def test_garbage_trace_names_the_file_and_line_and_exits_2(tmp_path, content, ne
     assert out.returncode == 2, out.stderr
     assert needle in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_plans_flag_is_checked_and_reaches_the_report(tmp_path):
+    (tmp_path / "q.yaml").write_text("queues:\n  - name: eval\n")
+    rec = {"id": "a", "submit_s": 0, "kind": "eval", "queue": "eval", "chips": ["h100"],
+           "devices": 8, "work_device_s": 8000}  # fmt: skip
+    (tmp_path / "t.jsonl").write_text(json.dumps(rec) + "\n")
+    common = ["sim", "run", "--cluster", "h100:16", "--queues", "q.yaml", "--trace", "t.jsonl",
+              "--json"]  # fmt: skip
+    bad = argosy(*common, "--plans", "best", cwd=tmp_path)
+    assert bad.returncode == 2 and "planner or stock" in bad.stderr
+    for plans in ("planner", "stock"):
+        out = argosy(*common, "--plans", plans, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert report["plans"] == plans
+        assert "planner cost model" in report["five_factor"]["single_chip_efficiency"]["how"]
