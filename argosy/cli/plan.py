@@ -232,35 +232,18 @@ def _print_plans(result: dict, model: str, cluster: str) -> None:
         console.print(
             f"[red]no plan fits[/] {model} on {cluster}: {result.get('fix', '')}", highlight=False
         )
+        alt = result.get("alternatives", {})
+        if alt.get("plans"):
+            title = f"best plans on {alt['devices']} of the devices, batch {result['global_batch']}"
+            console.print(_plans_table(alt["plans"], title, None))
         raise typer.Exit(1)
-    table = Table(
-        title=f"{model} on {cluster}, seq {result['seq_len']}, batch {result['global_batch']}",
-        caption=f"{search['candidates']:,} candidates priced in {search['seconds']:.2f} s; "
-        "MFU = model FLOPs (no recompute) / dense bf16 peak",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
+    title = f"{model} on {cluster}, seq {result['seq_len']}, batch {result['global_batch']}"
+    caption = (
+        f"{search['candidates']:,} candidates priced in {search['seconds']:.2f} s "
+        f"({result.get('framework', 'megatron-core')}); "
+        "MFU = model FLOPs (no recompute) / dense bf16 peak"
     )
-    for col in ("#", "plan", "mbs", "recomp", "zero"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for col in ("step s", "tokens/s", "TFLOP/s", "MFU", "GiB"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for rank, entry in enumerate(result["plans"], start=1):
-        p, pred = entry["parallel"], entry["predicted"]
-        table.add_row(
-            str(rank),
-            _degrees(p),
-            str(p["mbs"]),
-            p["recompute"][:4],
-            str(p["zero"]),
-            f"{pred['step_time_s']:.3f}",
-            _si(pred["tokens_per_s"]),
-            f"{pred['tflops_per_gpu']:.0f}",
-            f"{pred['mfu']:.1%}",
-            f"{pred['memory_gib_per_device']:.1f}",
-        )
-    console.print(table)
+    console.print(_plans_table(result["plans"], title, caption))
     best = result["plans"][0]
     if "split" in best:
         console.print(f"  best plan splits the {best['split']} across chip types:", highlight=False)
@@ -273,6 +256,39 @@ def _print_plans(result: dict, model: str, cluster: str) -> None:
         )
     if "mixed_efficiency" in result:
         console.print(f"  mixed-chip efficiency {result['mixed_efficiency']:.3f}", highlight=False)
+
+
+def _plans_table(entries: list[dict], title: str, caption: str | None) -> Table:
+    """One row per layout; a mixed-chip plan has one row per chip group, named in `group`."""
+    mixed = any(e.get("groups") for e in entries)
+    table = Table(
+        title=title,
+        caption=caption,
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    columns = ["#", *(["chip"] if mixed else []), "plan", "mbs", "recomp", "zero", "step s"]
+    columns += ["tokens/s", *([] if mixed else ["TFLOP/s"]), "MFU", "GiB"]
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    for rank, entry in enumerate(entries, start=1):
+        pred = entry["predicted"]
+        totals = [f"{pred['step_time_s']:.3f}", _si(pred["tokens_per_s"])]
+        totals += [] if mixed else [f"{pred['tflops_per_gpu']:.0f}"]
+        totals += [f"{pred['mfu']:.1%}"]
+        layouts = [g for g in entry.get("groups", []) if g.get("parallel")] or [entry]
+        for row, layout in enumerate(layouts):
+            p = layout["parallel"]
+            gib = layout.get("memory_gib_per_device", pred["memory_gib_per_device"])
+            name = [str(layout["chip"]).split("-")[0]] if mixed and "chip" in layout else []
+            name = name or (["-"] if mixed else [])
+            cells = [str(rank) if row == 0 else "", *name, _degrees(p), str(p["mbs"])]
+            cells += [p["recompute"][:4], str(p["zero"])]
+            cells += totals if row == 0 else [""] * len(totals)
+            table.add_row(*cells, f"{gib:.1f}")
+    return table
 
 
 def _degrees(p: dict) -> str:

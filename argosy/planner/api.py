@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from argosy.core.errors import ArgosyError
-from argosy.hardware.cluster import Cluster
+from argosy.hardware.cluster import Cluster, NodeGroup
 from argosy.planner.costmodel import Costs
 from argosy.planner.efficiency import Constants
 from argosy.planner.frameworks import Profile, load_framework
@@ -30,7 +31,14 @@ from argosy.planner.layersplit import LayerSplit, plan_layer_split
 from argosy.planner.memory import GIB
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Parallel, check_parallel
-from argosy.planner.search import Ranked, estimate_one, overflow_reasons, search_group, smallest_fix
+from argosy.planner.search import (
+    Ranked,
+    estimate_one,
+    factoring_alternatives,
+    overflow_reasons,
+    search_group,
+    smallest_fix,
+)
 
 
 def predicted(
@@ -53,6 +61,35 @@ def predicted(
     return out
 
 
+def merge_same_chip(cluster: Cluster) -> Cluster:
+    """One group per chip type: groups of one chip are planned as a single group (the
+    slower NIC and the smaller scale-up domain of the two govern). Groups of one chip
+    with different devices per node cannot be one layout and are rejected."""
+    by_chip: dict[str, list[NodeGroup]] = {}
+    for group in cluster.groups:
+        by_chip.setdefault(group.chip.id, []).append(group)
+    if all(len(gs) == 1 for gs in by_chip.values()):
+        return cluster
+    merged = []
+    for chip, gs in by_chip.items():
+        per_node = {g.devices_per_node for g in gs}
+        if len(per_node) > 1:
+            raise ArgosyError(
+                f"the {chip} groups have {sorted(per_node)} devices per node: one layout cannot "
+                "span them; give them one node size or plan them as separate clusters"
+            )
+        merged.append(
+            replace(
+                gs[0],
+                index=len(merged),
+                num_devices=sum(g.num_devices for g in gs),
+                domain_size=min(g.domain_size for g in gs),
+                nic_gbps=min(g.nic_gbps for g in gs),
+            )
+        )
+    return replace(cluster, groups=tuple(merged))
+
+
 def estimate(
     model: ModelSpec,
     cluster: Cluster,
@@ -64,6 +101,7 @@ def estimate(
 ) -> dict:
     """Price one configuration on a homogeneous cluster under `framework`."""
     fw = load_framework(framework)
+    cluster = merge_same_chip(cluster)
     if cluster.is_mixed:
         raise ArgosyError("estimate prices one chip type; for a mixed cluster use `argosy plan`")
     check_parallel(plan, model, cluster.num_devices, seq_len, global_batch)
@@ -101,8 +139,6 @@ def _estimate_fix(
     model, group, plan: Parallel, seq_len, global_batch, constants, fw: Profile
 ) -> str | None:
     """The least invasive change to `plan` that fits: more ZeRO, then more recompute."""
-    from dataclasses import replace
-
     options: list[dict] = [{"zero": z} for z in range(plan.zero + 1, 4)]
     order = ("none", "selective", "full")
     for rec in order[order.index(plan.recompute) + 1 :]:
@@ -132,6 +168,7 @@ def plan(
     """The best `top` plans for `model` on `cluster` under `framework`, best first."""
     started = time.perf_counter()
     fw = load_framework(framework)
+    cluster = merge_same_chip(cluster)
     if cluster.is_mixed:
         result = _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress, fw)
     else:
@@ -162,6 +199,15 @@ def _plan_homogeneous(model, cluster, seq_len, global_batch, top, constants, fw)
     out["feasible"] = bool(plans)
     if not plans:
         out["fix"] = smallest_fix(model, group, seq_len, global_batch, constants, fw)
+    if not len(ranked.cands):
+        fewer, batches = factoring_alternatives(model, group, seq_len, global_batch, constants, fw)
+        out["alternatives"] = {"global_batches": batches}
+        if fewer is not None:
+            sub = replace(cluster, groups=(replace(group, num_devices=fewer.devices),))
+            out["alternatives"]["devices"] = fewer.devices
+            out["alternatives"]["plans"] = [
+                _entry(fewer, r, sub, seq_len, global_batch) for r in range(min(top, len(fewer)))
+            ]
     return out
 
 

@@ -2,6 +2,7 @@
 
 Each chip group runs its own replicas with its own TP/PP/micro-batch/recompute/ZeRO (the
 plan that is fastest for that chip and its memory), and takes a share of the global batch
+that is a multiple of its data-parallel degree (every replica gets the same sequences),
 proportional to its predicted throughput; shares are rebalanced until the groups' step
 times agree. Gradients are then all-reduced across groups, priced on the slowest NIC
 the traffic crosses (groups never share a leaf switch), and hidden behind the backward
@@ -14,7 +15,7 @@ of the last micro-batch as far as the group's own data-parallel traffic leaves r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -97,7 +98,9 @@ def plan_mixed(
         )
         if rates.sum() == 0:
             break
-        new = _round_shares(np.where(rates > 0, rates, 0.0), global_batch)
+        # a group whose share has no even layout keeps a peak-proportional rate
+        per_peak = np.median(rates[rates > 0] / weights[rates > 0])
+        new = _round_shares(np.where(rates > 0, rates, weights * per_peak), global_batch)
         if np.array_equal(new, shares):
             break
         shares = new
@@ -150,7 +153,9 @@ def _plan_part(model, group, seq_len, samples, constants, framework=None) -> Gro
     if samples == 0:
         return GroupPlan(group, 0, search_group(model, group, seq_len, 1, **kwargs))
     ranked = search_group(model, group, seq_len, samples, **kwargs)
-    return GroupPlan(group, samples, ranked)
+    # every replica of the group takes the same number of sequences
+    even = ranked.order[samples % ranked.cands.dp[ranked.order] == 0]
+    return GroupPlan(group, samples, replace(ranked, order=even))
 
 
 def _round_shares(weights: np.ndarray, total: int) -> np.ndarray:

@@ -105,6 +105,46 @@ def overflow_reasons(costs: Costs, i: int = 0) -> list[str]:
     ]
 
 
+def factoring_alternatives(
+    model: ModelSpec,
+    group: NodeGroup,
+    seq_len: int,
+    samples: int,
+    constants: Constants | None = None,
+    framework: Profile | str | None = None,
+) -> tuple[Ranked | None, list[int]]:
+    """When no layout divides `group` for `samples` sequences: the fastest plans on fewer
+    devices (whole nodes, down to half the group), and the global batches nearest
+    `samples` that do factor on all the devices."""
+    n = group.num_devices
+    per_node = group.devices_per_node
+    counts = [c for c in range(n - 1, max(0, n // 2) - 1, -1) if c % per_node == 0][:64]
+    counts = counts or list(range(n - 1, max(0, n // 2) - 1, -1))[:64]
+    fewer = None
+    for count in counts:
+        ranked = search_group(
+            model, group, seq_len, samples, devices=count, constants=constants,
+            framework=framework,
+        )  # fmt: skip
+        if len(ranked) and (fewer is None or ranked.step_s(0) < fewer.step_s(0)):
+            fewer = ranked
+    fw = load_framework(framework)
+    batches: list[int] = []
+    for delta in range(1, samples):
+        for b in (samples - delta, samples + delta):
+            if b < 1 or len(batches) >= 2:
+                continue
+            cands = enumerate_space(
+                model, n, group.domain_size, seq_len, b,
+                flash_default=fw.flash_attention, interleaved=fw.interleaved_pipeline,
+            )  # fmt: skip
+            if len(cands):
+                batches.append(b)
+        if len(batches) >= 2:
+            break
+    return fewer, sorted(batches)
+
+
 def smallest_fix(
     model: ModelSpec,
     group: NodeGroup,
@@ -124,7 +164,19 @@ def smallest_fix(
         need = float(ranked.costs.memory_gib[best])
         hint = f"even {plan.text()} needs {need:.1f} GiB per device"
     else:
-        hint = "no parallel layout divides this cluster"
+        fewer, batches = factoring_alternatives(
+            model, group, seq_len, samples, constants, framework
+        )
+        parts = [
+            f"{group.num_devices} devices do not factor into tp x pp x cp x dp with dp x mbs "
+            f"dividing the batch of {samples}"
+        ]
+        if fewer is not None:
+            parts.append(f"{fewer.devices} devices do ({fewer.plan(0).text()})")
+        if batches:
+            options = " or ".join(map(str, batches))
+            parts.append(f"or a global batch of {options} on all {group.num_devices}")
+        return "; ".join(parts)
     for factor in (2, 4, 8, 16, 32, 64):
         more = group.num_devices * factor
         ranked = search_group(

@@ -164,3 +164,55 @@ def test_peak_memory_of_the_measured_h100_run() -> None:
     compiled = Parallel(**{**plan.as_dict(), "compile": True})
     less = cost(compiled, "pytorch", "h100:1", load_model(H100_1B), 2048, 16)
     assert less.memory.allocated[0] < costs.memory.allocated[0]
+
+
+def _plan_json(*args: str) -> dict:
+    result = runner.invoke(app, ["plan", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_groups_of_one_chip_merge_into_one_layout() -> None:
+    out = _plan_json("-m", "llama3-8b", "-c", "h100:64+h100:64", "--seq-len", "4096",
+                     "--global-batch", "512")  # fmt: skip
+    assert out["cluster"] == "h100-sxm:128"
+    for entry in out["plans"]:
+        p = entry["parallel"]
+        assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == 128
+
+
+def test_mixed_batch_shares_are_multiples_of_each_groups_dp() -> None:
+    out = _plan_json("-m", "llama3-70b", "-c", "a100:1000+h100:512", "--seq-len", "4096",
+                     "--global-batch", "512", "--top", "3")  # fmt: skip
+    for entry in out["plans"]:
+        if entry.get("split") != "batch":
+            continue
+        shares = [g["batch_share"] for g in entry["groups"]]
+        assert sum(shares) == 512
+        for group in entry["groups"]:
+            if group["batch_share"]:
+                assert group["batch_share"] % group["parallel"]["dp"] == 0, group
+
+
+def test_device_count_that_does_not_factor_offers_fewer_devices_and_batches() -> None:
+    result = runner.invoke(
+        app, ["plan", "-m", "llama3-8b", "-c", "h100:1000", "--global-batch", "2048", "--json"]
+    )
+    out = json.loads(result.stdout)
+    assert out["plans"] == [] and "reduce seq-len" not in out["fix"]
+    alt = out["alternatives"]
+    assert alt["devices"] < 1000 and alt["plans"]
+    p = alt["plans"][0]["parallel"]
+    assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == alt["devices"]
+    assert 2048 % (p["dp"] * p["mbs"]) == 0
+    assert alt["global_batches"] and all(b != 2048 for b in alt["global_batches"])
+
+
+def test_mixed_table_names_each_layouts_chip() -> None:
+    result = runner.invoke(
+        app, ["plan", "-m", "llama3-8b", "-c", "a100:32+h100:32", "--seq-len", "4096",
+              "--global-batch", "256", "--top", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if "tp" in line or "pp" in line]
+    assert any(" a100 " in row for row in rows) and any(" h100 " in row for row in rows)
