@@ -62,7 +62,7 @@ class HealthConfig(BaseModel):
     """A measured/expected factor under this is degraded."""
     failed_below: float = Field(0.2, ge=0, lt=1)
     """A measured/expected factor under this is failed (a dead or crippled device)."""
-    rounds: int = Field(7, ge=3)
+    rounds: int = Field(5, ge=3)
     """Timed rounds per probe; every rank runs each round at the same time."""
     round_s: float = Field(0.06, gt=0)
     """Target seconds of work per rank in one round (the iteration count is sized to it)."""
@@ -83,7 +83,9 @@ class HealthConfig(BaseModel):
     memory_mib: int = Field(64, ge=1)
     """Buffer copied by the memory probe on a CPU, MiB."""
     gpu_memory_mib: int = Field(1024, ge=1)
-    """Buffer copied by the memory and host-copy probes on an accelerator, MiB."""
+    """Buffer copied by the memory probe on an accelerator, MiB."""
+    gpu_host_copy_mib: int = Field(256, ge=1)
+    """Pinned host buffer copied to the device and back by the host-copy probe, MiB."""
     bus_mib: int = Field(16, ge=1)
     """All-reduce message size on a CPU node, MiB."""
     gpu_bus_mib: int = Field(256, ge=1)

@@ -3,7 +3,7 @@
 `to_json()` is the contract of `argosy health check --json`:
 `{"verdict", "checks": [{"name", "value", "unit", "expected", "verdict", ...}], ...}`,
 with extra keys `factor` and `detail` per check, and `slow_devices`, `elapsed_s`, `node`
-and `emulated_slow` at the top.
+`phases` and `emulated_slow` at the top.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class HealthReport:
     node: NodeInfo
     elapsed_s: float
     emulated_slow: dict[int, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds from the start until the ranks were ready and until their probes were done."""
 
     @property
     def verdict(self) -> Verdict:
@@ -67,6 +69,7 @@ class HealthReport:
             "checks": [check.to_json() for check in self.checks],
             "slow_devices": self.slow_devices(),
             "elapsed_s": round(self.elapsed_s, 2),
+            "phases": {k: round(v, 2) for k, v in self.phases.items()},
             "node": vars(self.node),
             "emulated_slow": {str(r): f for r, f in sorted(self.emulated_slow.items())},
         }

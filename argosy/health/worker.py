@@ -7,9 +7,13 @@ reason the rank could not finish. Imports torch only when a rank starts.
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
+
+PHASES = "_phases"
+"""Sample key of [seconds to group joined, seconds to probes done] since the check started."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,10 @@ class ProbePlan:
     gemm_dtype: str
     memory_bytes: int
     bus_bytes: int
+    host_copy_bytes: int = 0
+    """Host-device copy size (accelerators only)."""
+    started_unix: float = 0.0
+    """When the check started (time.time()); phases are reported relative to it."""
     slow: dict[int, float] = field(default_factory=dict)
     """Emulated slow ranks: rank -> throttle factor."""
 
@@ -62,13 +70,16 @@ def _probe_all(rank: int, plan: ProbePlan) -> dict[str, list[float]]:
             "memory": probes.memory_probe(device, plan.memory_bytes),
         }
         if device.type != "cpu":
-            suite["host_copy"] = probes.host_copy_probe(device, plan.memory_bytes)
+            suite["host_copy"] = probes.host_copy_probe(device, plan.host_copy_bytes)
         if plan.world_size > 1:
             suite["bus"] = probes.bus_probe(device, plan.bus_bytes, plan.world_size)
-        return {
+        ready_s = time.time() - plan.started_unix
+        found = {
             name: probes.timed_rounds(probe, device, plan.rounds, plan.round_s, throttle)
             for name, probe in suite.items()
         }
+        found[PHASES] = [ready_s, time.time() - plan.started_unix]
+        return found
     finally:
         dist.destroy_process_group()
 
