@@ -15,6 +15,7 @@ from argosy.core.errors import ArgosyError
 from argosy.server.auth import Principal
 from argosy.server.control import Control, NotFoundError
 from argosy.server.schemas import (
+    ErrorBody,
     Event,
     EventPage,
     Health,
@@ -30,7 +31,12 @@ from argosy.server.spec import JobSpec
 from argosy.server.store import IdempotencyConflictError
 from argosy.server.views import event_view, job_view, node_views, queue_views
 
-router = APIRouter(prefix="/api/v1")
+COMMON = {  # what any route may answer besides its own codes
+    400: {"model": ErrorBody, "description": "Malformed request (e.g. a body that is not JSON)"},
+    401: {"model": ErrorBody, "description": "Missing or unknown token"},
+    422: {"description": "Invalid input, or a request that can never be met"},
+}
+router = APIRouter(prefix="/api/v1", responses=COMMON)
 LOG_CHUNK_BYTES = 1 << 20
 
 
