@@ -239,7 +239,11 @@ def test_mixed_plan_that_cannot_fit_names_each_short_group() -> None:
 
 @pytest.mark.parametrize(
     ("zero", "needle"),
-    [(1, "--use-distributed-optimizer"), (2, "optim_grads"), (3, "optim_grads_params")],
+    [
+        (1, "--use-distributed-optimizer"),
+        (2, "--use-distributed-optimizer"),
+        (3, "optim_grads_params"),
+    ],
     ids=["zero1", "zero2", "zero3"],
 )
 def test_megatron_emitter_maps_zero_stages(zero: int, needle: str) -> None:
