@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from server_helpers import STEPS, TERMINAL, ServerProcess, wait_for
@@ -15,12 +16,37 @@ from server_helpers import STEPS, TERMINAL, ServerProcess, wait_for
 pytestmark = pytest.mark.integration
 
 
-def argosy(
-    *args: str, env: dict | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "argosy", *args], capture_output=True, text=True, env=env, cwd=cwd
-    )
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def argosy_process(*args: str) -> subprocess.CompletedProcess:
+    """The real console entry point in its own process."""
+    return subprocess.run([sys.executable, "-m", "argosy", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def argosy(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """The console entry point in this process (a subprocess per call costs ~1 s of CPU)."""
+    from argosy.cli.app import main
+
+    def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> Result:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", ["argosy", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as done:
+            code = int(done.code or 0)
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -35,7 +61,7 @@ def argosy(
     ids=["bad-value", "unknown-key", "wrong-type", "missing", "bad-yaml"],
 )
 def test_malformed_job_yaml_names_line_and_field(
-    tmp_path: Path, text: str, want_line: int, want_field: str | None
+    argosy, tmp_path: Path, text: str, want_line: int, want_field: str | None
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(text)
@@ -48,7 +74,7 @@ def test_malformed_job_yaml_names_line_and_field(
 
 
 def test_unreachable_server_is_one_line_exit_2(tmp_path: Path) -> None:
-    r = argosy("jobs", "--server", "http://127.0.0.1:1", "--token", "x")
+    r = argosy_process("jobs", "--server", "http://127.0.0.1:1", "--token", "x")
     assert r.returncode == 2 and "cannot reach the argosy server" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -62,8 +88,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 @pytest.mark.slow
-def test_cli_round_trip_against_a_real_server(server: ServerProcess, tmp_path: Path) -> None:
-    env = server.env()
+def test_cli_round_trip_against_a_real_server(
+    argosy, server: ServerProcess, tmp_path: Path
+) -> None:
+    env = {"ARGOSY_HOME": str(server.home), "ARGOSY_SERVER": server.url}
     mode = (server.home / "admin.token").stat().st_mode & 0o777
     assert mode == 0o600
     (tmp_path / "s.py").write_text(Path(STEPS).read_text())
