@@ -54,6 +54,7 @@ def whole_check(repeats: int) -> list[dict]:
             {
                 "wall_s": wall,
                 "inner_s": report["elapsed_s"],
+                "ready_s": report["phases"].get("ranks_ready_s", float("nan")),
                 "verdict": report["verdict"],
                 "exit": code,
                 "not_healthy": [
@@ -104,12 +105,12 @@ def print_tables(whole: list[dict], slow: list[dict]) -> None:
         f"\nwhole check (argosy health check --json, {len(whole)} runs): median "
         f"{statistics.median(walls):.1f} s, max {max(walls):.1f} s (target < 30 s)"
     )
-    print("| run | wall s | inside s | verdict | exit | not healthy |")
-    print("|---:|---:|---:|---|---:|---|")
+    print("| run | wall s | inside s | ranks ready s | verdict | exit | not healthy |")
+    print("|---:|---:|---:|---:|---|---:|---|")
     for i, r in enumerate(whole):
         print(
-            f"| {i} | {r['wall_s']:.1f} | {r['inner_s']:.1f} | {r['verdict']} | {r['exit']} | "
-            f"{', '.join(r['not_healthy']) or '-'} |"
+            f"| {i} | {r['wall_s']:.1f} | {r['inner_s']:.1f} | {r['ready_s']:.1f} | "
+            f"{r['verdict']} | {r['exit']} | {', '.join(r['not_healthy']) or '-'} |"
         )
     print("\nemulated slow rank 1: measured vs injected factor (target +/- 20%)")
     print(
