@@ -223,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = Path(os.environ.get(hooks.ENV_RUN_DIR, "runs/train_gpt"))
     ckpt = open_checkpointer(
-        args.ckpt_dir or run_dir / "checkpoints", keep=3, kind=args.checkpointer
+        args.ckpt_dir or run_dir / "checkpoints",
+        keep=3,
+        kind=args.checkpointer,
+        progress=rt.checkpoint_progress,
     )
     say = lambda msg: print(f"[rank {rank}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     start, state = restore(ckpt, say=say)
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         loader.load_state_dict(state["loader"])
         torch.set_rng_state(state["rng"])
         say(f"resumed from step {start}")
-    rt.restored(start)
+    rt.restored(start, target_step=args.steps, decision=getattr(ckpt, "last_decision", None))
 
     loss_sum = torch.zeros(1)
     for step in range(start + 1, args.steps + 1):
@@ -259,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.ckpt_every == 0 or step == args.steps:
             with rt.checkpointing(step):
                 ckpt.save(step, snapshot(model, opt, loader))
-    with rt.checkpoint_fence():  # the last snapshot becomes durable
-        ckpt.wait()
+    with rt.checkpoint_fence():  # the last snapshot is committed, then the persister stops
+        rt.committed(ckpt.wait())
         ckpt.close()
     rt.finish()
     if dist.is_initialized():

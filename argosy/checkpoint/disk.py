@@ -1,16 +1,16 @@
-"""Snapshots on disk in the torch.distributed.checkpoint (DCP) format, committed atomically.
+"""Snapshots on disk in the torch.distributed.checkpoint (DCP) format: the file format.
 
 One step is one directory, `step_<12 digits>/`, readable by `dcp.load` and DCP tooling:
 
     __<rank>_0.distcp     each rank's tensors and objects, torch.save records (DCP's format)
     .metadata             DCP's global Metadata (chunks of every tensor, where they lie)
     rank<r>.meta          argosy's per-rank index: layout, nesting, raw offsets (fast reload)
-    manifest.json         written last: step, world size, size and crc32 of every file
+    manifest.json         written last: step, epoch, world size, size and crc32 of every file
 
-Every rank writes its files into `.tmp-step_<n>/` and drops `rank<r>.done`; the coordinator
-(rank 0) waits for all of them, writes `.metadata` and the manifest, fsyncs, and renames the
-directory into place. A directory without a valid manifest, or whose files fail their size
-or checksum, is torn and never loaded.
+This module writes one rank's files (fsynced, checksummed while written) and lists,
+verifies and reads committed steps. How the ranks' files become one committed step (the
+two-phase commit, fenced by epoch) is `commit.py`. A directory without a valid manifest,
+or whose files fail their size or checksum, is torn and never loaded.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
-import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,6 @@ if TYPE_CHECKING:  # torch loads only where tensors are written or read (the CLI
 
 MANIFEST = "manifest.json"
 STEP_PREFIX = "step_"
-TMP_PREFIX = ".tmp-step_"
 _CHUNK = 32 << 20
 
 
@@ -43,10 +41,6 @@ class TornCheckpointError(Exception):
 
 def step_dir_name(step: int) -> str:
     return f"{STEP_PREFIX}{step:012d}"
-
-
-def tmp_dir_name(step: int) -> str:
-    return f"{TMP_PREFIX}{step:012d}"
 
 
 def data_file(rank: int) -> str:
@@ -59,8 +53,9 @@ def data_file(rank: int) -> str:
 class _ChecksumFile:
     """A file writer that computes crc32 in a helper thread while the next chunk is written."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_write: Callable[[int], None] | None = None) -> None:
         self.file = open(path, "wb", buffering=0)  # noqa: SIM115  # closed in close()
+        self.on_write = on_write
         self.pos = 0
         self.crc = 0
         self.pool = ThreadPoolExecutor(1)
@@ -82,6 +77,8 @@ class _ChecksumFile:
             try:
                 while written < total:
                     written += self.file.write(chunk[written:])
+                if self.on_write is not None:  # progress, and the fence: may raise to abort
+                    self.on_write(self.pos + start + total)
             except OSError as err:  # torch.save hides it behind its own message; close() raises
                 self.error = self.error or err
                 raise
@@ -130,14 +127,24 @@ def _exact_tensor(data: memoryview, entry: TensorEntry) -> torch.Tensor:
     return raw.view(entry.dtype).view(entry.shape)
 
 
-def write_rank(staging: Path, meta: SnapshotMeta, data: memoryview) -> RankPiece:
-    """Write this rank's data file and index into `staging`, fsynced, then its done-marker."""
+def write_rank(
+    staging: Path,
+    meta: SnapshotMeta,
+    data: memoryview,
+    on_write: Callable[[int], None] | None = None,
+) -> RankPiece:
+    """Write this rank's data file and index into `staging`, fsynced, checksummed.
+
+    `on_write(bytes_so_far)` runs after every chunk written: progress for the watchdog,
+    and the writer's fence (it raises to abandon the write). The caller publishes the
+    returned piece (commit.py's done-marker) once this returns.
+    """
     import torch
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import MetadataIndex
 
     name = data_file(meta.rank)
-    out = _ChecksumFile(staging / name)
+    out = _ChecksumFile(staging / name, on_write)
     items: list[tuple[Any, Any]] = []
     raw_offsets: dict[str, int] = {}
     records: dict[str, tuple[int, int]] = {}
@@ -166,13 +173,12 @@ def write_rank(staging: Path, meta: SnapshotMeta, data: memoryview) -> RankPiece
     piece = RankPiece(meta.rank, items, raw_offsets, files)
     index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
     index_name = f"rank{meta.rank}.meta"
-    _write_small(staging / index_name, index_bytes)
+    write_small(staging / index_name, index_bytes)
     files[index_name] = {"bytes": len(index_bytes), "crc32": zlib.crc32(index_bytes)}
-    _write_small(staging / f"rank{meta.rank}.done", pickle.dumps(piece))
     return piece
 
 
-def _write_small(path: Path, payload: bytes) -> None:
+def write_small(path: Path, payload: bytes) -> None:
     tmp = path.with_name(path.name + ".part")
     with open(tmp, "wb") as f:
         f.write(payload)
@@ -181,93 +187,7 @@ def _write_small(path: Path, payload: bytes) -> None:
     os.replace(tmp, path)
 
 
-# -- the coordinator's commit -----------------------------------------------------------
-
-
-def wait_for_ranks(staging: Path, world_size: int, timeout_s: float) -> list[RankPiece] | None:
-    """Every rank's piece once all are there; None if they are not within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done = [staging / f"rank{r}.done" for r in range(world_size)]
-        if all(p.exists() for p in done):
-            return [pickle.loads(p.read_bytes()) for p in done]
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.01)
-
-
-def commit(directory: Path, step: int, metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Path:
-    """Write `.metadata` and the manifest last, then move the step into place atomically."""
-    staging = directory / tmp_dir_name(step)
-    metadata_bytes = pickle.dumps(_dcp_metadata(metas, pieces))
-    _write_small(staging / ".metadata", metadata_bytes)
-    files: dict[str, dict[str, int]] = {
-        ".metadata": {"bytes": len(metadata_bytes), "crc32": zlib.crc32(metadata_bytes)}
-    }
-    for piece in pieces:
-        files.update(piece.files)
-        (staging / f"rank{piece.rank}.done").unlink(missing_ok=True)
-    manifest = {
-        "format": "argosy-flash/1 (torch.distributed.checkpoint)",
-        "step": step,
-        "world_size": len(pieces),
-        "created_unix": time.time(),
-        "files": files,
-    }
-    _write_small(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
-    _fsync_dir(staging)
-    final = directory / step_dir_name(step)
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(staging, final)
-    _fsync_dir(directory)
-    return final
-
-
-def _dcp_metadata(metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Any:
-    import torch
-    from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
-    from torch.distributed.checkpoint.metadata import (
-        BytesStorageMetadata,
-        ChunkStorageMetadata,
-        Metadata,
-        TensorProperties,
-        TensorStorageMetadata,
-    )
-
-    state: dict[str, Any] = {}
-    for meta in metas:
-        for e in meta.tensors:
-            if meta.rank != 0 and not e.sharded:
-                continue
-            md = state.setdefault(
-                e.fqn,
-                TensorStorageMetadata(
-                    TensorProperties(dtype=e.dtype), torch.Size(e.global_shape), []
-                ),
-            )
-            md.chunks.append(ChunkStorageMetadata(torch.Size(e.global_offset), torch.Size(e.shape)))
-        if meta.rank == 0:
-            for obj in meta.objects:
-                state[obj.fqn] = BytesStorageMetadata()
-    storage = {index: info for piece in pieces for index, info in piece.items}
-    return Metadata(
-        state_dict_metadata=state,
-        planner_data=_dcp_paths(metas[0].mappings),
-        storage_data=storage,
-        version=CURRENT_DCP_VERSION,
-    )
-
-
-def _dcp_paths(paths: dict[str, tuple]) -> dict[str, tuple]:
-    """DCP's own path form (dict keys as str, list positions as int): no argosy types."""
-    return {
-        fqn: tuple(int(p) if type(p).__name__ == "_Index" else str(p) for p in path)
-        for fqn, path in paths.items()
-    }
-
-
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -435,20 +355,3 @@ def _read_with_crc(path: Path, buffer: torch.Tensor) -> int:
             pool.submit(update, chunk[:got])
             pos += got
     return crc[0]
-
-
-def prune(directory: Path, keep: int) -> list[int]:
-    """Remove committed steps beyond the newest `keep`, and staging dirs older than them."""
-    steps = committed_steps(directory)
-    doomed = steps[:-keep] if keep > 0 else []
-    for step in doomed:
-        shutil.rmtree(directory / step_dir_name(step), ignore_errors=True)
-    newest = steps[-1] if steps else None
-    for child in directory.iterdir() if directory.is_dir() else []:
-        if child.name.startswith(TMP_PREFIX) and newest is not None:
-            try:
-                if int(child.name[len(TMP_PREFIX) :]) <= newest:
-                    shutil.rmtree(child, ignore_errors=True)
-            except ValueError:
-                continue
-    return doomed

@@ -11,7 +11,9 @@
 
 Contract:
 - `save(step, state)`: `state` is a nested dict of tensors (DTensors allowed) and picklable
-  objects. It returns as soon as the loop may continue. The copy into a pre-allocated,
+  objects. It returns as soon as the loop may continue, and never waits for the persister
+  to start: while it starts (the first seconds of a new process), the state is copied
+  aside (up to `hold_limit_bytes`) and handed over once it is ready. The copy into a pre-allocated,
   pre-touched shared-memory slot runs in the persister process, overlapping the next
   forward/backward. On CPU the state's tensor storages are moved into shared memory once
   (like `model.share_memory()`), so the persister reads them directly, and a copy under way
@@ -19,11 +21,19 @@ Contract:
   are first copied on a side stream into pinned, shared host buffers.
 - `before_optimizer_step()`: call it before anything writes the saved tensors (the
   optimizer step); it waits only if the copy is not done yet. `save` calls it too.
-- The persister writes the newest complete snapshot to `directory` in DCP format with an
-  atomic, checksummed commit and keeps the newest `keep` steps.
-- `load(step=None, into=None)`: the newest complete step every rank can load, from shared
-  memory when valid there, else from disk (a torn step is skipped with a warning). When the
-  world size changed, `into` is required and DCP reshards.
+- The persisters write snapshots to `directory` in DCP format: rank 0 picks the step, every
+  rank writes its shard, rank 0 commits it in one atomic rename of a checksummed manifest
+  (commit.py); the newest `keep` steps are kept. Each attempt has an epoch (`epoch`), and
+  a newer attempt fences the writers of older ones out.
+- `load(step=None, into=None)`: the newest step every rank can load, from shared memory
+  when valid there, else from disk; the ranks agree on it (agree.py), so they all resume
+  from the same step; a torn or changed step is skipped with a warning, for every rank.
+  `last_decision` says what each rank held and what was rejected. When the world size
+  changed, `into` is required and DCP reshards.
+- `progress(phase, value)`, when given, is called while a checkpoint call waits on the
+  persister and the persister moves (value: bytes copied, written, or arriving from other
+  ranks; CPU ticks while it starts): what the runtime's hang detector follows instead of a
+  flat grace. Phase "committed" carries the newest committed step.
 - Errors of the persister (disk full, unwritable directory) are raised by the next `save`
   or `wait`; earlier checkpoints are untouched.
 """
@@ -31,29 +41,35 @@ Contract:
 from __future__ import annotations
 
 import atexit
+import contextlib
+import dataclasses
 import hashlib
+import json
 import os
 import pickle
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from argosy.checkpoint import disk, restore
+from argosy.checkpoint import agree, disk, restore
+from argosy.checkpoint.commit import Fence
 from argosy.checkpoint.config import CheckpointConfig
 from argosy.checkpoint.layout import (
     ObjectEntry,
     SnapshotMeta,
+    align,
     data_len,
     encode_object,
     flatten,
     plan,
 )
 from argosy.checkpoint.persister import PersisterSpec
-from argosy.checkpoint.segment import SHM_DIR, job_segments
-from argosy.checkpoint.staging import DeviceStager, share_sources
+from argosy.checkpoint.segment import HEADER_BYTES, SHM_DIR, Segment, held_name, job_segments
+from argosy.checkpoint.staging import DeviceStager, share_sources, slot_data, write_snapshot
 from argosy.core.errors import ArgosyError
 
 
@@ -91,6 +107,8 @@ class FlashCheckpointer:
         start_timeout_s: float = 120.0,
         prestart: bool = True,
         persist_interval_s: float = 0.0,
+        progress: Callable[[str, int], None] | None = None,
+        hold_limit_bytes: int = 1 << 30,
     ) -> None:
         if keep < 1 or slots < 1:
             raise ArgosyError(f"keep and slots must be at least 1 (got keep={keep}, slots={slots})")
@@ -100,6 +118,13 @@ class FlashCheckpointer:
         self.job = job_id or default_job(self.directory)
         self.inline_bytes = inline_bytes
         self.start_timeout_s = start_timeout_s
+        self.hold_limit_bytes = hold_limit_bytes
+        self._progress = progress
+        self.epoch = agree.agree_epoch(self.world_size)
+        """This attempt's epoch: its writes are void once a newer attempt raises the fence."""
+        # an unwritable directory: persisting fails and says so on `wait`
+        with contextlib.suppress(OSError):
+            Fence(self.directory).raise_to(self.epoch)
         self._spec = PersisterSpec(
             str(self.directory),
             self.job,
@@ -112,6 +137,7 @@ class FlashCheckpointer:
             persist_interval_s,
             str(SHM_DIR),
             os.getpid(),
+            self.epoch,
         )
         self._proc: Any = None
         self._sockdir = ""
@@ -126,11 +152,18 @@ class FlashCheckpointer:
         self._stager: DeviceStager | None = None
         self._staged: tuple[int, bytes, dict[int, bytes]] | None = None
         self._closed = False
+        self._flushed: tuple[int, str | None] | None = None
+        self._held: int | None = None
+        """Step of the snapshot in our own slot, waiting for the persister to be ready."""
+        self._held_seg: Segment | None = None
+        self._start_ticks: int | None = None
         self._maps = restore.MappingCache()
         self.last_copy_s: float | None = None
         """Seconds the persister took to copy the last snapshot into shared memory."""
         self.last_load_source: str | None = None
         """Where the last `load` read from: "memory", "disk" or None."""
+        self.last_decision: dict[str, Any] | None = None
+        """How the last `load` chose its step: what every rank held, what was rejected."""
         if prestart:  # start-up (~1-2 s of imports) overlaps the caller's load and first steps
             self._start()
         atexit.register(self.close)
@@ -173,7 +206,8 @@ class FlashCheckpointer:
         self._sockdir = tempfile.mkdtemp(prefix="argosy-ckpt-")
         address = os.path.join(self._sockdir, "persister.sock")
         listener = Listener(address, family="AF_UNIX", authkey=key)
-        env = dict(os.environ, ARGOSY_PERSISTER_KEY=key.hex())
+        spec = json.dumps(dataclasses.asdict(self._spec))
+        env = dict(os.environ, ARGOSY_PERSISTER_KEY=key.hex(), ARGOSY_PERSISTER_SPEC=spec)
         log = self._open_log()
         try:
             self._proc = subprocess.Popen(
@@ -190,9 +224,7 @@ class FlashCheckpointer:
 
         def accept() -> None:
             try:
-                conn = listener.accept()
-                conn.send(self._spec)
-                self._conn = conn
+                self._conn = listener.accept()
             except OSError:
                 pass
             finally:
@@ -215,7 +247,7 @@ class FlashCheckpointer:
     def _connected(self) -> bool:
         if self._conn is not None:
             return True
-        self._acceptor.join(timeout=0.05)
+        self._acceptor.join(timeout=0.01)
         if self._conn is None and self._proc.poll() is not None:
             raise CheckpointError(
                 f"the checkpoint persister exited with code {self._proc.returncode}"
@@ -230,12 +262,35 @@ class FlashCheckpointer:
             self.last_copy_s = msg[2]
             if self._pending == msg[1]:
                 self._pending = None
+            self._report("copied", 0)
+        elif kind == "progress":
+            self._report(msg[1], msg[2])
         elif kind == "durable":
-            self._durable = max(self._durable, msg[1])
+            self._committed(msg[1])
+        elif kind == "flushed":
+            self._committed(msg[1])
+            self._flushed = (msg[1], msg[2])
         elif kind == "error":
             self._errors.append(msg[1])
         elif kind == "closed":
             self._closed = True
+
+    def _committed(self, step: int) -> None:
+        if step > self._durable:
+            self._durable = step
+            self._report("committed", step)
+
+    def _report_start(self) -> None:
+        """While the persister starts, its CPU time is the progress (a stuck start shows
+        none, so the watchdog catches it like any other hang)."""
+        ticks = _cpu_ticks(self._proc.pid) if self._proc is not None else None
+        if ticks is not None and ticks != self._start_ticks:
+            self._start_ticks = ticks
+            self._report("start", ticks)
+
+    def _report(self, phase: str, done_bytes: int) -> None:
+        if self._progress is not None:
+            self._progress(phase, done_bytes)
 
     def _pump(self, until: Any, timeout_s: float | None = None) -> None:
         """Handle persister messages until `until()` holds; raise if the persister died."""
@@ -243,6 +298,8 @@ class FlashCheckpointer:
 
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not until():
+            if not self._ready:
+                self._report_start()
             if not self._connected():
                 if deadline is not None and time.monotonic() > deadline:
                     raise CheckpointError(
@@ -300,22 +357,61 @@ class FlashCheckpointer:
             sources, inline = self._stager.stage(tensors, self.inline_bytes)
         else:
             sources, inline = share_sources(tensors, self.inline_bytes)
+        self._saved = step
+        if not on_device and not self._is_ready() and _nbytes(sources) <= self.hold_limit_bytes:
+            self._hold(step, pickle.dumps(meta), inline, sources)
+            return
+        self._pump(lambda: self._ready, self.start_timeout_s)
+        self._send_sources(sources)
+        if on_device:  # sent by the fence, once the device-to-host copy is done
+            self._staged = (step, pickle.dumps(meta), inline)
+            return
+        self._conn.send(("snap", step, pickle.dumps(meta), inline))
+        self._pending = step
+
+    def _send_sources(self, sources: list[Any]) -> None:
         # Storage addresses identify the sources: `self._sources` keeps them alive, so an
         # address cannot be reused by another tensor while the persister holds it.
         signature = [
             None if s is None else (s.data_ptr(), s.dtype, tuple(s.shape), tuple(s.stride()))
             for s in sources
         ]
-        self._pump(lambda: self._ready, self.start_timeout_s)
         if signature != self._signature:
             self._conn.send(("sources", sources))
             self._signature, self._sources = signature, sources
-        self._saved = step
-        if on_device:  # sent by the fence, once the device-to-host copy is done
-            self._staged = (step, pickle.dumps(meta), inline)
+
+    def _is_ready(self) -> bool:
+        """Whether the persister answered `ready` (never waits for it)."""
+        if not self._ready and self._proc is not None and self._connected():
+            self._drain()
+        return self._ready
+
+    def _hold(self, step: int, meta: bytes, inline: dict[int, bytes], sources: list) -> None:
+        """The persister is still starting: copy the snapshot into a slot of our own (the
+        step goes on at once, and the copy outlives a SIGKILL of this process) and hand
+        the slot over once the persister is ready; a newer save overwrites it."""
+        snapshot = pickle.loads(meta)
+        size = HEADER_BYTES + align(snapshot.data_len + 2 * len(meta) + (1 << 20))
+        if self._held_seg is None or self._held_seg.size < size:
+            if self._held_seg is not None:
+                self._held_seg.close()
+            path = SHM_DIR / held_name(self.job, self.rank)
+            path.unlink(missing_ok=True)
+            self._held_seg = Segment.create(path, size)
+        seg = self._held_seg
+        data = slot_data(seg)
+        write_snapshot(seg, data, snapshot, meta, inline, sources)
+        del data
+        self._held = step
+
+    def _send_held(self, block: bool) -> None:
+        if self._held is None or not (block or self._is_ready()):
             return
-        self._conn.send(("snap", step, pickle.dumps(meta), inline))
-        self._pending = step
+        self._pump(lambda: self._ready, self.start_timeout_s)
+        assert self._held_seg is not None
+        self._conn.send(("held", str(self._held_seg.path)))
+        self._held_seg.close()  # the persister owns it now
+        self._held_seg, self._held = None, None
 
     def before_optimizer_step(self) -> None:
         """Fence: returns once the last snapshot no longer reads the live tensors."""
@@ -327,6 +423,7 @@ class FlashCheckpointer:
             self._conn.send(("snap", step, meta_bytes, inline))
             self._pending = step
             return
+        self._send_held(block=False)
         self._wait_copied()
 
     def _wait_copied(self) -> None:
@@ -334,15 +431,25 @@ class FlashCheckpointer:
             self._pump(lambda: self._pending is None)
 
     def wait(self) -> int | None:
-        """Block until the last saved step is durable on disk; returns that step."""
+        """Block until the last saved step is committed on disk; returns that step.
+
+        Raises CheckpointError when it could not be committed (after every rank has
+        reached this point, so no rank is left waiting for another).
+        """
         self.before_optimizer_step()
+        self._send_held(block=True)
         self._wait_copied()
         if self._saved is not None:
+            self._flushed = None
             self._conn.send(("flush",))
-            self._pump(lambda: self._durable >= self._saved or bool(self._errors))
-        self._raise_errors()
+            self._pump(lambda: self._flushed is not None)
+            _, reason = self._flushed
+            if reason is not None:
+                self._errors.append(reason)
+        self._drain()
         if self.world_size > 1 and torch.distributed.is_initialized():
             torch.distributed.barrier()
+        self._raise_errors()
         return self._saved
 
     def latest_step(self) -> int | None:
@@ -356,36 +463,38 @@ class FlashCheckpointer:
     def load(
         self, step: int | None = None, into: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any]] | None:
-        """The newest complete step (or `step`) as (step, state), or None when there is none."""
+        """The newest complete step (or `step`) as (step, state), or None when there is none.
+
+        Collective under torch.distributed: every rank returns the same step (agree.py);
+        `last_decision` records how it was chosen.
+        """
         self.before_optimizer_step()
         self._wait_copied()
         slots = restore.memory_slots(self.job, self.rank)
-        on_disk = disk.committed_steps(self.directory)
-        memory_sets, disk_sets = self._gather({s.step for s in slots}, set(on_disk))
-        while True:
-            choice = restore.choose_step(memory_sets, disk_sets, step)
-            if choice is None:
-                return None
-            chosen, from_memory = choice
+        on_disk = set(disk.committed_steps(self.directory))
+
+        def read(chosen: int, from_memory: bool) -> tuple[int, dict[str, Any]]:
             if from_memory:
                 slot = next(s for s in slots if s.step == chosen)
                 result = restore.read_memory(slot, into, self._maps)
-                if result is not None:
-                    self.last_load_source = "memory"
-                    return result
-                warnings.warn(
-                    f"snapshot of step {chosen} changed in memory; reading disk", stacklevel=2
-                )
-                memory_sets = [m - {chosen} for m in memory_sets]
-                continue
-            try:
-                result = self._load_disk(chosen, into)
-                self.last_load_source = "disk"
+                if result is None:
+                    raise agree.UnreadableError(f"snapshot of step {chosen} changed in memory")
                 return result
+            try:
+                return self._load_disk(chosen, into)
             except disk.TornCheckpointError as err:
-                warnings.warn(f"skipping torn checkpoint step {chosen}: {err}", stacklevel=2)
-                disk_sets = [d - {chosen} for d in disk_sets]
-                memory_sets = [m - {chosen} for m in memory_sets]
+                raise agree.UnreadableError(str(err)) from err
+
+        decision = agree.resume({s.step for s in slots}, on_disk, step, read, self.world_size)
+        self.last_decision = decision.record() | {"epoch": self.epoch}
+        for rejected in decision.rejected:
+            mine = rejected["problems"].get(self.rank)
+            said = mine or "; ".join(f"rank {r}: {p}" for r, p in rejected["problems"].items())
+            warnings.warn(
+                f"skipping {rejected['source']} step {rejected['step']}: {said}", stacklevel=2
+            )
+        self.last_load_source = decision.source
+        return decision.result
 
     def _load_disk(self, step: int, into: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
         step_dir = self.directory / disk.step_dir_name(step)
@@ -399,13 +508,6 @@ class FlashCheckpointer:
             )
         return restore.read_resharded(step_dir, into)
 
-    def _gather(self, memory: set[int], on_disk: set[int]) -> tuple[list[set[int]], list[set[int]]]:
-        if self.world_size > 1 and torch.distributed.is_initialized():
-            gathered: list[Any] = [None] * self.world_size
-            torch.distributed.all_gather_object(gathered, (memory, on_disk))
-            return [g[0] for g in gathered], [g[1] for g in gathered]
-        return [memory], [on_disk]
-
     # -- ending -------------------------------------------------------------------------
 
     def close(self, timeout_s: float = 600.0) -> None:
@@ -417,6 +519,8 @@ class FlashCheckpointer:
             return
         try:
             self.before_optimizer_step()
+            if self._held is not None and self._proc.poll() is None:
+                self._send_held(block=True)
             self._wait_copied()
             if self._proc.poll() is None and self._connected():
                 self._conn.send(("close", True))
@@ -446,6 +550,20 @@ class FlashCheckpointer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of a process, in clock ticks (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[-1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _nbytes(sources: list[Any]) -> int:
+    return sum(s.numel() * s.element_size() for s in sources if s is not None)
 
 
 def reclaim(job: str) -> list[Path]:

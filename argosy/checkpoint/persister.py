@@ -3,25 +3,28 @@
 It runs in its own session, so a SIGKILL of the training process (or its process group)
 does not reach it. The trainer hands it, once, the shared-memory storages of the state's
 tensors; on every `snap` it copies them into a free slot (while the trainer runs the next
-forward/backward), marks the slot complete and answers `copied`. A helper thread writes the
-newest complete slot to disk in DCP format (rank 0 commits the step) and answers `durable`.
+forward/backward), marks the slot complete and answers `copied`. A helper thread
+(writer.py) writes snapshots to disk: rank 0 picks the step and commits it, the other
+ranks write the step rank 0 announced (commit.py: two-phase, fenced by epoch).
 
-When the trainer dies, the persister finishes the copy it was doing, persists the newest
-snapshot, then keeps the slots for `linger_s` so a restarted trainer can load them from
-memory; a restarted persister adopts them (writes its pid as owner). Unadopted slots are
+When the trainer dies, the persister finishes the copy it was doing, settles the newest
+snapshot (written and committed, or given up), then keeps the slots for `linger_s` so a
+restarted trainer can load them from memory. It lets go at once when a newer attempt
+raises the fence or adopts the slots (writes its pid as owner). Unadopted slots are
 unlinked when the linger ends, so nothing leaks in /dev/shm.
 
 Messages in: ("sources", [tensor | None]), ("snap", step, meta_bytes, {index: bytes}),
-("flush",), ("close", unlink). Out: ("ready",), ("copied", step), ("durable", step),
-("error", message).
+("flush",), ("close", unlink). Out: ("ready",), ("copied", step, seconds),
+("progress", phase, bytes), ("durable", step), ("flushed", durable, reason | None),
+("error", message), ("closed",).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
-import shutil
 import sys
 import threading
 import time
@@ -32,9 +35,19 @@ from typing import Any
 
 import torch
 
-from argosy.checkpoint import disk
-from argosy.checkpoint.layout import SnapshotMeta, align, view_of
-from argosy.checkpoint.segment import HEADER_BYTES, Header, Segment, SlotState, segment_name
+from argosy.checkpoint.layout import SnapshotMeta, align
+from argosy.checkpoint.segment import (
+    HEADER_BYTES,
+    Header,
+    Segment,
+    SlotState,
+    held_name,
+    segment_name,
+)
+from argosy.checkpoint.staging import write_snapshot
+from argosy.checkpoint.writer import Writer
+
+_ADOPT_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class PersisterSpec:
     persist_interval_s: float
     shm_dir: str
     parent_pid: int
+    epoch: int
 
 
 class _Slot:
@@ -69,26 +83,29 @@ class Persister:
         self.cond = threading.Condition()
         self.slots: list[_Slot] = []
         self.sources: list[torch.Tensor | None] = []
-        self.durable = max(disk.committed_steps(Path(spec.directory)), default=-1)
-        self.flush_wanted = False
-        self.urgent = False
-        self.last_persist = float("-inf")
-        self.stopping = False
-        self.directory = Path(spec.directory)
+        self.writer = Writer(spec, self)
 
     # -- messages -----------------------------------------------------------------------
 
     def send(self, *msg: Any) -> None:
         # the trainer may be gone; the persister then carries on alone
+        if self.conn is None:
+            return
         with self.send_lock, contextlib.suppress(OSError, EOFError):
             self.conn.send(msg)
 
     def serve(self) -> None:
+        # slow imports before `ready`: until then the trainer counts our CPU time as progress
+        import torch.distributed.checkpoint.filesystem  # noqa: F401
+
         self._adopt_existing()
-        threading.Thread(target=self._persist_loop, daemon=True).start()
+        self.thread = threading.Thread(target=self.writer.run, daemon=True)
+        self.thread.start()
         self.send("ready")
         while True:
             try:
+                if self.conn is None:
+                    raise EOFError
                 msg = self.conn.recv()
             except (EOFError, OSError):
                 self._orphaned()
@@ -98,9 +115,11 @@ class Persister:
                 self.sources = msg[1]
             elif kind == "snap":
                 self._snap(msg[1], msg[2], msg[3])
+            elif kind == "held":
+                self._adopt_held(Path(msg[1]))
             elif kind == "flush":
                 with self.cond:
-                    self.flush_wanted = True
+                    self.writer.want_flush()
                     self.cond.notify_all()
             elif kind == "close":
                 self._close(unlink=msg[1])
@@ -112,10 +131,16 @@ class Persister:
         return Path(self.spec.shm_dir) / segment_name(self.spec.job, self.spec.rank, slot)
 
     def _adopt_existing(self) -> None:
-        """Claim slots left by an earlier persister; wait for it to let go of them."""
-        owners = set()
-        for index in range(self.spec.slots):
-            path = self._path(index)
+        """Claim slots left by an earlier persister once it lets go of them (a fenced one
+        does within a fraction of a second); slots still held after `_ADOPT_WAIT_S` are
+        left to their owner and replaced by fresh ones."""
+        found: list[tuple[Path, Segment, int]] = []
+        held = Path(self.spec.shm_dir) / held_name(self.spec.job, self.spec.rank)
+        paths = [self._path(index) for index in range(self.spec.slots)]
+        holder = _owner_of(held) if held.exists() else -1
+        if holder == 0 or (holder > 0 and not _alive(holder)):  # a dead trainer's own copy
+            paths.append(held)
+        for path in paths:
             if not path.exists():
                 continue
             try:
@@ -123,19 +148,24 @@ class Persister:
             except (OSError, ValueError):
                 path.unlink(missing_ok=True)
                 continue
-            head = seg.header()
-            if head is not None and head.owner_pid not in (0, os.getpid()):
-                owners.add(head.owner_pid)
+            found.append((path, seg, _owner(seg)))
+        deadline = time.monotonic() + _ADOPT_WAIT_S
+        owners = {pid for _, _, pid in found if pid not in (0, os.getpid())}
+        while owners and time.monotonic() < deadline:
+            owners = {pid for pid in owners if _alive(pid)}
+            time.sleep(0.05)
+        for path, seg, pid in found:
+            if pid in owners:  # still alive and holding it: never share a live slot
+                seg.close()
+                path.unlink(missing_ok=True)
+                continue
             seg.set_owner(os.getpid())
             slot = _Slot(seg)
+            head = seg.header()
             meta_bytes = seg.read_meta(head) if head is not None else None
             if meta_bytes is not None:
                 slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
             self.slots.append(slot)
-        deadline = time.monotonic() + max(self.spec.commit_timeout_s, 5.0)
-        while owners and time.monotonic() < deadline:
-            owners = {pid for pid in owners if _alive(pid)}
-            time.sleep(0.05)
 
     def _ensure_slots(self, need: int) -> None:
         size = HEADER_BYTES + align(need + (1 << 20))
@@ -150,7 +180,9 @@ class Persister:
                     old.step, old.meta = None, None
                 del old.data
                 old.segment.close()
-            seg = Segment.create(self._path(index), size)
+            path = self._path(index)
+            path.unlink(missing_ok=True)  # a fresh file: a reader's mapping stays whole
+            seg = Segment.create(path, size, lambda n: self.writer.progress(n, "allocate"))
             seg.write_header(Header(SlotState.EMPTY, -1, 0, 0, 0, os.getpid()))
             slot = _Slot(seg)
             if index < len(self.slots):
@@ -158,13 +190,15 @@ class Persister:
             else:
                 self.slots.append(slot)
 
-    def _pick_slot(self) -> _Slot:
-        """The free slot holding the oldest step; waits while every slot is being persisted."""
+    def _pick_slot(self, need: int) -> _Slot:
+        """The free slot (big enough) holding the oldest step, sparing a step rank 0 has
+        announced and this rank has not written yet; waits while every slot is persisted."""
         with self.cond:
             while True:
-                free = [s for s in self.slots if not s.persisting]
+                free = [s for s in self.slots if not s.persisting and s.segment.capacity() >= need]
+                spare = [s for s in free if s.step not in self.writer.open_intents]
                 if free:
-                    chosen = min(free, key=lambda s: -1 if s.step is None else s.step)
+                    chosen = min(spare or free, key=lambda s: -1 if s.step is None else s.step)
                     chosen.step, chosen.meta = None, None
                     return chosen
                 self.cond.wait()
@@ -173,22 +207,11 @@ class Persister:
         started = time.perf_counter()
         try:
             meta: SnapshotMeta = pickle.loads(meta_bytes)
-            self._ensure_slots(meta.data_len + 2 * len(meta_bytes))
-            slot = self._pick_slot()
-            seg = slot.segment
-            seg.write_header(Header(SlotState.WRITING, step, meta.data_len, 0, 0, os.getpid()))
-            for index, entry in enumerate(meta.tensors):
-                dst = view_of(slot.data, entry)
-                if index in inline:
-                    _copy_bytes(dst, inline[index])
-                else:
-                    source = self.sources[index]
-                    assert source is not None, f"no source for {entry.fqn}"
-                    dst.copy_(source)
-            crc = seg.write_meta(meta.data_len, meta_bytes)
-            seg.write_header(
-                Header(SlotState.COMPLETE, step, meta.data_len, len(meta_bytes), crc, os.getpid())
-            )
+            need = meta.data_len + 2 * len(meta_bytes)
+            self._ensure_slots(need)
+            slot = self._pick_slot(need)
+            copied = lambda n: self.writer.progress(n, "copy")  # noqa: E731
+            write_snapshot(slot.segment, slot.data, meta, meta_bytes, inline, self.sources, copied)
             with self.cond:
                 slot.step, slot.meta = step, meta
                 self.cond.notify_all()
@@ -198,139 +221,67 @@ class Persister:
             self.send("error", f"snapshot of step {step} failed: {err!r}")
             self.send("copied", step, time.perf_counter() - started)
 
-    # -- persisting ---------------------------------------------------------------------
-
-    def _due(self) -> _Slot | None:
-        """The slot to write now: the newest unpersisted one, once the interval has passed
-        (at once when a `wait`, a close or the trainer's death asks for durability)."""
-        slot = self._newest_unpersisted()
-        if slot is None or self.flush_wanted or self.urgent:
-            return slot
-        return (
-            slot if time.monotonic() - self.last_persist >= self.spec.persist_interval_s else None
-        )
-
-    def _newest_unpersisted(self) -> _Slot | None:
-        ready = [s for s in self.slots if s.step is not None and s.step > self.durable]
-        if not ready:
-            return None
-        staged = self._staged_steps()
-        preferred = [s for s in ready if s.step in staged]
-        return max(preferred or ready, key=lambda s: s.step)
-
-    def _staged_steps(self) -> set[int]:
-        """Steps other ranks have started writing (so this rank follows them)."""
-        if self.spec.world_size == 1 or not self.directory.is_dir():
-            return set()
-        steps = set()
-        for child in self.directory.glob(disk.TMP_PREFIX + "*"):
-            try:
-                steps.add(int(child.name[len(disk.TMP_PREFIX) :]))
-            except ValueError:
-                continue
-        return steps
-
-    def _persist_loop(self) -> None:
-        import torch.distributed.checkpoint.filesystem  # noqa: F401  # slow import, done early
-
-        # below the trainer: the disk writer takes only the CPU the training step leaves
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        while True:
-            with self.cond:
-                slot = self._due()
-                while slot is None:
-                    if self.flush_wanted and self._newest_unpersisted() is None:
-                        self.flush_wanted = False
-                        self.send("durable", self.durable)
-                    if self.stopping:
-                        return
-                    self.cond.wait(0.1)
-                    slot = self._due()
-                slot.persisting = True
-                self.last_persist = time.monotonic()
-                step, meta = slot.step, slot.meta
-            try:
-                self._persist(step, meta, slot)
-                with self.cond:
-                    self.durable = max(self.durable, step)
-            except Exception as err:  # disk full, unwritable directory, ...
-                shutil.rmtree(self.directory / disk.tmp_dir_name(step), ignore_errors=True)
-                self.send("error", f"persisting step {step} to {self.directory} failed: {err}")
-                with self.cond:
-                    self.durable = max(self.durable, step)  # do not retry the same step forever
-                    self.flush_wanted = True
-            finally:
-                with self.cond:
-                    slot.persisting = False
-                    self.cond.notify_all()
-            self.send("durable", self.durable)
-
-    def _persist(self, step: int, meta: SnapshotMeta, slot: _Slot) -> None:
-        staging = self.directory / disk.tmp_dir_name(step)
-        staging.mkdir(parents=True, exist_ok=True)
-        data = slot.segment.data_view(meta.data_len)
+    def _adopt_held(self, path: Path) -> None:
+        """Take over the slot the trainer filled itself while this process started."""
         try:
-            disk.write_rank(staging, meta, data)
-        finally:
-            data.release()
-        if self.spec.rank != 0:
+            seg = Segment.open(path, writable=True)
+        except (OSError, ValueError):
             return
-        pieces = self._wait_for_ranks(staging, step, meta.world_size)
-        if pieces is None:  # the other ranks moved on to a newer step: commit that one instead
-            shutil.rmtree(staging, ignore_errors=True)
-            return
-        metas = [meta] + [self._rank_meta(staging, r) for r in range(1, meta.world_size)]
-        disk.commit(self.directory, step, metas, pieces)
-        disk.prune(self.directory, self.spec.keep)
-
-    def _wait_for_ranks(self, staging: Path, step: int, world_size: int) -> list | None:
-        """Every rank's piece of `step`; None when another rank has started a newer step
-        (ranks pick their newest snapshot independently, so they can pass each other)."""
-        deadline = time.monotonic() + self.spec.commit_timeout_s
-        while True:
-            pieces = disk.wait_for_ranks(staging, world_size, 0.5)
-            if pieces is not None:
-                return pieces
-            if any(other > step for other in self._staged_steps()):
-                return None
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not every rank wrote step {step} within the commit timeout")
-
-    @staticmethod
-    def _rank_meta(staging: Path, rank: int) -> SnapshotMeta:
-        meta, _ = pickle.loads((staging / f"rank{rank}.meta").read_bytes())
-        return meta
+        seg.set_owner(os.getpid())
+        slot = _Slot(seg)
+        head = seg.header()
+        meta_bytes = seg.read_meta(head) if head is not None else None
+        if meta_bytes is not None:
+            slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
+        with self.cond:
+            self.slots.append(slot)
+            self.cond.notify_all()
+        if self.conn is not None:  # the trainer goes on saving: its slots, allocated now
+            self._ensure_slots(seg.capacity() - (1 << 20))
 
     # -- endings ------------------------------------------------------------------------
 
-    def _wait_persisted(self) -> None:
+    def _wait_persisted(self, timeout_s: float) -> None:
+        """Until the newest snapshot is settled (committed or given up), or fenced."""
+        deadline = time.monotonic() + timeout_s
         with self.cond:
-            self.urgent = True
+            self.writer.urgent = True
             self.cond.notify_all()
-            while self._newest_unpersisted() is not None or any(s.persisting for s in self.slots):
-                self.cond.wait(0.2)
+            while time.monotonic() < deadline and self.thread.is_alive():
+                busy = any(s.persisting for s in self.slots)
+                if not busy and not self.writer.pending():
+                    return
+                self.cond.wait(0.1)
+
+    def _stop_writer(self) -> None:
+        with self.cond:
+            self.writer.stopping = True
+            self.cond.notify_all()
+        self.thread.join(timeout=self.spec.commit_timeout_s)
 
     def _close(self, unlink: bool) -> None:
-        self._wait_persisted()
-        with self.cond:
-            self.stopping = True
-            self.cond.notify_all()
+        self._wait_persisted(self.spec.commit_timeout_s)
+        self._stop_writer()
         self._release(unlink)
         self.send("closed")
 
     def _orphaned(self) -> None:
-        """The trainer died: persist what we hold, then keep it in memory for a restart."""
-        self._wait_persisted()
-        with self.cond:
-            self.stopping = True
-            self.cond.notify_all()
+        """The trainer died: persist what we hold (rank 0 decides, the others follow), keep
+        it in memory for a restart, and let go as soon as a newer attempt fences us or
+        adopts the slots."""
+        held = Path(self.spec.shm_dir) / held_name(self.spec.job, self.spec.rank)
+        if held.exists() and _owner_of(held) == self.spec.parent_pid:  # never handed over
+            self._adopt_held(held)
+        self._wait_persisted(self.spec.commit_timeout_s)
         deadline = time.monotonic() + self.spec.linger_s
         while time.monotonic() < deadline:
-            if any(_owner(s.segment) != os.getpid() for s in self.slots):
+            adopted = any(_owner(s.segment) != os.getpid() for s in self.slots)
+            if adopted or self.writer.is_fenced():
+                self._stop_writer()
                 self._release(unlink=False)
                 return
             time.sleep(0.1)
+        self._stop_writer()
         self._release(unlink=True)
 
     def _release(self, unlink: bool) -> None:
@@ -342,10 +293,15 @@ class Persister:
         self.slots = []
 
 
-def _copy_bytes(dst: torch.Tensor, payload: bytes) -> None:
-    if payload:
-        src = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        dst.reshape(-1).view(torch.uint8).copy_(src)
+def _owner_of(path: Path) -> int:
+    try:
+        seg = Segment.open(path)
+    except (OSError, ValueError):
+        return 0
+    try:
+        return _owner(seg)
+    finally:
+        seg.close()
 
 
 def _owner(seg: Segment) -> int:
@@ -379,9 +335,12 @@ def main(address: str) -> None:
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
     key = bytes.fromhex(os.environ.pop("ARGOSY_PERSISTER_KEY"))
+    spec = PersisterSpec(**json.loads(os.environ.pop("ARGOSY_PERSISTER_SPEC")))
     multiprocessing.current_process().authkey = key
-    conn = Client(address, family="AF_UNIX", authkey=key)
-    spec: PersisterSpec = conn.recv()
+    try:
+        conn = Client(address, family="AF_UNIX", authkey=key)
+    except OSError:  # the trainer died before we could connect: act as its orphan
+        conn = None
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     try:
         Persister(spec, conn).serve()

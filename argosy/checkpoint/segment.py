@@ -20,6 +20,7 @@ import mmap
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -55,6 +56,11 @@ def segment_name(job: str, rank: int, slot: int) -> str:
     return f"{PREFIX}{job}-r{rank}-s{slot}"
 
 
+def held_name(job: str, rank: int) -> str:
+    """The slot a trainer fills itself while its persister starts (adopted by it later)."""
+    return f"{PREFIX}{job}-r{rank}-sh"
+
+
 def segment_paths(job: str, rank: int) -> list[Path]:
     """Every slot segment of (job, rank) present on this host, by slot number."""
     return sorted(SHM_DIR.glob(f"{PREFIX}{job}-r{rank}-s*"))
@@ -74,16 +80,20 @@ class Segment:
         self.map = mmap.mmap(fd, size) if size else None
 
     @classmethod
-    def create(cls, path: Path, size: int) -> Segment:
-        """Create (or grow) the file, map it and touch every page so later copies never fault."""
+    def create(
+        cls, path: Path, size: int, on_touch: Callable[[int], None] | None = None
+    ) -> Segment:
+        """Create (or grow) the file, map it and touch every page so later copies never fault;
+        `on_touch(bytes)` runs after every chunk touched (progress)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             os.ftruncate(fd, size)
         except OSError:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise
         seg = cls(path, fd, size)
-        seg.prefault()
+        seg.prefault(on_touch)
         return seg
 
     @classmethod
@@ -102,13 +112,15 @@ class Segment:
         seg.map = mmap.mmap(fd, size, flags=flags, prot=prot)
         return seg
 
-    def prefault(self) -> None:
+    def prefault(self, on_touch: Callable[[int], None] | None = None) -> None:
         """Write one byte per page: tmpfs allocates on first touch, which is 5-10x a copy."""
         view = memoryview(self.map)
         zero = bytes(_TOUCH_CHUNK)
         for start in range(0, self.size, _TOUCH_CHUNK):
             end = min(self.size, start + _TOUCH_CHUNK)
             view[start:end] = zero[: end - start]
+            if on_touch is not None:
+                on_touch(end - start)
         view.release()
 
     def lock(self, exclusive: bool, blocking: bool = True) -> bool:

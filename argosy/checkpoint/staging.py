@@ -11,7 +11,14 @@ allocated once; the persister then copies from those buffers while training goes
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any
+
 import torch
+
+from argosy.checkpoint.layout import view_of
+from argosy.checkpoint.segment import HEADER_BYTES, Header, Segment, SlotState
 
 
 def _inline_bytes(tensor: torch.Tensor) -> bytes:
@@ -88,3 +95,40 @@ class DeviceStager:
         for buf in self.buffers.values():
             unpin(buf)
         self.buffers.clear()
+
+
+def write_snapshot(
+    seg: Segment,
+    data: torch.Tensor,
+    meta: Any,
+    meta_bytes: bytes,
+    inline: dict[int, bytes],
+    sources: list[torch.Tensor | None],
+    on_copy: Callable[[int], None] | None = None,
+) -> None:
+    """Copy one snapshot into a slot: WRITING first, COMPLETE (with the metadata checksum)
+    only once every byte is in place, so a copy cut short is never read as good."""
+    owner = os.getpid()
+    seg.write_header(Header(SlotState.WRITING, meta.step, meta.data_len, 0, 0, owner))
+    for index, entry in enumerate(meta.tensors):
+        dst = view_of(data, entry)
+        if index in inline:
+            payload = inline[index]
+            if payload:
+                src = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+                dst.reshape(-1).view(torch.uint8).copy_(src)
+        else:
+            source = sources[index]
+            assert source is not None, f"no source for {entry.fqn}"
+            dst.copy_(source)
+        if on_copy is not None:
+            on_copy(entry.nbytes)
+    crc = seg.write_meta(meta.data_len, meta_bytes)
+    seg.write_header(
+        Header(SlotState.COMPLETE, meta.step, meta.data_len, len(meta_bytes), crc, owner)
+    )
+
+
+def slot_data(seg: Segment) -> torch.Tensor:
+    """The slot's data region as a flat uint8 tensor (a view of the mapping)."""
+    return torch.frombuffer(seg.map, dtype=torch.uint8)[HEADER_BYTES:]

@@ -28,18 +28,21 @@ def _directory(path: Path) -> Path:
 
 
 def _rows(directory: Path) -> list[dict]:
-    from argosy.checkpoint import disk
+    from argosy.checkpoint import commit, disk
 
     rows = []
     for child in sorted(directory.iterdir()):
+        epoch = None
         if child.name.startswith(disk.STEP_PREFIX):
             status, manifest = "complete", None
             try:
                 manifest = disk.read_manifest(child)
+                epoch = manifest.get("epoch")
             except disk.TornCheckpointError:
                 status = "torn (no manifest)"
-        elif child.name.startswith(disk.TMP_PREFIX):
+        elif commit.parse_tmp(child.name) is not None:
             status, manifest = "unfinished", None
+            epoch = commit.parse_tmp(child.name)[1]
         else:
             continue
         files = (manifest or {}).get("files", {})
@@ -48,6 +51,7 @@ def _rows(directory: Path) -> list[dict]:
                 "step": int(child.name.rsplit("_", 1)[-1]),
                 "status": status,
                 "world_size": (manifest or {}).get("world_size"),
+                "epoch": epoch,
                 "bytes": sum(f["bytes"] for f in files.values()),
                 "created": (manifest or {}).get("created_unix"),
                 "path": str(child),

@@ -12,6 +12,7 @@ logs every step of it. The ranks resume from the latest flash checkpoint themsel
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,7 +29,13 @@ from argosy.core.clock import Clock, SystemClock
 from argosy.runtime import goodput, warm
 from argosy.runtime.board import ProgressBoard, Slot, injected_at, ring_entries
 from argosy.runtime.config import RuntimeConfig
-from argosy.runtime.events import EVENTS_FILE, SUMMARY_FILE, EventLog, write_json_atomic
+from argosy.runtime.events import (
+    EVENTS_FILE,
+    SUMMARY_FILE,
+    EventLog,
+    read_events,
+    write_json_atomic,
+)
 from argosy.runtime.group import GroupSpec, WorkerGroup, base_env, can_use_standby
 from argosy.runtime.inject import Injection, encode
 from argosy.runtime.watchdog import HangDetector, StragglerDetector
@@ -58,6 +65,7 @@ class _Watch:
     ckpts: float = 0.0
     last_end: float | None = None
     last_step: int = 0
+    committed: int = 0
 
 
 class Agent:
@@ -129,6 +137,13 @@ class Agent:
             _reclaim_snapshots(spec.run_id)
         summary = goodput.summarize_file(spec.run_dir / EVENTS_FILE)
         summary["status"] = status
+        closing = [
+            e for e in read_events(spec.run_dir / EVENTS_FILE) if e["event"] == "close_error"
+        ]
+        if closing:
+            summary["close_errors"] = [
+                {k: e[k] for k in ("rank", "exit_code", "detail")} for e in closing
+            ]
         if status != "completed":
             summary["cause"] = cause
         write_json_atomic(spec.run_dir / SUMMARY_FILE, summary)
@@ -164,6 +179,8 @@ class Agent:
             self._read_board(snap, watch, attempt, hang, slow)
             if watch.resumed and not self.standby:
                 self._start_standby()
+            if self._finished_then_failed(group, snap, codes, attempt):
+                return None
             fault = self._exit_fault(snap, codes, now)
             if fault is not None:
                 return fault
@@ -178,6 +195,38 @@ class Agent:
             fault = self._straggler(slow, snap, now, attempt)
             if fault is not None:
                 return fault
+
+    def _decision(self, attempt: int, rank: int) -> dict | None:
+        """How the ranks chose the resume step, as the first rank recorded it."""
+        path = self.spec.run_dir / "resume" / f"attempt{attempt}-rank{rank}.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _finished_then_failed(
+        self, group: WorkerGroup, snap: np.ndarray, codes: dict, attempt: int
+    ) -> bool:
+        """A rank failed after the run was done (every rank reached its target step and
+        its last checkpoint is committed, or said `finish()`): the run completed; the
+        error at close is recorded as an event, not as a fault to restart for."""
+        failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+        if not failed or not all(_done(snap, r) for r in codes):
+            return False
+        tails = group.tail()
+        for rank, code in sorted(failed.items()):
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            self.log.emit(
+                "close_error",
+                attempt=attempt,
+                rank=rank,
+                exit_code=code,
+                detail=f"rank {rank} {how} after the run was done",
+                last_lines=tails.get(rank, []),
+            )
+        if any(c is None for c in codes.values()):
+            group.stop(self.config.term_grace_s)
+        return True
 
     def _start_standby(self) -> None:
         """Warm processes for the next attempt, started once this one trains."""
@@ -214,8 +263,17 @@ class Agent:
         if not watch.resumed and all(snap[r, Slot.T_RESTORED] > 0 for r in ranks):
             watch.resumed = True
             t = max(snap[r, Slot.T_RESTORED] for r in ranks)
-            step = int(min(snap[r, Slot.RESTORED_STEP] for r in ranks))
-            self.log.emit("resume", t=since(t), attempt=attempt, step=step)
+            steps = {r: int(snap[r, Slot.RESTORED_STEP]) for r in ranks}
+            step = min(steps.values())
+            self.log.emit(
+                "resume",
+                t=since(t),
+                attempt=attempt,
+                step=step,
+                rank_steps=steps,
+                agreed=len(set(steps.values())) == 1,
+                decision=self._decision(attempt, ranks[0]),
+            )
             watch.last_end = t
         for rank in ranks:
             entries, watch.seen[rank] = ring_entries(snap, rank, watch.seen[rank])
@@ -225,6 +283,10 @@ class Agent:
                     saved = (watch.last_end or 0.0) < snap[rank, Slot.T_CKPT] <= t_end
                     self._log_step(watch, attempt, hang, step, loss, t_end, saved)
         first = ranks[0]
+        committed = int(snap[first, Slot.CKPT_COMMITTED])
+        if committed > watch.committed:
+            watch.committed = committed
+            self.log.emit("commit", attempt=attempt, step=committed)
         if snap[first, Slot.CKPT_COUNT] > watch.ckpts:
             watch.ckpts = snap[first, Slot.CKPT_COUNT]
             step = int(snap[first, Slot.CKPT_STEP])
@@ -354,6 +416,15 @@ class Agent:
             else:
                 path.unlink()
         return out
+
+
+def _done(snap: np.ndarray, rank: int) -> bool:
+    """The rank said `finish()`, or reached its target step with that step committed."""
+    if snap[rank, Slot.T_DONE] > 0:
+        return True
+    target = snap[rank, Slot.TARGET_STEP]
+    reached = snap[rank, Slot.STEP] >= target
+    return bool(target > 0 and reached and snap[rank, Slot.CKPT_COMMITTED] >= target)
 
 
 def _reclaim_snapshots(run_id: str) -> None:

@@ -48,6 +48,14 @@ class Slot(IntEnum):
     T_CKPT = 15
     CKPT_COUNT = 16
     CKPT_BUSY = 17
+    CKPT_PROGRESS = 18
+    """Bytes of checkpoint work done so far (copied, written, seen from other ranks)."""
+    T_CKPT_PROGRESS = 19
+    CKPT_PHASE = 20
+    TARGET_STEP = 21
+    """The step the script trains to (0: not said)."""
+    CKPT_COMMITTED = 22
+    """The newest step this rank knows committed on disk (set after `wait`)."""
 
 
 SCALARS = 24

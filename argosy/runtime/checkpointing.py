@@ -32,12 +32,20 @@ class Checkpointer(Protocol):
     def before_optimizer_step(self) -> None: ...
     def load(self, step: int | None = None) -> tuple[int, dict[str, Any]] | None: ...
     def latest_step(self) -> int | None: ...
-    def wait(self) -> None: ...
+    def wait(self) -> int | None: ...
     def close(self) -> None: ...
 
 
-def open_checkpointer(directory: Path | str, keep: int = 3, kind: str = "auto") -> Checkpointer:
-    """The flash checkpointer when installed (kind auto or flash), else the disk fallback."""
+def open_checkpointer(
+    directory: Path | str,
+    keep: int = 3,
+    kind: str = "auto",
+    progress: Callable[[str, int], None] | None = None,
+) -> Checkpointer:
+    """The flash checkpointer when installed (kind auto or flash), else the disk fallback.
+
+    `progress(phase, bytes)` is handed to the flash checkpointer (hooks.checkpoint_progress).
+    """
     if kind not in ("auto", "flash", "disk"):
         raise ValueError(f"checkpointer kind '{kind}'; expected auto, flash or disk")
     try:
@@ -48,7 +56,7 @@ def open_checkpointer(directory: Path | str, keep: int = 3, kind: str = "auto") 
         return DiskCheckpointer(directory, keep=keep)
     if kind == "disk":
         return DiskCheckpointer(directory, keep=keep)
-    return FlashCheckpointer(directory, keep=keep)
+    return FlashCheckpointer(directory, keep=keep, progress=progress)
 
 
 def restore(ckpt: Checkpointer, say: Say = print) -> tuple[int, dict[str, Any] | None]:
@@ -171,8 +179,9 @@ class DiskCheckpointer:
         steps = self.steps()
         return steps[-1] if steps else None
 
-    def wait(self) -> None:
-        """Nothing is in flight."""
+    def wait(self) -> int | None:
+        """Nothing is in flight: the newest saved step is already on disk."""
+        return self.latest_step()
 
     def close(self) -> None:
         """Nothing to release."""

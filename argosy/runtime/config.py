@@ -20,8 +20,6 @@ class RuntimeConfig(BaseModel):
     """Shortest stall that counts as a hang, whatever the step time."""
     hang_p99_factor: float = Field(10.0, gt=0)
     """A stall longer than this many recent p99 step times (and the floor) is a hang."""
-    checkpoint_grace_s: float = Field(120.0, gt=0)
-    """Shortest hang threshold while a rank is inside a checkpoint call that may block."""
     startup_timeout_s: float = Field(300.0, gt=0)
     """Seconds a rank may take from spawn to its first step before it counts as hung."""
     term_grace_s: float = Field(3.0, ge=0)

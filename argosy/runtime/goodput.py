@@ -17,6 +17,8 @@ dict stored as summary.json. How each figure is computed:
   plus the partial step in flight when the fault struck.
 - lost_s.other: the rest of the wall time (final shutdown, gaps between polls).
 - effective_training_time = productive_s / wall_s.
+- checkpoints: snapshots taken (`checkpoint` events); last_commit: the newest step rank 0
+  saw committed on disk (`commit` events), the one a restart is sure to find.
 """
 
 from __future__ import annotations
@@ -69,10 +71,10 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     faults.sort(key=lambda f: f["detected_at_s"])
     lost["other"] = max(0.0, wall - productive - sum(lost.values()))
-    last = steps[attempts[-1]][-1] if attempts and steps[attempts[-1]] else None
+    final_step, final_loss = _final(steps, resumes, attempts)
     return {
-        "final_step": last["step"] if last else 0,
-        "final_loss": last["loss"] if last else None,
+        "final_step": final_step,
+        "final_loss": final_loss,
         "wall_s": round(wall, 3),
         "productive_s": round(productive, 3),
         "effective_training_time": round(productive / wall, 4) if wall > 0 else 0.0,
@@ -81,8 +83,24 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "attempts": len(attempts),
         "faults": faults,
         "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
+        "last_commit": max((e["step"] for e in events if e["event"] == "commit"), default=None),
         "how": "productive = durations of steps not redone; lost by cause: argosy.runtime.goodput",
     }
+
+
+def _final(
+    steps: dict[int, list[dict]], resumes: dict[int, dict], attempts: list[int]
+) -> tuple[int, float | None]:
+    """The last attempt's last step (or, when it resumed at the end and took no step, the
+    step it resumed from) and the loss last recorded for that step."""
+    if not attempts:
+        return 0, None
+    last = attempts[-1]
+    if steps[last]:
+        return steps[last][-1]["step"], steps[last][-1]["loss"]
+    step = resumes.get(last, {}).get("step") or 0
+    losses = [e["loss"] for a in attempts for e in steps[a] if e["step"] == step]
+    return step, (losses[-1] if losses else None)
 
 
 def _split(

@@ -79,6 +79,7 @@ class WorkerGroup:
         self.log_dir = spec.run_dir / "logs" / f"attempt{attempt}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         port = spec.master_port + attempt if spec.master_port else free_port()
+        self.epoch = time.time_ns() // 1000
         self.procs: list[subprocess.Popen] = []
         self.warm_started = 0
         standby = list(standby or [])
@@ -133,6 +134,8 @@ class WorkerGroup:
         )
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("ARGOSY_CKPT_JOB", s.run_id)  # flash snapshots named by this run
+        if s.nnodes == 1:  # one clock: the attempt's checkpoint epoch (fences older ones)
+            env["ARGOSY_CKPT_EPOCH"] = str(self.epoch)
         env.update(
             {
                 hooks.ENV_BOARD: str(s.board_path),

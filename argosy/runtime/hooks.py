@@ -2,7 +2,8 @@
 
     rt = hooks.attach()                  # after init_process_group
     rt.watch_ddp(model)                  # count and time DDP's gradient all-reduces
-    rt.restored(start_step)              # after loading the checkpoint (0 when fresh)
+    ckpt = open_checkpointer(dir, progress=rt.checkpoint_progress)
+    rt.restored(start_step, target_step=steps, decision=ckpt.last_decision)
     for step in range(start_step + 1, steps + 1):
         rt.step_begin(step)              # injected faults fire here
         with rt.compute():               # forward pass: the straggler detector times it
@@ -14,6 +15,7 @@
         if step % k == 0:
             with rt.checkpointing(step):
                 ckpt.save(step, state)
+    with rt.checkpoint_fence(): rt.committed(ckpt.wait())
     rt.finish()
 
 Everything goes to this rank's row of the progress board in shared memory: writes are
@@ -26,6 +28,7 @@ directory (faulthandler, so it works even while the rank is blocked in C code).
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -45,6 +48,16 @@ ENV_RUN_DIR = "ARGOSY_RUN_DIR"
 ENV_T0 = "ARGOSY_T0"
 ENV_ATTEMPT = "ARGOSY_ATTEMPT"
 ENV_INJECT = "ARGOSY_INJECT"
+PHASES = {
+    "start": 1,
+    "allocate": 2,
+    "copy": 3,
+    "copied": 4,
+    "write": 5,
+    "commit": 6,
+    "committed": 7,
+}
+"""Checkpoint phases as the board's CKPT_PHASE numbers."""
 
 
 class Runtime:
@@ -90,10 +103,42 @@ class Runtime:
 
     # -- progress ---------------------------------------------------------------------
 
-    def restored(self, step: int) -> None:
-        """The checkpoint (or a fresh start, step 0) is loaded; training resumes after it."""
+    def restored(
+        self, step: int, target_step: int | None = None, decision: dict | None = None
+    ) -> None:
+        """The checkpoint (or a fresh start, step 0) is loaded; training resumes after it.
+
+        `target_step`: the step the script trains to (lets the agent tell a run that
+        finished from one that failed); `decision`: how the checkpointer chose the step
+        (written to `<run dir>/resume/`, and into the agent's `resume` event).
+        """
+        if decision is not None and self.run_dir is not None:
+            folder = self.run_dir / "resume"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"attempt{self.attempt}-rank{self.rank}.json"
+            path.write_text(json.dumps(decision, default=str))
+        if target_step:
+            self._row.set(Slot.TARGET_STEP, target_step)
         self._row.set(Slot.RESTORED_STEP, step)
         self._touch(Slot.T_RESTORED)
+
+    def committed(self, step: int | None) -> None:
+        """`step` is committed on disk (what `ckpt.wait()` returned)."""
+        if step is not None:
+            self._row.set(Slot.CKPT_COMMITTED, step)
+        self._row.set(Slot.HEARTBEAT, time.monotonic())
+
+    def checkpoint_progress(self, phase: str, done_bytes: int) -> None:
+        """The checkpointer moved (`FlashCheckpointer(progress=...)`): bytes copied,
+        written or arriving from other ranks. While a rank is inside a checkpoint call,
+        this is the progress the hang detector follows. Phase "committed" carries the
+        newest committed step instead of bytes."""
+        if phase == "committed":  # the value is the newest committed step
+            self._row.set(Slot.CKPT_COMMITTED, done_bytes)
+        else:
+            self._row.set(Slot.CKPT_PROGRESS, done_bytes)
+        self._row.set(Slot.CKPT_PHASE, PHASES.get(phase, 0))
+        self._row.set(Slot.T_CKPT_PROGRESS, time.monotonic())
 
     def step_begin(self, step: int) -> None:
         """A step starts: fire any injection due now, then stamp the step's start."""
@@ -129,8 +174,9 @@ class Runtime:
 
     @contextmanager
     def checkpoint_fence(self) -> Iterator[None]:
-        """Wrap checkpoint calls that may block (`before_optimizer_step`): while inside,
-        the watchdog allows `checkpoint_grace_s` instead of the hang threshold."""
+        """Wrap checkpoint calls that may block (`before_optimizer_step`, `wait`): while
+        inside, the checkpoint's own progress (`checkpoint_progress`) counts as the rank's,
+        so a save that moves is never a hang and one that stops is caught as fast as any."""
         self._row.set(Slot.CKPT_BUSY, 1)
         try:
             yield

@@ -1,11 +1,12 @@
 """Hang and straggler detection from progress, as pure decisions over board snapshots.
 
-Hang: no rank advanced (step, collective entry or exit, restore) for longer than
-max(k x recent p99 step time, floor). The stalled collective is the highest sequence
-number any rank entered; the ranks that never entered it are named as the culprits.
-Before a rank's first step the startup timeout applies instead, and while a rank is inside
-a checkpoint call that may block (hooks.checkpointing / checkpoint_fence) at least
-`checkpoint_grace_s`.
+Hang: no rank advanced (step, collective entry or exit, restore, or, while it is inside a
+checkpoint call, the checkpoint's own progress: bytes copied, written, or arriving from
+other ranks) for longer than max(k x recent p99 step time, floor). There is no grace for
+checkpoints: a save that moves is progress, one that stops is a hang like any other. The
+stalled collective is the highest sequence number any rank entered; the ranks that never
+entered it are named as the culprits. Before a rank's first step the startup timeout
+applies instead.
 
 Straggler: per step, each rank's compute time (measured by the hooks, collectives
 excluded) over the median of its peers; a rank above the threshold in most of the last
@@ -33,7 +34,7 @@ class HangVerdict:
     stalled_s: float
     threshold_s: float
     since_s: float
-    """Monotonic time of the last progress of the stalest rank."""
+    """Monotonic time of the last progress of any rank (the group stalled since)."""
     collective_seq: int
     missing_ranks: tuple[int, ...]
     """Ranks that never entered the stalled collective (or lag in steps)."""
@@ -76,10 +77,8 @@ class HangDetector:
             return None
         if any(snap[r, Slot.STEP_COUNT] == 0 for r in live):
             return self._check_startup(snap, live, spawned_at, now)
-        since = min(float(snap[r, Slot.HEARTBEAT]) for r in live)
+        since = max(last_progress(snap, r) for r in live)
         stalled, threshold = now - since, self.threshold_s()
-        if any(snap[r, Slot.CKPT_BUSY] > 0 for r in live):
-            threshold = max(threshold, self.config.checkpoint_grace_s)  # inside a blocking save
         if stalled <= threshold:
             return None
         seq, missing, detail = localize(snap, live)
@@ -94,6 +93,15 @@ class HangDetector:
         detail = f"ranks {list(waiting)} made no step within {self.config.startup_timeout_s:g} s"
         threshold = self.config.startup_timeout_s
         return HangVerdict(round(now - spawned_at, 3), threshold, spawned_at, 0, waiting, detail)
+
+
+def last_progress(snap: np.ndarray, rank: int) -> float:
+    """When the rank last moved: its heartbeat, or its checkpoint's progress while it is
+    inside a checkpoint call."""
+    beat = float(snap[rank, Slot.HEARTBEAT])
+    if snap[rank, Slot.CKPT_BUSY] > 0:
+        return max(beat, float(snap[rank, Slot.T_CKPT_PROGRESS]))
+    return beat
 
 
 def localize(snap: np.ndarray, live: list[int]) -> tuple[int, tuple[int, ...], str]:
@@ -117,7 +125,7 @@ def localize(snap: np.ndarray, live: list[int]) -> tuple[int, tuple[int, ...], s
     if low < max(steps.values()):
         behind = tuple(r for r in live if steps[r] == low)
         return seq, behind, f"ranks {list(behind)} stuck after step {low}; others are ahead"
-    stalest = min(live, key=lambda r: float(snap[r, Slot.HEARTBEAT]))
+    stalest = min(live, key=lambda r: last_progress(snap, r))
     return seq, (stalest,), f"rank {stalest} showed progress last, at step {low}"
 
 

@@ -13,6 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from argosy.checkpoint import FlashCheckpointer
+from argosy.checkpoint import commit as ckcommit
 from argosy.checkpoint import disk as ckdisk
 from argosy.cli.app import app
 
@@ -34,7 +35,7 @@ def run(*args: str):
 def test_ls_lists_complete_and_unfinished_steps(ckpt_dir, tmp_path):
     directory = tmp_path / "run"
     shutil.copytree(ckpt_dir, directory)
-    (directory / ckdisk.tmp_dir_name(30)).mkdir()
+    (directory / ckcommit.tmp_dir_name(30, epoch=7)).mkdir()
     result = run("ls", str(directory), "--json")
     assert result.exit_code == 0, result.output
     rows = {r["step"]: r for r in json.loads(result.output)}

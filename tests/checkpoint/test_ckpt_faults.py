@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from argosy.checkpoint import CheckpointError, FlashCheckpointer
+from argosy.checkpoint import commit as ckcommit
 from argosy.checkpoint import disk as ckdisk
 from argosy.checkpoint.segment import job_segments
 
@@ -93,7 +94,7 @@ def _drop_manifest(step_dir):
 
 
 def _unfinished(step_dir):  # what a persister killed before its commit leaves
-    os.rename(step_dir, step_dir.parent / ckdisk.tmp_dir_name(int(step_dir.name[5:])))
+    os.rename(step_dir, step_dir.parent / ckcommit.tmp_dir_name(int(step_dir.name[5:]), 1))
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +180,7 @@ def test_a_full_disk_reaches_the_trainer_and_keeps_earlier_steps(tmp_path, job, 
     assert "ERROR persisting step 2" in out and "File too large" in out, out + proc.stderr
     assert "TRAINING 3.0" in out and f"LOADED 1 {float(1 << 20)}" in out
     assert ckdisk.committed_steps(tmp_path) == [1]
-    assert not list(tmp_path.glob(ckdisk.TMP_PREFIX + "*")), "the failed step was cleaned up"
+    assert not list(tmp_path.glob(ckcommit.TMP_PREFIX + "*")), "the failed step was cleaned up"
 
 
 def test_an_unwritable_directory_fails_on_wait(tmp_path, job):

@@ -51,7 +51,7 @@ def test_hang_names_the_rank_that_never_entered_the_collective() -> None:
     assert verdict is not None
     assert verdict.missing_ranks == (1,)
     assert verdict.collective_seq == 7
-    assert verdict.stalled_s == pytest.approx(7.0)
+    assert verdict.stalled_s == pytest.approx(6.0)  # the group's last move was at 100
 
 
 def test_hang_inside_a_collective_everyone_entered_blames_the_transport() -> None:
@@ -123,12 +123,29 @@ def test_straggler_needs_every_rank_of_a_step() -> None:
     assert slow.check(now=100.0) is None
 
 
-def test_a_rank_inside_a_checkpoint_call_gets_the_checkpoint_grace() -> None:
-    hang = HangDetector(RuntimeConfig(hang_floor_s=5.0, checkpoint_grace_s=30.0))
-    saving = {**stepping(100.0, 4, 4), Slot.CKPT_BUSY: 1}
-    snap = board([saving, stepping(100.0, 4, 4)])
-    assert hang.check(snap, [0, 1], spawned_at=0.0, now=120.0) is None
-    assert hang.check(snap, [0, 1], spawned_at=0.0, now=131.0) is not None
-    saving[Slot.CKPT_BUSY] = 0  # the save returned: the normal threshold again
-    snap = board([saving, stepping(100.0, 4, 4)])
+def test_a_checkpoint_that_moves_is_progress_one_that_stops_is_a_hang() -> None:
+    hang = HangDetector(RuntimeConfig(hang_floor_s=5.0))
+    saving = {**stepping(100.0, 4, 4), Slot.CKPT_BUSY: 1, Slot.T_CKPT_PROGRESS: 118.0}
+    waiting = stepping(100.0, 5, 4)  # the peer waits in the next collective
+    snap = board([saving, waiting])
+    assert hang.check(snap, [0, 1], spawned_at=0.0, now=120.0) is None  # bytes still move
+    verdict = hang.check(snap, [0, 1], spawned_at=0.0, now=123.5)  # 5.5 s without a byte
+    assert verdict is not None and verdict.missing_ranks == (0,)
+    assert verdict.stalled_s == pytest.approx(5.5)
+
+
+def test_checkpoint_progress_counts_only_inside_a_checkpoint_call() -> None:
+    hang = HangDetector(RuntimeConfig(hang_floor_s=5.0))
+    after = {**stepping(100.0, 4, 4), Slot.CKPT_BUSY: 0, Slot.T_CKPT_PROGRESS: 118.0}
+    snap = board([after, stepping(100.0, 5, 4)])
     assert hang.check(snap, [0, 1], spawned_at=0.0, now=106.0) is not None
+
+
+@pytest.mark.parametrize("stall_s", [5.1, 7.0, 9.9])
+def test_a_hang_beside_a_checkpoint_is_caught_within_the_floor(stall_s: float) -> None:
+    """No grace: whatever the checkpoint did before, a stall longer than the threshold is
+    reported, within the same <= 10 s as anywhere else."""
+    hang = HangDetector(RuntimeConfig(hang_floor_s=5.0))
+    saving = {**stepping(100.0, 4, 4), Slot.CKPT_BUSY: 1, Slot.T_CKPT_PROGRESS: 100.0}
+    snap = board([saving, stepping(99.0, 5, 4)])
+    assert hang.check(snap, [0, 1], spawned_at=0.0, now=100.0 + stall_s) is not None

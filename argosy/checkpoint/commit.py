@@ -1,0 +1,309 @@
+"""The two-phase commit of one step across ranks, fenced by epoch.
+
+Phase 1 (every rank): the coordinator (rank 0's persister) announces a step by creating
+its staging directory `.tmp-e<epoch>-step_<12 digits>/`; each rank that still holds that
+snapshot writes its shard there (fsynced, crc32 computed while written) and publishes
+`rank<r>.done` (its files with sizes and checksums). A rank that no longer holds the step
+writes `rank<r>.skip`; a rank whose write failed writes `rank<r>.failed`.
+
+Phase 2 (coordinator): once every rank's done-marker is there and every file has the size
+it announced, it writes `.metadata` and `manifest.json` (every file with its checksum, and
+the epoch), fsyncs, and renames the directory to `step_<12 digits>` in one `rename`. A skip,
+a failure or a timeout aborts the step for all: `aborted` is written and the directory is
+removed; the previous commit stays the newest.
+
+Fencing: every attempt of a job has an epoch (the launcher's, else agreed at start, see
+`flash.py`), higher than the ones before. A new attempt raises `.fence` to its epoch before
+it lists what is committed; a writer whose epoch is below the fence stops writing, and a
+commit re-reads the fence under the same lock before its rename. Staging paths carry the
+epoch, so a writer of an earlier attempt can only ever touch its own attempt's files, and
+no commit of an earlier attempt lands after a newer attempt has looked at the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pickle
+import re
+import shutil
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from argosy.checkpoint.disk import (
+    MANIFEST,
+    RankPiece,
+    committed_steps,
+    fsync_dir,
+    step_dir_name,
+    write_small,
+)
+
+if TYPE_CHECKING:
+    from argosy.checkpoint.layout import SnapshotMeta
+
+TMP_PREFIX = ".tmp-"
+FENCE_FILE = ".fence"
+ABORTED = "aborted"
+FORMAT = "argosy-flash/2 (torch.distributed.checkpoint)"
+_TMP = re.compile(r"\.tmp-e(\d+)-step_(\d+)$")
+
+
+class FencedError(Exception):
+    """A newer attempt has fenced this writer out: its writes and commits are void."""
+
+
+def tmp_dir_name(step: int, epoch: int) -> str:
+    return f"{TMP_PREFIX}e{epoch}-step_{step:012d}"
+
+
+def parse_tmp(name: str) -> tuple[int, int] | None:
+    """(step, epoch) of a staging directory name, or None."""
+    match = _TMP.match(name)
+    return (int(match.group(2)), int(match.group(1))) if match else None
+
+
+def staging_dirs(directory: Path, epoch: int | None = None) -> dict[int, Path]:
+    """Staging directories by step (of `epoch` only, when given)."""
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for child in directory.iterdir():
+        parsed = parse_tmp(child.name)
+        if parsed is not None and (epoch is None or parsed[1] == epoch):
+            found[parsed[0]] = child
+    return found
+
+
+# -- the fence ------------------------------------------------------------------------
+
+
+class Fence:
+    """`<directory>/.fence`: the newest epoch that may write; raised under an exclusive lock."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / FENCE_FILE
+        self._cached = -1
+        self._checked = 0.0
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.directory / (FENCE_FILE + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def current(self) -> int:
+        try:
+            return int(json.loads(self.path.read_text())["epoch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return -1
+
+    def raise_to(self, epoch: int) -> int:
+        """Make `epoch` the newest that may write (never lowers it); returns the fence."""
+        with self.locked():
+            now = self.current()
+            if epoch > now:
+                write_small(self.path, json.dumps({"epoch": epoch, "unix": time.time()}).encode())
+                now = epoch
+        return now
+
+    def fenced(self, epoch: int, max_age_s: float = 0.1) -> bool:
+        """Whether a newer epoch has started (the file is re-read at most every `max_age_s`)."""
+        if self._cached > epoch:
+            return True
+        now = time.monotonic()
+        if now - self._checked >= max_age_s:
+            self._cached, self._checked = self.current(), now
+        return self._cached > epoch
+
+    def check(self, epoch: int) -> None:
+        if self.fenced(epoch):
+            raise FencedError(f"epoch {epoch} is fenced by epoch {self._cached}")
+
+
+# -- markers of phase 1 ---------------------------------------------------------------
+
+
+def publish(staging: Path, piece: RankPiece, epoch: int) -> None:
+    """This rank's shard is durable: its done-marker, naming its files and checksums."""
+    write_small(staging / f"rank{piece.rank}.done", pickle.dumps((epoch, piece)))
+
+
+def refuse(staging: Path, rank: int, kind: str, reason: str) -> None:
+    """`kind` is "skip" (the snapshot is gone) or "failed" (the write failed)."""
+    with contextlib.suppress(OSError):  # the directory may be gone: the step is void anyway
+        write_small(staging / f"rank{rank}.{kind}", reason.encode())
+
+
+@dataclass
+class Collected:
+    """What the coordinator found in a staging directory."""
+
+    pieces: list[RankPiece] | None
+    """Every rank's piece, in rank order, once all are there."""
+    refusal: tuple[str, str] | None
+    """(kind, reason) when a rank refused the step: kind "skip" or "failed"; else None."""
+    bytes_seen: int
+    """Bytes in the staging directory (progress while waiting for the other ranks)."""
+
+
+def collect(staging: Path, world_size: int, epoch: int) -> Collected:
+    """One non-blocking look at the staging directory."""
+    for rank in range(world_size):
+        for kind in ("failed", "skip"):
+            marker = staging / f"rank{rank}.{kind}"
+            if marker.exists():
+                reason = marker.read_text(errors="replace")
+                return Collected(None, (kind, f"rank {rank} refused it ({kind}): {reason}"), 0)
+    seen = 0
+    with contextlib.suppress(OSError):
+        seen = sum(p.stat().st_size for p in staging.iterdir())
+    done = [staging / f"rank{r}.done" for r in range(world_size)]
+    if not all(p.exists() for p in done):
+        return Collected(None, None, seen)
+    pieces = []
+    for path in done:
+        got_epoch, piece = pickle.loads(path.read_bytes())
+        if got_epoch != epoch:
+            why = f"{path.name} is of epoch {got_epoch}, not {epoch}"
+            return Collected(None, ("failed", why), seen)
+        pieces.append(piece)
+    return Collected(pieces, None, seen)
+
+
+def abort(staging: Path, reason: str) -> None:
+    """Mark the step void for every rank, then remove its directory."""
+    with contextlib.suppress(OSError):
+        write_small(staging / ABORTED, reason.encode())
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def aborted(staging: Path) -> bool:
+    return (staging / ABORTED).exists() or not staging.is_dir()
+
+
+# -- phase 2 ----------------------------------------------------------------------------
+
+
+def commit(
+    directory: Path,
+    step: int,
+    epoch: int,
+    metas: list[SnapshotMeta],
+    pieces: list[RankPiece],
+    fence: Fence,
+) -> Path | None:
+    """Write `.metadata` and the manifest, then rename the step into place atomically.
+
+    Returns the step directory, or None when that step was committed already (by an
+    earlier attempt): the staging copy is dropped. Raises FencedError when a newer
+    epoch has started, and TornCheckpointError-like ValueError when a file lacks bytes.
+    """
+    staging = directory / tmp_dir_name(step, epoch)
+    files: dict[str, dict[str, int]] = {}
+    for piece in pieces:
+        for name, want in piece.files.items():
+            size = (staging / name).stat().st_size
+            if size != want["bytes"]:
+                raise ValueError(f"{name}: {size} bytes, rank {piece.rank} wrote {want['bytes']}")
+        files.update(piece.files)
+    metadata_bytes = pickle.dumps(_dcp_metadata(metas, pieces))
+    write_small(staging / ".metadata", metadata_bytes)
+    files[".metadata"] = {"bytes": len(metadata_bytes), "crc32": zlib.crc32(metadata_bytes)}
+    manifest = {
+        "format": FORMAT,
+        "step": step,
+        "epoch": epoch,
+        "world_size": len(pieces),
+        "created_unix": time.time(),
+        "files": files,
+    }
+    write_small(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
+    for piece in pieces:
+        (staging / f"rank{piece.rank}.done").unlink(missing_ok=True)
+    fsync_dir(staging)
+    final = directory / step_dir_name(step)
+    with fence.locked():
+        if fence.current() > epoch:
+            raise FencedError(f"epoch {epoch} fenced before the commit of step {step}")
+        try:
+            os.rename(staging, final)  # fails when `final` exists and is not empty
+        except OSError:
+            if not (final / MANIFEST).exists():
+                raise
+            shutil.rmtree(staging, ignore_errors=True)
+            return None
+        fsync_dir(directory)
+    return final
+
+
+def _dcp_metadata(metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Any:
+    import torch
+    from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
+    from torch.distributed.checkpoint.metadata import (
+        BytesStorageMetadata,
+        ChunkStorageMetadata,
+        Metadata,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    state: dict[str, Any] = {}
+    for meta in metas:
+        for e in meta.tensors:
+            if meta.rank != 0 and not e.sharded:
+                continue
+            md = state.setdefault(
+                e.fqn,
+                TensorStorageMetadata(
+                    TensorProperties(dtype=e.dtype), torch.Size(e.global_shape), []
+                ),
+            )
+            md.chunks.append(ChunkStorageMetadata(torch.Size(e.global_offset), torch.Size(e.shape)))
+        if meta.rank == 0:
+            for obj in meta.objects:
+                state[obj.fqn] = BytesStorageMetadata()
+    storage = {index: info for piece in pieces for index, info in piece.items}
+    return Metadata(
+        state_dict_metadata=state,
+        planner_data=_dcp_paths(metas[0].mappings),
+        storage_data=storage,
+        version=CURRENT_DCP_VERSION,
+    )
+
+
+def _dcp_paths(paths: dict[str, tuple]) -> dict[str, tuple]:
+    """DCP's own path form (dict keys as str, list positions as int): no argosy types."""
+    return {
+        fqn: tuple(int(p) if type(p).__name__ == "_Index" else str(p) for p in path)
+        for fqn, path in paths.items()
+    }
+
+
+def prune(directory: Path, keep: int, epoch: int) -> list[int]:
+    """Remove committed steps beyond the newest `keep`, and staging directories that can
+    never commit: of earlier epochs, aborted, or not newer than the newest commit."""
+    steps = committed_steps(directory)
+    doomed = steps[:-keep] if keep > 0 else []
+    for step in doomed:
+        shutil.rmtree(directory / step_dir_name(step), ignore_errors=True)
+    newest = steps[-1] if steps else -1
+    for child in directory.iterdir() if directory.is_dir() else []:
+        parsed = parse_tmp(child.name)
+        if parsed is None:
+            continue
+        step, its_epoch = parsed
+        if its_epoch < epoch or step <= newest or (child / ABORTED).exists():
+            shutil.rmtree(child, ignore_errors=True)
+    return doomed
