@@ -189,7 +189,7 @@ def print_plan_quality(comps: list[Comparison]) -> None:
     ratios = []
     for c in comps:
         p = c.point
-        fixed = {"flash": p.parallel["flash"]} if "flash" in p.parallel else None
+        fixed = {k: v for k, v in p.parallel.items() if k in ("flash", "fp8", "compile")}
         group = load_cluster(p.cluster).groups[0]
         ranked = search_group(p.spec, group, p.seq, p.gbs, fixed=fixed, framework=p.framework)
         best = ranked.step_s(0)

@@ -107,6 +107,8 @@ def estimate(
     check_parallel(plan, model, cluster.num_devices, seq_len, global_batch)
     if plan.vpp > 1 and not fw.interleaved_pipeline:
         raise ArgosyError(f"{fw.name} has no interleaved pipeline schedule: vpp must be 1")
+    if plan.cp > 1 and not fw.context_parallel:
+        raise ArgosyError(f"{fw.name} has no context parallelism: cp must be 1")
     group = cluster.groups[0]
     costs, hw = estimate_one(model, group, seq_len, global_batch, plan, constants, fw)
     reasons = overflow_reasons(costs, 0)

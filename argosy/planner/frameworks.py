@@ -145,6 +145,8 @@ class Profile(BaseModel):
     """Whether attention runs as a fused flash kernel unless the plan says otherwise."""
     interleaved_pipeline: bool = True
     """Whether virtual pipeline stages (vpp > 1) exist in this framework."""
+    context_parallel: bool = True
+    """Whether context parallelism (cp > 1) exists in this framework."""
     tp_comm_in_bf16: bool = True
     """Whether TP activations travel in bf16 (else fp32)."""
     elementwise_eager: float = Field(default=1.0, gt=0)

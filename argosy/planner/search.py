@@ -63,6 +63,8 @@ def search_group(
     devices = devices or group.num_devices
     fw = load_framework(framework)
     hw = Hardware.of(group, constants)
+    if not fw.context_parallel:
+        fixed = {**(fixed or {}), "cp": 1}
     cands = enumerate_space(
         model, devices, hw.domain_size, seq_len, samples, fixed, exact_batch,
         flash_default=fw.flash_attention, interleaved=fw.interleaved_pipeline,

@@ -208,6 +208,7 @@ def test_device_count_that_does_not_factor_offers_fewer_devices_and_batches() ->
     assert alt["global_batches"] and all(b != 2048 for b in alt["global_batches"])
 
 
+@pytest.mark.slow
 def test_mixed_table_names_each_layouts_chip() -> None:
     result = runner.invoke(
         app, ["plan", "-m", "llama3-8b", "-c", "a100:32+h100:32", "--seq-len", "4096",
