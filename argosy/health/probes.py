@@ -2,16 +2,15 @@
 
 Each probe builds its buffers once, then `timed_rounds` runs it in rounds that every rank
 starts together (a barrier before each), so outside load hits all ranks alike and their
-ratio stays meaningful. A throttled rank (emulation, see `throttle`) idles after each
-round. Results are throughputs per round in the probe's unit; verdicts are decided in the
-parent by `checks`, never here. Imports torch: load this module only inside a rank.
+ratio stays meaningful. A throttled rank (emulation, see `throttle`) is credited with its
+share of the work. Results are throughputs per round in the probe's unit; verdicts are
+decided in the parent by `checks`, never here. Imports torch: load it only inside a rank.
 
 Clocks: on an accelerator, wall time after a device synchronize. On a CPU node each rank
 runs one thread and its own CPU time (`time.thread_time`) is used for the per-device
 probes, so time a rank spends descheduled by other tenants of a shared machine does not
 count as slowness of the device (contention for caches and memory still does). The
-all-reduce is always timed by the wall clock: waiting for peers is part of it.
-"""
+all-reduce is always timed by the wall clock: waiting for peers is part of it."""
 
 from __future__ import annotations
 
@@ -90,25 +89,52 @@ def bus_probe(device: torch.device, num_bytes: int, world_size: int) -> Probe:
     return Probe(run, num_bytes * 2 * (world_size - 1) / world_size / 1e9, False, True)
 
 
-MIN_ITERS = 8
-"""Fewest iterations per round, so a throttle's rounding stays within a few percent."""
+CHUNKS = 4
+"""A round runs its work in chunks of about round_s / CHUNKS and ends at the first chunk
+boundary after its wall-clock window closes."""
 
 
 def timed_rounds(
     probe: Probe, device: torch.device, rounds: int, round_s: float, throttle: Throttle
 ) -> list[float]:
-    """Throughput of each round (amount per second), rounds started together on all ranks."""
+    """Throughput of each round (amount per second of the rank's clock).
+
+    Per-device probes run for the same wall-clock window on every rank (started by a
+    barrier), so the ranks contend for shared caches and memory for the whole round
+    alike; a throttled rank is credited with its share of the work. Collectives run a
+    count of iterations all ranks agreed on.
+    """
     clock = _clock(probe, device)
-    iters = _iterations(probe, device, round_s, clock)
-    runs = throttle.iterations(iters) if probe.throttled else iters
-    samples = []
-    for _ in range(rounds):
-        dist.barrier()
-        start = clock()
-        probe.run(runs)
+    per_iter = _per_iteration(probe, device, clock)
+    if probe.agree_iters:
+        iters = _agreed(max(1, round(round_s / per_iter)), device)
+        return [_fixed_round(probe, device, iters, clock) for _ in range(rounds)]
+    chunk = max(1, round(round_s / CHUNKS / per_iter))
+    rate = [_window_round(probe, device, chunk, round_s, clock) for _ in range(rounds)]
+    return [throttle.useful(r) if probe.throttled else r for r in rate]
+
+
+def _window_round(
+    probe: Probe, device: torch.device, chunk: int, round_s: float, clock: Callable[[], float]
+) -> float:
+    dist.barrier()
+    deadline = time.perf_counter() + round_s
+    start, runs = clock(), 0
+    while runs == 0 or time.perf_counter() < deadline:
+        probe.run(chunk)
         sync(device)
-        samples.append(probe.amount * iters / max(clock() - start, 1e-9))
-    return samples
+        runs += chunk
+    return probe.amount * runs / max(clock() - start, 1e-9)
+
+
+def _fixed_round(
+    probe: Probe, device: torch.device, iters: int, clock: Callable[[], float]
+) -> float:
+    dist.barrier()
+    start = clock()
+    probe.run(iters)
+    sync(device)
+    return probe.amount * iters / max(clock() - start, 1e-9)
 
 
 def _clock(probe: Probe, device: torch.device) -> Callable[[], float]:
@@ -117,19 +143,18 @@ def _clock(probe: Probe, device: torch.device) -> Callable[[], float]:
     return time.perf_counter
 
 
-def _iterations(
-    probe: Probe, device: torch.device, round_s: float, clock: Callable[[], float]
-) -> int:
-    """Iterations that fill about `round_s`, timed after one warm-up iteration."""
+def _per_iteration(probe: Probe, device: torch.device, clock: Callable[[], float]) -> float:
+    """Seconds of one iteration, timed after one warm-up iteration."""
     probe.run(1)
     sync(device)
     start = clock()
     probe.run(2)
     sync(device)
-    per_iter = max(clock() - start, 1e-6) / 2
-    iters = max(MIN_ITERS if probe.throttled else 1, round(round_s / per_iter))
-    if probe.agree_iters:
-        count = torch.tensor([iters], dtype=torch.int64, device=device)
-        dist.all_reduce(count, op=dist.ReduceOp.MIN)
-        iters = int(count.item())
-    return iters
+    return max(clock() - start, 1e-6) / 2
+
+
+def _agreed(iters: int, device: torch.device) -> int:
+    """The smallest iteration count any rank proposed (collectives must match)."""
+    count = torch.tensor([iters], dtype=torch.int64, device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MIN)
+    return int(count.item())

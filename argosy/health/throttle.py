@@ -1,15 +1,15 @@
-"""Emulated slow devices: a work-inflating throttle for the check harness (emulation only).
+"""Emulated slow devices: a throttle for the check harness (emulation only).
 
-A real slow device (thermal or power capping, a lower clock, a failing memory stack) needs
-more time for the same work. The throttle reproduces that on any machine: a throttled rank
-asked to do `iters` iterations of a probe runs `iters / factor` of them (rounded) while
-being credited with `iters`, so its measured throughput is `factor` times what the device
-delivers, as if it ran at that share of its clock. Busy work rather than sleep keeps the
-emulation visible to CPU-time clocks and to the same scheduler pressure as real work.
-It exists only to test that the checks find such a device and measure its factor.
+A real slow device (thermal or power capping, a lower clock, a failing memory stack) gets
+less useful work done in the same time. The throttle reproduces that on any machine: a
+throttled rank runs its probes like the others, but only `factor` of the iterations it
+runs count as useful work, as if each useful iteration had cost it `1 / factor` of them.
+Its measured throughput is then `factor` times what the device delivers, with all the
+noise of the real measurement. Busy work rather than sleep keeps the rank's use of the
+shared machine (cores, caches, memory) the same as real work. It exists only to test that
+the checks find such a device and measure its factor; nothing in the product uses it.
 
-    throttle = Throttle(0.5)
-    throttle.iterations(10)   # 20: half speed
+    Throttle(0.5).useful(40)   # 20.0: half speed
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from argosy.core.errors import ConfigError
 
 @dataclass(frozen=True)
 class Throttle:
-    """Slows a rank to `factor` of its speed by running extra iterations of the same work."""
+    """Slows a rank to `factor` of its speed: only that share of its work counts."""
 
     factor: float = 1.0
 
@@ -29,11 +29,11 @@ class Throttle:
         if not 0 < self.factor <= 1:
             raise ConfigError(f"throttle factor must be in (0, 1], got {self.factor:g}")
 
-    def iterations(self, iters: int) -> int:
-        """Iterations to run for `iters` credited ones (at least `iters`)."""
-        if iters < 0:
-            raise ValueError(f"iterations must be non-negative, got {iters}")
-        return max(iters, round(iters / self.factor))
+    def useful(self, runs: float) -> float:
+        """Useful iterations among `runs` run (the rest emulate the slowness)."""
+        if runs < 0:
+            raise ValueError(f"runs must be non-negative, got {runs}")
+        return runs * self.factor
 
 
 def parse_slow(specs: list[str], num_ranks: int | None = None) -> dict[int, float]:

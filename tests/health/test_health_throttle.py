@@ -7,12 +7,14 @@ from argosy.health.throttle import Throttle, parse_slow
 
 
 @pytest.mark.parametrize(
-    ("factor", "iters", "want"),
-    [(1.0, 10, 10), (0.5, 10, 20), (0.25, 8, 32), (0.75, 12, 16), (0.9, 1, 1), (0.5, 0, 0)],
-    ids=["full", "half", "quarter", "three-quarters", "rounds-to-credit", "nothing"],
+    ("factor", "runs", "want"),
+    [(1.0, 40, 40.0), (0.5, 40, 20.0), (0.25, 40, 10.0), (0.75, 12, 9.0), (0.5, 0, 0.0)],
+    ids=["full", "half", "quarter", "three-quarters", "nothing"],
 )
-def test_throttle_inflates_the_work(factor: float, iters: int, want: int) -> None:
-    assert Throttle(factor).iterations(iters) == want
+def test_throttle_counts_a_share_of_the_work(factor: float, runs: int, want: float) -> None:
+    assert Throttle(factor).useful(runs) == pytest.approx(want)
+    with pytest.raises(ValueError, match="non-negative"):
+        Throttle(factor).useful(-1)
 
 
 @pytest.mark.parametrize("factor", [0.0, -0.5, 1.5])
