@@ -40,6 +40,8 @@ class ServerConfig(BaseModel):
     """CPU slots of the local executor when no accelerator is found; 0 = CPU cores."""
     cycle_interval_s: float = Field(default=1.0, gt=0)
     """Longest wait between scheduler cycles; a submit or an exit wakes it sooner."""
+    min_cycle_gap_s: float = Field(default=0.05, ge=0)
+    """Shortest gap between cycles: a burst of submits is admitted in one cycle."""
     poll_interval_s: float = Field(default=0.2, gt=0)
     """How often running attempts are checked for their exit."""
     nodes_interval_s: float = Field(default=2.0, gt=0)

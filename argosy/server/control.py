@@ -179,7 +179,10 @@ class Control:
             self._check_nodes()
         for ended in self.executor.poll():
             self._apply_exit(ended)
-        if self.dirty or now - self.last_cycle_s >= self.config.cycle_interval_s:
+        since = now - self.last_cycle_s
+        if (
+            self.dirty and since >= self.config.min_cycle_gap_s
+        ) or since >= self.config.cycle_interval_s:
             self.dirty = False
             self.last_cycle_s = now
             decisions = self.scheduling.cycle()

@@ -84,7 +84,7 @@ class Store:
         }
         try:
             with self.engine.begin() as c:
-                c.execute(jobs.insert().values(**values))
+                result = c.execute(jobs.insert().values(**values))
                 c.execute(events.insert().values(_event(job_id, ("submitted", "queued"), now)))
         except IntegrityError:
             if idempotency_key is None:
@@ -93,7 +93,9 @@ class Store:
             if first is None or first["request_hash"] != request_hash:
                 raise IdempotencyConflictError(idempotency_key) from None
             return first, False
-        return self.get_job(job_id) or values, True
+        blank = {"started_at": None, "finished_at": None, "exit_code": None, "placement": None}
+        blank |= {"summary": None, "stop_requested": None}
+        return {"seq": result.inserted_primary_key[0], **values, **blank}, True
 
     def _by_key(self, key: str) -> Row | None:
         with self.engine.connect() as c:
