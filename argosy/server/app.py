@@ -53,7 +53,7 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            store.engine.dispose()
+            store.close()
 
     app = FastAPI(
         title="argosy",
