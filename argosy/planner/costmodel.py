@@ -407,7 +407,8 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
     params = stage_params(model, c)
     d = c.dp * c.cp
     grads = params * fw.grad_comm_bytes
-    weights = params * fw.param_comm_bytes
+    fp8_bytes = fw.fp8_param_comm_bytes or fw.param_comm_bytes
+    weights = params * np.where(c.fp8, fp8_bytes, fw.param_comm_bytes)
     lat = hw.eff.latency_us
     out = np.zeros(len(c))
     for z in range(4):
@@ -420,23 +421,23 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
         p = _ring_s(hw, sc, d, weights, 1.0, lat)
         ov_g = fw.overlap.grad_reduce if stage.overlap_grad is None else stage.overlap_grad
         ov_p = fw.overlap.param_gather if stage.overlap_param is None else stage.overlap_param
-        if stage.grad_reduce == "step":
-            exposed = _exposed(g, ov_g, bwd_mb)
-        else:
-            exposed = nmb * _exposed(g, ov_g, bwd_mb)
+        per_step = 1.0 if stage.grad_reduce == "step" else nmb
+        exposed = per_step * _exposed(g, ov_g, bwd_mb, fw.overlap.interference)
         if stage.param_gather == "step":
-            exposed = exposed + _exposed(p, ov_p, fwd_mb)
+            exposed = exposed + _exposed(p, ov_p, fwd_mb, fw.overlap.interference)
         elif stage.param_gather == "microbatch":
             window = fwd_mb + np.where(stage.gathers_per_microbatch >= 2, bwd_mb, 0.0)
-            exposed = exposed + nmb * _exposed(stage.gathers_per_microbatch * p, ov_p, window)
+            gathers = stage.gathers_per_microbatch * p
+            exposed = exposed + nmb * _exposed(gathers, ov_p, window, fw.overlap.interference)
         out = np.where(sel, exposed, out)
     return np.where(d > 1, out, 0.0)
 
 
-def _exposed(comm, overlap: float, window):
+def _exposed(comm, overlap: float, window, interference: float = 0.0):
     """What compute of length `window` cannot hide of `comm`, when at most `overlap` of it
-    can run concurrently."""
-    return np.maximum(comm * (1.0 - overlap), comm - window)
+    can run concurrently; plus `interference` of the part it does hide."""
+    exposed = np.maximum(comm * (1.0 - overlap), comm - window)
+    return exposed + interference * (comm - exposed)
 
 
 def _optimizer_s(model, hw: Hardware, fw: Profile, c):

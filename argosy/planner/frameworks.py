@@ -43,6 +43,9 @@ class Overlap(BaseModel):
 
     model_config = _STRICT
 
+    interference: float = Field(default=0.0, ge=0, le=1)
+    """Share of the hidden data-parallel traffic still added to the step: NCCL kernels
+    take SMs and memory bandwidth from the compute they overlap."""
     tp: float = Field(default=0.0, ge=0, le=1)
     """Tensor-parallel all-reduce / all-gather / reduce-scatter."""
     grad_reduce: float = Field(default=0.0, ge=0, le=1)
@@ -163,6 +166,8 @@ class Profile(BaseModel):
     """Bytes per gradient element in the data-parallel reduction."""
     param_comm_bytes: float = 2.0
     """Bytes per parameter element in parameter all-gathers."""
+    fp8_param_comm_bytes: float | None = None
+    """The same with `fp8=1` where the framework gathers fp8 weights (torchtitan)."""
     optimizer_bytes_moved: float = 30.0
     """Bytes of optimizer-step memory traffic per parameter it updates."""
     step_overhead_s: float = Field(default=0.02, ge=0)
