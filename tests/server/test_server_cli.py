@@ -123,3 +123,15 @@ def test_cli_round_trip_against_a_real_server(
     assert r.returncode == 2 and "403" in r.stderr
     r = argosy("job", "jnothere", env=env)
     assert r.returncode == 2 and "404" in r.stderr
+
+
+def test_the_cli_imports_no_server_dependency_until_a_server_command_runs() -> None:
+    code = (
+        "import sys\n"
+        "import argosy.cli.app\n"
+        "names = ('fastapi', 'uvicorn', 'sqlalchemy', 'alembic', 'httpx', 'prometheus_client',"
+        " 'ray', 'schemathesis')\n"
+        "print('HEAVY=' + ','.join(sorted(m for m in names if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "HEAVY=\n" in out.stdout, out.stdout + out.stderr
