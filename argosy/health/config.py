@@ -62,9 +62,9 @@ class HealthConfig(BaseModel):
     """A measured/expected factor under this is degraded."""
     failed_below: float = Field(0.2, ge=0, lt=1)
     """A measured/expected factor under this is failed (a dead or crippled device)."""
-    rounds: int = Field(5, ge=3)
+    rounds: int = Field(7, ge=3)
     """Timed rounds per probe; every rank runs each round at the same time."""
-    round_s: float = Field(0.06, gt=0)
+    round_s: float = Field(0.12, gt=0)
     """Target seconds of work per rank in one round (the iteration count is sized to it)."""
     cpu_ranks: int | None = Field(None, ge=1)
     """Ranks on a node without accelerators; None uses min(cores, 4), at least 2."""

@@ -89,7 +89,7 @@ def bus_probe(device: torch.device, num_bytes: int, world_size: int) -> Probe:
     return Probe(run, num_bytes * 2 * (world_size - 1) / world_size / 1e9, False, True)
 
 
-CHUNKS = 4
+CHUNKS = 6
 """A round runs its work in chunks of about round_s / CHUNKS and ends at the first chunk
 boundary after its wall-clock window closes."""
 
