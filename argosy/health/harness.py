@@ -85,6 +85,10 @@ def run_check(
     node = plan_node(config, ranks)
     if any(rank >= node.num_ranks for rank in slow):
         raise ConfigError(f"--emulate-slow names a rank beyond the node's {node.num_ranks}")
+    if node.backend not in DEVICE_TYPES:
+        raise ConfigError(
+            f"no health probes for '{node.backend}' devices; known: {sorted(DEVICE_TYPES)}"
+        )
     device_type, dist_backend = DEVICE_TYPES[node.backend]
     with ThreadPoolExecutor(1) as pool, tempfile.TemporaryDirectory() as tmp:
         signals = pool.submit(read_vendor_signals, config.xid_window_s)
