@@ -20,7 +20,7 @@ class CpuReference(BaseModel):
 
     gemm_tflops: float = Field(0.092, gt=0)
     """fp32 GEMM throughput of one single-thread rank (n=768) per CPU-second, TFLOP/s."""
-    memory_gbps: float = Field(20.0, gt=0)
+    memory_gbps: float = Field(19.5, gt=0)
     """Copy bandwidth (read + write bytes) of one single-thread rank per CPU-second, GB/s."""
     bus_gbps: float = Field(0.9, gt=0)
     """gloo all-reduce bus bandwidth (16 MiB, wall clock) between the node's ranks, GB/s."""
