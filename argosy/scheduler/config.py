@@ -25,6 +25,21 @@ class SchedulerConfig(BaseModel):
     elastic_buffer_fraction: float = Field(default=0.02, ge=0, le=0.5)
     """Share of each group's devices elastic growth leaves free for arriving small jobs;
     a shrink to make room also restores it, so arrivals rarely force a resize."""
+    shrink_batch_fraction: float = Field(default=0.03, ge=0, le=0.5)
+    """A shrink to make room frees at least this share of the group's devices (whole
+    nodes), so one checkpoint-resume serves a burst of arrivals, not one job."""
+    elastic_overgrow: float = Field(default=2.0, ge=1.0)
+    """An elastic job may grow to this multiple of its `max_devices` while nothing pending
+    accepts its chip type (given back first when something arrives)."""
+    resize_payback: float = Field(default=4.0, ge=1.0)
+    """A growth must be expected to return this many times the device-seconds its resize
+    stalls cost (the grow, and the shrink that later takes it back)."""
+    resize_budget_fraction: float = Field(default=0.01, ge=0, le=1)
+    """Resize stalls an elastic job may accumulate, as a share of the time it has run, on
+    top of one grow and one shrink; urgent reclaims (guarantees) are not limited."""
+    initial_hold_s: float = Field(default=7200.0, gt=0)
+    """Expected time grown capacity is held before it is taken back, until the group has
+    observed some (then an average of what it observed)."""
     forecast_lead_s: float = Field(default=1800.0, ge=0)
     """Inference replicas are sized for the peak load of the next this-many seconds."""
     backfill_depth: int = Field(default=2000, gt=0)

@@ -51,6 +51,8 @@ class Scheduler:
         self._fits: dict[tuple, tuple[str, tuple[str, ...]]] = {}
         self.failures: dict[int, list[float]] = {}
         self.quarantined: set[int] = set()
+        self.hold_s: dict[int, float] = {}  # group -> mean time grown capacity was held
+        self.waited: dict[str, float] = {}  # chip -> device-seconds its pending work waited
 
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
@@ -132,6 +134,7 @@ class Scheduler:
         self.running[w.id] = w
         if w.elastic:
             self.elastic_running[w.id] = w
+            w.last_resize_s = now  # no resize right after a start: it would stall at once
         self.out.append(Decision("start", w, 0, alloc.devices))
 
     def release(self, w: Workload, *, give: bool = True) -> int:
@@ -155,6 +158,7 @@ class Scheduler:
 
     def _make_room(self, blocked: list[Workload], now: float) -> None:
         tries = self.config.max_preemptors_per_cycle
+        self.waited = self._waited(now) if blocked and self.policy.elastic else {}
         for w in blocked:
             if tries <= 0:
                 break
@@ -172,6 +176,16 @@ class Scheduler:
             else:
                 w.next_room_s = now + 300.0
                 self.pending.room_at[shape_of(w)] = w.next_room_s
+
+    def _waited(self, now: float) -> dict[str, float]:
+        """Device-seconds waited so far by the pending work of each chip pool (what a
+        batch of room made on that pool serves), counting each workload once."""
+        out: dict[str, float] = {}
+        for shape, entries in self.pending.by_shape.items():
+            total = sum(max(0.0, now - w.submit_s) for w in entries) * shape[2]
+            chip = shape[1][0]
+            out[chip] = out.get(chip, 0.0) + total
+        return out
 
     def _keep_spares(self) -> None:
         for g in range(len(self.cluster.groups)):

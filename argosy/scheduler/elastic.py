@@ -10,15 +10,17 @@ borrowed increments go first).
 Elastic training jobs grow in whole nodes into capacity nobody pending could use, on
 the leaf switches they already occupy where possible; devices taken from another
 queue's unused guarantee are marked *lent* and are the first given back. A job grows at
-most once per `min_resize_interval_s`, and only by at least a twentieth of its size, so the
-checkpoint-resume cost stays small against the gain.
+most once per `min_resize_interval_s`, by at least a twentieth of its size, only when
+the growth pays for its checkpoint-resume stalls and never into capacity the services
+of that chip will need soon (`argosy.scheduler.growth`); past its nominal size only
+while nothing pending accepts its chip type.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from argosy.scheduler import room
+from argosy.scheduler import growth, room
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import Allocation, Workload
 
@@ -142,26 +144,37 @@ def grow(sched, now: float) -> None:
     if all(n < d for n, d in zip(room_for, cap.dpn, strict=True)):
         return
     gap = sched.config.min_resize_interval_s
+    wanted = growth.wanted_chips(sched)
+    limit = {w.id: growth.max_size(sched, w, idle_pool=w.chip not in wanted)
+             for w in sched.elastic_running.values()}  # fmt: skip
     cands = [
         w
         for w in sched.elastic_running.values()
-        if w.devices < w.max_devices and now - w.last_resize_s >= gap
+        if w.devices < limit[w.id] and now - w.last_resize_s >= gap
     ]
     cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
+    need: dict[str, int] = {}
     for w in cands:
-        _grow_one(sched, w, now)
+        g = w.alloc.group
+        hold = growth.expected_hold_s(sched, g)
+        if w.chip not in need:
+            ahead = min(hold, growth.SERVICE_LOOKAHEAD_S)
+            need[w.chip] = growth.service_need(sched, w.chip, now, ahead)
+        _grow_one(sched, w, now, limit[w.id], need[w.chip], hold)
 
 
-def _grow_one(sched, w: Workload, now: float) -> None:
+def _grow_one(sched, w: Workload, now: float, limit: int, reserve: int, hold: float) -> None:
     cap, tree = sched.cap, sched.tree
     g, chip = w.alloc.group, w.chip
     d = cap.dpn[g]
-    spare = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
-    add = min(w.max_devices - w.devices, cap.whole_free_nodes(g) * d, spare)
+    spare = int(cap.free_devices[g]) - room.buffer_devices(sched, g) - reserve
+    add = min(limit - w.devices, cap.whole_free_nodes(g) * d, spare)
     if sched.policy.quotas:
         add = min(add, tree.headroom(w.queue, chip))
     add = (add // d) * d
-    if add < max(d, w.devices // 20):
+    if add < max(d, w.devices // 20) or not growth.pays(sched, w, add, hold):
+        return
+    if not growth.within_budget(sched, w, now, 2):  # this grow and the shrink after it
         return
     free_for_q = cap.chip_free(chip) - tree.reserved_for_others(w.queue, chip)
     lent = max(0, add - max(0, free_for_q))
@@ -180,4 +193,7 @@ def _grow_one(sched, w: Workload, now: float) -> None:
     w.lent += lent
     w.borrowed += borrowed
     w.last_resize_s = now
+    growth.charge(sched, w)
+    if w.grown_s < 0:
+        w.grown_s = now
     sched.out.append(Decision("resize", w, before, w.devices, "grown into idle capacity"))

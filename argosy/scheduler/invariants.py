@@ -4,7 +4,8 @@
 
 Checked: no device in two allocations; free counts, histograms and per-group totals of
 `Capacity` agree with the allocations; hot spares are whole, up and idle; nothing runs
-on a down node; every gang is whole (min <= devices <= max) on one group of its chip;
+on a down node; every gang is whole (min <= devices <= its most, `growth.max_size`) on
+one group of its chip;
 queue usage equals what its workloads hold, and never exceeds an explicit ceiling.
 Costs O(nodes + allocations): for tests and `SimConfig.check_invariants`, not a hot path.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from argosy.scheduler.capacity import Capacity
+from argosy.scheduler.growth import max_size
 
 
 def violations(sched) -> list[str]:  # noqa: ANN001  # a Scheduler (no import cycle)
@@ -23,7 +25,7 @@ def violations(sched) -> list[str]:  # noqa: ANN001  # a Scheduler (no import cy
     usage = np.zeros_like(sched.tree.usage)
     out: list[str] = []
     for w in sched.running.values():
-        out += _gang(cap, w)
+        out += _gang(cap, w, max_size(sched, w))
         if w.alloc is not None:
             np.add.at(used, w.alloc.nodes, w.alloc.counts)
             _charge(sched.tree, usage, w.queue, w.chip, w.alloc.devices)
@@ -42,13 +44,13 @@ def _charge(tree, usage: np.ndarray, queue: str, chip: str | None, devices: int)
         usage[tree.ancestors[queue], tree.chip_index[chip]] += devices
 
 
-def _gang(cap: Capacity, w) -> list[str]:  # noqa: ANN001
+def _gang(cap: Capacity, w, most: int) -> list[str]:  # noqa: ANN001
     a = w.alloc
     if a is None:
         return [f"{w.id} runs without an allocation"]
     out = []
-    if not w.min_devices <= a.devices <= w.max_devices:
-        out.append(f"{w.id} holds {a.devices} devices outside [{w.min_devices}, {w.max_devices}]")
+    if not w.min_devices <= a.devices <= most:
+        out.append(f"{w.id} holds {a.devices} devices outside [{w.min_devices}, {most}]")
     if len(np.unique(a.nodes)) != len(a.nodes) or (a.counts <= 0).any():
         out.append(f"{w.id} lists a node twice or with no device")
     if (cap.group[a.nodes] != a.group).any():

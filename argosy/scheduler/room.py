@@ -1,8 +1,10 @@
 """Making room for a blocked workload: shrink elastic jobs first, then evict whole gangs.
 
-Room is made only if it makes the workload fit: victims are released one by one in a
-deterministic order and the placement is retried after each; if the workload still
-does not fit, every release is undone and nothing happened. Victims are whole gangs
+Room is made only if it makes the workload fit and pays: victims are released one by
+one in a deterministic order and the placement is retried after each; if the workload
+still does not fit, or what the victims would lose (resize stalls, rework, restarts)
+exceeds the device-seconds the workload has already waited, every release is undone
+and nothing happened. Victims are whole gangs
 (never part of one), have run at least `min_runtime_s` and have been preempted fewer
 than `max_preemptions_per_job` times, unless the request is *urgent* (a queue taking back
 its guarantee from a borrower or a lent increment), which waits for nobody.
@@ -16,7 +18,8 @@ by id.
 
 from __future__ import annotations
 
-from argosy.scheduler.workload import Allocation, Workload
+from argosy.scheduler import growth
+from argosy.scheduler.workload import TRAINING_KINDS, Allocation, Workload
 
 
 def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool):
@@ -35,6 +38,8 @@ def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool):
 
 def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | None:
     free, d = int(sched.cap.free_devices[g]), sched.cap.dpn[g]
+    # a training queue taking back its share is not gated (evaluation waits for it to pay)
+    owed = (entitled and w.kind in TRAINING_KINDS) or not sched.policy.elastic
     shrink = _shrinkable(sched, w, g, urgent)
     releasable = sum(v.devices - v.min_devices for v in shrink)
     evict = None  # found only when shrinking cannot be enough (the scan is the cost)
@@ -44,6 +49,9 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | 
             return None
     undo: list[tuple[Workload, Allocation, Allocation | None]] = []
     missing = n - int(sched.cap.free_devices[g]) + buffer_devices(sched, g)
+    if not urgent:  # shrink in batches: one stall serves the next arrivals too
+        batch = int(sched.config.shrink_batch_fraction * sched.cluster.groups[g].num_devices)
+        missing = max(missing, batch)
     for v in shrink:
         nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
         if nodes <= 0:
@@ -55,8 +63,7 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | 
         missing -= drop.devices
         placed = sched.cap.place(g, n)
         if placed is not None:
-            _commit(sched, undo, now)
-            return placed
+            return _settle(sched, w, n, undo, placed, now, urgent or owed)
     if evict is None:
         evict = _victims(sched, w, g, now, urgent, entitled)
     for v in evict[: sched.config.max_victims]:
@@ -64,12 +71,45 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | 
         undo.append((v, v.alloc, None))
         placed = sched.cap.place(g, n)
         if placed is not None:
-            _commit(sched, undo, now)
-            return placed
-    for v, old, keep in reversed(undo):  # it did not fit: put everything back
+            return _settle(sched, w, n, undo, placed, now, urgent or owed)
+    _undo(sched, undo)  # it did not fit: put everything back
+    return None
+
+
+def _undo(sched, undo) -> None:
+    for v, old, keep in reversed(undo):
         sched.cap.take(old if keep is None else _split(old, len(keep.nodes))[1])
         v.alloc = old
+
+
+def _settle(sched, w, n: int, undo, placed: Allocation, now: float, always: bool):
+    """Keep the room made only if it pays: the device-seconds waited by the pending work of
+    that chip pool (the room made is a batch that serves it; at least `w`'s own) must cover
+    what the victims lose (ski rental: making room is never more than twice as costly as
+    the better of waiting and making room at once). Urgent reclaims, a training job whose
+    queue is within its nominal share (taking back what it is owed), and policies without
+    elasticity always go ahead."""
+    served = max(max(0.0, now - w.submit_s) * n, sched.waited.get(sched.cap.chips[placed.group], 0))
+    if always or _cost(sched, undo, now) <= served:
+        _commit(sched, undo, now)
+        return placed
+    _undo(sched, undo)
     return None
+
+
+def _cost(sched, undo, now: float) -> float:
+    """Device-seconds the victims lose: a shrunk job stalls all it keeps for a resize; an
+    evicted one redoes half a checkpoint interval (or all it ran without checkpoints)
+    and pays the policy's restart budget."""
+    cost = 0.0
+    for v, old, keep in undo:
+        if keep is not None:
+            cost += growth.resize_cost(sched) * keep.devices
+        else:
+            ran = now - v.segment_s
+            redo = min(ran, v.checkpoint_interval_s / 2) if v.checkpoint_interval_s else ran
+            cost += old.devices * (redo + sched.policy.runtime.total_s)
+    return cost
 
 
 def buffer_devices(sched, g: int) -> int:
@@ -87,9 +127,12 @@ def _shrinkable(sched, w, g, urgent) -> list[Workload]:
         v
         for v in sched.elastic_running.values()
         if (a := v.alloc) is not None and a.group == g and a.devices > v.min_devices
-        and (v.priority <= p or urgent)
+        and (urgent or v.priority <= p)
     ]  # fmt: skip
-    out.sort(key=lambda v: (v.lent == 0, v.priority, v.devices, v.id))
+    # cheapest first: lent and overgrown increments, then by priority, then the fewest
+    # devices stalled per node freed
+    out.sort(key=lambda v: (v.lent == 0, v.devices <= v.max_devices, v.priority, v.devices,
+                            v.id))  # fmt: skip
     return out
 
 
@@ -104,10 +147,12 @@ def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:
         ]  # fmt: skip
     else:  # `_evictable` inlined: this scan of every running job is a hot path
         p, q, runtime, most = w.priority, w.queue, cfg.min_runtime_s, cfg.max_preemptions_per_job
+        shrink_only = sched.policy.elastic  # elastic jobs give room by shrinking
         out = [
             v
             for v in sched.running.values()
             if (a := v.alloc) is not None and a.group == g and v.kind != "infer"
+            and not (shrink_only and v.elastic)
             and (v.priority < p or (entitled and v.borrowed > 0 and v.queue != q))
             and v.preemptions < most and now - v.segment_s >= runtime
         ]  # fmt: skip
@@ -136,6 +181,8 @@ def _commit(sched, undo, now: float) -> None:
     for v, old, keep in undo:
         before = old.devices
         if keep is not None:
+            growth.observe_shrink(sched, v, now)
+            growth.charge(sched, v)
             sched.tree.add(v.queue, v.chip, keep.devices - before)
             v.lent = max(0, v.lent - (before - keep.devices))
             v.borrowed = max(0, v.borrowed - (before - keep.devices))

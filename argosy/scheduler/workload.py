@@ -68,6 +68,10 @@ class Workload:
     next_room_s: float = 0.0
     """Earliest time this pending workload may again try to make room by preemption."""
     last_resize_s: float = -1e18
+    grown_s: float = -1.0
+    resize_stall_s: float = 0.0
+    """Seconds this job has stood still for resizes (what `resize_budget_fraction` caps)."""
+    """When this job last grew (-1: it has not, or has since been shrunk)."""
     preemptions: int = 0
     reject_reason: str = ""
     replicas: list[Allocation] = field(default_factory=list)

@@ -20,7 +20,7 @@ import numpy as np
 
 from argosy.core.clock import FakeClock
 from argosy.hardware.cluster import Cluster
-from argosy.scheduler import recovery
+from argosy.scheduler import growth, recovery
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.decisions import Decision
@@ -276,7 +276,7 @@ class Simulation:
             self._spread(w)
         elif action == "resize":
             self.acc.resizes += 1
-            self._set(job, d.after, t, self.sched.config.resize_cost_s)
+            self._set(job, d.after, t, growth.resize_cost(self.sched))
             self._spread(w)
         elif action == "restart":
             self._lose(job, t)
@@ -306,6 +306,9 @@ class Simulation:
             return
         elapsed = t - job.anchor
         ck = job.w.checkpoint_interval_s
+        flash = self.policy.runtime.memory_checkpoint_s
+        if flash > 0:
+            ck = min(ck, flash) if ck > 0 else flash
         since = elapsed % ck if ck > 0 else elapsed
         job.done = max(0.0, job.done - job.rate * since)
         self.acc.lost[job.kind] += job.devices * since

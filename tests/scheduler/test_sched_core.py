@@ -114,13 +114,16 @@ def test_elastic_job_shrinks_instead_of_being_evicted_and_grows_back():
     sched.submit(big)
     sched.cycle()
     assert big.devices == 120  # grows to all whole nodes but the 2% buffer
-    sched.submit(job("a1", queue="a", devices=32, priority=5))
+    sched.submit(job("a1", queue="a", devices=32, priority=5))  # training, within nominal
     decisions = sched.cycle()
     assert [d.action for d in decisions] == ["resize", "start"]
     assert 32 <= big.devices < 120 and not any(d.action == "preempt" for d in decisions)
     check_invariants(sched)
     sched.complete(next(w for w in sched.running.values() if w.id == "a1"))
     clock.advance(sched.config.min_resize_interval_s)
+    sched.cycle()
+    assert big.devices == 80  # one more resize is not yet within the job's stall budget
+    clock.advance(3 * 3600.0)  # 1% of three hours of running covers it
     sched.cycle()
     assert sched.spares == [1]  # 16 nodes hold one hot spare from the first cycle on
     assert big.devices == 120 - 8  # every whole node but the buffer and the spare
@@ -203,3 +206,18 @@ def test_gangs_that_never_fit_beside_pinned_reservations_are_rejected(
     assert too_big is not None and "beside pinned reservations" in too_big.reason
     assert sched.submit(job("ok", devices=want_ok)) is None
     assert [w.id for w in sched.pending] == ["ok"]
+
+
+def test_evaluation_waits_until_shrinking_for_it_pays():
+    sched, clock = make("h100:128", policy="argosy", a_nominal=64)
+    big = job("el", queue="b", devices=32, max_devices=128)
+    sched.submit(big)
+    sched.cycle()
+    clock.advance(3600.0)
+    ev = job("ev", queue="a", devices=32, priority=5, kind="eval", submit=clock.now_s())
+    sched.submit(ev)
+    assert sched.cycle() == []  # a resize stall of the ~90 devices kept > ev's wait so far
+    stall = sched.policy.runtime.resize_s * 96  # what the shrink would cost, device-seconds
+    clock.advance(stall / 32 + 300.0)  # ev has now waited longer than that, per device
+    assert [d.action for d in sched.cycle()] == ["resize", "start"]
+    check_invariants(sched)

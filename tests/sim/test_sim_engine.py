@@ -1,4 +1,5 @@
-"""The simulator end to end: accounting adds up, runs repeat, argosy beats the baselines."""
+"""The simulator end to end: accounting adds up, runs repeat, argosy beats the baselines
+(evaluation jobs may wait longer under argosy: a resize for them must pay, see room.py)."""
 
 import pytest
 
@@ -26,8 +27,11 @@ def test_argosy_beats_quota_and_fifo(reports):
     a, q, f = reports["argosy"], reports["quota"], reports["fifo"]
     assert a["useful_rate"] > q["useful_rate"] and a["useful_rate"] > f["useful_rate"]
     assert a["slo_attainment"] >= 0.99
-    assert a["queue_s"]["eval"]["p90"] < q["queue_s"]["eval"]["p90"]
-    assert a["queue_s"]["eval"]["p90"] < f["queue_s"]["eval"]["p90"]
+    product = {p: r["five_factor"]["product"]["value"] for p, r in reports.items()}
+    assert product["argosy"] > product["quota"] and product["argosy"] > product["fifo"]
+    for kind in ("train", "finetune"):  # training waits no worse than the baselines'
+        assert a["queue_s"][kind]["p99"] <= q["queue_s"][kind]["p99"]
+        assert a["queue_s"][kind]["p99"] <= f["queue_s"][kind]["p99"]
 
 
 def test_accounting_is_consistent(reports):

@@ -1,0 +1,93 @@
+"""When growing an elastic job pays, and how far it may grow.
+
+A resize stalls every device of the job for `resize_cost` (checkpoint-resume: the
+policy's runtime figure, else `resize_cost_s`), and
+grown capacity is usually taken back later (another stall). Growing by `add` devices
+pays only if they are expected to be held long enough:
+
+    add x expected_hold >= resize_cost_s x (devices after the grow + devices after the
+                                            shrink that later takes them back)
+
+and a job's resize stalls stay within `resize_budget_fraction` of the time it has run
+(beyond one grow and one shrink), so the effective training time a resize costs is
+bounded whatever the arrivals do. `expected_hold` is learnt per node group: the mean
+time grown capacity was actually held
+before a shrink took it back (`initial_hold_s` until there is any). Capacity that the
+group's inference services will need within that time (their load forecast) is not
+grown into at all (looking ahead at most `SERVICE_LOOKAHEAD_S`). While nothing pending
+accepts a chip type, elastic jobs on it may
+grow past their nominal size up to `elastic_overgrow` x `max_devices`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from argosy.scheduler.workload import Workload
+
+HOLD_WEIGHT = 0.2  # weight of a new observation in the running mean of hold times
+SERVICE_LOOKAHEAD_S = 7200.0  # inference need within this is never grown into
+
+
+def max_size(sched, w: Workload, *, idle_pool: bool = True) -> int:
+    """Most devices `w` may hold: past `max_devices` only under an elastic policy and
+    while nothing pending could use its pool."""
+    if not (sched.policy.elastic and w.elastic) or not idle_pool:
+        return w.max_devices
+    return int(w.max_devices * sched.config.elastic_overgrow)
+
+
+def wanted_chips(sched) -> set[str]:
+    """Chip types some pending workload accepts."""
+    return {c for shape in sched.pending.by_shape for c in shape[1]}
+
+
+def expected_hold_s(sched, g: int) -> float:
+    return sched.hold_s.get(g, sched.config.initial_hold_s)
+
+
+def observe_shrink(sched, w: Workload, now: float) -> None:
+    """`w` gives capacity back: learn how long its last growth was held."""
+    if w.grown_s >= 0 and w.alloc is not None:
+        g, held = w.alloc.group, now - w.grown_s
+        old = expected_hold_s(sched, g)
+        sched.hold_s[g] = (1 - HOLD_WEIGHT) * old + HOLD_WEIGHT * held
+    w.grown_s = -1.0
+
+
+def pays(sched, w: Workload, add: int, hold_s: float) -> bool:
+    cost = resize_cost(sched) * (2 * w.devices + add)
+    return add * hold_s >= sched.config.resize_payback * cost
+
+
+def within_budget(sched, w: Workload, now: float, resizes: int) -> bool:
+    """Whether `w` may stall for `resizes` more resizes: its stalls stay within
+    `resize_budget_fraction` of the time it has run, plus one grow and one shrink."""
+    cfg = sched.config
+    cost = resize_cost(sched)
+    allowance = 2 * cost + cfg.resize_budget_fraction * max(0.0, now - w.started_s)
+    return w.resize_stall_s + resizes * cost <= allowance
+
+
+def charge(sched, w: Workload) -> None:
+    """`w` resizes now."""
+    w.resize_stall_s += resize_cost(sched)
+
+
+def resize_cost(sched) -> float:
+    """Seconds a resize stops the whole job under this policy's runtime."""
+    return sched.policy.runtime.resize_s or sched.config.resize_cost_s
+
+
+def service_need(sched, chip: str, now: float, horizon_s: float) -> int:
+    """Devices the services pinned to `chip` will add within `horizon_s` (forecast)."""
+    need = 0
+    for s in sched.services:
+        if s.chips[0] != chip or s.profile is None:
+            continue
+        step = s.profile_step_s
+        first = int(now // step)
+        ahead = np.arange(first, first + int(np.ceil(horizon_s / step)) + 1)
+        peak = float(s.profile[ahead % len(s.profile)].max())
+        need += max(0, int(np.ceil(s.max_devices * peak - 1e-9)) - s.devices)
+    return need
