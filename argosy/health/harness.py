@@ -11,6 +11,7 @@ gloo or NCCL group; (3) read vendor signals while they probe; (4) judge the samp
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue as queue_module
 import tempfile
@@ -81,6 +82,8 @@ def run_check(
 ) -> HealthReport:
     """Probe this node and judge it; `slow` emulates throttled ranks (rank -> factor)."""
     start = time.perf_counter()
+    if importlib.util.find_spec("torch") is None:
+        raise ConfigError("the health check runs torch: pip install 'argosy[train]'")
     slow = slow or {}
     node = plan_node(config, ranks)
     if any(rank >= node.num_ranks for rank in slow):

@@ -24,6 +24,8 @@ import enum
 from dataclasses import dataclass, replace
 
 from argosy.health.config import NodePolicyConfig
+from argosy.health.report import HealthReport
+from argosy.health.verdict import Verdict
 
 
 class NodeState(enum.Enum):
@@ -84,6 +86,16 @@ class Evidence:
         if verdict not in kinds:
             raise ValueError(f"unknown check verdict '{verdict}'; known: {sorted(kinds)}")
         return cls(kinds[verdict], at_s, detail)
+
+    @classmethod
+    def from_report(cls, report: HealthReport, at_s: float) -> Evidence:
+        """The evidence of a whole node check: its verdict, naming the checks that failed it."""
+        bad = [
+            f"{c.name} x{c.factor:g}" if c.factor is not None else c.name
+            for c in report.checks
+            if c.verdict in (Verdict.DEGRADED, Verdict.FAILED)
+        ]
+        return cls.check(report.verdict.value, at_s, ", ".join(bad))
 
     def weight(self, config: NodePolicyConfig) -> float:
         """How much this counts against the node (0 for healthy checks and repairs)."""

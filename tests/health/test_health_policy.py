@@ -158,3 +158,17 @@ def test_a_failed_check_quarantines_until_repair(
     before: list[EvidenceKind], after: list[EvidenceKind]
 ) -> None:
     assert final([*before, EvidenceKind.CHECK_FAILED, *after]) is NodeState.QUARANTINED
+
+
+def test_a_check_report_becomes_evidence_naming_what_failed_it() -> None:
+    from argosy.health.report import HealthReport, NodeInfo
+    from argosy.health.verdict import CheckResult, Verdict
+
+    node = NodeInfo("cpu", "cpu", 2, "gloo", "test")
+    slow = CheckResult("gemm_peer.rank1", 0.5, "x peers", 1.0, Verdict.DEGRADED, 0.5)
+    ok = CheckResult("gemm_peer.rank0", 2.0, "x peers", 1.0, Verdict.HEALTHY, 2.0)
+    evidence = Evidence.from_report(HealthReport((ok, slow), node, 1.0), at_s=7.0)
+    assert evidence.kind is EvidenceKind.CHECK_DEGRADED and evidence.at_s == 7.0
+    assert evidence.detail == "gemm_peer.rank1 x0.5"
+    healthy = Evidence.from_report(HealthReport((ok,), node, 1.0), at_s=8.0)
+    assert healthy.kind is EvidenceKind.CHECK_HEALTHY and healthy.detail == ""
