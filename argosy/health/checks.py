@@ -45,7 +45,7 @@ def probe_checks(
     results: list[CheckResult] = []
     for probe in ("gemm", "memory", "host_copy"):
         wanted = _expected(probe, expect)
-        if probe == "host_copy" and expect is not None and wanted is None:
+        if probe == "host_copy" and not _host_copy_applies(samples, expect):
             results.append(not_applicable(probe, UNITS[probe], "no accelerator: nothing to copy"))
             continue
         results += [
@@ -54,6 +54,13 @@ def probe_checks(
         results += _peer_checks(probe, samples, ranks, config)
     results.append(_bus_check(samples, ranks, expect, errors, config))
     return results
+
+
+def _host_copy_applies(samples: Samples, expect: Expectations | None) -> bool:
+    """Accelerators have a host link to measure; a CPU node (or no measurement) does not."""
+    if expect is not None:
+        return expect.host_copy_gbps is not None
+    return any("host_copy" in got for got in samples.values())
 
 
 def _expected(probe: str, expect: Expectations | None) -> float | None:

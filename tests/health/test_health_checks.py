@@ -76,6 +76,7 @@ def test_unknown_chip_measures_without_judging() -> None:
     got = by_name(probe_checks(samples_of([1.0, 0.5]), None, CONFIG, {}))
     assert got["gemm.rank0"].verdict is Verdict.NOT_APPLICABLE and got["gemm.rank0"].value
     assert got["gemm_peer.rank1"].verdict is Verdict.DEGRADED  # peers need no catalog
+    assert got["host_copy"].verdict is Verdict.NOT_APPLICABLE  # nothing measured it
 
 
 @pytest.mark.parametrize(
