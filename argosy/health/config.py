@@ -6,7 +6,9 @@ touching code. The CPU reference figures were measured on the development machin
 `benchmarks/health.py --calibrate` measures them again on another machine.
 """
 
-from pydantic import BaseModel, ConfigDict, Field
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class CpuReference(BaseModel):
@@ -98,3 +100,12 @@ class HealthConfig(BaseModel):
     """Expectations of a CPU node (the catalog has no measured CPU figures)."""
     policy: NodePolicyConfig = Field(default_factory=NodePolicyConfig)
     """Node-record policy: cordon, quarantine and return-to-service thresholds."""
+
+    @model_validator(mode="after")
+    def _thresholds_in_order(self) -> HealthConfig:
+        if self.failed_below >= self.degraded_below:
+            raise ValueError(
+                f"failed_below ({self.failed_below}) must be below degraded_below "
+                f"({self.degraded_below})"
+            )
+        return self

@@ -29,6 +29,7 @@ from argosy.health.config import HealthConfig
 from argosy.health.expectations import Expectations, expectations
 from argosy.health.report import HealthReport, NodeInfo
 from argosy.health.signals import signal_checks
+from argosy.health.throttle import Throttle
 from argosy.health.verdict import CheckResult
 from argosy.health.worker import PHASES, ProbePlan, run_rank
 from argosy.plugins.registry import Registry
@@ -85,8 +86,12 @@ def run_check(
     if importlib.util.find_spec("torch") is None:
         raise ConfigError("the health check runs torch: pip install 'argosy[train]'")
     slow = slow or {}
+    if ranks is not None and ranks < 1:
+        raise ConfigError(f"ranks must be at least 1, got {ranks}")
+    for factor in slow.values():
+        Throttle(factor)  # raises on a factor outside (0, 1]
     node = plan_node(config, ranks)
-    if any(rank >= node.num_ranks for rank in slow):
+    if any(not 0 <= rank < node.num_ranks for rank in slow):
         raise ConfigError(f"--emulate-slow names a rank beyond the node's {node.num_ranks}")
     if node.backend not in DEVICE_TYPES:
         raise ConfigError(

@@ -117,3 +117,30 @@ def test_ranks_that_cannot_start_fail_with_their_reason(tmp_path) -> None:
     assert all("no-such-backend" in why for why in errors.values()), errors
     got = by_name(probe_checks(samples, CPU, CONFIG, errors))
     assert got["gemm.rank0"].verdict is Verdict.FAILED and got["bus"].verdict is Verdict.FAILED
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "want"),
+    [
+        ({"slow": {1: 2.0}}, "throttle factor"),
+        ({"slow": {-1: 0.5}}, "beyond the node"),
+        ({"slow": {9: 0.5}}, "beyond the node"),
+        ({"ranks": 0}, "at least 1"),
+    ],
+    ids=["factor-above-one", "negative-rank", "rank-beyond", "zero-ranks"],
+)
+def test_run_check_refuses_bad_input_before_starting_ranks(kwargs: dict, want: str) -> None:
+    from argosy.core.errors import ConfigError
+    from argosy.health.harness import run_check
+
+    with pytest.raises(ConfigError, match=want):
+        run_check(CONFIG, **kwargs)
+
+
+def test_config_thresholds_must_be_ordered_and_known() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="must be below degraded_below"):
+        HealthConfig(failed_below=0.9, degraded_below=0.8)
+    with pytest.raises(ValidationError, match="extra"):
+        HealthConfig(degraded_bellow=0.7)
