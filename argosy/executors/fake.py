@@ -1,0 +1,66 @@
+"""An in-memory executor for tests of whatever drives executors (the server's loop).
+
+It starts nothing: `start` records the attempt, `finish` (called by the test) makes it
+end with an exit status, `stop` ends it as a stopped launcher does (exit 130). It keeps
+its attempts across `adopt`, as a machine keeps its processes across a server restart,
+and refuses to start a job that is already running, which is the invariant the real
+executors must never be asked to break.
+
+    fake = FakeExecutor([NodeInfo("n0", "cpu", 4)])
+    fake.start(request); fake.finish("j1", 0); fake.poll()  # -> [AttemptExit(..., 0, ...)]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
+
+
+class FakeExecutor:
+    """Attempts as records; exits when the test says so."""
+
+    name = "fake"
+
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        self.nodes = list(nodes)
+        self.running: dict[str, LaunchRequest] = {}
+        self.started: list[tuple[str, int]] = []
+        self._exits: list[AttemptExit] = []
+
+    def inventory(self) -> list[NodeInfo]:
+        return list(self.nodes)
+
+    def start(self, request: LaunchRequest) -> None:
+        assert request.job_id not in self.running, f"{request.job_id} started twice"
+        self.running[request.job_id] = request
+        self.started.append((request.job_id, request.attempt))
+
+    def stop(self, job_id: str) -> None:
+        if job_id in self.running:
+            self.finish(job_id, 130)
+
+    def finish(self, job_id: str, code: int | None) -> None:
+        """The job's running attempt ends with `code` (None: it vanished)."""
+        request = self.running.pop(job_id)
+        self._exits.append(
+            AttemptExit(job_id, request.attempt, code, is_lost(code), describe_exit(code))
+        )
+
+    def unreported(self) -> set[str]:
+        """Jobs whose attempt runs, or ended without being polled yet."""
+        return set(self.running) | {e.job_id for e in self._exits}
+
+    def poll(self) -> list[AttemptExit]:
+        out, self._exits = self._exits, []
+        return out
+
+    def adopt(self, job_id: str, attempt: int, run_dir: Path) -> AttemptExit | None:
+        request = self.running.get(job_id)
+        if request is not None and request.attempt == attempt:
+            return None
+        for e in self._exits:  # ended while nobody polled: its status was recorded
+            if (e.job_id, e.attempt) == (job_id, attempt):
+                self._exits.remove(e)
+                return e
+        return AttemptExit(job_id, attempt, None, True, describe_exit(None))
