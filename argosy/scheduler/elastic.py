@@ -144,13 +144,11 @@ def grow(sched, now: float) -> None:
     if all(n < d for n, d in zip(room_for, cap.dpn, strict=True)):
         return
     gap = sched.config.min_resize_interval_s
-    wanted = growth.wanted_chips(sched)
-    limit = {w.id: growth.max_size(sched, w, idle_pool=w.chip not in wanted)
-             for w in sched.elastic_running.values()}  # fmt: skip
+    demand = growth.pending_demand(sched)
     cands = [
         w
         for w in sched.elastic_running.values()
-        if w.devices < limit[w.id] and now - w.last_resize_s >= gap
+        if w.devices < growth.max_size(sched, w) and now - w.last_resize_s >= gap
     ]
     cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
     need: dict[str, int] = {}
@@ -160,7 +158,8 @@ def grow(sched, now: float) -> None:
         if w.chip not in need:
             ahead = min(hold, growth.SERVICE_LOOKAHEAD_S)
             need[w.chip] = growth.service_need(sched, w.chip, now, ahead)
-        _grow_one(sched, w, now, limit[w.id], need[w.chip], hold)
+        reserve = need[w.chip] + demand.get(w.chip, 0)  # never into what others ask for
+        _grow_one(sched, w, now, growth.max_size(sched, w), reserve, hold)
 
 
 def _grow_one(sched, w: Workload, now: float, limit: int, reserve: int, hold: float) -> None:

@@ -14,9 +14,9 @@ bounded whatever the arrivals do. `expected_hold` is learnt per node group: the 
 time grown capacity was actually held
 before a shrink took it back (`initial_hold_s` until there is any). Capacity that the
 group's inference services will need within that time (their load forecast) is not
-grown into at all (looking ahead at most `SERVICE_LOOKAHEAD_S`). While nothing pending
-accepts a chip type, elastic jobs on it may
-grow past their nominal size up to `elastic_overgrow` x `max_devices`.
+grown into at all (looking ahead at most `SERVICE_LOOKAHEAD_S`), nor what pending work
+asks for. Beyond their nominal size elastic jobs grow only past what pending work
+asks for, up to `elastic_overgrow` x `max_devices`.
 """
 
 from __future__ import annotations
@@ -29,17 +29,20 @@ HOLD_WEIGHT = 0.2  # weight of a new observation in the running mean of hold tim
 SERVICE_LOOKAHEAD_S = 7200.0  # inference need within this is never grown into
 
 
-def max_size(sched, w: Workload, *, idle_pool: bool = True) -> int:
-    """Most devices `w` may hold: past `max_devices` only under an elastic policy and
-    while nothing pending could use its pool."""
-    if not (sched.policy.elastic and w.elastic) or not idle_pool:
+def max_size(sched, w: Workload) -> int:
+    """Most devices `w` may hold: past `max_devices` only under an elastic policy (and
+    then only into capacity no pending workload asks for: `pending_demand`)."""
+    if not (sched.policy.elastic and w.elastic):
         return w.max_devices
     return int(w.max_devices * sched.config.elastic_overgrow)
 
 
-def wanted_chips(sched) -> set[str]:
-    """Chip types some pending workload accepts."""
-    return {c for shape in sched.pending.by_shape for c in shape[1]}
+def pending_demand(sched) -> dict[str, int]:
+    """Devices pending workloads ask for, by the first (fastest) chip type they accept."""
+    out: dict[str, int] = {}
+    for shape, entries in sched.pending.by_shape.items():
+        out[shape[1][0]] = out.get(shape[1][0], 0) + shape[2] * len(entries)
+    return out
 
 
 def expected_hold_s(sched, g: int) -> float:
