@@ -134,7 +134,7 @@ def calibration_key(point: Point) -> tuple[str, str]:
 
 
 COMPUTE_GRID = tuple(float(x) for x in np.round(np.geomspace(0.6, 4.0, 25), 3))
-COMM_GRID = (0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0)
+COMM_GRID = (0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0)
 MIN_POINTS_FOR_COMM = 4  # fewer points: fit the compute scale only
 
 
@@ -145,25 +145,49 @@ def _loss(pts: list[Point], scales: Scales) -> float:
     return float(np.median(errors) + np.mean(errors))
 
 
-def fit_group(pts: list[Point], rounds: int = 2, compute: float | None = None) -> Scales:
-    """Compute and comm scales for points of one framework x chip generation: coordinate
-    search over two grids on the median plus mean absolute log error. With `compute`
-    given (borrowed from the framework whose kernels these runs use), only comm is fitted."""
-    best = Scales(points=len(pts), sources=sorted({p.source for p in pts}))
-    grids = [("compute", COMPUTE_GRID)]
-    if compute is not None:
-        best, grids = best.model_copy(update={"compute": compute}), []
-    if len(pts) >= MIN_POINTS_FOR_COMM or compute is not None:
-        grids.append(("comm", COMM_GRID))
-    score = _loss(pts, best)
-    for _ in range(rounds):
-        for name, grid in grids:
-            for value in grid:
-                trial = best.model_copy(update={name: value})
-                trial_score = _loss(pts, trial)
-                if trial_score < score - 1e-9:
-                    best, score = trial, trial_score
+def fit_group(pts: list[Point], compute: float | None = None) -> Scales:
+    """Compute and comm scales for points of one framework x chip generation, minimising
+    the median plus mean absolute log error: a coarse grid over both (the two scales trade
+    off along a ridge, so one at a time stalls), then a pattern search over neighbouring
+    cells. With `compute` given (borrowed from the framework whose kernels these runs
+    use), only comm is fitted; with few points, only compute."""
+    base = Scales(points=len(pts), sources=sorted({p.source for p in pts}))
+    computes = COMPUTE_GRID[::2] if compute is None else (compute,)
+    comms = COMM_GRID if len(pts) >= MIN_POINTS_FOR_COMM or compute is not None else (1.0,)
+    trials = [base.model_copy(update={"compute": a, "comm": b}) for a in computes for b in comms]
+    score, best = min(((_loss(pts, t), t) for t in trials), key=lambda st: st[0])
+    if compute is None and len(comms) > 1:
+        best, score = _pattern_search(pts, best, score)
+    elif compute is None:
+        best, score = _pattern_search(pts, best, score, comm_fixed=True)
     return best
+
+
+def _pattern_search(
+    pts: list[Point], best: Scales, score: float, comm_fixed: bool = False
+) -> tuple[Scales, float]:
+    """Move to the best neighbouring (compute, comm) grid cell until none is better."""
+    steps = [(di, dj) for di in (-1, 0, 1) for dj in (-1, 0, 1) if (di or dj)]
+    if comm_fixed:
+        steps = [(-1, 0), (1, 0)]
+    for _ in range(24):
+        i = COMPUTE_GRID.index(best.compute)
+        j = COMM_GRID.index(best.comm) if best.comm in COMM_GRID else None
+        moves = []
+        for di, dj in steps:
+            if not 0 <= i + di < len(COMPUTE_GRID):
+                continue
+            update = {"compute": COMPUTE_GRID[i + di]}
+            if dj:
+                if j is None or not 0 <= j + dj < len(COMM_GRID):
+                    continue
+                update["comm"] = COMM_GRID[j + dj]
+            moves.append(best.model_copy(update=update))
+        trial_score, trial = min(((_loss(pts, m), m) for m in moves), key=lambda st: st[0])
+        if trial_score >= score - 1e-9:
+            break
+        best, score = trial, trial_score
+    return best, score
 
 
 def fit_all(pts: list[Point] | None = None) -> dict[str, dict[str, Scales]]:

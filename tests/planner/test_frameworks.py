@@ -217,3 +217,41 @@ def test_mixed_table_names_each_layouts_chip() -> None:
     assert result.exit_code == 0, result.output
     rows = [line for line in result.output.splitlines() if "tp" in line or "pp" in line]
     assert any(" a100 " in row for row in rows) and any(" h100 " in row for row in rows)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    framework=st.sampled_from(FRAMEWORKS),
+    zero=st.integers(0, 3),
+    nmb_factor=st.sampled_from([2, 4, 8]),
+)
+def test_once_per_step_traffic_does_not_grow_with_micro_batches(framework, zero, nmb_factor):
+    """The framework's own ZeRO semantics decide: traffic reduced or gathered once per step
+    is the same for 8 or 8 x k micro-batches; per-micro-batch traffic grows with them."""
+    stage = load_framework(framework).stage(zero)
+    plan = Parallel(tp=8, pp=1, dp=8, mbs=1, recompute="selective", zero=zero)
+    args = (framework, "h100:64", load_model("llama3-70b"), 4096)
+    few = float(cost(plan, *args, 64).dp_s[0])
+    many = float(cost(plan, *args, 64 * nmb_factor).dp_s[0])
+    assert few > 0
+    if stage.grad_reduce == "step" and stage.param_gather in ("none", "step"):
+        assert many == pytest.approx(few, rel=1e-9)
+    else:
+        assert many > few * 1.5
+
+
+def test_fitting_recovers_known_scales() -> None:
+    """Runs whose 'measured' times were made with known compute and comm scales (a cell of
+    the fit's grids) are fitted back to them: the fit finds what generated the data."""
+    from argosy.planner.calibration import COMM_GRID, COMPUTE_GRID, fit_group, points, predict
+    from argosy.planner.frameworks import Scales
+
+    truth = Scales(compute=COMPUTE_GRID[11], comm=COMM_GRID[5])
+    chosen = [p for p in points() if p.source == "nemo-2407"]
+    synthetic = [
+        p.model_copy(update={"iteration_s": predict(p, scales=truth).predicted_s,
+                             "tokens_per_s": None})
+        for p in chosen
+    ]  # fmt: skip
+    fitted = fit_group(synthetic)
+    assert (fitted.compute, fitted.comm) == (truth.compute, truth.comm)
