@@ -100,8 +100,8 @@ class Store:
         }
         try:
             with self.engine.begin() as c:
-                result = c.execute(jobs.insert().values(**values))
-                c.execute(events.insert().values(_event(job_id, ("submitted", "queued"), now)))
+                result = c.execute(jobs.insert(), values)  # parameters apart: cached SQL
+                c.execute(events.insert(), _event(job_id, ("submitted", "queued"), now))
         except IntegrityError:
             if idempotency_key is None:
                 raise
@@ -159,7 +159,7 @@ class Store:
         with self.engine.begin() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(updated_at=now, **values))
             if event is not None:
-                c.execute(events.insert().values(_event(job_id, event, now)))
+                c.execute(events.insert(), _event(job_id, event, now))
 
     def count_jobs(self) -> dict[tuple[str, str], int]:
         """Jobs per (queue, state)."""
@@ -172,7 +172,7 @@ class Store:
     # ---- events ----------------------------------------------------------------------
     def add_event(self, job_id: str | None, kind: str, message: str) -> None:
         with self.engine.begin() as c:
-            c.execute(events.insert().values(_event(job_id, (kind, message), time.time())))
+            c.execute(events.insert(), _event(job_id, (kind, message), time.time()))
 
     def list_events(
         self, *, job_id: str | None = None, cursor: int = 0, limit: int = 100
