@@ -147,9 +147,7 @@ def _print_estimate(result: dict, model: str, cluster: str) -> None:
     step = pred["step_time_s"]
     table.add_section()
     for key, sec in pred["breakdown_s"].items():
-        table.add_row(
-            f"time: {BREAKDOWN_LABELS.get(key, key)} (s)", f"{sec:.3f}", f"{sec / step:.0%}"
-        )
+        table.add_row(BREAKDOWN_LABELS.get(key, key), f"{sec:.3f}", f"{sec / step:.0%}")
     table.add_section()
     for key, gib in pred["memory_gib"].items():
         table.add_row(f"{key} GiB", f"{gib:.2f}", "")

@@ -255,3 +255,15 @@ def test_fitting_recovers_known_scales() -> None:
     ]  # fmt: skip
     fitted = fit_group(synthetic)
     assert (fitted.compute, fitted.comm) == (truth.compute, truth.comm)
+
+
+def test_estimate_table_explains_the_time() -> None:
+    result = runner.invoke(
+        app,
+        ["estimate", "-m", "gpt3-175b", "-c", "h100:256", "--seq-len", "2048",
+         "--global-batch", "512", "-p", "tp=8,pp=8,dp=4,vpp=6,mbs=1,recompute=selective,zero=2"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for label in ("compute s", "exposed TP comm s", "exposed DP/ZeRO comm s", "pipeline bubble s"):
+        assert label in result.output
+    assert "megatron-core" in result.output and "%" in result.output
