@@ -12,6 +12,9 @@ gloo or NCCL group; (3) read vendor signals while they probe; (4) judge the samp
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
 import os
 import queue as queue_module
 import tempfile
@@ -93,6 +96,7 @@ def run_check(
     node = plan_node(config, ranks)
     if any(not 0 <= rank < node.num_ranks for rank in slow):
         raise ConfigError(f"--emulate-slow names a rank beyond the node's {node.num_ranks}")
+    rank_context()  # the fork server imports torch while the vendor signals start
     if node.backend not in DEVICE_TYPES:
         raise ConfigError(
             f"no health probes for '{node.backend}' devices; known: {sorted(DEVICE_TYPES)}"
@@ -149,14 +153,21 @@ def _probe_plan(
     )
 
 
-def spawn_ranks(plan: ProbePlan, timeout_s: float) -> tuple[dict, dict[int, str]]:
-    """Start one process per rank; samples per rank, and the ranks that failed, with why."""
-    import multiprocessing
+def rank_context() -> multiprocessing.context.BaseContext:
+    """A started fork server that imported torch once; ranks are forked from it.
 
-    # a fork server that imported torch once: each rank is forked from it rather than
-    # importing torch itself (about 2 CPU-seconds per rank saved on a small machine)
+    Each rank then skips its own torch import (about 2 CPU-seconds per rank on a small
+    machine). Starting it is idempotent.
+    """
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch.distributed", "argosy.health.probes"])
+    multiprocessing.forkserver.ensure_running()
+    return ctx
+
+
+def spawn_ranks(plan: ProbePlan, timeout_s: float) -> tuple[dict, dict[int, str]]:
+    """Start one process per rank; samples per rank, and the ranks that failed, with why."""
+    ctx = rank_context()
     results = ctx.Queue()
     procs = [
         ctx.Process(target=run_rank, args=(r, plan, results), daemon=True)
