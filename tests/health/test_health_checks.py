@@ -3,13 +3,15 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from argosy.hardware.catalog import default_catalog
 from argosy.health.checks import probe_checks
 from argosy.health.config import HealthConfig
 from argosy.health.expectations import expectations
 from argosy.health.report import HealthReport, NodeInfo
-from argosy.health.verdict import Verdict
+from argosy.health.verdict import Verdict, classify
 
 CONFIG = HealthConfig()
 CPU = expectations(default_catalog().get("cpu"), CONFIG)
@@ -144,3 +146,34 @@ def test_config_thresholds_must_be_ordered_and_known() -> None:
         HealthConfig(failed_below=0.9, degraded_below=0.8)
     with pytest.raises(ValidationError, match="extra"):
         HealthConfig(degraded_bellow=0.7)
+
+
+@given(
+    speeds=st.lists(st.floats(0.01, 2.0), min_size=1, max_size=6),
+    dead=st.sets(st.integers(0, 5), max_size=2),
+)
+def test_every_rank_gets_judged_and_the_node_is_its_worst_check(
+    speeds: list[float], dead: set[int]
+) -> None:
+    """Invariants: one absolute check per rank and probe, peer checks for the ranks that
+    measured (when two or more did), verdicts follow the factors, the node is the worst."""
+    samples = samples_of(speeds)
+    errors = {r: "lost" for r in dead if r < len(speeds)}
+    for rank in errors:
+        del samples[rank]
+    results = probe_checks(samples, CPU, CONFIG, errors)
+    got = by_name(results)
+    for probe in ("gemm", "memory"):
+        assert {n for n in got if n.startswith(f"{probe}.rank")} == {
+            f"{probe}.rank{r}" for r in range(len(speeds))
+        }
+        peers = {n for n in got if n.startswith(f"{probe}_peer.")}
+        assert peers == ({f"{probe}_peer.rank{r}" for r in samples} if len(samples) > 1 else set())
+    for check in results:
+        if check.factor is not None and check.value is not None:
+            assert check.verdict is classify(check.factor, CONFIG)
+        if check.name.split(".")[-1] in {f"rank{r}" for r in errors}:
+            assert check.verdict is Verdict.FAILED
+    report = HealthReport(tuple(results), NODE, 1.0)
+    assert report.verdict.severity == max(r.verdict.severity for r in results)
+    assert report.exit_code == (0 if report.verdict is Verdict.HEALTHY else 1)
