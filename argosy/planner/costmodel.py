@@ -365,7 +365,8 @@ def _tp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
     volume = tokens * model.hidden * (2.0 if fw.tp_comm_in_bf16 else 4.0)
     count = 4 + np.where(c.recompute == 2, 2, 0)
     one = _ring_s(hw, sc, c.tp, volume, 2.0, hw.eff.latency_us)
-    return count * one * (1.0 - fw.overlap.tp)
+    gathers = np.where(c.recompute > 0, fw.recompute_gathers, 0) * one / 2.0
+    return (count * one + gathers) * (1.0 - fw.overlap.tp)
 
 
 def _cp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens, attn_fwd):
@@ -386,7 +387,7 @@ def _ep_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
 
 
 def _p2p_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
-    volume = tokens * model.hidden * 2.0 / c.tp
+    volume = tokens * model.hidden * 2.0 / np.where(fw.p2p_split_by_tp, c.tp, 1)
     inner = c.tp * c.cp * c.dp
     bw = np.where(
         inner < hw.devices_per_node, hw.link_bps * hw.eff.link_eff, hw.nic_bps * hw.eff.nic_eff

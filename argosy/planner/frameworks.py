@@ -152,6 +152,12 @@ class Profile(BaseModel):
     """Whether context parallelism (cp > 1) exists in this framework."""
     tp_comm_in_bf16: bool = True
     """Whether TP activations travel in bf16 (else fp32)."""
+    p2p_split_by_tp: bool = True
+    """Whether each TP rank sends only its 1/tp slice between pipeline stages (Megatron's
+    scatter/gather); DeepSpeed's pipeline engine sends the whole activation from every rank."""
+    recompute_gathers: int = Field(default=0, ge=0)
+    """Extra TP all-gathers per layer and micro-batch under recompute (DeepSpeed's
+    partition_activations splits the checkpoints across TP ranks and gathers them back)."""
     elementwise_eager: float = Field(default=1.0, gt=0)
     """Memory-bound time relative to eager PyTorch ops (norms, SwiGLU/GeLU, RoPE, residuals)."""
     elementwise_compiled: float = Field(default=0.6, gt=0)
