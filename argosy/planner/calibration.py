@@ -5,6 +5,12 @@ The points live in `data/calibration.yaml` (each with its source and FLOP conven
 (micro-batch, interleaving, ...) are chosen by the planner, as the authors tuned them.
 `measured_step_s(point)` converts the published figure to seconds per step under the
 point's own FLOP convention, so every comparison is step time against step time.
+Each point is priced under its framework profile (`point.framework`).
+
+`fit_all(points)` fits the two scales (`compute`, `comm`) of every framework x chip
+generation the points cover, plus the per-generation median (`any`);
+`benchmarks/planner.py --fit` writes them to `data/calibrated.yaml`, and its
+leave-one-source-out check calls `fit_all` without each source in turn.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ micro-batch, on the slowest pipeline stage:
 - data parallel, by the framework's ZeRO semantics: gradients all-reduced or
   reduce-scattered and parameters all-gathered once per step (hidden behind the last
   backward / first forward) or on every micro-batch (hidden behind that micro-batch);
-  rings run at the scale-up link inside a node, else at the NIC per device;
+  rings run at the scale-up link inside a node, else at the NIC per device; hidden
+  traffic still costs `overlap.interference` of its time (NCCL kernels share the SMs);
 - optimizer step at the measured fused-AdamW bandwidth; a fixed overhead; a straggler
   term growing with the log of data-parallel replicas.
 The fitted `compute` and `comm` scales of the framework x chip generation
