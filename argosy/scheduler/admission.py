@@ -5,7 +5,8 @@
 1. Merge the heads of every shape's queue by the policy's order (`PendingSet.heads`).
 2. Try the head; a shape whose answer is known at the current capacity versions of its
    chip pools is not tried again (a pool that did not change is skipped).
-3. Started: the next workload of that shape comes up. Blocked: the whole shape is done
+3. Started: the next workload of that shape comes up (a workload that accepts several
+   chip types tries the least contested first: `_by_contention`). Blocked: the whole shape is done
    for this cycle (its other workloads would get the same answer); under fifo its chip
    types are held, so every later workload that accepts one of them waits too.
    Needs borrowing: tried again in a second pass, least-served queues first.
@@ -66,7 +67,8 @@ def admit(sched, now: float) -> list[Workload]:
 def _borrowers(sched, deferred, offered, blocked, room_limit, now) -> None:
     """Second pass: shapes that need borrowed quota, least-served queues first."""
     q, limit = sched.pending, sched.policy.heads_per_queue
-    shares = {s[0]: sched.tree.share(s[0]) for s in deferred}
+    aware = sched.policy.chip_aware
+    shares = {s[0]: sched.tree.share(s[0], throughput=aware) for s in deferred}
     deferred.sort(key=lambda s: (shares[s[0]], sched._key(q.by_shape[s][0])))  # noqa: SLF001
     for s in deferred:
         while s in q.by_shape:
@@ -97,7 +99,7 @@ def try_shape(sched, s: Shape, w: Workload, now: float, allow_borrow: bool) -> i
 
 def try_start(sched, w: Workload, now: float, *, allow_borrow: bool) -> int:
     deferred = False
-    for chip in w.chips:
+    for chip in _by_contention(sched, w.chips):
         for g in sched.cap.groups_of_chip[chip]:
             n = sched.size_for(w, chip, g)
             if n < w.min_devices:
@@ -112,3 +114,15 @@ def try_start(sched, w: Workload, now: float, *, allow_borrow: bool) -> int:
             sched.start(w, chip, alloc, now, borrowed)
             return STARTED
     return DEFER if deferred else BLOCKED
+
+
+def _by_contention(sched, chips: tuple[str, ...]) -> tuple[str, ...]:
+    """Chip types in the order to try them: least contested first (pending work that
+    waits for that type, per device of it), then fastest. A job that accepts several
+    types thus leaves a contested pool to the jobs pinned to it."""
+    if len(chips) < 2 or not sched.policy.chip_aware:
+        return chips
+    demand = sched.pending_demand()
+    have = sched.cluster.devices_by_chip()
+    pressure = {c: demand.get(c, 0) / have[c] for c in chips}
+    return tuple(sorted(chips, key=lambda c: pressure[c] > 0.05))  # stable: fastest first

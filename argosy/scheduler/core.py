@@ -13,7 +13,7 @@ import math
 
 from argosy.core.clock import Clock, FakeClock
 from argosy.hardware.cluster import Cluster
-from argosy.scheduler import admission, elastic, fit, room
+from argosy.scheduler import admission, elastic, fit, growth, room
 from argosy.scheduler.capacity import Capacity
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.decisions import Decision
@@ -53,6 +53,7 @@ class Scheduler:
         self.quarantined: set[int] = set()
         self.hold_s: dict[int, float] = {}  # group -> mean time grown capacity was held
         self.waited: dict[str, float] = {}  # chip -> device-seconds its pending work waited
+        self._demand: dict[str, int] | None = None
 
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
@@ -97,6 +98,7 @@ class Scheduler:
         """Decide what starts, stops, shrinks or grows now."""
         now = self.clock.now_s()
         self.out = []
+        self._demand = None
         elastic.scale_services(self, now)
         blocked = admission.admit(self, now)
         if self.policy.preemption:
@@ -176,6 +178,12 @@ class Scheduler:
             else:
                 w.next_room_s = now + 300.0
                 self.pending.room_at[shape_of(w)] = w.next_room_s
+
+    def pending_demand(self) -> dict[str, int]:
+        """Devices pending work asks for, per chip type (cached until the next cycle)."""
+        if self._demand is None:
+            self._demand = growth.pending_demand(self)
+        return self._demand
 
     def _waited(self, now: float) -> dict[str, float]:
         """Device-seconds waited so far by the pending work of each chip pool (what a

@@ -64,6 +64,10 @@ class Policy:
     runtime: RuntimeBudget
     heads_per_queue: int = 0
     """Workloads each leaf queue may admit per cycle; 0 = as many as fit."""
+    chip_aware: bool = False
+    """Jobs that accept several chip types go to the least contested first, and fair
+    share is counted in effective throughput (else: fastest type first, dominant share
+    in devices, as Kueue's flavor order and fair sharing)."""
     planner_plans: bool = False
     """Jobs run the planner's plan for the chips they were placed on (else the
     framework's stock plan for their model size)."""
@@ -114,6 +118,7 @@ policies.register(
         True,
         True,
         ARGOSY_RUNTIME,
+        chip_aware=True,
         planner_plans=True,
-    ),  # fmt: skip
+    ),
 )

@@ -27,6 +27,7 @@ from argosy.core.documents import Document, load_yaml, validate
 from argosy.core.errors import ConfigError, UnknownNameError
 from argosy.hardware.catalog import default_catalog
 from argosy.hardware.cluster import Cluster
+from argosy.scheduler.speed import relative_speed
 
 
 class QuotaSpec(BaseModel):
@@ -78,6 +79,7 @@ class QueueTree:
         self.chip_index = {c: i for i, c in enumerate(chips)}
         self.guarantee, self.nominal, self.ceiling = guarantee, nominal, ceiling
         self.usage = np.zeros_like(guarantee)
+        self.speeds: np.ndarray | None = None  # relative speed per chip, filled on first use
         self.totals = ceiling.max(axis=0) if len(ceiling) else np.zeros(len(chips), int)
         children = {p for p in parents if p >= 0}
         self.leaves = [n for i, n in enumerate(names) if i not in children]
@@ -127,11 +129,20 @@ class QueueTree:
     def add(self, queue: str, chip: str, devices: int) -> None:
         self.usage[self.ancestors[queue], self.chip_index[chip]] += devices
 
-    def share(self, queue: str) -> float:
-        """Dominant share: max over chips of usage / nominal, divided by the weight."""
+    def share(self, queue: str, *, throughput: bool = False) -> float:
+        """The queue's share over its nominal, divided by its weight: dominant share (max
+        over chips of usage / nominal), or with `throughput` what it holds over what it is
+        owed, both in effective throughput (devices x the chip's relative speed, so a fast
+        chip counts for more than a slow one)."""
         i = self.index[queue]
-        ratio = self.usage[i] / np.maximum(self.nominal[i], 1)
-        return float(ratio.max()) / float(self.weights[i])
+        if not throughput:
+            ratio = self.usage[i] / np.maximum(self.nominal[i], 1)
+            return float(ratio.max()) / float(self.weights[i])
+        if self.speeds is None:
+            self.speeds = np.array([relative_speed(c) for c in self.chips])
+        held = float(self.usage[i] @ self.speeds)
+        owed = float(np.maximum(self.nominal[i], 0) @ self.speeds)
+        return held / max(owed, 1e-9) / float(self.weights[i])
 
     def guaranteed_total(self) -> dict[str, int]:
         return {c: int(self.guarantee[:, i].sum()) for i, c in enumerate(self.chips)}

@@ -4,6 +4,12 @@ capacity is expected back too soon, never into what inference will need."""
 import numpy as np
 from sched_helpers import check_invariants, job, make, service
 
+from argosy.core.clock import FakeClock
+from argosy.hardware.loader import load_cluster
+from argosy.scheduler.core import Scheduler
+from argosy.scheduler.policies import policies
+from argosy.scheduler.queues import QueuesFile, build_tree
+
 
 def test_elastic_job_overgrows_only_while_nothing_pending_wants_its_chip():
     sched, clock = make("h100:512", policy="argosy", a_nominal=256)
@@ -50,3 +56,34 @@ def test_growth_leaves_what_the_services_will_need_soon():
     assert free + svc.devices >= 128  # the peak fits without a shrink
     assert np.all(sched.cap.avail >= 0)
     check_invariants(sched)
+
+
+def test_a_flexible_job_leaves_a_contested_pool_to_the_jobs_pinned_to_it():
+    chips = {}
+    cluster = load_cluster("a100-80g:64+h100:64")
+    spec = {"queues": [{"name": "a", "quota": {"a100-80g": {"nominal": 64},
+                                               "h100": {"nominal": 64}}}]}  # fmt: skip
+    for policy in ("quota", "argosy"):
+        tree = build_tree(QueuesFile.model_validate(spec), cluster)
+        sched = Scheduler(cluster, tree, policies.get(policy), clock=FakeClock())
+        sched.submit(job("fill", devices=32, chips=("h100",)))
+        sched.cycle()
+        sched.submit(job("pinned", devices=64, chips=("h100",), priority=9))  # waits
+        flexible = job("flex", devices=8, chips=("a100-80g", "h100"))
+        sched.submit(flexible)
+        sched.cycle()
+        chips[policy] = flexible.chip
+        check_invariants(sched)
+    assert chips == {"quota": "h100-sxm", "argosy": "a100-80g"}
+
+
+def test_throughput_share_counts_a_fast_chip_for_more():
+    sched, _ = make("a100-80g:64+h100:64", policy="argosy", chip="h100", a_nominal=64)
+    tree = sched.tree
+    tree.add("b", "a100-80g", 16)
+    slow = tree.share("b", throughput=True)
+    tree.add("b", "a100-80g", -16)
+    tree.add("b", "h100-sxm", 16)
+    fast = tree.share("b", throughput=True)
+    assert fast > slow > 0
+    assert tree.share("b") == tree.share("b", throughput=False)
