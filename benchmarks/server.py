@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -119,13 +120,17 @@ def start_latency(c: httpx.Client, script: Path, home: Path, repeats: int) -> li
         job = c.post("/api/v1/jobs", json={"name": "start", "script": str(script)}).json()
         log = home / "runs" / job["id"] / "logs" / "attempt0" / "rank0.log"
         deadline = time.monotonic() + 60
-        while not (log.exists() and "started" in log.read_text()):
+        while not (found := re.search(r"started (\d+\.\d+)\n", read(log))):
             assert time.monotonic() < deadline, "the job did not start"
             time.sleep(0.01)
-        out.append(float(log.read_text().split()[1]) - t0)
+        out.append(float(found.group(1)) - t0)
         while c.get(f"/api/v1/jobs/{job['id']}").json()["state"] not in {"succeeded", "failed"}:
             time.sleep(0.05)
     return out
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def launch_latency(script: Path, work: Path, repeats: int) -> list[float]:
@@ -151,50 +156,50 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        server = ServerProcess(work / "home")
-        server.start()
-        pid = server.proc.pid
-        token = (server.home / "admin.token").read_text().strip()
-        with server.client() as c:
-            node = c.get("/api/v1/nodes").json()[0]["name"]
-            c.post(f"/api/v1/nodes/{node}/cordon")
-            floor = asyncio.run(drive(server.url, token, 2000, args.clients, submit=False))
-            cpu0 = cpu_s(pid)
-            rate = asyncio.run(drive(server.url, token, args.jobs, args.clients, submit=True))
-            cpu_per_job_ms = (cpu_s(pid) - cpu0) / args.jobs * 1000
-            ids = [j["id"] for j in c.get("/api/v1/jobs", params={"limit": 500}).json()["items"]]
-            lat = latencies(c, args.samples, ids)
-            cancel_all(c)
-            c.post(f"/api/v1/nodes/{node}/uncordon")
-            script = work / "stamp.py"
-            script.write_text(STAMP)
-            starts = start_latency(c, script, server.home, args.starts)
-        server.kill()
-        direct = launch_latency(script, work, args.starts)
-    report(args, rate, floor, cpu_per_job_ms, lat, starts, direct)
+        load_phase(args, work / "home")
+        start_phase(args, work)
 
 
-def cancel_all(c: httpx.Client) -> None:
-    """Empty the queue so the timed job finds the node free."""
-    while True:
-        page = c.get("/api/v1/jobs", params={"state": "pending", "limit": 500}).json()["items"]
-        if not page:
-            return
-        for j in page:
-            c.post(f"/api/v1/jobs/{j['id']}/cancel")
-
-
-def report(args, rate, floor, cpu_per_job_ms, lat, starts, direct) -> None:  # noqa: ANN001
-    print(f"\nsubmit throughput ({args.clients} clients, {args.jobs} jobs, SQLite):")
-    print(f"  submit       {rate:8.0f} jobs/s   ({rate / TARGET_RATE:.2f}x the 200/s target)")
-    print(f"  GET /health  {floor:8.0f} req/s    (submit runs at {rate / floor:.2f}x this floor)")
-    print(f"  server CPU per submit: {cpu_per_job_ms:.2f} ms")
-    print(f"\nAPI latency with {args.jobs + args.samples} stored jobs, {args.samples} calls each:")
+def load_phase(args: argparse.Namespace, home: Path) -> None:
+    """Throughput and latency on a server whose only node is cordoned."""
+    server = ServerProcess(home)
+    server.start()
+    pid = server.proc.pid
+    token = (server.home / "admin.token").read_text().strip()
+    with server.client() as c:
+        node = c.get("/api/v1/nodes").json()[0]["name"]
+        c.post(f"/api/v1/nodes/{node}/cordon")
+        floor = asyncio.run(drive(server.url, token, 2000, args.clients, submit=False))
+        cpu0 = cpu_s(pid)
+        rate = asyncio.run(drive(server.url, token, args.jobs, args.clients, submit=True))
+        cpu_per_job_ms = (cpu_s(pid) - cpu0) / args.jobs * 1000
+        print(f"\nsubmit throughput ({args.clients} clients, {args.jobs} jobs, SQLite):")
+        print(f"  submit       {rate:8.0f} jobs/s   ({rate / TARGET_RATE:.2f}x the 200/s target)")
+        print(f"  GET /health  {floor:8.0f} req/s    (submit: {rate / floor:.2f}x this floor)")
+        print(f"  server CPU per submit: {cpu_per_job_ms:.2f} ms", flush=True)
+        ids = [j["id"] for j in c.get("/api/v1/jobs", params={"limit": 500}).json()["items"]]
+        lat = latencies(c, args.samples, ids)
+    server.kill()
+    print(f"\nAPI latency with {args.jobs}+ stored jobs, {args.samples} calls each:")
     print(f"  {'endpoint':34} {'p50 ms':>8} {'p99 ms':>8}")
     for label, (p50, p99) in lat.items():
         print(f"  {label:34} {p50:8.1f} {p99:8.1f}")
     worst = max(p99 for _, p99 in lat.values())
-    print(f"  worst p99 {worst:.1f} ms ({worst / TARGET_P99_MS:.2f}x the 100 ms target)")
+    print(
+        f"  worst p99 {worst:.1f} ms ({worst / TARGET_P99_MS:.2f}x the 100 ms target)", flush=True
+    )
+
+
+def start_phase(args: argparse.Namespace, work: Path) -> None:
+    """A CPU job's start on a fresh server with free slots, and argosy launch alone."""
+    script = work / "stamp.py"
+    script.write_text(STAMP)
+    server = ServerProcess(work / "home-start")
+    server.start()
+    with server.client() as c:
+        starts = start_latency(c, script, server.home, args.starts)
+    server.kill()
+    direct = launch_latency(script, work, args.starts)
     med, med_direct = statistics.median(starts), statistics.median(direct)
     print(f"\nCPU job start, submit -> script's first line ({args.starts} runs):")
     print(f"  via server     median {med:.2f} s, max {max(starts):.2f} s "

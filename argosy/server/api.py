@@ -16,7 +16,6 @@ from argosy.server.auth import Principal
 from argosy.server.control import Control, NotFoundError
 from argosy.server.schemas import (
     ErrorBody,
-    Event,
     EventPage,
     Health,
     Job,
@@ -209,6 +208,3 @@ def _set_cordon(ctl: Control, name: str, cordoned: bool) -> NodeView:
     except NotFoundError as err:
         raise HTTPException(404, str(err)) from err
     return next(n for n in node_views(ctl.scheduling, ctl.cordoned, ctl.lost) if n.name == name)
-
-
-__all__ = ["Event", "router"]

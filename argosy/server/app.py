@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from argosy.core.errors import ArgosyError
@@ -71,7 +71,7 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
     return app
 
 
-async def _metrics(request: Request, _=Depends(lambda: None)) -> Response:  # noqa: ANN001
+async def _metrics(request: Request) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     from argosy.server.api import principal

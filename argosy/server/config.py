@@ -46,8 +46,6 @@ class ServerConfig(BaseModel):
     """How often running attempts are checked for their exit."""
     nodes_interval_s: float = Field(default=2.0, gt=0)
     """How often the executor's inventory is checked for lost and returning nodes."""
-    page_limit_max: int = Field(default=500, gt=0)
-    """Largest page a list call returns."""
 
     @property
     def database_url(self) -> str:
