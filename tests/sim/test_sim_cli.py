@@ -104,6 +104,7 @@ def test_garbage_trace_names_the_file_and_line_and_exits_2(tmp_path, content, ne
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_plans_flag_is_checked_and_reaches_the_report(tmp_path):
     (tmp_path / "q.yaml").write_text("queues:\n  - name: eval\n")
     rec = {"id": "a", "submit_s": 0, "kind": "eval", "queue": "eval", "chips": ["h100"],
