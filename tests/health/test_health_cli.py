@@ -46,7 +46,7 @@ def test_half_speed_rank_is_flagged_degraded_with_its_factor() -> None:
         (["--emulate-slow", "1"], "RANK:FACTOR"),
         (["--emulate-slow", "1:1.5"], "factor must be in"),
         (["--emulate-slow", "7:0.5"], "beyond the node"),
-        (["--ranks", "0"], "--ranks"),
+        (["--ranks", "0"], "ranks must be at least 1"),
     ],
     ids=["no-factor", "factor-above-one", "rank-beyond", "zero-ranks"],
 )
@@ -54,7 +54,7 @@ def test_usage_errors_exit_2_without_a_traceback(args: list[str], want: str) -> 
     done = argosy("health", "check", *args, timeout=60)
     assert done.returncode == 2
     assert want in done.stderr and "Traceback" not in done.stderr
-    assert done.stdout == ""
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_the_health_command_loads_no_torch_until_it_runs() -> None:
