@@ -96,7 +96,7 @@ async def submit(
     return job_view(row)
 
 
-@router.get("/jobs")
+@router.get("/jobs", response_model=JobPage)
 async def list_jobs(
     ctl: Ctl,
     who: Who,
@@ -105,12 +105,13 @@ async def list_jobs(
     name: Annotated[str | None, Query(max_length=100)] = None,
     cursor: Cursor = 0,
     limit: Limit = 100,
-) -> JobPage:
+) -> Response:
     """Jobs in submit order, filtered by state (repeatable), queue and name."""
     rows, nxt = ctl.store.list_jobs(
         states=state or (), queue=queue, name=name, cursor=cursor, limit=limit
     )
-    return JobPage(items=[job_view(r) for r in rows], next_cursor=nxt)
+    page = JobPage(items=[job_view(r) for r in rows], next_cursor=nxt)
+    return Response(page.model_dump_json(), media_type="application/json")  # built once
 
 
 @router.get("/jobs/{job_id}", responses={404: {}})
