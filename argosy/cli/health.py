@@ -13,7 +13,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from argosy.cli.common import console, print_json
+from argosy.cli.common import config_of, console, print_json
 
 app = typer.Typer(help="Node health checks.", no_args_is_help=True)
 
@@ -23,6 +23,7 @@ _SHORT = {"not_applicable": "n/a"}
 
 @app.command("check")
 def check(
+    ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     emulate_slow: list[str] = typer.Option(
         [],
@@ -35,11 +36,11 @@ def check(
     ),
 ) -> None:
     """Measure GEMM, memory, host-device copy and collective bandwidth; read vendor signals."""
-    from argosy.health import HealthConfig, run_check
+    from argosy.health import run_check
     from argosy.health.throttle import parse_slow
 
     slow = parse_slow(emulate_slow)
-    report = run_check(HealthConfig(), slow=slow, ranks=ranks)
+    report = run_check(config_of(ctx).health, slow=slow, ranks=ranks)
     if as_json:
         print_json(report.to_json())
     else:

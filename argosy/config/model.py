@@ -4,6 +4,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.checkpoint.config import CheckpointConfig
 from argosy.hardware.config import HardwareConfig
+from argosy.health.config import HealthConfig
 from argosy.planner.config import PlannerConfig
 from argosy.runtime.config import RuntimeConfig
 from argosy.scheduler.config import SchedulerConfig
@@ -25,5 +26,7 @@ class PlatformConfig(BaseModel):
     """Scheduler: preemption limits, elastic resizing, tidal forecast, hot spares."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     """Flash checkpoint: directory, steps kept, shared-memory slots."""
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    """Node health checks: probe sizes, expectations, verdict thresholds, node-record policy."""
     sim: SimConfig = Field(default_factory=SimConfig)
     """Simulator: fault model, cycle pacing, assumed factors of the five-factor report."""
