@@ -80,10 +80,19 @@ class Decision:
 
 
 def resume(
-    memory: set[int], on_disk: set[int], wanted: int | None, read: Reader, world_size: int
+    memory: set[int],
+    on_disk: set[int],
+    wanted: int | None,
+    read: Reader,
+    world_size: int,
+    gather: Callable[[Any], list[Any]] | None = None,
 ) -> Decision:
-    """One decision for all ranks (see the module docstring); collective under dist."""
-    gathered = all_gather((sorted(memory), sorted(on_disk)), world_size)
+    """One decision for all ranks (see the module docstring); collective under dist.
+
+    `gather(value)` returns every rank's value in rank order (all_gather_object by default).
+    """
+    gather = gather or (lambda value: all_gather(value, world_size))
+    gathered = gather((sorted(memory), sorted(on_disk)))
     decision = Decision(reports=[{"memory": m, "disk": d} for m, d in gathered])
     memory_sets = [set(m) for m, _ in gathered]
     disk_sets = [set(d) for _, d in gathered]
@@ -99,7 +108,7 @@ def resume(
             problem = str(err)
         except Exception as err:  # raised on every rank below, never on one alone
             problem, fatal, local = f"{type(err).__name__}: {err}", True, err
-        outcomes = all_gather((problem, fatal), world_size)
+        outcomes = gather((problem, fatal))
         problems = {r: p for r, (p, _) in enumerate(outcomes) if p is not None}
         if not problems:
             decision.step, decision.result = step, result

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from argosy.checkpoint import faultpoints
 from argosy.checkpoint.disk import (
     MANIFEST,
     RankPiece,
@@ -233,6 +234,7 @@ def commit(
     for piece in pieces:
         (staging / f"rank{piece.rank}.done").unlink(missing_ok=True)
     fsync_dir(staging)
+    faultpoints.reach("commit")
     final = directory / step_dir_name(step)
     with fence.locked():
         if fence.current() > epoch:

@@ -68,7 +68,14 @@ from argosy.checkpoint.layout import (
     plan,
 )
 from argosy.checkpoint.persister import PersisterSpec
-from argosy.checkpoint.segment import HEADER_BYTES, SHM_DIR, Segment, held_name, job_segments
+from argosy.checkpoint.segment import (
+    HEADER_BYTES,
+    HELD_SLOTS,
+    SHM_DIR,
+    Segment,
+    held_name,
+    job_segments,
+)
 from argosy.checkpoint.staging import DeviceStager, share_sources, slot_data, write_snapshot
 from argosy.core.errors import ArgosyError
 
@@ -153,9 +160,9 @@ class FlashCheckpointer:
         self._staged: tuple[int, bytes, dict[int, bytes]] | None = None
         self._closed = False
         self._flushed: tuple[int, str | None] | None = None
-        self._held: int | None = None
-        """Step of the snapshot in our own slot, waiting for the persister to be ready."""
-        self._held_seg: Segment | None = None
+        self._held: dict[int, int] = {}
+        """Steps of the snapshots in our own slots, by slot, waiting for the persister."""
+        self._held_segs: dict[int, Segment] = {}
         self._start_ticks: int | None = None
         self._maps = restore.MappingCache()
         self.last_copy_s: float | None = None
@@ -389,29 +396,32 @@ class FlashCheckpointer:
     def _hold(self, step: int, meta: bytes, inline: dict[int, bytes], sources: list) -> None:
         """The persister is still starting: copy the snapshot into a slot of our own (the
         step goes on at once, and the copy outlives a SIGKILL of this process) and hand
-        the slot over once the persister is ready; a newer save overwrites it."""
+        the slots over once the persister is ready. Two slots, the older one overwritten."""
         snapshot = pickle.loads(meta)
         size = HEADER_BYTES + align(snapshot.data_len + 2 * len(meta) + (1 << 20))
-        if self._held_seg is None or self._held_seg.size < size:
-            if self._held_seg is not None:
-                self._held_seg.close()
-            path = SHM_DIR / held_name(self.job, self.rank)
+        index = min(range(HELD_SLOTS), key=lambda i: self._held.get(i, -1))
+        seg = self._held_segs.get(index)
+        if seg is None or seg.size < size:
+            if seg is not None:
+                seg.close()
+            path = SHM_DIR / held_name(self.job, self.rank, index)
             path.unlink(missing_ok=True)
-            self._held_seg = Segment.create(path, size)
-        seg = self._held_seg
+            seg = self._held_segs[index] = Segment.create(path, size)
+        self._held.pop(index, None)
         data = slot_data(seg)
         write_snapshot(seg, data, snapshot, meta, inline, sources)
         del data
-        self._held = step
+        self._held[index] = step
 
     def _send_held(self, block: bool) -> None:
-        if self._held is None or not (block or self._is_ready()):
+        if not self._held_segs or not (block or self._is_ready()):
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
-        assert self._held_seg is not None
-        self._conn.send(("held", str(self._held_seg.path)))
-        self._held_seg.close()  # the persister owns it now
-        self._held_seg, self._held = None, None
+        for index in sorted(self._held_segs, key=lambda i: self._held.get(i, -1)):
+            seg = self._held_segs[index]
+            self._conn.send(("held", str(seg.path)))
+            seg.close()  # the persister owns it now
+        self._held_segs, self._held = {}, {}
 
     def before_optimizer_step(self) -> None:
         """Fence: returns once the last snapshot no longer reads the live tensors."""
@@ -519,7 +529,7 @@ class FlashCheckpointer:
             return
         try:
             self.before_optimizer_step()
-            if self._held is not None and self._proc.poll() is None:
+            if self._held_segs and self._proc.poll() is None:
                 self._send_held(block=True)
             self._wait_copied()
             if self._proc.poll() is None and self._connected():

@@ -38,6 +38,7 @@ import torch
 from argosy.checkpoint.layout import SnapshotMeta, align
 from argosy.checkpoint.segment import (
     HEADER_BYTES,
+    HELD_SLOTS,
     Header,
     Segment,
     SlotState,
@@ -135,11 +136,11 @@ class Persister:
         does within a fraction of a second); slots still held after `_ADOPT_WAIT_S` are
         left to their owner and replaced by fresh ones."""
         found: list[tuple[Path, Segment, int]] = []
-        held = Path(self.spec.shm_dir) / held_name(self.spec.job, self.spec.rank)
         paths = [self._path(index) for index in range(self.spec.slots)]
-        holder = _owner_of(held) if held.exists() else -1
-        if holder == 0 or (holder > 0 and not _alive(holder)):  # a dead trainer's own copy
-            paths.append(held)
+        for held in self._held_paths():
+            holder = _owner_of(held)
+            if holder == 0 or not _alive(holder):  # a dead trainer's own copies
+                paths.append(held)
         for path in paths:
             if not path.exists():
                 continue
@@ -221,6 +222,11 @@ class Persister:
             self.send("error", f"snapshot of step {step} failed: {err!r}")
             self.send("copied", step, time.perf_counter() - started)
 
+    def _held_paths(self) -> list[Path]:
+        shm = Path(self.spec.shm_dir)
+        names = [held_name(self.spec.job, self.spec.rank, i) for i in range(HELD_SLOTS)]
+        return [shm / name for name in names if (shm / name).exists()]
+
     def _adopt_held(self, path: Path) -> None:
         """Take over the slot the trainer filled itself while this process started."""
         try:
@@ -269,9 +275,9 @@ class Persister:
         """The trainer died: persist what we hold (rank 0 decides, the others follow), keep
         it in memory for a restart, and let go as soon as a newer attempt fences us or
         adopts the slots."""
-        held = Path(self.spec.shm_dir) / held_name(self.spec.job, self.spec.rank)
-        if held.exists() and _owner_of(held) == self.spec.parent_pid:  # never handed over
-            self._adopt_held(held)
+        for held in self._held_paths():
+            if _owner_of(held) == self.spec.parent_pid:  # never handed over
+                self._adopt_held(held)
         self._wait_persisted(self.spec.commit_timeout_s)
         deadline = time.monotonic() + self.spec.linger_s
         while time.monotonic() < deadline:

@@ -56,9 +56,13 @@ def segment_name(job: str, rank: int, slot: int) -> str:
     return f"{PREFIX}{job}-r{rank}-s{slot}"
 
 
-def held_name(job: str, rank: int) -> str:
-    """The slot a trainer fills itself while its persister starts (adopted by it later)."""
-    return f"{PREFIX}{job}-r{rank}-sh"
+HELD_SLOTS = 2
+
+
+def held_name(job: str, rank: int, index: int) -> str:
+    """Slots a trainer fills itself while its persister starts (adopted by it later);
+    two, so the newest complete one survives a copy cut short."""
+    return f"{PREFIX}{job}-r{rank}-sh{index}"
 
 
 def segment_paths(job: str, rank: int) -> list[Path]:

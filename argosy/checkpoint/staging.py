@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from argosy.checkpoint import faultpoints
 from argosy.checkpoint.layout import view_of
 from argosy.checkpoint.segment import HEADER_BYTES, Header, Segment, SlotState
 
@@ -123,6 +124,7 @@ def write_snapshot(
             dst.copy_(source)
         if on_copy is not None:
             on_copy(entry.nbytes)
+            faultpoints.reach("copy")
     crc = seg.write_meta(meta.data_len, meta_bytes)
     seg.write_header(
         Header(SlotState.COMPLETE, meta.step, meta.data_len, len(meta_bytes), crc, owner)

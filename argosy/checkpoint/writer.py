@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from argosy.checkpoint import commit as cm
-from argosy.checkpoint import disk
+from argosy.checkpoint import disk, faultpoints
 from argosy.checkpoint.layout import SnapshotMeta
 
 _POLL_S = 0.05
@@ -92,6 +92,7 @@ class Writer:
         def on_write(total: int) -> None:
             self.progress(total - last[0], "write")
             last[0] = total
+            faultpoints.reach("write")
             self.fence.check(self.epoch)
 
         self.fence.check(self.epoch)
@@ -101,6 +102,7 @@ class Writer:
         finally:
             data.release()
         self.fence.check(self.epoch)
+        faultpoints.reach("publish")
         cm.publish(staging, piece, self.epoch)
         return piece
 
@@ -202,6 +204,7 @@ class Writer:
                 return reason
             metas = [meta] + [_rank_meta(staging, r) for r in range(1, meta.world_size)]
             cm.commit(self.directory, step, self.epoch, metas, pieces, self.fence)
+            faultpoints.reach("renamed")
             cm.prune(self.directory, self.spec.keep, self.epoch)
             return None
         except cm.FencedError as err:

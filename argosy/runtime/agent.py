@@ -88,6 +88,7 @@ class Agent:
         self.spares_left = config.spares
         self.reported_stragglers: set[int] = set()
         self.standby: list[subprocess.Popen] = []
+        self._closing_since: float | None = None
 
     def run(self) -> dict[str, Any]:
         spec = self.spec
@@ -179,8 +180,11 @@ class Agent:
             self._read_board(snap, watch, attempt, hang, slow)
             if watch.resumed and not self.standby:
                 self._start_standby()
-            if self._finished_then_failed(group, snap, codes, attempt):
-                return None
+            closing = self._finished_then_failed(group, snap, codes, attempt, now)
+            if closing is not None:
+                if closing:
+                    return None
+                continue
             fault = self._exit_fault(snap, codes, now)
             if fault is not None:
                 return fault
@@ -205,14 +209,22 @@ class Agent:
             return None
 
     def _finished_then_failed(
-        self, group: WorkerGroup, snap: np.ndarray, codes: dict, attempt: int
-    ) -> bool:
+        self, group: WorkerGroup, snap: np.ndarray, codes: dict, attempt: int, now: float
+    ) -> bool | None:
         """A rank failed after the run was done (every rank reached its target step and
         its last checkpoint is committed, or said `finish()`): the run completed; the
-        error at close is recorded as an event, not as a fault to restart for."""
+        error at close is recorded as an event, not as a fault to restart for. True once
+        every rank exited (or `exit_timeout_s` passed), False while the others may still
+        exit on their own, None when this is not such a case."""
         failed = {r: c for r, c in codes.items() if c not in (None, 0)}
-        if not failed or not all(_done(snap, r) for r in codes):
-            return False
+        if not failed or not all(_done(snap, r) for r in failed):
+            return None
+        self._closing_since = self._closing_since or now
+        running = [r for r, c in codes.items() if c is None]
+        if running and now - self._closing_since <= self.config.exit_timeout_s:
+            return False  # the others may still finish (or fail) on their own
+        if not all(_done(snap, r) for r in codes):
+            return None  # a rank never got there: a fault after all
         tails = group.tail()
         for rank, code in sorted(failed.items()):
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -224,7 +236,7 @@ class Agent:
                 detail=f"rank {rank} {how} after the run was done",
                 last_lines=tails.get(rank, []),
             )
-        if any(c is None for c in codes.values()):
+        if running:
             group.stop(self.config.term_grace_s)
         return True
 

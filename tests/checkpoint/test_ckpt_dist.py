@@ -70,3 +70,42 @@ def test_two_ranks_save_then_one_process_reshards_from_disk(tmp_path, job):
     assert torch.equal(got["model"]["sharded"], FULL)
     assert torch.equal(got["model"]["replicated"], torch.ones(3))
     assert got["loop"]["step"] == 1
+
+
+def _one_rank_fails(rank: int, world: int, init: str, directory: str, job: str) -> None:
+    import resource
+    import signal
+
+    import torch.distributed as dist
+
+    from argosy.checkpoint import CheckpointError
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited: oversized writes fail (EFBIG)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        state = {"w": torch.full((1 << 20,), float(rank))}  # 4 MiB per rank
+        with FlashCheckpointer(directory, job_id=job) as ckpt:
+            ckpt.save(1, state)
+            assert ckpt.wait() == 1
+            if rank == 1:  # rank 1's disk fills up: its persister may write 1 MiB files
+                resource.prlimit(ckpt._proc.pid, resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+            state["w"].add_(1)
+            ckpt.save(2, state)
+            with pytest.raises(CheckpointError, match="step 2"):
+                ckpt.wait()  # raised on both ranks, after both got there
+            step, got = ckpt.load()
+            assert step == 2 and ckpt.last_load_source == "memory"  # still in memory
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_failed_persist_of_one_rank_aborts_the_step_for_all(tmp_path, job):
+    import torch.multiprocessing as mp
+
+    init = f"file://{tmp_path / 'store'}"
+    directory = tmp_path / "ckpt"
+    mp.spawn(_one_rank_fails, args=(2, init, str(directory), job), nprocs=2, join=True)
+    assert ckdisk.committed_steps(directory) == [1]  # the previous commit stays the newest
+    assert ckdisk.verify(directory / ckdisk.step_dir_name(1)) == []
+    assert not [p for p in directory.iterdir() if p.name.startswith(".tmp-")]
