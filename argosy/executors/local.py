@@ -19,6 +19,7 @@ machine without any, `slots` CPU slots.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -85,6 +86,11 @@ class LocalExecutor:
         return [NodeInfo(name(c), c, n, "127.0.0.1") for c, n in chips.items()]
 
     def start(self, request: LaunchRequest) -> None:
+        older = self._running.pop(request.job_id, None)
+        if older is not None:  # an older attempt never has company
+            with contextlib.suppress(OSError):
+                os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
+            kill_job_processes(request.job_id)  # ranks, in sessions of their own
         where = attempt_dir(request.run_dir, request.attempt)
         where.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ) | request.env

@@ -143,6 +143,9 @@ class RayExecutor:
 
         if not self._ids:
             self.inventory()
+        older = self._running.pop(request.job_id, None)
+        if older is not None:  # an older attempt never has company
+            self._cleanup(older, AttemptExit(older.job_id, older.attempt, None, True, "replaced"))
         names = list(request.nodes)
         bundles = [{CHIP_PREFIX + request.chip: float(request.nodes[n])} for n in names]
         labels = [{"ray.io/node-id": self._ids[n]} for n in names]

@@ -137,3 +137,24 @@ def test_job_processes_are_found_by_their_environment(tmp_path: Path) -> None:
     time.sleep(0.2)
     assert kill_job_processes("jf") == 1
     assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_new_attempt_replaces_a_tracked_older_one(tmp_path: Path) -> None:
+    executor = LocalExecutor()
+    executor.start(request(tmp_path, "jg", 60.0, attempt=1))
+    old = attempt_dir(tmp_path / "runs" / "jg", 1) / "wrapper.pid"
+    wrapper = int(old.read_text())
+    executor.start(request(tmp_path, "jg", 0.1, attempt=2))
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{wrapper}").exists() and "Z" not in stat_state(wrapper):
+        assert time.monotonic() < deadline, "the older attempt still runs"
+        time.sleep(0.05)
+    (exit_,) = wait_exits(executor)
+    assert exit_.attempt == 2 and exit_.exit_code == 0
+
+
+def stat_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
