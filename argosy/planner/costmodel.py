@@ -182,9 +182,10 @@ def evaluate(
     body = chunk_layers * c.vpp
     # the slowest stage: a full chunk set, or an even share of layers plus the LM head
     with_head = (model.layers * mb.layer + mb.head) / c.pp
-    share = np.where(body * mb.layer >= with_head, 1.0, with_head / (body * mb.layer))
+    uneven = body * mb.layer >= with_head
+    share = np.where(uneven, 1.0, model.layers / (c.pp * body))  # layers moved off the head
     per = {k: getattr(mb, k) * body * share for k in ("fwd", "bwd", "rec", "tp", "cp", "ep")}
-    head_share = np.where(body * mb.layer >= with_head, 0.0, mb.head / c.pp)
+    head_share = np.where(uneven, 0.0, mb.head / c.pp)
     fwd_stage = per["fwd"] + head_share / 3.0
     bwd_stage = per["bwd"] + head_share * 2.0 / 3.0
     pp_s = _p2p_s(model, hw, fw, sc, c, tokens)
