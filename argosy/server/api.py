@@ -72,14 +72,15 @@ async def health() -> Health:
     return Health(status="ok")
 
 
-@router.post("/jobs", status_code=201, responses={200: {"model": Job}, 409: {}, 422: {}})
+@router.post(
+    "/jobs", status_code=201, response_model=Job, responses={200: {"model": Job}, 409: {}, 422: {}}
+)
 async def submit(
     spec: JobSpec,
     ctl: Ctl,
     who: Who,
-    response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> Job:
+) -> Response:
     """Submit a job. A repeated `Idempotency-Key` with the same body returns the first job
     (200) instead of a new one; with a different body it is a 409."""
     if not who.may_change(spec.queue):
@@ -91,9 +92,8 @@ async def submit(
         raise HTTPException(409, f"Idempotency-Key '{err}' was used with another body") from err
     except ArgosyError as err:
         raise HTTPException(422, str(err)) from err
-    if not created:
-        response.status_code = 200
-    return job_view(row)
+    body = job_view(row).model_dump_json()  # built once, not validated a second time
+    return Response(body, status_code=201 if created else 200, media_type="application/json")
 
 
 @router.get("/jobs", response_model=JobPage)
