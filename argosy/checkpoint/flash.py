@@ -24,7 +24,8 @@ Contract:
 - The persisters write snapshots to `directory` in DCP format: rank 0 picks the step, every
   rank writes its shard, rank 0 commits it in one atomic rename of a checksummed manifest
   (commit.py); the newest `keep` steps are kept. Each attempt has an epoch (`epoch`), and
-  a newer attempt fences the writers of older ones out.
+  a newer attempt fences the writers of older ones out (`fence=False` for a process that
+  only reads, so it leaves a running job's writers alone).
 - `load(step=None, into=None)`: the newest step every rank can load, from shared memory
   when valid there, else from disk; the ranks agree on it (agree.py), so they all resume
   from the same step; a torn or changed step is skipped with a warning, for every rank.
@@ -116,6 +117,7 @@ class FlashCheckpointer:
         persist_interval_s: float = 0.0,
         progress: Callable[[str, int], None] | None = None,
         hold_limit_bytes: int = 1 << 30,
+        fence: bool = True,
     ) -> None:
         if keep < 1 or slots < 1:
             raise ArgosyError(f"keep and slots must be at least 1 (got keep={keep}, slots={slots})")
@@ -129,9 +131,11 @@ class FlashCheckpointer:
         self._progress = progress
         self.epoch = agree.agree_epoch(self.world_size)
         """This attempt's epoch: its writes are void once a newer attempt raises the fence."""
+        # fence=False: a reader (evaluation, tools) must not stop a running job's writers;
         # an unwritable directory: persisting fails and says so on `wait`
-        with contextlib.suppress(OSError):
-            Fence(self.directory).raise_to(self.epoch)
+        if fence:
+            with contextlib.suppress(OSError):
+                Fence(self.directory).raise_to(self.epoch)
         self._spec = PersisterSpec(
             str(self.directory),
             self.job,

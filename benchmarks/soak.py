@@ -1,0 +1,177 @@
+"""Fault soak: checkpoint integrity over many injected kills (issue 15 and issue 17 targets).
+
+    .venv/bin/python benchmarks/soak.py storm --faults 1000          # the >= 1,000-fault soak
+    .venv/bin/python benchmarks/soak.py storm --faults 40 --busy 2   # a short one
+    .venv/bin/python benchmarks/soak.py launch --runs 16             # the issue's reproduction
+
+storm: `argosy.checkpoint.chaos` (the harness of tests/checkpoint/test_ckpt_race.py): 2 real
+gloo ranks with their persisters, one SIGKILL per attempt at a random point of save /
+persist / commit (a trainer at a random moment, or a persister at a crash point), `busy`
+CPU hogs beside them. After every restore: ranks resumed at one step, no older than the
+newest intact commit, with that step's exact bytes; every commit verifies.
+Targets: 0 torn or unverifiable commits, 0 ranks resuming apart, 0 resumes older than the
+newest intact commit.
+
+launch: `argosy launch --nproc-per-node 2 examples/train_gpt.py --steps 40 --ckpt-every 5`
+with two kills close together just after a checkpoint (random pair per run, as in the
+issue), two busy loops beside it. A run passes when it completes with the fault-free loss
+at every step, every resume was agreed by both ranks, and every kept step verifies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from argosy.checkpoint import disk  # noqa: E402
+from argosy.checkpoint.chaos import Report, busy_loops, run_storm  # noqa: E402
+
+
+def _cpu_s() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def storm(faults: int, chunk: int, busy: int, seed: int) -> int:
+    from rich.progress import Progress
+
+    total = Report()
+    started, cpu0 = time.monotonic(), _cpu_s()
+    with Progress() as bar, tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        task = bar.add_task("faults", total=faults)
+        for index, first in enumerate(range(0, faults, chunk)):
+            n = min(chunk, faults - first)
+            got = run_storm(Path(tmp) / f"chunk{index}", faults=n, seed=seed + index, busy=busy)
+            total.faults += got.faults
+            total.restores += got.restores
+            total.commits_verified += got.commits_verified
+            total.violations += got.violations
+            total.resumed_steps += got.resumed_steps
+            for kind, count in got.kinds.items():
+                total.kinds[kind] = total.kinds.get(kind, 0) + count
+            bar.update(task, advance=n)
+    wall, cpu = time.monotonic() - started, _cpu_s() - cpu0
+    print(f"faults injected        {total.faults}")
+    print(f"restores audited       {total.restores}")
+    print(f"commits verified       {total.commits_verified} (at the end of each chunk)")
+    print(f"violations             {len(total.violations)}  (target 0)")
+    for v in total.violations[:20]:
+        print(f"  - {v}")
+    print("fault kinds            " + ", ".join(f"{k} {v}" for k, v in sorted(total.kinds.items())))
+    resumed_fresh = sum(1 for s in total.resumed_steps if s == 0)
+    print(f"restores at step 0     {resumed_fresh} (a fault before any common snapshot)")
+    print(
+        f"wall {wall:.0f} s, CPU (this process and waited children) {cpu:.0f} s, "
+        f"{wall / max(1, total.faults):.1f} s wall per fault"
+    )
+    return 1 if total.violations else 0
+
+
+def _launch(run: Path, injects: list[str], steps: int) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "argosy", "launch", "--quiet", "--nproc-per-node", "2"]
+    for spec in injects:
+        cmd += ["--inject", spec]
+    cmd += ["--run-dir", str(run), str(REPO / "examples" / "train_gpt.py")]
+    cmd += ["--steps", str(steps), "--ckpt-every", "5"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+def _losses(run: Path) -> dict[int, float]:
+    out = {}
+    for line in (run / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "step":
+            out[event["step"]] = event["loss"]
+    return out
+
+
+def _check_run(run: Path, want: dict[int, float]) -> list[str]:
+    problems = []
+    summary = json.loads((run / "summary.json").read_text())
+    if summary["status"] != "completed":
+        problems.append(f"status {summary['status']}: {summary.get('cause', {}).get('detail')}")
+    if _losses(run) != want:
+        problems.append("losses differ from the fault-free run")
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    for e in events:
+        if e["event"] == "resume" and not e.get("agreed", True):
+            problems.append(f"attempt {e['attempt']}: ranks resumed apart {e['rank_steps']}")
+    ckpt = run / "checkpoints"
+    for step in disk.committed_steps(ckpt):
+        problems += disk.verify(ckpt / disk.step_dir_name(step))
+    return problems
+
+
+def launch(runs: int, busy: int, seed: int) -> int:
+    rng = random.Random(seed)
+    hogs = busy_loops(busy)
+    failures, latencies, effective = [], [], []
+    try:
+        with tempfile.TemporaryDirectory(prefix="soak-launch-") as tmp:
+            base = Path(tmp) / "fault-free"
+            _launch(base, [], 40)
+            want = _losses(base)
+            for index in range(runs):
+                first = rng.choice([5, 10, 15, 20, 25, 30]) + rng.randint(1, 2)
+                second = min(39, first + rng.randint(1, 3))
+                ranks = rng.sample([0, 1], 2)
+                injects = [
+                    f"kill:rank={ranks[0]}:step={first}",
+                    f"kill:rank={ranks[1]}:step={second}",
+                ]
+                run = Path(tmp) / f"run{index}"
+                _launch(run, injects, 40)
+                problems = _check_run(run, want)
+                summary = json.loads((run / "summary.json").read_text())
+                effective.append(summary["effective_training_time"])
+                latencies += [f["detect_latency_s"] for f in summary["faults"]]
+                status = "ok" if not problems else "FAIL: " + "; ".join(problems)
+                print(f"run {index:3d} {' '.join(injects):45s} {status}", flush=True)
+                if problems:
+                    failures.append((injects, problems))
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    print(f"runs {runs}, failed {len(failures)} (target 0)")
+    if latencies:
+        print(
+            f"detection latency median {statistics.median(latencies):.2f} s, "
+            f"max {max(latencies):.2f} s over {len(latencies)} faults"
+        )
+    print(f"effective training time median {statistics.median(effective):.1%}")
+    return 1 if failures else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("storm", help="kill storms through the chaos harness")
+    s.add_argument("--faults", type=int, default=1000)
+    s.add_argument("--chunk", type=int, default=10, help="faults per checkpoint directory")
+    s.add_argument("--busy", type=int, default=1, help="CPU hogs beside the ranks")
+    s.add_argument("--seed", type=int, default=1)
+    lp = sub.add_parser("launch", help="the issue's two-kill reproduction through argosy launch")
+    lp.add_argument("--runs", type=int, default=16)
+    lp.add_argument("--busy", type=int, default=2)
+    lp.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if args.mode == "storm":
+        return storm(args.faults, args.chunk, args.busy, args.seed)
+    return launch(args.runs, args.busy, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
