@@ -1,0 +1,32 @@
+"""Engine configuration: which model, which engine, which speculation, how many threads."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EngineConfig(BaseModel):
+    """Settings one serving engine is built from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    model: str = "smollm2-135m"
+    """A catalog name (`smollm2-135m`) or a local directory holding an HF checkpoint."""
+
+    engine: str = "transformers"
+    """Engine name in the `ENGINES` registry."""
+
+    speculative: str = "auto"
+    """Proposer name in the `PROPOSERS` registry, or `off`; `auto` adapts per request."""
+
+    num_speculative_tokens: int = Field(default=8, ge=1, le=32)
+    """Most tokens a proposer drafts for one verify pass."""
+
+    num_threads: int = Field(default=0, ge=0)
+    """torch intra-op threads; 0 keeps torch's default."""
+
+    cache_dir: str | None = None
+    """Where converted checkpoints are cached; None means `$ARGOSY_CACHE_DIR` or ~/.cache/argosy."""
+
+    max_context_tokens: int = Field(default=0, ge=0)
+    """Prompt plus completion limit; 0 takes the model's own position limit."""

@@ -1,0 +1,139 @@
+"""The decode loop: prefill, then plain steps or draft-and-verify steps, losslessly.
+
+Model-agnostic: it calls `forward(token_ids, cache) -> logits[n, vocab]`, which appends the
+tokens to the KV cache, and `crop(cache, n)`, which drops the last n cached positions.
+A verify step feeds the last token plus the draft in one pass and keeps the longest draft
+prefix the target agrees with, plus the target's own next token:
+- greedy: a draft token is kept iff it is the argmax, so the output is token-for-token the
+  output of plain greedy decoding;
+- sampling: a draft token d is kept with probability p(d); on rejection the token is drawn
+  from p with d removed (renormalized). For a deterministic draft that is exactly the
+  speculative-sampling rule, so every token is distributed as the target's p.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from argosy.serving.speculative.base import ObservesSteps, Proposer, StepRecord
+from argosy.serving.types import SamplingParams, SpecCounters
+
+Forward = Callable[[Sequence[int], Any], torch.Tensor]
+Crop = Callable[[Any, int], None]
+
+
+class Decoder:
+    """Iterates over (new_tokens, finish_reason) for one request."""
+
+    def __init__(
+        self,
+        forward: Forward,
+        crop: Crop,
+        cache: Any,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        eos_ids: frozenset[int],
+        proposer: Proposer | None = None,
+    ) -> None:
+        self.forward, self.crop, self.cache = forward, crop, cache
+        self.tokens = list(prompt_ids)
+        self.params = params
+        self.eos_ids = eos_ids
+        self.proposer = proposer
+        self.counters = SpecCounters()
+        self.num_generated = 0
+        self.stopped = False
+        self.rng = torch.Generator().manual_seed(
+            params.seed if params.seed is not None else int(time.time_ns() % 2**31)
+        )
+
+    def __iter__(self) -> Iterator[tuple[list[int], str | None]]:
+        # 1. prefill: the whole prompt in one pass gives the first token
+        logits = self.forward(self.tokens, self.cache)
+        first = self._pick(logits[-1:])
+        yield self._emit([first])
+        # 2. decode until a stop token or max_tokens
+        while not self._finished():
+            yield self._emit(self._step())
+
+    def _step(self) -> list[int]:
+        remaining = self.params.max_tokens - self.num_generated
+        draft: list[int] = []
+        if self.proposer is not None and remaining > 1:
+            draft = self.proposer.propose(self.tokens, remaining - 1)[: remaining - 1]
+        start = time.perf_counter()
+        # the cache holds every token but the last; feed the last plus the draft
+        logits = self.forward([self.tokens[-1], *draft], self.cache)
+        new = self._accept(draft, logits)
+        accepted = len(new) - 1
+        self.crop(self.cache, len(draft) - accepted)
+        self._record(len(draft), accepted, time.perf_counter() - start)
+        return new
+
+    def _accept(self, draft: list[int], logits: torch.Tensor) -> list[int]:
+        if self.params.greedy:
+            preds = logits.argmax(dim=-1).tolist()
+            kept = 0
+            while kept < len(draft) and draft[kept] == preds[kept]:
+                kept += 1
+            return [*draft[:kept], preds[kept]]
+        probs = _probs(logits, self.params)
+        for i, token in enumerate(draft):
+            if torch.rand((), generator=self.rng).item() < probs[i, token].item():
+                continue
+            rest = probs[i].clone()
+            rest[token] = 0.0
+            return [*draft[:i], int(torch.multinomial(rest, 1, generator=self.rng).item())]
+        bonus = int(torch.multinomial(probs[len(draft)], 1, generator=self.rng).item())
+        return [*draft, bonus]
+
+    def _pick(self, logits: torch.Tensor) -> int:
+        if self.params.greedy:
+            return int(logits[-1].argmax().item())
+        probs = _probs(logits[-1:], self.params)[0]
+        return int(torch.multinomial(probs, 1, generator=self.rng).item())
+
+    def _record(self, drafted: int, accepted: int, elapsed_s: float) -> None:
+        if drafted:
+            self.counters.verify_passes += 1
+            self.counters.drafted += drafted
+            self.counters.accepted += accepted
+        else:
+            self.counters.plain_steps += 1
+        if isinstance(self.proposer, ObservesSteps):
+            self.proposer.observe(StepRecord(drafted, accepted, elapsed_s))
+
+    def _emit(self, new: list[int]) -> tuple[list[int], str | None]:
+        room = self.params.max_tokens - self.num_generated
+        new = new[:room]
+        for i, token in enumerate(new):
+            if token in self.eos_ids:
+                self._stop(new[:i])
+                return new[:i], "stop"
+        self.tokens.extend(new)
+        self.num_generated += len(new)
+        return new, ("length" if self.num_generated >= self.params.max_tokens else None)
+
+    def _stop(self, new: list[int]) -> None:
+        self.tokens.extend(new)
+        self.num_generated += len(new)
+        self.stopped = True
+
+    def _finished(self) -> bool:
+        return self.stopped or self.num_generated >= self.params.max_tokens
+
+
+def _probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Temperature- and top-p-warped probabilities, one row per position."""
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if params.top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    outside = sorted_probs.cumsum(dim=-1) - sorted_probs > params.top_p
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    warped = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return warped / warped.sum(dim=-1, keepdim=True)

@@ -1,0 +1,44 @@
+"""The proposer contract: `propose(context, max_tokens) -> draft`; optional `observe(step)`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from argosy.plugins.registry import Registry
+
+OFF = "off"
+"""The speculation setting that disables proposers."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine step as a proposer sees it: what was drafted, kept, and what it cost."""
+
+    num_drafted: int
+    num_accepted: int
+    elapsed_s: float
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """Drafts up to `max_tokens` continuation tokens of `context` (may return none)."""
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> list[int]:
+        """Draft tokens; an empty list means "decode one token plainly"."""
+        ...
+
+
+@runtime_checkable
+class ObservesSteps(Protocol):
+    """Optional ability: learn from every step's acceptance and cost."""
+
+    def observe(self, step: StepRecord) -> None:
+        """Record one step's outcome."""
+        ...
+
+
+ProposerFactory = Callable[..., Proposer]
+
+PROPOSERS: Registry[ProposerFactory] = Registry("speculative proposer")

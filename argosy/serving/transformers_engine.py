@@ -1,0 +1,230 @@
+"""The `transformers` engine: an HF causal LM on CPU or one accelerator, embedded in-process.
+
+Each request decodes with its own DynamicCache through `decoding.Decoder`; forward passes of
+concurrent requests are serialized by one lock (no continuous batching yet). `sleep` drops
+the weights and returns freed pages to the OS; `wake` reloads them from the converted
+checkpoint (memory-mapped safetensors), which takes a fraction of a second for 135M.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from argosy.serving import models
+from argosy.serving.config import EngineConfig
+from argosy.serving.decoding import Decoder
+from argosy.serving.speculative import PROPOSERS
+from argosy.serving.speculative.base import OFF, Proposer
+from argosy.serving.types import (
+    EngineStats,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationResult,
+)
+
+_MAX_SAMPLES = 4096
+
+
+class TransformersEngine:
+    """Serves one HF checkpoint with `transformers`."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.path = models.resolve(config.model, config.cache_dir)
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._stats = EngineStats()
+        if config.speculative != OFF:
+            PROPOSERS.canonical(config.speculative)  # unknown names fail at construction
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def load(self) -> None:
+        """Load tokenizer and weights (idempotent)."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        with self._lock:
+            if self._tokenizer is None:
+                self._tokenizer = AutoTokenizer.from_pretrained(self.path)
+            if self._model is None:
+                self._model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32)
+                self._model.eval()
+            self._stats.asleep = False
+
+    def sleep(self) -> None:
+        """Drop the weights and hand freed memory back to the OS."""
+        with self._lock:
+            self._model = None
+            self._stats.asleep = True
+        gc.collect()
+        _trim_heap()
+
+    def wake(self) -> None:
+        """Reload the weights after `sleep`, timing it."""
+        start = time.perf_counter()
+        self.load()
+        self._stats.last_wake_s = time.perf_counter() - start
+
+    def stats(self) -> EngineStats:
+        """Counters since load."""
+        return self._stats
+
+    # -- tokenization ------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text (no special tokens added)."""
+        return list(self._tok().encode(text, add_special_tokens=False))
+
+    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of a chat rendered with the model's template."""
+        ids = self._tok().apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return list(ids)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of token ids."""
+        return str(self._tok().decode(list(token_ids), skip_special_tokens=True))
+
+    @property
+    def max_context_tokens(self) -> int:
+        """Prompt plus completion limit."""
+        if self.config.max_context_tokens:
+            return self.config.max_context_tokens
+        return int(self._require_model().config.max_position_embeddings)
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Token ids that end a generation."""
+        ids = {self._tok().eos_token_id}
+        conf = self._require_model().generation_config.eos_token_id
+        ids |= set(conf) if isinstance(conf, list) else {conf}
+        return frozenset(i for i in ids if i is not None)
+
+    # -- generation --------------------------------------------------------------------
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """Yield chunks as tokens are decided; text deltas never split a character."""
+        yield from self._run(self._decoder(request), request)
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Run to completion and return text, tokens, timings and speculation counters."""
+        start = time.perf_counter()
+        ttft: float | None = None
+        ids: list[int] = []
+        finish = "length"
+        decoder = self._decoder(request)
+        for chunk in self._run(decoder, request):
+            ttft = ttft if ttft is not None else time.perf_counter() - start
+            ids.extend(chunk.token_ids)
+            finish = chunk.finish_reason or finish
+        return GenerationResult(
+            text=self.decode(ids),
+            token_ids=tuple(ids),
+            prompt_tokens=len(request.prompt_ids),
+            finish_reason=finish,
+            ttft_s=ttft or 0.0,
+            total_s=time.perf_counter() - start,
+            spec=decoder.counters,
+        )
+
+    def _decoder(self, request: GenerationRequest) -> Decoder:
+        from transformers import DynamicCache
+
+        self._check_length(request)
+        proposer = self._proposer(request.speculative)
+        cache = DynamicCache()
+        return Decoder(
+            self._forward, _crop, cache, request.prompt_ids, request.params, self.eos_ids, proposer
+        )
+
+    def _run(self, decoder: Decoder, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        start = last = time.perf_counter()
+        ids: list[int] = []
+        text = ""
+        try:
+            for new, finish in decoder:
+                now = time.perf_counter()
+                self._sample_time(now - start if not ids else None, now - last, len(new))
+                last = now
+                ids.extend(new)
+                full = self.decode(ids)
+                hold = finish is None and full.endswith("\ufffd")
+                delta, text = ("", text) if hold else (full[len(text) :], full)
+                yield GenerationChunk(tuple(new), delta, finish)
+        finally:
+            self._finish(request, decoder, len(ids))
+
+    # -- internals ---------------------------------------------------------------------
+    def _finish(self, request: GenerationRequest, decoder: Decoder, num_tokens: int) -> None:
+        with self._lock:
+            self._stats.requests += 1
+            self._stats.prompt_tokens += len(request.prompt_ids)
+            self._stats.completion_tokens += num_tokens
+            self._stats.spec.add(decoder.counters)
+
+    def _sample_time(self, ttft_s: float | None, step_s: float, num_tokens: int) -> None:
+        if ttft_s is not None:
+            _push(self._stats.ttft_s, ttft_s)
+        elif num_tokens:
+            _push(self._stats.tpot_s, step_s / num_tokens)
+
+    def _forward(self, token_ids: Sequence[int], cache: Any) -> Any:
+        import torch
+
+        with self._lock, torch.inference_mode():
+            model = self._require_model()
+            ids = torch.tensor([list(token_ids)], dtype=torch.long)
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            return out.logits[0]
+
+    def _proposer(self, name: str | None) -> Proposer | None:
+        name = name or self.config.speculative
+        if name == OFF:
+            return None
+        return PROPOSERS.get(name)(max_draft_tokens=self.config.num_speculative_tokens)
+
+    def _check_length(self, request: GenerationRequest) -> None:
+        total = len(request.prompt_ids) + request.params.max_tokens
+        if not request.prompt_ids:
+            raise ValueError("prompt is empty")
+        if total > self.max_context_tokens:
+            raise ValueError(
+                f"prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
+                f"({request.params.max_tokens}) exceeds the context of {self.max_context_tokens}"
+            )
+
+    def _require_model(self) -> Any:
+        if self._model is None:
+            raise RuntimeError("engine is asleep or not loaded: call wake() or load()")
+        return self._model
+
+    def _tok(self) -> Any:
+        if self._tokenizer is None:
+            raise RuntimeError("engine not loaded: call load()")
+        return self._tokenizer
+
+
+def _crop(cache: Any, num_tokens: int) -> None:
+    if num_tokens > 0:
+        cache.crop(-num_tokens)  # transformers takes a negative count to remove
+
+
+def _push(samples: list[float], value: float) -> None:
+    samples.append(value)
+    if len(samples) > _MAX_SAMPLES:
+        del samples[: len(samples) - _MAX_SAMPLES]
+
+
+def _trim_heap() -> None:
+    """Ask glibc to return freed heap pages to the OS (no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return

@@ -1,0 +1,101 @@
+"""Value types shared by engines, proposers and the API: requests, chunks, results, stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens; temperature 0 is greedy (and deterministic)."""
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+    @property
+    def greedy(self) -> bool:
+        """True when the argmax is taken at every position."""
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Token ids in, with sampling settings and an optional speculation override."""
+
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    speculative: str | None = None
+    """Proposer name for this request; None takes the engine's configured one."""
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """Tokens produced by one engine step; `finish_reason` is set on the last chunk."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str | None = None
+
+
+@dataclass
+class SpecCounters:
+    """What speculation did for one request (or summed over many)."""
+
+    verify_passes: int = 0
+    plain_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    def add(self, other: SpecCounters) -> None:
+        """Accumulate another request's counters."""
+        self.verify_passes += other.verify_passes
+        self.plain_steps += other.plain_steps
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """A finished generation, with the figures the API and /metrics report."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    prompt_tokens: int
+    finish_reason: str
+    ttft_s: float
+    total_s: float
+    spec: SpecCounters
+
+    @property
+    def completion_tokens(self) -> int:
+        """Number of generated tokens."""
+        return len(self.token_ids)
+
+
+@dataclass
+class EngineStats:
+    """Engine-wide counters since load; `asleep` and `resident_bytes` describe memory."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    spec: SpecCounters = field(default_factory=SpecCounters)
+    ttft_s: list[float] = field(default_factory=list)
+    tpot_s: list[float] = field(default_factory=list)
+    asleep: bool = False
+    last_wake_s: float | None = None
