@@ -139,7 +139,7 @@ def calibration_key(point: Point) -> tuple[str, str]:
     return load_framework(point.framework).key, default_constants().generation(chip)
 
 
-COMPUTE_GRID = tuple(float(x) for x in np.round(np.geomspace(0.6, 4.0, 25), 3))
+COMPUTE_GRID = tuple(float(x) for x in np.round(np.geomspace(0.6, 4.0, 49), 3))  # 4% steps
 COMM_GRID = (0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0)
 MIN_POINTS_FOR_COMM = 4  # fewer points: fit the compute scale only
 
@@ -158,7 +158,7 @@ def fit_group(pts: list[Point], compute: float | None = None) -> Scales:
     cells. With `compute` given (borrowed from the framework whose kernels these runs
     use), only comm is fitted; with few points, only compute."""
     base = Scales(points=len(pts), sources=sorted({p.source for p in pts}))
-    computes = COMPUTE_GRID[::2] if compute is None else (compute,)
+    computes = COMPUTE_GRID[::4] if compute is None else (compute,)
     comms = COMM_GRID if len(pts) >= MIN_POINTS_FOR_COMM or compute is not None else (1.0,)
     trials = [base.model_copy(update={"compute": a, "comm": b}) for a in computes for b in comms]
     score, best = min(((_loss(pts, t), t) for t in trials), key=lambda st: st[0])
@@ -173,7 +173,8 @@ def _pattern_search(
     pts: list[Point], best: Scales, score: float, comm_fixed: bool = False
 ) -> tuple[Scales, float]:
     """Move to the best neighbouring (compute, comm) grid cell until none is better."""
-    steps = [(di, dj) for di in (-1, 0, 1) for dj in (-1, 0, 1) if (di or dj)]
+    # the compute grid is finer than the comm grid: a comm step pairs with 0-3 compute steps
+    steps = [(di, dj) for di in range(-3, 4) for dj in (-1, 0, 1) if (di or dj)]
     if comm_fixed:
         steps = [(-1, 0), (1, 0)]
     for _ in range(24):

@@ -246,7 +246,7 @@ def test_fitting_recovers_known_scales() -> None:
     from argosy.planner.calibration import COMM_GRID, COMPUTE_GRID, fit_group, points, predict
     from argosy.planner.frameworks import Scales
 
-    truth = Scales(compute=COMPUTE_GRID[11], comm=COMM_GRID[5])
+    truth = Scales(compute=COMPUTE_GRID[22], comm=COMM_GRID[5])
     chosen = [p for p in points() if p.source == "nemo-2407"]
     synthetic = [
         p.model_copy(update={"iteration_s": predict(p, scales=truth).predicted_s,
