@@ -12,7 +12,20 @@ import sys
 import typer
 
 from argosy import __version__
-from argosy.cli import chips, ckpt, cluster, devices, health, jobs, launch, plan, runs, server, sim
+from argosy.cli import (
+    chips,
+    ckpt,
+    cluster,
+    devices,
+    health,
+    jobs,
+    launch,
+    plan,
+    runs,
+    serve,
+    server,
+    sim,
+)
 from argosy.cli.common import State, err_console
 from argosy.core.errors import ArgosyError
 
@@ -56,6 +69,7 @@ app.add_typer(sim.app, name="sim")
 app.add_typer(ckpt.app, name="ckpt")
 app.add_typer(health.app, name="health")
 app.command("server")(server.server)
+app.command("serve")(serve.serve)
 for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon"):
     app.command(_name)(getattr(jobs, _name))
 app.add_typer(jobs.token_app, name="token")

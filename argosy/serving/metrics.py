@@ -1,0 +1,43 @@
+"""Prometheus text for `/metrics`: tokens, TTFT and TPOT quantiles, speculation acceptance."""
+
+from __future__ import annotations
+
+from argosy.serving.types import EngineStats
+
+
+def render_metrics(stats: EngineStats) -> str:
+    """The engine's counters in the Prometheus exposition format."""
+    spec = stats.spec
+    passes = spec.verify_passes
+    lines = [
+        _metric("argosy_serving_requests_total", "counter", stats.requests),
+        _metric("argosy_serving_prompt_tokens_total", "counter", stats.prompt_tokens),
+        _metric("argosy_serving_completion_tokens_total", "counter", stats.completion_tokens),
+        _metric("argosy_serving_spec_drafted_tokens_total", "counter", spec.drafted),
+        _metric("argosy_serving_spec_accepted_tokens_total", "counter", spec.accepted),
+        _metric("argosy_serving_spec_verify_passes_total", "counter", passes),
+        _metric("argosy_serving_spec_acceptance_rate", "gauge", spec.acceptance_rate),
+        _metric(
+            "argosy_serving_spec_tokens_per_verify_pass",
+            "gauge",
+            (spec.accepted + passes) / passes if passes else 0.0,
+        ),
+        _metric("argosy_serving_asleep", "gauge", int(stats.asleep)),
+        _quantiles("argosy_serving_ttft_seconds", stats.ttft_s),
+        _quantiles("argosy_serving_tpot_seconds", stats.tpot_s),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _metric(name: str, kind: str, value: float) -> str:
+    return f"# TYPE {name} {kind}\n{name} {value}"
+
+
+def _quantiles(name: str, samples: list[float]) -> str:
+    ordered = sorted(samples)
+    rows = [f"# TYPE {name} summary"]
+    for q in (0.5, 0.9, 0.99):
+        value = ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+        rows.append(f'{name}{{quantile="{q}"}} {value}')
+    rows.append(f"{name}_count {len(ordered)}")
+    return "\n".join(rows)
