@@ -51,7 +51,7 @@ class Scheduler:
         self._fits: dict[tuple, tuple[str, tuple[str, ...]]] = {}
         self.failures: dict[int, list[float]] = {}
         self.quarantined: set[int] = set()
-        self.hold_s: dict[int, float] = {}  # group -> mean time grown capacity was held
+        self.hold_s: dict[int, tuple[float, float]] = {}  # group -> (mean hold, when seen)
         self.waited: dict[str, float] = {}  # chip -> device-seconds its pending work waited
         self._demand: dict[str, int] | None = None
 
@@ -155,6 +155,7 @@ class Scheduler:
 
     def complete(self, w: Workload) -> None:
         """`w` finished its work."""
+        growth.observe_shrink(self, w, self.clock.now_s())  # its growth was held to the end
         self.release(w)
         w.state = State.DONE
 

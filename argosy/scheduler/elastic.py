@@ -154,7 +154,7 @@ def grow(sched, now: float) -> None:
     need: dict[str, int] = {}
     for w in cands:
         g = w.alloc.group
-        hold = growth.expected_hold_s(sched, g)
+        hold = growth.expected_hold_s(sched, g, now)
         if w.chip not in need:
             ahead = min(hold, growth.SERVICE_LOOKAHEAD_S)
             need[w.chip] = growth.service_need(sched, w.chip, now, ahead)

@@ -11,8 +11,8 @@ pays only if they are expected to be held long enough:
 and a job's resize stalls stay within `resize_budget_fraction` of the time it has run
 (beyond one grow and one shrink), so the effective training time a resize costs is
 bounded whatever the arrivals do. `expected_hold` is learnt per node group: the mean
-time grown capacity was actually held
-before a shrink took it back (`initial_hold_s` until there is any). Capacity that the
+time grown capacity was actually held before a shrink took it back or the job ended
+(`initial_hold_s` until there is any, fading back to it as observations age). Capacity that the
 group's inference services will need within that time (their load forecast) is not
 grown into at all (looking ahead at most `SERVICE_LOOKAHEAD_S`), nor what pending work
 asks for. Beyond their nominal size elastic jobs grow only past what pending work
@@ -21,12 +21,17 @@ asks for, up to `elastic_overgrow` x `max_devices`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from argosy.scheduler.workload import Workload
 
 HOLD_WEIGHT = 0.2  # weight of a new observation in the running mean of hold times
-SERVICE_LOOKAHEAD_S = 7200.0  # inference need within this is never grown into
+SERVICE_LOOKAHEAD_S = 7200.0
+HOLD_MEMORY_S = (
+    6 * 3600.0
+)  # an observed hold time fades over this  # inference need within this is never grown into
 
 
 def max_size(sched, w: Workload) -> int:
@@ -45,16 +50,23 @@ def pending_demand(sched) -> dict[str, int]:
     return out
 
 
-def expected_hold_s(sched, g: int) -> float:
-    return sched.hold_s.get(g, sched.config.initial_hold_s)
+def expected_hold_s(sched, g: int, now: float) -> float:
+    """The learnt hold time of group `g`, relaxing back to `initial_hold_s` as its last
+    observation ages (time constant `HOLD_MEMORY_S`): a group that stopped growing
+    because holds were short must be able to try again."""
+    init = sched.config.initial_hold_s
+    if g not in sched.hold_s:
+        return init
+    value, seen = sched.hold_s[g]
+    return init + (value - init) * math.exp(-max(0.0, now - seen) / HOLD_MEMORY_S)
 
 
 def observe_shrink(sched, w: Workload, now: float) -> None:
-    """`w` gives capacity back: learn how long its last growth was held."""
+    """`w` gives capacity back (or ends): learn how long its last growth was held."""
     if w.grown_s >= 0 and w.alloc is not None:
         g, held = w.alloc.group, now - w.grown_s
-        old = expected_hold_s(sched, g)
-        sched.hold_s[g] = (1 - HOLD_WEIGHT) * old + HOLD_WEIGHT * held
+        old = expected_hold_s(sched, g, now)
+        sched.hold_s[g] = ((1 - HOLD_WEIGHT) * old + HOLD_WEIGHT * held, now)
     w.grown_s = -1.0
 
 

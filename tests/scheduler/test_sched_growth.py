@@ -33,7 +33,7 @@ def test_elastic_job_overgrows_only_while_nothing_pending_wants_its_chip():
 
 def test_no_growth_when_grown_capacity_comes_back_too_soon():
     sched, clock = make("h100:512", policy="argosy", a_nominal=256)
-    sched.hold_s[0] = 60.0  # observed: grown capacity was taken back within a minute
+    sched.hold_s[0] = (60.0, 0.0)  # just observed: grown capacity came back within a minute
     el = job("el", queue="b", devices=32, max_devices=128)
     sched.submit(el)
     sched.cycle()
