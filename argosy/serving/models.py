@@ -8,8 +8,10 @@ directory; later loads read it in well under a second. Nothing is fetched from a
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +54,11 @@ def resolve(name: str, cache_dir: str | None) -> Path:
     if name in CATALOG:
         target = cache_root(cache_dir) / "models" / name
         if not (target / READY_MARKER).exists():
-            _convert(CATALOG[name], target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target.with_name(f"{name}.lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # one process converts, the others wait
+                if not (target / READY_MARKER).exists():
+                    _convert(CATALOG[name], target)
         return target
     path = Path(name).expanduser()
     if (path / "config.json").exists():
@@ -62,7 +68,7 @@ def resolve(name: str, cache_dir: str | None) -> Path:
 
 
 def _convert(model: GgufModel, target: Path) -> None:
-    """Dequantize the GGUF into an fp32 checkpoint at `target` (written atomically)."""
+    """Dequantize the GGUF into an fp32 checkpoint at `target` (caller holds the lock)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -77,9 +83,6 @@ def _convert(model: GgufModel, target: Path) -> None:
     hf_model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / READY_MARKER).write_text(gguf.name + "\n")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        tmp.rename(target)
-    except OSError:  # another process converted it first
-        if not (target / READY_MARKER).exists():
-            raise
+    if target.exists():  # a conversion interrupted before its marker was written
+        shutil.rmtree(target)
+    tmp.rename(target)
