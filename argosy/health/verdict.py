@@ -74,14 +74,14 @@ def judge(
     """Compare one measured figure with its expectation (higher is better)."""
     if expected <= 0:
         raise ValueError(f"check '{name}': expected must be positive, got {expected}")
-    factor = value / expected
+    factor = round(value / expected, 3)  # the verdict follows the factor the report shows
     return CheckResult(
         name=name,
         value=_round(value),
         unit=unit,
         expected=_round(expected),
         verdict=classify(factor, config),
-        factor=round(factor, 3),
+        factor=factor,
         detail=detail,
     )
 
