@@ -134,7 +134,7 @@ class Persister:
     def _adopt_existing(self) -> None:
         """Claim slots left by an earlier persister once it lets go of them (a fenced one
         does within a fraction of a second); slots still held after `_ADOPT_WAIT_S` are
-        left to their owner and replaced by fresh ones."""
+        left to their owner (and readable) until the first snapshot replaces the file."""
         found: list[tuple[Path, Segment, int]] = []
         paths = [self._path(index) for index in range(self.spec.slots)]
         for held in self._held_paths():
@@ -155,10 +155,9 @@ class Persister:
         while owners and time.monotonic() < deadline:
             owners = {pid for pid in owners if _alive(pid)}
             time.sleep(0.05)
-        for path, seg, pid in found:
-            if pid in owners:  # still alive and holding it: never share a live slot
-                seg.close()
-                path.unlink(missing_ok=True)
+        for _path, seg, pid in found:
+            if pid in owners:  # still alive and holding it: never share a live slot; the
+                seg.close()  # trainer may still load it, the first snap replaces the file
                 continue
             seg.set_owner(os.getpid())
             slot = _Slot(seg)

@@ -47,7 +47,7 @@ def test_sigkill_right_after_save_then_restart_resumes_that_step_from_memory(tmp
     rc, out = run_trainer(ck, tmp_path, job, steps=6)
     assert rc == 0, out
     resumed = next(line.split() for line in out if line.startswith("RESUMED"))
-    assert resumed[1] == "3" and resumed[3] == "memory"
+    assert resumed[1] == "3" and resumed[3] == "memory", out
     assert resumed[2] == saved["3"]  # the weights right after step 3, bit for bit
     assert "DONE" in out
     assert ckdisk.committed_steps(tmp_path)[-1] == 5

@@ -40,6 +40,7 @@ def main() -> None:
         start = restored[1]["loop"]["step"] + 1
     weights = float(model[0].weight.detach().sum())
     print(f"RESUMED {start - 1} {weights:.6f} {ckpt.last_load_source}", flush=True)
+    print(f"DECISION {ckpt.last_decision}", flush=True)
     gen = torch.Generator().manual_seed(1)
     for step in range(start, args.steps):
         x = torch.randn(32, 256, generator=gen)

@@ -64,7 +64,9 @@ def _processes_of(run_id: str) -> list[int]:
 def test_fault_free_run_meets_the_contract(fault_free: Path) -> None:
     s = summary(fault_free)
     assert set(s) >= CONTRACT
-    assert s["final_step"] == 40 and s["faults"] == [] and s["status"] == "completed"
+    assert s["final_step"] == 40 and s["status"] == "completed" and s["restarts"] == 0
+    # nothing injected: no fault; a straggler warning is what co-tenant load can cause
+    assert [f for f in s["faults"] if f.get("action") != "warn"] == []
     assert 0 < s["productive_s"] < s["wall_s"]
     assert s["final_loss"] == losses(fault_free)[40]
     assert losses(fault_free)[40] < losses(fault_free)[1]  # it learns
