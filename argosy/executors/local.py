@@ -104,6 +104,7 @@ class LocalExecutor:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        _wait_for_exec(proc, where)
         (where / "wrapper.pid").write_text(str(proc.pid))
         self._running[request.job_id] = _Attempt(
             request.job_id, request.attempt, where, proc.pid, proc
@@ -196,6 +197,17 @@ def _alive(pid: int) -> bool:
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def _wait_for_exec(proc: subprocess.Popen, where: Path, timeout_s: float = 5.0) -> None:
+    """Return once the forked child runs the wrapper (its command line names the attempt
+    directory) or has ended: until then it still looks like this process, and an adopting
+    executor would take it for a stranger and the attempt for vanished."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and str(where) not in _cmdline(proc.pid):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.002)
 
 
 def _cmdline(pid: int) -> str:
