@@ -58,10 +58,16 @@ HF = ("hf-plain", "hf-prompt-lookup")
 
 
 def run_argosy(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float, list[int]]:
-    """Seconds and tokens of one engine request."""
+    """Seconds and tokens of one engine request; its target passes go to PASSES."""
     request = GenerationRequest(tuple(ids), SamplingParams(max_tokens=max_tokens), method)
     result = engine.generate(request)
+    spec = result.spec
+    PASSES.append((spec.verify_passes + spec.plain_steps + 1, spec.drafted - spec.accepted))
     return result.total_s, list(result.token_ids)
+
+
+PASSES: list[tuple[int, int]] = []
+"""(target forward passes incl. prefill, rejected draft tokens) of the latest argosy run."""
 
 
 def run_hf(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float, list[int]]:
@@ -130,7 +136,13 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
             for r in runs
         ]
         same = sum(r["tokens"] == base[(r["prompt"], r["repeat"])]["tokens"] for r in runs)
+        counted = [r for r in runs if r["passes"] is not None]
         table[method] = {
+            "passes_per_token": sum(r["passes"] for r in counted)
+            / max(1, sum(len(r["tokens"]) for r in counted))
+            if counted
+            else None,
+            "rejected": sum(r["rejected"] for r in counted) if counted else None,
             "tok_s": statistics.median(rates),
             "ratio": statistics.median(ratios),
             "same": same,

@@ -4,8 +4,8 @@ It measures, for this request, the seconds of a plain decode step and of a verif
 the tokens a verify pass yields, as moving averages. Speculation pays when
 `tokens_per_verify / verify_s > 1 / plain_s`. When it loses, drafting stops for a back-off
 that doubles on each further loss (up to `max_backoff_steps`), then is probed again. The
-draft length follows acceptance: a fully accepted draft doubles it, a rejection moves it
-halfway towards what was accepted plus one. With no recent plain step to compare against, one
+draft length follows acceptance: a fully accepted draft doubles it, a draft less than half
+accepted halves it. With no recent plain step to compare against, one
 plain step is taken every `probe_interval` steps so the comparison stays current.
 """
 
@@ -80,8 +80,8 @@ class AdaptiveProposer:
     def _adapt_length(self, step: StepRecord) -> None:
         if step.num_accepted == step.num_drafted:
             self.draft_len = min(self.max_draft_tokens, self.draft_len * 2)
-        else:
-            self.draft_len = max(1, (self.draft_len + step.num_accepted + 1) // 2)
+        elif 2 * step.num_accepted < step.num_drafted:
+            self.draft_len = max(1, self.draft_len // 2)
 
 
 def _ema(old: float | None, new: float) -> float:
