@@ -136,7 +136,11 @@ def launch(runs: int, busy: int, seed: int) -> int:
                 problems = _check_run(run, want)
                 summary = json.loads((run / "summary.json").read_text())
                 effective.append(summary["effective_training_time"])
-                latencies += [f["detect_latency_s"] for f in summary["faults"]]
+                latencies += [
+                    f["detect_latency_s"]
+                    for f in summary["faults"]
+                    if f.get("detect_latency_s") is not None
+                ]
                 status = "ok" if not problems else "FAIL: " + "; ".join(problems)
                 print(f"run {index:3d} {' '.join(injects):45s} {status}", flush=True)
                 if problems:

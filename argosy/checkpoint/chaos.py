@@ -40,7 +40,7 @@ from argosy.checkpoint import disk, faultpoints
 RECORDS = "records.jsonl"
 BIG = 1 << 18  # floats: a 1 MiB tensor goes through shared memory, not inline
 STEP_S = 0.02
-BACKSTOP_S = 8.0
+BACKSTOP_S = 15.0
 """A persister crash point not reached by then: the trainer is killed instead."""
 
 
@@ -147,10 +147,11 @@ def intact_commits(ckpt_dir: Path) -> tuple[list[int], list[str]]:
     """(committed steps that verify, problems of those that do not)."""
     good, problems = [], []
     for step in disk.committed_steps(ckpt_dir):
-        found = disk.verify(ckpt_dir / disk.step_dir_name(step))
-        if found:
+        step_dir = ckpt_dir / disk.step_dir_name(step)
+        found = disk.verify(step_dir)
+        if found and step_dir.exists():  # pruned meanwhile (renamed away whole) is no fault
             problems += found
-        else:
+        elif not found:
             good.append(step)
     return good, problems
 
@@ -202,7 +203,7 @@ class Storm:
         rank = self.rng.randrange(self.world)
         if self.rng.random() < 0.5:
             point = self.rng.choice(faultpoints.POINTS)
-            nth = self.rng.randint(1, 3 if point in ("commit", "renamed", "publish") else 12)
+            nth = self.rng.randint(1, 2 if point in ("commit", "renamed", "publish") else 6)
             return f"persister:{point}", rank, f"{point}:{nth}", BACKSTOP_S
         return "trainer", rank, None, self.rng.uniform(0.2, 6.0)
 

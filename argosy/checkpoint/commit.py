@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from argosy.checkpoint.layout import SnapshotMeta
 
 TMP_PREFIX = ".tmp-"
+TRASH_PREFIX = ".trash-"
 FENCE_FILE = ".fence"
 ABORTED = "aborted"
 FORMAT = "argosy-flash/2 (torch.distributed.checkpoint)"
@@ -298,10 +299,15 @@ def prune(directory: Path, keep: int, epoch: int) -> list[int]:
     never commit: of earlier epochs, aborted, or not newer than the newest commit."""
     steps = committed_steps(directory)
     doomed = steps[:-keep] if keep > 0 else []
-    for step in doomed:
-        shutil.rmtree(directory / step_dir_name(step), ignore_errors=True)
+    for step in doomed:  # renamed away first: a step is whole or gone, never half-deleted
+        trash = directory / f"{TRASH_PREFIX}{step_dir_name(step)}-{os.getpid()}"
+        with contextlib.suppress(OSError):
+            os.rename(directory / step_dir_name(step), trash)
     newest = steps[-1] if steps else -1
     for child in directory.iterdir() if directory.is_dir() else []:
+        if child.name.startswith(TRASH_PREFIX):
+            shutil.rmtree(child, ignore_errors=True)
+            continue
         parsed = parse_tmp(child.name)
         if parsed is None:
             continue
