@@ -102,6 +102,7 @@ def measure(engine, prompts: dict[str, str], repeats: int, max_tokens: int) -> l
             for method in order:
                 runner = run_argosy if method in ARGOSY else run_hf
                 seconds, tokens = runner(engine, ids, method, max_tokens)
+                passes, rejected = PASSES.pop() if method in ARGOSY else (None, None)
                 rows.append(
                     {
                         "prompt": name,
@@ -109,6 +110,8 @@ def measure(engine, prompts: dict[str, str], repeats: int, max_tokens: int) -> l
                         "method": method,
                         "seconds": seconds,
                         "tokens": tokens,
+                        "passes": passes,
+                        "rejected": rejected,
                     }
                 )
                 print(
