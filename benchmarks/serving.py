@@ -155,12 +155,19 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
-    print(f"\n{title}\n| method | tok/s (median) | x off (median) | same tokens as off |")
-    print("|---|---|---|---|")
+    print(f"\n{title}")
+    print(
+        "| method | tok/s (median) | x off (median) | same tokens as off "
+        "| target passes / token | rejected draft tokens |"
+    )
+    print("|---|---|---|---|---|---|")
     for method in [*ARGOSY, *HF]:
         row = table[method]
+        passes = "-" if row["passes_per_token"] is None else f"{row['passes_per_token']:.2f}"
+        rejected = "-" if row["rejected"] is None else str(row["rejected"])
         print(
-            f"| {method} | {row['tok_s']:.1f} | {row['ratio']:.2f} | {row['same']}/{row['runs']} |"
+            f"| {method} | {row['tok_s']:.1f} | {row['ratio']:.2f} | "
+            f"{row['same']}/{row['runs']} | {passes} | {rejected} |"
         )
 
 
