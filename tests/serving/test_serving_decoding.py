@@ -58,6 +58,7 @@ def _prompts(num):
     return prompts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proposer", ["ngram", "auto"])
 def test_greedy_speculation_is_token_for_token_plain(tiny_model, proposer):
     accepted = rejected = 0
@@ -83,6 +84,7 @@ class _FixedModel:
         return [0, 1][:max_tokens]
 
 
+@pytest.mark.slow
 def test_sampling_with_speculation_keeps_the_target_distribution():
     want = [0.5, 0.2, 0.2, 0.1]
     fixed = _FixedModel(want)
