@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/checkpoint.py                 # 1 and 4 GB states + loop figure
     .venv/bin/python benchmarks/checkpoint.py --sizes-gb 0.25 --repeats 3   # quick
+    git archive 44a6b9e argosy | tar -x -C /tmp/before    # the code before issue 17
+    .venv/bin/python benchmarks/checkpoint.py --first-save .,/tmp/before --repeats 3
 
 Peers (each in its own process, one at a time, so memory is freed between them):
 torch.save (+fsync), DCP save, DCP async_save (process executor + cached shared-memory
@@ -11,6 +13,8 @@ nothing to overlap; argosy also with a step's worth of compute to overlap), time
 restore from memory and from disk (into the existing state tensors, page cache hot), and
 the raw memcpy floor (copy of the same bytes into a pre-touched buffer). Then a loop-level
 figure: step time of a small training loop with a save every step vs without.
+`--first-save TREES`: only the stall of the first saves in a fresh process (64 MiB state),
+for each source tree given (this repository and, say, an older commit side by side).
 """
 
 from __future__ import annotations
@@ -458,6 +462,52 @@ def ratios(peers: dict[str, dict]) -> list[str]:
     return out
 
 
+FIRST_SAVE = r"""
+import sys, tempfile, time, uuid
+import torch
+from argosy.checkpoint import FlashCheckpointer
+state = {"w": torch.randn(16 << 20), "b": torch.randn(1000)}  # 64 MiB
+with tempfile.TemporaryDirectory() as d:
+    ckpt = FlashCheckpointer(d, job_id=f"fs-{uuid.uuid4().hex[:8]}")
+    time.sleep(0.5)  # the load and the first steps of a restarted trainer
+    stalls = []
+    for step in range(1, 6):
+        t0 = time.perf_counter()
+        ckpt.before_optimizer_step()
+        state["w"].add_(1)
+        ckpt.save(step, state)
+        ckpt.before_optimizer_step()
+        stalls.append(time.perf_counter() - t0)
+        time.sleep(0.2)
+    ckpt.wait()
+    ckpt.close()
+print("STALLS", " ".join(f"{s:.3f}" for s in stalls))
+"""
+
+
+def first_save(runs: int, tree: str) -> None:
+    """Stall of the first saves in a fresh process (save + fence), `runs` processes, for the
+    code under `tree` (default: this repository; a `git archive` of an older commit
+    compares with it)."""
+    tree = str(Path(tree).resolve())
+    env = dict(os.environ, PYTHONPATH=tree)  # run from elsewhere: the cwd must not shadow it
+    firsts, laters = [], []
+    for _ in range(runs):
+        done = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", FIRST_SAVE],
+            env=env, capture_output=True, text=True, timeout=600, check=True,
+            cwd=tempfile.gettempdir(),
+        )  # fmt: skip
+        line = next(x for x in done.stdout.splitlines() if x.startswith("STALLS"))
+        stalls = [float(x) for x in line.split()[1:]]
+        firsts.append(stalls[0])
+        laters += stalls[2:]
+    print(
+        f"{tree}: first save {statistics.median(firsts):.3f} s median {firsts}, "
+        f"later saves {statistics.median(laters):.3f} s median"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes-gb", default="1,4")
@@ -467,7 +517,15 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=None, help="Also write a table here.")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gb", type=float, default=1.0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--first-save", default=None, metavar="TREES",
+        help="only: first-save stall in fresh processes, per source tree (comma-separated)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.first_save:
+        for tree in args.first_save.split(","):
+            first_save(args.repeats, tree)
+        return
     if args.worker:
         print("RESULT " + json.dumps(worker(args.worker, args.gb, args.repeats)), flush=True)
         return
