@@ -242,11 +242,13 @@ def _sizes(cluster: Cluster, rng, kinds: np.ndarray) -> np.ndarray:
 
 def _pretrain_sizes(rng, n: int, cap: int) -> np.ndarray:
     """A quarter at each Seren quartile (64, 128, 256), the top quarter log-uniform over
-    powers of two from 512 to `cap`."""
+    powers of two from 512 to `cap` (at the third quartile when `cap` is below 512)."""
     low = int(math.log2(cal.PRETRAIN_QUARTILES[-1])) + 1
-    top = max(low, int(math.log2(max(cap, 1))))
+    top = int(math.log2(max(cap, 1)))
     quartile = rng.integers(0, 4, size=n)
     body = np.array(cal.PRETRAIN_QUARTILES)[np.minimum(quartile, 2)]
+    if top < low:
+        return body
     tail = 2 ** rng.integers(low, top + 1, size=n)
     return np.where(quartile == 3, tail, body)
 
