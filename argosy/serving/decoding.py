@@ -1,7 +1,8 @@
 """The decode loop: prefill, then plain steps or draft-and-verify steps, losslessly.
 
-Model-agnostic: it calls `forward(token_ids, cache) -> logits[n, vocab]`, which appends the
-tokens to the KV cache, and `crop(cache, n)`, which drops the last n cached positions.
+Model-agnostic: it calls `forward(token_ids, cache, num_logits) -> logits[num_logits, vocab]`
+(the last positions only) and appends the tokens to the KV cache, and `crop(cache, n)`,
+which drops the last n cached positions.
 A verify step feeds the last token plus the draft in one pass and keeps the longest draft
 prefix the target agrees with, plus the target's own next token:
 - greedy: a draft token is kept iff it is the argmax, so the output is token-for-token the
@@ -22,7 +23,7 @@ import torch
 from argosy.serving.speculative.base import ObservesSteps, Proposer, StepRecord
 from argosy.serving.types import SamplingParams, SpecCounters
 
-Forward = Callable[[Sequence[int], Any], torch.Tensor]
+Forward = Callable[[Sequence[int], Any, int], torch.Tensor]
 Crop = Callable[[Any, int], None]
 
 
@@ -53,7 +54,7 @@ class Decoder:
 
     def __iter__(self) -> Iterator[tuple[list[int], str | None]]:
         # 1. prefill: the whole prompt in one pass gives the first token
-        logits = self.forward(self.tokens, self.cache)
+        logits = self.forward(self.tokens, self.cache, 1)
         first = self._pick(logits[-1:])
         yield self._emit([first])
         # 2. decode until a stop token or max_tokens
@@ -67,7 +68,7 @@ class Decoder:
             draft = self.proposer.propose(self.tokens, remaining - 1)[: remaining - 1]
         start = time.perf_counter()
         # the cache holds every token but the last; feed the last plus the draft
-        logits = self.forward([self.tokens[-1], *draft], self.cache)
+        logits = self.forward([self.tokens[-1], *draft], self.cache, len(draft) + 1)
         new = self._accept(draft, logits)
         accepted = len(new) - 1
         self.crop(self.cache, len(draft) - accepted)

@@ -175,13 +175,15 @@ class TransformersEngine:
         elif num_tokens:
             _push(self._stats.tpot_s, step_s / num_tokens)
 
-    def _forward(self, token_ids: Sequence[int], cache: Any) -> Any:
+    def _forward(self, token_ids: Sequence[int], cache: Any, num_logits: int) -> Any:
         import torch
 
         with self._lock, torch.inference_mode():
             model = self._require_model()
             ids = torch.tensor([list(token_ids)], dtype=torch.long)
-            out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            out = model(
+                input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=num_logits
+            )
             return out.logits[0]
 
     def _proposer(self, name: str | None) -> Proposer | None:

@@ -27,9 +27,14 @@ def tiny_model():
 
 
 def _decode(model, prompt, proposer_name, max_tokens=32):
-    def forward(ids, cache):
+    def forward(ids, cache, num_logits):
         with torch.inference_mode():
-            return model(input_ids=torch.tensor([list(ids)]), past_key_values=cache).logits[0]
+            out = model(
+                input_ids=torch.tensor([list(ids)]),
+                past_key_values=cache,
+                logits_to_keep=num_logits,
+            )
+            return out.logits[0]
 
     def crop(cache, n):
         if n:
@@ -77,8 +82,8 @@ class _FixedModel:
     def __init__(self, probs):
         self.logits = torch.log(torch.tensor(probs))
 
-    def forward(self, ids, cache):
-        return self.logits.repeat(len(ids), 1)
+    def forward(self, ids, cache, num_logits):
+        return self.logits.repeat(num_logits, 1)
 
     def propose(self, context, max_tokens):
         return [0, 1][:max_tokens]
