@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from argosy.core.procs import pid_alive, signal_by_env
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.hardware.discovery import discover
 
@@ -115,7 +116,7 @@ class LocalExecutor:
         if current is None:
             return
         pid = _read_int(current.dir / "launch.pid")
-        if pid is not None and _alive(pid):
+        if pid is not None and pid_alive(pid):
             _signal(pid, signal.SIGTERM)  # the launcher stops its ranks, then exits 130
 
     def poll(self) -> list[AttemptExit]:
@@ -140,7 +141,7 @@ class LocalExecutor:
         if a.proc is not None:
             if a.proc.poll() is None:
                 return None
-        elif a.pid > 0 and _alive(a.pid) and str(a.dir) in _cmdline(a.pid):
+        elif a.pid > 0 and pid_alive(a.pid) and str(a.dir) in _cmdline(a.pid):
             return None
         code = _read_int(a.dir / "exit.code")
         lost = is_lost(code)
@@ -162,17 +163,7 @@ def launch_command(request: LaunchRequest) -> list[str]:
 def kill_job_processes(job_id: str) -> int:
     """SIGKILL every process of this user whose environment names `job_id`; returns how
     many were signalled (rank processes a killed launcher left behind)."""
-    marker = f"{JOB_ENV}={job_id}".encode()
-    hit = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-                hit += 1
-        except OSError:
-            continue  # gone, or another user's process
+    hit = signal_by_env(JOB_ENV, job_id, signal.SIGKILL)
     if hit:
         time.sleep(0.05)
     return hit
@@ -183,20 +174,6 @@ def _read_int(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _wait_for_exec(proc: subprocess.Popen, where: Path, timeout_s: float = 5.0) -> None:
