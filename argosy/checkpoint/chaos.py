@@ -70,7 +70,7 @@ def worker(directory: Path, rank: int, world: int, attempt: int, steps: int) -> 
     store = directory / f".store-{attempt}"
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     state = {"big": torch.zeros(BIG), "small": torch.zeros(16), "meta": {"step": 0}}
-    ckpt = FlashCheckpointer(directory / "ckpt", keep=3, linger_s=60, commit_timeout_s=15)
+    ckpt = FlashCheckpointer(directory / "ckpt", keep=3, linger_s=60, commit_timeout_s=60)
     got = ckpt.load(into=state)
     start = 0 if got is None else got[0]
     big, small = expected(start, rank)

@@ -74,8 +74,10 @@ from argosy.checkpoint.segment import (
     HELD_SLOTS,
     SHM_DIR,
     Segment,
+    SlotState,
     held_name,
     job_segments,
+    segment_paths,
 )
 from argosy.checkpoint.staging import DeviceStager, share_sources, slot_data, write_snapshot
 from argosy.core.errors import ArgosyError
@@ -168,6 +170,7 @@ class FlashCheckpointer:
         """Steps of the snapshots in our own slots, by slot, waiting for the persister."""
         self._held_segs: dict[int, Segment] = {}
         self._start_ticks: int | None = None
+        self._forget: int | None = None
         self._maps = restore.MappingCache()
         self.last_copy_s: float | None = None
         """Seconds the persister took to copy the last snapshot into shared memory."""
@@ -373,6 +376,7 @@ class FlashCheckpointer:
             self._hold(step, pickle.dumps(meta), inline, sources)
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
+        self._send_forget()
         self._send_sources(sources)
         if on_device:  # sent by the fence, once the device-to-host copy is done
             self._staged = (step, pickle.dumps(meta), inline)
@@ -421,6 +425,7 @@ class FlashCheckpointer:
         if not self._held_segs or not (block or self._is_ready()):
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
+        self._send_forget()
         for index in sorted(self._held_segs, key=lambda i: self._held.get(i, -1)):
             seg = self._held_segs[index]
             self._conn.send(("held", str(seg.path)))
@@ -454,6 +459,8 @@ class FlashCheckpointer:
         self._send_held(block=True)
         self._wait_copied()
         if self._saved is not None:
+            self._pump(lambda: self._ready, self.start_timeout_s)
+            self._send_forget()
             self._flushed = None
             self._conn.send(("flush",))
             self._pump(lambda: self._flushed is not None)
@@ -508,7 +515,30 @@ class FlashCheckpointer:
                 f"skipping {rejected['source']} step {rejected['step']}: {said}", stacklevel=2
             )
         self.last_load_source = decision.source
+        self._forget_after(-1 if decision.step is None else decision.step)
         return decision.result
+
+    def _forget_after(self, step: int) -> None:
+        """Snapshots newer than the step all ranks resumed from belong to a history that was
+        given up: mark them empty (for later loads) and have the persister drop them, so
+        they are never committed nor loaded."""
+        for path in segment_paths(self.job, self.rank):
+            with contextlib.suppress(OSError, ValueError):
+                seg = Segment.open(path, writable=True)
+                try:
+                    head = seg.header()
+                    if head is not None and head.state is SlotState.COMPLETE and head.step > step:
+                        seg.write_header(dataclasses.replace(head, state=SlotState.EMPTY))
+                finally:
+                    seg.close()
+        self._forget = step
+        if self._ready:
+            self._send_forget()
+
+    def _send_forget(self) -> None:
+        if self._forget is not None:
+            self._conn.send(("forget_after", self._forget))
+            self._forget = None
 
     def _load_disk(self, step: int, into: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
         step_dir = self.directory / disk.step_dir_name(step)

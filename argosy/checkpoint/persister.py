@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,8 @@ class _Slot:
         self.step: int | None = None
         self.meta: SnapshotMeta | None = None
         self.persisting = False
+        self.stale = False
+        """Newer than the step the ranks resumed from: never to be committed."""
         self.data = torch.frombuffer(segment.map, dtype=torch.uint8)[HEADER_BYTES:]
 
 
@@ -118,6 +120,8 @@ class Persister:
                 self._snap(msg[1], msg[2], msg[3])
             elif kind == "held":
                 self._adopt_held(Path(msg[1]))
+            elif kind == "forget_after":
+                self._forget_after(msg[1])
             elif kind == "flush":
                 with self.cond:
                     self.writer.want_flush()
@@ -199,7 +203,7 @@ class Persister:
                 spare = [s for s in free if s.step not in self.writer.open_intents]
                 if free:
                     chosen = min(spare or free, key=lambda s: -1 if s.step is None else s.step)
-                    chosen.step, chosen.meta = None, None
+                    chosen.step, chosen.meta, chosen.stale = None, None, False
                     return chosen
                 self.cond.wait()
 
@@ -220,6 +224,19 @@ class Persister:
             traceback.print_exc()
             self.send("error", f"snapshot of step {step} failed: {err!r}")
             self.send("copied", step, time.perf_counter() - started)
+
+    def _forget_after(self, step: int) -> None:
+        """Drop snapshots newer than the step the ranks resumed from (a given-up history)."""
+        with self.cond:
+            for slot in self.slots:
+                if slot.step is not None and slot.step > step:
+                    slot.stale = True
+                    if not slot.persisting:
+                        slot.step, slot.meta = None, None
+                        head = slot.segment.header()
+                        if head is not None:
+                            slot.segment.write_header(replace(head, state=SlotState.EMPTY))
+            self.cond.notify_all()
 
     def _held_paths(self) -> list[Path]:
         shm = Path(self.spec.shm_dir)

@@ -83,7 +83,11 @@ class Writer:
         return self.fenced
 
     def newest_slot(self) -> Any:
-        held = [s for s in self.host.slots if s.step is not None and s.meta is not None]
+        held = [
+            s
+            for s in self.host.slots
+            if s.step is not None and s.meta is not None and not getattr(s, "stale", False)
+        ]
         return max(held, key=lambda s: s.step, default=None)
 
     def _write_shard(self, staging: Path, step: int, meta: SnapshotMeta, slot: Any) -> Any:
@@ -202,6 +206,9 @@ class Writer:
                 if kind != "skip":  # a skip is the normal race of slots; retried newer
                     self._error(step, reason)
                 return reason
+            if getattr(slot, "stale", False):  # the ranks resumed from an older step meanwhile
+                cm.abort(staging, "a newer attempt resumed from an older step")
+                return "given up: the ranks resumed from an older step"
             metas = [meta] + [_rank_meta(staging, r) for r in range(1, meta.world_size)]
             cm.commit(self.directory, step, self.epoch, metas, pieces, self.fence)
             faultpoints.reach("renamed")
@@ -265,7 +272,9 @@ class Writer:
 
     def _follow(self, step: int, staging: Path) -> None:
         with self.host.cond:
-            slot = next((s for s in self.host.slots if s.step == step and s.meta), None)
+            slot = next(
+                (s for s in self.host.slots if s.step == step and s.meta and not s.stale), None
+            )
             held = sorted(s.step for s in self.host.slots if s.step is not None)
             if slot is None and (not held or step > held[-1]):
                 self.host.cond.wait(_POLL_S)  # not here yet (copy or hand-over under way)

@@ -22,7 +22,7 @@ SEED = int(os.environ.get("ARGOSY_RACE_SEED", "20261123"))
 def test_a_kill_storm_never_tears_a_commit_nor_splits_the_ranks(tmp_path):
     report = run_storm(tmp_path, faults=3, seed=SEED, busy=1)
     assert report.violations == []
-    assert report.restores == report.faults + 1 == 4  # every fault was followed by a restore
+    assert report.restores == 4  # every attempt (3 with a fault, a last one) restored, audited
     assert report.commits_verified >= 1
     assert report.resumed_steps[-1] > 0  # the storm made progress that survived it
     assert not [p for p in job_segments("storm-") if str(os.getpid()) in p.name]

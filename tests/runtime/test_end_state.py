@@ -82,7 +82,7 @@ def test_a_wedged_persister_is_a_hang_caught_within_the_normal_threshold(
     assert done.returncode == 1, done.stdout + done.stderr
     s = summary(run)
     assert s["cause"]["kind"] == "hang"
-    (fault,) = s["faults"]
+    fault = next(f for f in s["faults"] if f["kind"] == "hang")  # (+ straggler warnings)
     hang = next(
         json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if '"hang"' in x
     )
