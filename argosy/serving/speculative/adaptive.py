@@ -4,9 +4,9 @@ It measures, for this request, the seconds of a plain decode step and of a verif
 the tokens a verify pass yields, as moving averages. Speculation pays when
 `tokens_per_verify / verify_s > 1 / plain_s`. When it loses, drafting stops for a back-off
 that doubles on each further loss (up to `max_backoff_steps`), then is probed again. The
-draft length follows acceptance: a fully accepted draft doubles it, a draft less than half
-accepted halves it. With no recent plain step to compare against, one
-plain step is taken every `probe_interval` steps so the comparison stays current.
+draft length starts at 2 and follows acceptance: a fully accepted draft doubles it, a draft
+less than half accepted halves it. With no recent plain step to compare against, one plain
+step is taken every `probe_interval` steps so the comparison stays current.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class AdaptiveProposer:
         self.min_samples = min_samples
         self.max_backoff_steps = max_backoff_steps
         self.probe_interval = probe_interval
-        self.draft_len = max_draft_tokens
+        self.draft_len = min(2, max_draft_tokens)  # cheap first probes; doubles on success
         self.plain_s: float | None = None
         self.verify_s: float | None = None
         self.tokens_per_verify: float | None = None
