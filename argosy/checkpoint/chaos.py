@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.checkpoint import disk, faultpoints
+from argosy.core.procs import signal_by_env
 
 RECORDS = "records.jsonl"
 BIG = 1 << 18  # floats: a 1 MiB tensor goes through shared memory, not inline
@@ -274,15 +275,7 @@ class Storm:
 
 def stop_persisters(job: str) -> None:
     """SIGKILL the persisters whose environment carries this storm's job."""
-    marker = f"ARGOSY_CKPT_JOB={job}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            continue
+    signal_by_env("ARGOSY_CKPT_JOB", job, signal.SIGKILL)
 
 
 def busy_loops(count: int) -> list[subprocess.Popen]:

@@ -47,6 +47,7 @@ from argosy.checkpoint.segment import (
 )
 from argosy.checkpoint.staging import write_snapshot
 from argosy.checkpoint.writer import Writer
+from argosy.core.procs import pid_alive
 
 _ADOPT_WAIT_S = 10.0
 
@@ -143,7 +144,7 @@ class Persister:
         paths = [self._path(index) for index in range(self.spec.slots)]
         for held in self._held_paths():
             holder = _owner_of(held)
-            if holder == 0 or not _alive(holder):  # a dead trainer's own copies
+            if holder == 0 or not pid_alive(holder):  # a dead trainer's own copies
                 paths.append(held)
         for path in paths:
             if not path.exists():
@@ -157,7 +158,7 @@ class Persister:
         deadline = time.monotonic() + _ADOPT_WAIT_S
         owners = {pid for _, _, pid in found if pid not in (0, os.getpid())}
         while owners and time.monotonic() < deadline:
-            owners = {pid for pid in owners if _alive(pid)}
+            owners = {pid for pid in owners if pid_alive(pid)}
             time.sleep(0.05)
         for _path, seg, pid in found:
             if pid in owners:  # still alive and holding it: never share a live slot; the
@@ -329,21 +330,6 @@ def _owner_of(path: Path) -> int:
 def _owner(seg: Segment) -> int:
     head = seg.header() if seg.map is not None else None
     return head.owner_pid if head else 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours counts as gone
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return False
 
 
 def main(address: str) -> None:

@@ -13,19 +13,18 @@ logs every step of it. The ranks resume from the latest flash checkpoint themsel
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from argosy.core.clock import Clock, SystemClock
+from argosy.core.procs import signal_by_env
 from argosy.runtime import goodput, warm
 from argosy.runtime.board import ProgressBoard, Slot, injected_at, ring_entries
 from argosy.runtime.config import RuntimeConfig
@@ -452,12 +451,4 @@ def _reclaim_snapshots(run_id: str) -> None:
 def _stop_leftovers(run_id: str) -> None:
     """SIGTERM what our ranks left running (a killed rank's lingering checkpoint persister):
     processes whose environment carries this run's ARGOSY_CKPT_JOB."""
-    marker = f"ARGOSY_CKPT_JOB={run_id}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGTERM)
-        except (OSError, ProcessLookupError):
-            continue
+    signal_by_env("ARGOSY_CKPT_JOB", run_id, signal.SIGTERM)
