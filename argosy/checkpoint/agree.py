@@ -106,6 +106,12 @@ def resume(
             result = read(step, from_memory)
         except UnreadableError as err:
             problem = str(err)
+        except FileNotFoundError as err:
+            problem = f"{type(err).__name__}: {err}"
+            if not from_memory:  # a file of a committed step gone: never skipped silently
+                fatal, local = True, err
+            # a memory slot that vanished after it was listed (reclaimed, or a persister of
+            # the given-up attempt took it) is dropped for all ranks, like a torn copy
         except Exception as err:  # raised on every rank below, never on one alone
             problem, fatal, local = f"{type(err).__name__}: {err}", True, err
         outcomes = gather((problem, fatal))

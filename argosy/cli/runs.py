@@ -82,7 +82,7 @@ def _print(summary: dict) -> None:
         faults.add_column(column)
     for f in summary["faults"]:
         lost = f.get("lost_s") or {}  # a warning (straggler, action "warn") lost nothing
-        parts = "/".join(f"{lost[k]:.2f}" for k in ("detection", "restart", "reload", "redone"))
+        parts = "/".join(_num(lost.get(k)) for k in ("detection", "restart", "reload", "redone"))
         faults.add_row(
             f["kind"],
             str(f["rank"]),

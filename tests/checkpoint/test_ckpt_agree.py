@@ -31,7 +31,7 @@ class FakeGroup:
         return out
 
 
-def run_ranks(world, memory, disk, bad, fatal=frozenset()):
+def run_ranks(world, memory, disk, bad, fatal=frozenset(), vanished=frozenset()):
     """Every rank's Decision (or exception); `bad` = {(rank, step, tier)} reads that fail."""
     group = FakeGroup(world)
     out: list = [None] * world
@@ -41,6 +41,8 @@ def run_ranks(world, memory, disk, bad, fatal=frozenset()):
             tier = "memory" if from_memory else "disk"
             if (rank, step, tier) in fatal:
                 raise ValueError("state mismatch")
+            if (rank, step, tier) in vanished:
+                raise FileNotFoundError(f"/dev/shm/slot-of-{step}")
             if (rank, step, tier) in bad:
                 raise agree.UnreadableError(f"torn {tier} {step}")
             return f"{tier}:{step}"
@@ -114,6 +116,20 @@ def test_a_torn_step_on_one_rank_sends_every_rank_to_the_previous_one():
     out = run_ranks(2, memory, disk, bad={(1, 20, "disk")})
     assert [d.step for d in out] == [10, 10]
     assert out[0].rejected == [{"step": 20, "source": "disk", "problems": {1: "torn disk 20"}}]
+
+
+def test_a_memory_slot_that_vanished_on_one_rank_falls_back_to_the_commit_for_all():
+    memory, disk = [{30}, {30}], [{20}, {20}]
+    out = run_ranks(2, memory, disk, bad=set(), vanished={(1, 30, "memory")})
+    assert [(d.step, d.source) for d in out] == [(20, "disk"), (20, "disk")]
+    assert out[0].rejected[0]["source"] == "memory" and 1 in out[0].rejected[0]["problems"]
+
+
+def test_a_file_of_a_committed_step_that_vanished_is_raised_on_every_rank():
+    memory, disk = [set(), set()], [{20}, {20}]
+    out = run_ranks(2, memory, disk, bad=set(), vanished={(0, 20, "disk")})
+    assert isinstance(out[0], FileNotFoundError)
+    assert isinstance(out[1], agree.AgreedError) and "rank 0" in str(out[1])
 
 
 @pytest.mark.parametrize("world", [1, 2])
