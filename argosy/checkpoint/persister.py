@@ -164,13 +164,7 @@ class Persister:
             if pid in owners:  # still alive and holding it: never share a live slot; the
                 seg.close()  # trainer may still load it, the first snap replaces the file
                 continue
-            seg.set_owner(os.getpid())
-            slot = _Slot(seg)
-            head = seg.header()
-            meta_bytes = seg.read_meta(head) if head is not None else None
-            if meta_bytes is not None:
-                slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
-            self.slots.append(slot)
+            self.slots.append(_adopt(seg))
 
     def _ensure_slots(self, need: int) -> None:
         size = HEADER_BYTES + align(need + (1 << 20))
@@ -250,12 +244,7 @@ class Persister:
             seg = Segment.open(path, writable=True)
         except (OSError, ValueError):
             return
-        seg.set_owner(os.getpid())
-        slot = _Slot(seg)
-        head = seg.header()
-        meta_bytes = seg.read_meta(head) if head is not None else None
-        if meta_bytes is not None:
-            slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
+        slot = _adopt(seg)
         with self.cond:
             self.slots.append(slot)
             self.cond.notify_all()
@@ -325,6 +314,17 @@ def _owner_of(path: Path) -> int:
         return _owner(seg)
     finally:
         seg.close()
+
+
+def _adopt(seg: Segment) -> _Slot:
+    """A slot this persister now owns, with the step and meta the segment already holds."""
+    seg.set_owner(os.getpid())
+    slot = _Slot(seg)
+    head = seg.header()
+    meta_bytes = seg.read_meta(head) if head is not None else None
+    if meta_bytes is not None:
+        slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
+    return slot
 
 
 def _owner(seg: Segment) -> int:
