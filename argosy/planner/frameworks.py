@@ -196,6 +196,16 @@ class Profile(BaseModel):
     def stage(self, zero: int) -> ZeroStage:
         return self.zero[zero]
 
+    def distinct_zero_stages(self) -> tuple[int, ...]:
+        """The stages that differ from every lower one (a stage that behaves exactly as
+        a lower one would only repeat its rows in a ranking)."""
+        kept: list[int] = []
+        for z in sorted(self.zero):
+            this = self.zero[z].model_dump(exclude={"note"})
+            if all(self.zero[k].model_dump(exclude={"note"}) != this for k in kept):
+                kept.append(z)
+        return tuple(kept)
+
 
 @cache
 def _profiles() -> dict[str, Profile]:

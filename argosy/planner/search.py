@@ -68,6 +68,7 @@ def search_group(
     cands = enumerate_space(
         model, devices, hw.domain_size, seq_len, samples, fixed, exact_batch,
         flash_default=fw.flash_attention, interleaved=fw.interleaved_pipeline,
+        zero_stages=fw.distinct_zero_stages(),
     )  # fmt: skip
     if len(cands) == 0:
         costs = evaluate(model, hw, seq_len, cands, 0.0, constants, fw, scales)

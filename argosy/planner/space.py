@@ -42,11 +42,13 @@ def enumerate_space(
     exact_batch: bool = True,
     flash_default: bool = True,
     interleaved: bool = True,
+    zero_stages: tuple[int, ...] = ZERO,
 ) -> Candidates:
     """All pruned candidates for `devices` of one chip type processing `samples` per step.
 
     With `exact_batch`, dp*mbs must divide `samples`; otherwise replicas may take
-    unequal shares (used inside mixed clusters)."""
+    unequal shares (used inside mixed clusters). `zero_stages` are the ZeRO stages worth
+    trying (a framework whose stage 2 behaves as stage 1 leaves 2 out)."""
     fixed = dict(fixed or {})
     tps = [
         t
@@ -66,7 +68,19 @@ def enumerate_space(
             if "dp" in fixed and fixed["dp"] != dp:
                 continue
             rows.extend(
-                _inner(model, fixed, tp, cp, pp, dp, eps, samples, exact_batch, interleaved)
+                _inner(
+                    model,
+                    fixed,
+                    tp,
+                    cp,
+                    pp,
+                    dp,
+                    eps,
+                    samples,
+                    exact_batch,
+                    interleaved,
+                    zero_stages,
+                )  # fmt: skip
             )
     if not rows:
         return Candidates.of([])
@@ -84,7 +98,7 @@ def enumerate_space(
 
 
 def _inner(
-    model, fixed, tp, cp, pp, dp, eps, samples, exact_batch, interleaved
+    model, fixed, tp, cp, pp, dp, eps, samples, exact_batch, interleaved, zeros
 ) -> list[tuple[int, ...]]:
     vpps = [v for v in VPP if v == 1 or (interleaved and pp > 1 and v * pp <= model.layers)]
     mbss = [
@@ -97,7 +111,7 @@ def _inner(
     ):
         if (dp * cp) % ep:
             continue
-        for rec, zero in itertools.product(recs, _pick(fixed, "zero", list(ZERO))):
+        for rec, zero in itertools.product(recs, _pick(fixed, "zero", list(zeros))):
             if zero and dp * cp == 1:
                 continue
             rows.append((tp, pp, dp, vpp, mbs, rec, zero, cp, ep))

@@ -66,3 +66,22 @@ def test_bigger_memory_chip_admits_more_plans() -> None:
     h200 = search_group(spec, load_cluster("h200:64").groups[0], 8192, 64)
     assert len(h200) > len(h100)
     assert np.all(h200.costs.memory_gib[h200.order] <= 141)
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "megatron-lm", "deepspeed", "torchtitan"])
+def test_a_ranking_never_repeats_a_plan_under_an_alias_zero_stage(framework) -> None:
+    """A ZeRO stage the framework runs exactly as a lower one is not enumerated, so no two
+    rows differ in nothing but an equivalent stage."""
+    from argosy.planner.frameworks import load_framework
+
+    group = load_cluster("h100:64").groups[0]
+    ranked = search_group(load_model("llama3-8b"), group, 8192, 512, framework=framework)
+    stages = set(load_framework(framework).distinct_zero_stages())
+    seen = {int(ranked.cands.zero[ranked.index(r)]) for r in range(len(ranked))}
+    assert seen <= stages
+    keys = [
+        (p.tp, p.pp, p.dp, p.vpp, p.mbs, p.recompute, p.cp, p.ep, round(ranked.step_s(r), 9))
+        for r in range(min(len(ranked), 200))
+        for p in [ranked.plan(r)]
+    ]
+    assert len(set(keys)) == len(keys), "two rows differ only in an equivalent ZeRO stage"
