@@ -152,14 +152,14 @@ class Scheduling:
         node, cap = self.index[name], self.sched.cap
         if in_service:
             self.out_of_service.discard(name)
-            _mark(cap, node, up=True)
+            cap.mark_up(node)
             for w in self.sched.running.values():  # what still runs there stays taken
                 if w.alloc is not None and node in w.alloc.nodes:
                     count = w.alloc.counts[w.alloc.nodes == node]
                     cap.take(Allocation(w.alloc.group, np.array([node]), count))
         else:
             self.out_of_service.add(name)
-            _mark(cap, node, up=False)
+            cap.mark_down(node)
 
     def used_on(self, name: str) -> int:
         node = self.index[name]
@@ -176,17 +176,6 @@ class Scheduling:
             for w in self.sched.running.values()
             if w.alloc is not None and node in w.alloc.nodes
         ]
-
-
-def _mark(cap, node: int, *, up: bool) -> None:  # noqa: ANN001
-    """Out of placement / back in, idle, through whichever name the capacity index has
-    (the scheduler library renamed these while the server was written)."""
-    if hasattr(cap, "mark_down"):
-        (cap.mark_up if up else cap.mark_down)(node)
-    elif up:
-        cap.set_usable(node)
-    else:
-        cap.set_unusable(node, spare=False)
 
 
 def _cluster_spec(nodes: list[NodeInfo]) -> ClusterSpec:
