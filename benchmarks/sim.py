@@ -147,8 +147,20 @@ def quality(args) -> dict:
     for name, get in ROWS:
         f, q, a = (get(reports[p]) for p in ("fifo", "quota", "argosy"))
         print(f"| {name} | {f:.4g} | {q:.4g} | {a:.4g} | {_ratio(a, q)} | {_ratio(a, f)} |")
+    _why(reports)
     _targets(reports, args.plans)
     return reports
+
+
+def _why(reports: dict) -> None:
+    """Where each policy's owned device-time went (argosy.sim.idle), whole cluster."""
+    from argosy.sim.idle import CATEGORIES
+
+    print("\n| owned device-time | fifo | quota | argosy |")
+    print("|---|---|---|---|")
+    for k in CATEGORIES:
+        cells = " | ".join(f"{100 * reports[p]['idle']['all'][k]:.1f}%" for p in reports)
+        print(f"| {k} | {cells} |")
 
 
 def _targets(reports: dict, plans: str) -> None:

@@ -4,6 +4,7 @@
     argosy sim run --cluster h100:10000 --queues runs/t/queues.yaml \
         --trace runs/t/trace.jsonl --policy argosy --json
     argosy sim run ... --compare --plot runs/t/compare.png
+    argosy sim run ... --why          # where unallocated device-time went, per chip pool
 
 Only typer and rich load at import time; the simulator is imported inside the commands
 (no torch, ray or fastapi anywhere on this path).
@@ -64,6 +65,9 @@ def run(
         "planner", "--plans", help="planner (argosy runs planner plans) or stock (all stock)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
+    why: bool = typer.Option(
+        False, "--why", help="Also print where unallocated device-time went, per chip pool."
+    ),
 ) -> None:
     """Replay a trace through the scheduler and print the five-factor report."""
     from argosy.sim.runner import run_policies
@@ -97,6 +101,23 @@ def run(
     console.print(_table(public))
     for name, value in _ratios(public).items():
         console.print(f"five-factor product {name}: {value:.2f}x")
+    if why:
+        for r in public:
+            console.print(_why_table(r))
+
+
+def _why_table(report: dict) -> Table:
+    """Owned device-time of each chip pool split into allocated and why the rest idled."""
+    from argosy.sim.idle import format_rows
+
+    idle = report["idle"]
+    table = Table(title=f"{report['policy']}: where the device-time went", header_style="bold")
+    table.add_column("category")
+    for pool in idle:
+        table.add_column(pool, justify="right")
+    for row in format_rows(idle):
+        table.add_row(*row)
+    return table
 
 
 def _with_progress(cluster, queues, trace, names, kwargs):

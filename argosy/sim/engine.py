@@ -31,6 +31,7 @@ from argosy.scheduler.speed import relative_speed
 from argosy.scheduler.workload import KINDS, Workload
 from argosy.sim.config import SimConfig
 from argosy.sim.faults import FaultModel
+from argosy.sim.idle import IdleBreakdown
 from argosy.sim.ledger import FlopsLedger
 from argosy.sim.metrics import Accounting, report
 from argosy.sim.plans import PlanCosts
@@ -107,6 +108,7 @@ class Simulation:
         self.by_kind = np.zeros(len(KINDS))
         self.t_last = 0.0
         self.faults = FaultModel(self.sched.cap, self.cfg, seed)
+        self.idle = IdleBreakdown(self.sched)
         stock = self.cfg.plans == "stock" or not policy.planner_plans
         self.ledger = FlopsLedger(cluster, self.horizon, PlanCosts(), stock=stock,
                                   serving_mfu=self.cfg.serving_mfu)  # fmt: skip
@@ -150,7 +152,8 @@ class Simulation:
                  "cycle_ms_p99": float(np.percentile(self.cycle_wall, 99)) * 1e3
                  if self.cycle_wall else 0.0, "cycles": len(self.cycle_wall),
                  "horizon_days": self.horizon / 86400, "_ledger": self.ledger,
-                 "plans": "stock" if self.ledger.stock else "planner"}  # fmt: skip
+                 "plans": "stock" if self.ledger.stock else "planner",
+                 "idle": self.idle.report()}  # fmt: skip
         return report(self.acc, policy=self.policy.name, wall_s=time.perf_counter() - wall,
                       extra=extra)  # fmt: skip
 
@@ -250,6 +253,7 @@ class Simulation:
                 self.acc.idle_replicas_s += max(0, w.devices - needed) * step
         self.acc.samples_t.append(t)
         self.acc.samples.append(self.by_kind.copy())
+        self.idle.sample(self.sched, min(step, self.horizon - t))
         if self.progress is not None:
             self.progress(t / self.horizon)
         self.push(t + step, TICK)
