@@ -24,6 +24,7 @@ from argosy.cli import (
     runs,
     serve,
     server,
+    services,
     sim,
 )
 from argosy.cli.common import State, err_console
@@ -73,6 +74,8 @@ app.command("serve")(serve.serve)
 for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon"):
     app.command(_name)(getattr(jobs, _name))
 app.add_typer(jobs.token_app, name="token")
+app.command("services")(services.services)
+app.command("service")(services.service)
 
 
 def main() -> None:
