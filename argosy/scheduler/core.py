@@ -121,9 +121,20 @@ class Scheduler:
         if not (self.policy.elastic and w.elastic):
             return want if want <= limit and self.cap.fits(g, want) else 0
         d = self.cap.dpn[g]
+        whole = self.cap.whole_free_nodes(g) * d
         spare = int(self.cap.free_devices[g]) - room.buffer_devices(self, g)
-        n = min(want, limit, self.cap.whole_free_nodes(g) * d, max(spare, w.min_devices))
+        n = min(want, limit, whole, max(spare, w.min_devices))
+        if self._may_start_overgrown(w, chip):  # idle nobody asks for: no resize later
+            ahead = growth.service_need(self, chip, self.clock.now_s(), growth.SERVICE_LOOKAHEAD_S)
+            n = max(n, min(growth.max_size(self, w), limit, whole, spare - ahead))
         return (n // d) * d if n >= d else n
+
+    def _may_start_overgrown(self, w: Workload, chip: str) -> bool:
+        """An elastic job may start above its nominal size (as it could grow there, but
+        without the stall of a resize) while no other pending work asks for its chip."""
+        if not (self.policy.elastic and w.elastic) or self.config.elastic_overgrow <= 1:
+            return False
+        return self.pending_demand().get(chip, 0) <= w.min_devices
 
     def start(self, w: Workload, chip: str, alloc, now: float, borrowed: int) -> None:
         self.cap.take(alloc)
@@ -137,6 +148,8 @@ class Scheduler:
         if w.elastic:
             self.elastic_running[w.id] = w
             w.last_resize_s = now  # no resize right after a start: it would stall at once
+            if alloc.devices > w.max_devices:
+                w.grown_s = now  # started overgrown: learn how long that was held
         self.out.append(Decision("start", w, 0, alloc.devices))
 
     def release(self, w: Workload, *, give: bool = True) -> int:
