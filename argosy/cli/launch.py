@@ -41,6 +41,10 @@ def launch(
     spares: int | None = typer.Option(None, "--spares", min=0, help="Spare device slots."),
     inject: list[str] = typer.Option([], "--inject", help="Fault to inject (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    plan: Path | None = typer.Option(None, "--plan", help="Plan from `argosy plan --json`."),
+    emulate_chips: str | None = typer.Option(
+        None, "--emulate-chips", help="CHIP:N,... chips the ranks play (CPU emulation)."
+    ),
 ) -> None:
     """Run a script as fault-tolerant ranks; resume from the latest flash checkpoint."""
     from argosy.runtime.board import default_board_path
@@ -73,6 +77,12 @@ def launch(
         master_port=master_port,
         max_restarts=config.max_restarts,
     )
+    if plan is not None:  # mixed-chip plan: checked against the launch, ranks assigned
+        from argosy.runtime.mixed.launching import prepare
+
+        spec.extra_env.update(prepare(plan, emulate_chips, world, run_dir))
+    elif emulate_chips:
+        raise ArgosyError("--emulate-chips needs --plan: the plan gives ranks their chips")
     previous = signal.signal(signal.SIGTERM, _interrupt)  # stop the ranks, then exit
     try:
         summary = _run(spec, injections, config, _total_steps(command), quiet)

@@ -37,6 +37,7 @@ from argosy.runtime.events import (
 )
 from argosy.runtime.group import GroupSpec, WorkerGroup, base_env, can_use_standby
 from argosy.runtime.inject import Injection, encode
+from argosy.runtime.mixed.report import read_throughput
 from argosy.runtime.watchdog import HangDetector, StragglerDetector
 
 Progress = Callable[[int, int], None]
@@ -137,6 +138,9 @@ class Agent:
             _reclaim_snapshots(spec.run_id)
         summary = goodput.summarize_file(spec.run_dir / EVENTS_FILE)
         summary["status"] = status
+        throughput = read_throughput(spec.run_dir)  # mixed-chip launches write one
+        if throughput is not None:
+            summary["throughput"] = throughput
         closing = [
             e for e in read_events(spec.run_dir / EVENTS_FILE) if e["event"] == "close_error"
         ]
