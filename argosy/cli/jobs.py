@@ -1,6 +1,6 @@
 """Job commands over HTTP: submit, jobs, job, logs, cancel, queues, nodes, cordon, token.
 
-argosy submit job.yaml [--json]
+argosy submit job.yaml [--json]         # a service YAML goes to argosy.cli.services
 argosy jobs [--state running] [--queue team-a] [--json]
 argosy job JOB [--json]; argosy logs JOB [-f]; argosy cancel JOB
 argosy queues; argosy nodes; argosy cordon NODE [--undo]
@@ -31,11 +31,18 @@ def submit(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Submit a job YAML to its queue."""
+    """Submit a job or service YAML to its queue (a `kind: service` or a `model` key
+    marks a service)."""
+    from argosy.cli.services import submit_service
+    from argosy.core.documents import load_yaml
+    from argosy.server.service_spec import document_kind
     from argosy.server.spec import load_job_file
 
     if not file.exists():
         raise ArgosyError(f"job file '{file}' not found")
+    if document_kind(load_yaml(file)) == "service":
+        submit_service(file, Client(server, token), as_json)
+        return
     spec = load_job_file(file, Path.cwd())
     key = str(uuid.uuid4())  # a retried request cannot submit twice
     body = spec.model_dump()

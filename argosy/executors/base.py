@@ -1,7 +1,8 @@
 """The executor contract and the values that cross it.
 
 `LaunchRequest` is one attempt of one job, already placed: which nodes and how many
-devices on each. `AttemptExit` is what came of it: an exit code from `argosy launch`
+devices on each (or, with `command`, one process of a service replica). `AttemptExit`
+is what came of it: an exit code from `argosy launch`
 (0 succeeded; 1 or 2 the job itself failed) or `lost=True` when the attempt died of
 something outside the job (its process killed, its node gone, the executor restarted
 without it), which the server answers with a new attempt from the job's checkpoint.
@@ -40,6 +41,9 @@ class LaunchRequest:
     workdir: str | None = None
     max_restarts: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+    """A command to run instead of `argosy launch` (a service replica's `argosy serve`);
+    single node, one process."""
 
 
 @dataclass(frozen=True)

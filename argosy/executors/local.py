@@ -151,7 +151,10 @@ class LocalExecutor:
 
 
 def launch_command(request: LaunchRequest) -> list[str]:
-    """The `argosy launch` command line of one attempt (single node)."""
+    """The `argosy launch` command line of one attempt (single node), or the request's
+    own command."""
+    if request.command:
+        return list(request.command)
     command = [sys.executable, "-m", "argosy", "launch", "--quiet"]
     command += ["--nproc-per-node", str(request.nproc_per_node)]
     command += ["--run-dir", str(request.run_dir)]

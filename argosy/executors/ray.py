@@ -257,7 +257,10 @@ class RayExecutor:
 def node_command(
     request: LaunchRequest, nnodes: int, rank: int, addr: str, port: int, run_dir: Path
 ) -> list[str]:
-    """`argosy launch` for node rank `rank` of an attempt on `nnodes` nodes."""
+    """`argosy launch` for node rank `rank` of an attempt on `nnodes` nodes, or the
+    request's own command."""
+    if request.command:
+        return list(request.command)
     command = [sys.executable, "-m", "argosy", "launch", "--quiet"]
     command += ["--nproc-per-node", str(request.nproc_per_node), "--run-dir", str(run_dir)]
     if nnodes > 1:

@@ -22,6 +22,7 @@ from argosy.server.api import router
 from argosy.server.auth import Tokens, ensure_admin_token
 from argosy.server.config import ServerConfig
 from argosy.server.control import Control
+from argosy.server.service_api import router as service_router
 from argosy.server.store import Store
 
 
@@ -53,15 +54,17 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            ctl.services.close()
             store.close()
 
     app = FastAPI(
         title="argosy",
-        summary="Control plane: queues, jobs, nodes, events.",
+        summary="Control plane: queues, jobs, services, nodes, events.",
         version="1",
         lifespan=lifespan,
     )
     app.include_router(router)
+    app.include_router(service_router)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
 
     @app.exception_handler(ArgosyError)

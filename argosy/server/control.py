@@ -34,6 +34,8 @@ from argosy.scheduler.decisions import Decision
 from argosy.server.config import ServerConfig
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
+from argosy.server.service_spec import ServiceSpec
+from argosy.server.services import Services, is_replica
 from argosy.server.spec import JobSpec
 from argosy.server.store import Row, Store
 
@@ -69,6 +71,7 @@ class Control:
             SchedulerConfig(),
             self.clock,
         )
+        self.services = Services(store, executor, self.scheduling, config.runs_dir)
         self.cordoned: set[str] = set()
         self.lost: set[str] = set()
         self.last_nodes_s = time.monotonic()
@@ -97,6 +100,7 @@ class Control:
                 self.executor.stop(row["id"])
             self._queue(row["id"], spec, row["created_at"])
             self._apply_exit(ended or _lost(row, "the server restarted without it"))
+        self.services.recover()
 
     def _queue(self, job_id: str, spec: JobSpec, submit_s: float) -> None:
         reason = self.scheduling.submit(job_id, spec, submit_s)
@@ -118,6 +122,23 @@ class Control:
             self._queue(row["id"], spec, row["created_at"])
             self.poke()
         return row, created
+
+    def submit_service(self, spec: ServiceSpec) -> Row:
+        row = self.services.submit(spec, self.clock.now_s())
+        self.poke()
+        return row
+
+    def delete_service(self, service_id: str) -> Row:
+        self.service(service_id)
+        self.services.delete(service_id)
+        self.poke()
+        return self.service(service_id)
+
+    def service(self, service_id: str) -> Row:
+        row = self.store.get_service(service_id)
+        if row is None:
+            raise NotFoundError(f"no service '{service_id}'")
+        return row
 
     def cancel(self, job_id: str) -> Row:
         row = self.job(job_id)
@@ -188,7 +209,10 @@ class Control:
             self.last_nodes_s = now
             self._check_nodes()
         for ended in self.executor.poll():
-            self._apply_exit(ended)
+            if is_replica(ended.job_id):
+                self.services.apply_exit(ended)
+            else:
+                self._apply_exit(ended)
         since = now - self.last_cycle_s
         if (
             self.dirty and since >= self.config.min_cycle_gap_s
@@ -199,11 +223,14 @@ class Control:
             self.cycle_s = time.monotonic() - now
             for d in decisions:
                 self._apply(d)
+        self.services.step(now)
 
     def _apply(self, d: Decision) -> None:
         job_id = d.workload.id
         if d.action == "start":
             self._start(job_id)
+        elif d.action == "replicas":
+            self.services.placed(job_id)
         elif d.action == "preempt":
             self.store.update_job(
                 job_id, {"stop_requested": "preempt"}, event=("preempted", d.reason)

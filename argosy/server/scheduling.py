@@ -31,6 +31,7 @@ from argosy.scheduler.policies import policies
 from argosy.scheduler.queues import QueuesFile, QueueSpec, QuotaSpec, build_tree, load_queues
 from argosy.scheduler.workload import Allocation, Workload
 from argosy.server.schemas import Placement
+from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import JobSpec
 
 
@@ -61,12 +62,26 @@ class Scheduling:
     # ---- requests --------------------------------------------------------------------
     def check(self, spec: JobSpec) -> str:
         """Why `spec` can never run here ("" if it may): unknown queue or chip, too big."""
+        return self._check(spec.queue, spec.chips, spec.nproc_per_node, spec.nnodes)
+
+    def check_service(self, spec: ServiceSpec) -> str:
+        """Why a service can never run here ("" if it may)."""
+        reason = self._check(spec.queue, spec.chips, 1, 1)
+        if reason:
+            return reason
+        have = self.cluster.devices_by_chip()
+        usable = sum(have.get(default_catalog().canonical(c), 0) for c in spec.chips or have)
+        if spec.replicas > usable:
+            return f"needs {spec.replicas} devices (one per replica); the cluster has {usable}"
+        return ""
+
+    def _check(self, queue: str, accepted: list[str], per_node: int, nnodes: int) -> str:
         tree = self.sched.tree
-        if spec.queue not in tree.leaves:
-            return str(UnknownNameError("leaf queue", spec.queue, tree.leaves))
+        if queue not in tree.leaves:
+            return str(UnknownNameError("leaf queue", queue, tree.leaves))
         have = self.cluster.devices_by_chip()
         chips = []
-        for name in spec.chips or list(have):
+        for name in accepted or list(have):
             try:
                 chips.append(default_catalog().canonical(name))
             except UnknownNameError as err:
@@ -74,10 +89,10 @@ class Scheduling:
         usable = [c for c in chips if c in have]
         if not usable:
             return f"accepts chip types {chips}; the cluster has {list(have)}"
-        biggest = max(self._largest_gang(c, spec.nproc_per_node) for c in usable)
-        if biggest < spec.nnodes:
+        biggest = max(self._largest_gang(c, per_node) for c in usable)
+        if biggest < nnodes:
             return (
-                f"needs {spec.nnodes} node(s) with {spec.nproc_per_node} devices each; "
+                f"needs {nnodes} node(s) with {per_node} devices each; "
                 f"at most {biggest} such node(s) of {usable}"
             )
         return ""
@@ -114,6 +129,63 @@ class Scheduling:
         self.sched.start(w, placement.chip, alloc, self.sched.clock.now_s(), borrowed)
         self.sched.out.clear()
         return True
+
+    # ---- services ---------------------------------------------------------------------
+    def submit_service(self, service_id: str, spec: ServiceSpec, submit_s: float) -> str:
+        """Hand a service to the scheduler, which places its replicas (one device each)
+        in its next cycles; returns "" or the reason it can never run."""
+        chips = tuple(spec.chips) or tuple(self.cluster.devices_by_chip())
+        n = spec.replicas
+        w = Workload(service_id, "infer", spec.queue, spec.priority, chips, n, n, submit_s)
+        decision = self.sched.submit(w)
+        if decision is not None and decision.action == "reject":
+            return decision.reason
+        self.workloads[service_id] = w
+        return ""
+
+    def adopt_service(
+        self, service_id: str, spec: ServiceSpec, submit_s: float, nodes: list[str]
+    ) -> str:
+        """After a restart: the service again, its replicas on `nodes` (the ones still
+        known); the scheduler places the rest in its next cycles."""
+        reason = self.submit_service(service_id, spec, submit_s)
+        if reason:
+            return reason
+        w, cap = self.workloads[service_id], self.sched.cap
+        for name in nodes[: spec.replicas]:
+            node = self.index.get(name)
+            if node is None or cap.avail[node] < 1:
+                continue
+            alloc = Allocation(int(cap.group[node]), np.array([node]), np.array([1], np.int32))
+            cap.take(alloc)
+            self.sched.tree.add(w.queue, cap.chips[alloc.group], 1)
+            w.replicas.append(alloc)
+        w.recount()
+        return ""
+
+    def replica_nodes(self, service_id: str) -> list[str]:
+        """The node of each placed replica, in placement order."""
+        w = self.workloads.get(service_id)
+        if w is None:
+            return []
+        out = []
+        for chunk in w.replicas:
+            for node, count in zip(chunk.nodes, chunk.counts, strict=True):
+                out += [self.nodes[int(node)].name] * int(count)
+        return out
+
+    def remove_service(self, service_id: str) -> None:
+        """The service is gone: its replicas' devices go back to the pool."""
+        w = self.workloads.pop(service_id, None)
+        if w is None or w not in self.sched.services:
+            return
+        for chunk in w.replicas:
+            self.sched.cap.give(chunk)
+            self.sched.tree.add(w.queue, self.sched.cap.chips[chunk.group], -chunk.devices)
+        w.replicas.clear()
+        w.recount()
+        self.sched.services.remove(w)
+        self.sched.forecast_changed()
 
     # ---- the cycle and what ends -----------------------------------------------------
     def cycle(self) -> list[Decision]:
@@ -153,29 +225,34 @@ class Scheduling:
         if in_service:
             self.out_of_service.discard(name)
             cap.mark_up(node)
-            for w in self.sched.running.values():  # what still runs there stays taken
-                if w.alloc is not None and node in w.alloc.nodes:
-                    count = w.alloc.counts[w.alloc.nodes == node]
-                    cap.take(Allocation(w.alloc.group, np.array([node]), count))
+            for alloc in self._allocations():  # what still runs there stays taken
+                if node in alloc.nodes:
+                    count = alloc.counts[alloc.nodes == node]
+                    cap.take(Allocation(alloc.group, np.array([node]), count))
         else:
             self.out_of_service.add(name)
             cap.mark_down(node)
 
     def used_on(self, name: str) -> int:
         node = self.index[name]
-        used = 0
-        for w in self.sched.running.values():
-            if w.alloc is not None:
-                used += int(w.alloc.counts[w.alloc.nodes == node].sum())
-        return used
+        return sum(int(a.counts[a.nodes == node].sum()) for a in self._allocations())
 
     def jobs_on(self, name: str) -> list[str]:
+        """Jobs and services with devices on the node."""
         node = self.index[name]
-        return [
+        out = [
             w.id
             for w in self.sched.running.values()
             if w.alloc is not None and node in w.alloc.nodes
         ]
+        out += [w.id for w in self.sched.services if any(node in r.nodes for r in w.replicas)]
+        return out
+
+    def _allocations(self) -> list[Allocation]:
+        out = [w.alloc for w in self.sched.running.values() if w.alloc is not None]
+        for w in self.sched.services:
+            out += w.replicas
+        return out
 
 
 def _cluster_spec(nodes: list[NodeInfo]) -> ClusterSpec:

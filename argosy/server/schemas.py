@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import JobSpec
 
 JobState = Literal["pending", "admitted", "running", "succeeded", "failed", "cancelled"]
@@ -114,3 +115,39 @@ class Health(BaseModel):
 
 class ErrorBody(BaseModel):
     detail: Any
+
+
+ServiceState = Literal["pending", "starting", "running", "stopping", "deleted", "failed"]
+
+
+class Replica(BaseModel):
+    """One `argosy serve` process of a service."""
+
+    index: int
+    node: str | None = None
+    state: str
+    """starting (loading), ready (answers /health), exited."""
+    url: str | None = None
+    """Base URL of its OpenAI-compatible API (`.../v1`)."""
+    attempt: int
+    restarts: int
+
+
+class Service(BaseModel):
+    """A service as the API and `argosy service ID --json` show it."""
+
+    id: str
+    name: str
+    queue: str
+    state: ServiceState
+    created_at: str
+    reason: str = ""
+    replicas: list[Replica]
+    endpoints: list[str]
+    """URLs of the replicas that answer their health probe."""
+    spec: ServiceSpec
+
+
+class ServicePage(BaseModel):
+    items: list[Service]
+    next_cursor: int | None = None

@@ -9,6 +9,7 @@ goes over the wire and points at the line and field of a mistake:
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -70,6 +71,8 @@ def load_job_file(path: Path, cwd: Path) -> JobSpec:
     doc = load_yaml(path)
     if not isinstance(doc.data, dict):
         raise ConfigError("a job file is a mapping of keys to values", source=str(path), line=1)
+    if doc.data.get("kind") == "job":  # the marker `argosy submit` reads, not a spec field
+        doc = dataclasses.replace(doc, data={k: v for k, v in doc.data.items() if k != "kind"})
     spec = validate(JobSpec, doc)
     workdir = Path(spec.workdir) if spec.workdir else cwd
     if not workdir.is_absolute():

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from argosy.server.tables import events, jobs, nodes, tokens
+from argosy.server.tables import events, jobs, nodes, services, tokens
 
 Row = dict[str, Any]
 Event = tuple[str, str]  # (kind, message)
@@ -168,6 +168,62 @@ class Store:
         )
         with self.engine.connect() as c:
             return {(q, s): int(n) for q, s, n in c.execute(query)}
+
+    # ---- services --------------------------------------------------------------------
+    def insert_service(self, spec: Row, *, now: float) -> Row:
+        """Store a new pending service with its replicas not yet placed."""
+        values = {
+            "id": "s" + secrets.token_hex(6),
+            "name": spec["name"],
+            "queue": spec["queue"],
+            "state": "pending",
+            "spec": spec,
+            "replicas": [],
+            "created_at": now,
+            "updated_at": now,
+            "reason": "",
+            "stop_requested": None,
+        }
+        with self.engine.begin() as c:
+            result = c.execute(services.insert(), values)
+            c.execute(events.insert(), _event(values["id"], ("submitted", "service"), now))
+        return {"seq": result.inserted_primary_key[0], **values}
+
+    def get_service(self, service_id: str) -> Row | None:
+        with self.engine.connect() as c:
+            query = select(services).where(services.c.id == service_id)
+            row = c.execute(query).mappings().first()
+        return dict(row) if row else None
+
+    def list_services(
+        self,
+        *,
+        states: Iterable[str] = (),
+        queue: str | None = None,
+        cursor: int = 0,
+        limit: int = 100,
+    ) -> tuple[list[Row], int | None]:
+        """One page of services in submit order after `cursor`; the next cursor or None."""
+        query = select(services).where(services.c.seq > cursor).order_by(services.c.seq)
+        states = list(states)
+        if states:
+            query = query.where(services.c.state.in_(states))
+        if queue:
+            query = query.where(services.c.queue == queue)
+        with self.engine.connect() as c:
+            rows = [dict(r) for r in c.execute(query.limit(limit + 1)).mappings()]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (rows[-1]["seq"] if more and rows else None)
+
+    def update_service(self, service_id: str, values: Row, *, event: Event | None = None) -> None:
+        """Change a service and log why, in one transaction."""
+        now = time.time()
+        with self.engine.begin() as c:
+            query = update(services).where(services.c.id == service_id)
+            c.execute(query.values(updated_at=now, **values))
+            if event is not None:
+                c.execute(events.insert(), _event(service_id, event, now))
 
     # ---- events ----------------------------------------------------------------------
     def add_event(self, job_id: str | None, kind: str, message: str) -> None:

@@ -69,3 +69,20 @@ nodes = Table(
     Column("name", String(200), primary_key=True),
     Column("cordoned", Boolean, nullable=False, default=False),
 )
+
+services = Table(
+    "services",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(32), nullable=False, unique=True),
+    Column("name", String(100), nullable=False),
+    Column("queue", String(100), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("replicas", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("stop_requested", String(16)),
+    Index("ix_services_state", "state"),
+)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from argosy.server.scheduling import Scheduling
-from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo
+from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo, Replica, Service
+from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import JobSpec
 from argosy.server.store import Row
 
@@ -89,3 +90,30 @@ def node_views(s: Scheduling, cordoned: set[str], lost: set[str]) -> list[NodeVi
             )
         )
     return out
+
+
+def service_view(row: Row) -> Service:
+    replicas = []
+    for r in row["replicas"]:
+        url = f"http://{r['address']}:{r['port']}/v1" if r.get("port") else None
+        replicas.append(
+            Replica(
+                index=r["index"],
+                node=r.get("node"),
+                state=r.get("state", "pending"),
+                url=url,
+                attempt=r.get("attempt", 0),
+                restarts=r.get("restarts", 0),
+            )
+        )
+    return Service(
+        id=row["id"],
+        name=row["name"],
+        queue=row["queue"],
+        state=row["state"],
+        created_at=iso(row["created_at"]) or "",
+        reason=row["reason"] or "",
+        replicas=replicas,
+        endpoints=[r.url for r in replicas if r.state == "ready" and r.url],
+        spec=ServiceSpec.model_validate(row["spec"]),
+    )

@@ -1,0 +1,101 @@
+"""REST routes of services under /api/v1/services: create from a service spec, list, get,
+delete, events and replica logs. The same tokens as jobs: any token reads; an admin or
+the queue's token creates and deletes (403 otherwise)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import PlainTextResponse
+
+from argosy.core.errors import ArgosyError
+from argosy.server.api import COMMON, Ctl, Cursor, Limit, Who
+from argosy.server.control import Control, NotFoundError
+from argosy.server.schemas import EventPage, Service, ServicePage, ServiceState
+from argosy.server.service_spec import ServiceSpec
+from argosy.server.services import replica_key
+from argosy.server.store import Row
+from argosy.server.views import event_view, service_view
+
+router = APIRouter(prefix="/api/v1", responses=COMMON)
+LOG_CHUNK_BYTES = 1 << 20
+
+
+@router.post("/services", status_code=201, responses={403: {}, 422: {}})
+async def create_service(spec: ServiceSpec, ctl: Ctl, who: Who) -> Service:
+    """Create a service: its replicas are placed by the scheduler and started as
+    `argosy serve` processes."""
+    if not who.may_change(spec.queue):
+        raise HTTPException(403, f"this token may create services only in queue '{who.queue}'")
+    try:
+        row = ctl.submit_service(spec)
+    except ArgosyError as err:
+        raise HTTPException(422, str(err)) from err
+    return service_view(row)
+
+
+@router.get("/services")
+async def list_services(
+    ctl: Ctl,
+    who: Who,
+    state: Annotated[list[ServiceState] | None, Query()] = None,
+    queue: Annotated[str | None, Query(max_length=100)] = None,
+    cursor: Cursor = 0,
+    limit: Limit = 100,
+) -> ServicePage:
+    """Services in creation order, filtered by state (repeatable) and queue."""
+    rows, nxt = ctl.store.list_services(states=state or (), queue=queue, cursor=cursor, limit=limit)
+    return ServicePage(items=[service_view(r) for r in rows], next_cursor=nxt)
+
+
+@router.get("/services/{service_id}", responses={404: {}})
+async def get_service(service_id: str, ctl: Ctl, who: Who) -> Service:
+    return service_view(_service(ctl, service_id))
+
+
+@router.delete("/services/{service_id}", responses={403: {}, 404: {}})
+async def delete_service(service_id: str, ctl: Ctl, who: Who) -> Service:
+    """Stop the replicas and free their devices (`stopping`, then `deleted`)."""
+    row = _service(ctl, service_id)
+    if not who.may_change(row["queue"]):
+        raise HTTPException(403, f"this token may delete only in queue '{who.queue}'")
+    return service_view(ctl.delete_service(service_id))
+
+
+@router.get("/services/{service_id}/events", responses={404: {}})
+async def service_events(
+    service_id: str, ctl: Ctl, who: Who, cursor: Cursor = 0, limit: Limit = 100
+) -> EventPage:
+    _service(ctl, service_id)
+    rows, nxt = ctl.store.list_events(job_id=service_id, cursor=cursor, limit=limit)
+    return EventPage(items=[event_view(r) for r in rows], next_cursor=nxt)
+
+
+@router.get("/services/{service_id}/logs", response_class=PlainTextResponse, responses={404: {}})
+async def service_logs(
+    service_id: str,
+    ctl: Ctl,
+    who: Who,
+    replica: Annotated[int, Query(ge=0, le=256)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> PlainTextResponse:
+    """Output of one replica's latest attempt from byte `offset` (header `X-Next-Offset`)."""
+    row = _service(ctl, service_id)
+    attempt = next((r["attempt"] for r in row["replicas"] if r["index"] == replica), 0)
+    key = replica_key(service_id, replica)
+    path = ctl.services.run_dir(key) / "server" / f"attempt{attempt}" / "output.log"
+    data = b""
+    if attempt and path.exists():
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_CHUNK_BYTES)
+    headers = {"X-Next-Offset": str(offset + len(data))}
+    return PlainTextResponse(data.decode(errors="replace"), headers=headers)
+
+
+def _service(ctl: Control, service_id: str) -> Row:
+    try:
+        return ctl.service(service_id)
+    except NotFoundError as err:
+        raise HTTPException(404, str(err)) from err

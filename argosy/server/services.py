@@ -1,0 +1,293 @@
+"""Services on the control loop: replicas placed by the scheduler, run, probed, restarted.
+
+A service is one scheduler workload of kind `infer` (one device per replica). When the
+scheduler places or moves replicas (a `replicas` decision), `Services.placed` starts the
+missing ones through the executor as `argosy serve --model M --host H --port P ...`
+processes, each an executor attempt keyed `<service id>.r<i>`. `step` probes every
+started replica's `/health` from a thread pool (the event loop never waits on a
+replica), and `apply_exit` restarts a replica that exited (up to `max_restarts`, then
+the service fails). A replica that was ready and then fails `UNHEALTHY_AFTER` probes in
+a row is stopped, and so restarted.
+
+States: pending (no replica placed) -> starting (placed, not all ready) -> running (all
+ready); stopping (deleted or failed, replicas stopping) -> deleted | failed. Replica
+records (node, port, attempt, restarts, state) live in the store, so a restarted server
+adopts replicas that still run.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from argosy.core.errors import ArgosyError
+from argosy.executors.base import AttemptExit, Executor, LaunchRequest
+from argosy.server.scheduling import Scheduling
+from argosy.server.service_spec import ServiceSpec
+from argosy.server.store import Row, Store
+
+SERVICE_TERMINAL: frozenset[str] = frozenset({"deleted", "failed"})
+UNHEALTHY_AFTER = 3
+"""Failed probes in a row after which a ready replica is restarted."""
+PROBE_TIMEOUT_S = 2.0
+
+
+def replica_key(service_id: str, index: int) -> str:
+    """The executor's name for one replica (its 'job id')."""
+    return f"{service_id}.r{index}"
+
+
+def is_replica(key: str) -> bool:
+    return key.startswith("s") and ".r" in key
+
+
+class Services:
+    """The services part of the control loop."""
+
+    def __init__(
+        self, store: Store, executor: Executor, scheduling: Scheduling, runs_dir: Path
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.scheduling = scheduling
+        self.runs_dir = runs_dir
+        self.health_interval_s = 1.0
+        self.active: dict[str, Row] = {}  # service id -> row (replicas: list of dicts)
+        self._probes: dict[str, Future[bool]] = {}  # replica key -> probe in flight
+        self._failures: dict[str, int] = {}
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="probe")
+        self._last_probe_s = 0.0
+
+    # ---- requests --------------------------------------------------------------------
+    def submit(self, spec: ServiceSpec, now: float) -> Row:
+        reason = self.scheduling.check_service(spec)
+        if reason:
+            raise ArgosyError(reason)
+        row = self.store.insert_service(spec.model_dump(), now=now)
+        reason = self.scheduling.submit_service(row["id"], spec, now)
+        if reason:
+            self.store.update_service(row["id"], {"state": "failed", "reason": reason})
+            return self.store.get_service(row["id"]) or row
+        self.active[row["id"]] = row
+        return row
+
+    def delete(self, service_id: str) -> None:
+        row = self.active.get(service_id)
+        if row is None:
+            return
+        self._stop_all(row, "delete", "deleted by request")
+
+    # ---- start-up --------------------------------------------------------------------
+    def recover(self) -> None:
+        """Adopt the replicas that still run; the others start again at the next step."""
+        for row in self.store.list_services(
+            states=["pending", "starting", "running", "stopping"], limit=10**6
+        )[0]:
+            spec = ServiceSpec.model_validate(row["spec"])
+            kept = []
+            for rec in row["replicas"]:
+                if rec["state"] in ("starting", "ready") and rec["attempt"] > 0:
+                    key = replica_key(row["id"], rec["index"])
+                    ended = self.executor.adopt(key, rec["attempt"], self.run_dir(key))
+                    if ended is None:
+                        kept.append(rec["node"])
+                        continue
+                    rec["state"] = "exited"
+            self.scheduling.adopt_service(row["id"], spec, row["created_at"], kept)
+            self.active[row["id"]] = row
+            if row["stop_requested"]:
+                self._stop_all(row, row["stop_requested"], row["reason"])
+            else:
+                self.placed(row["id"])
+
+    # ---- placement -------------------------------------------------------------------
+    def placed(self, service_id: str) -> None:
+        """Make the running replicas match the scheduler's placement."""
+        row = self.active.get(service_id)
+        if row is None or row["stop_requested"]:
+            return
+        spec = ServiceSpec.model_validate(row["spec"])
+        nodes = self.scheduling.replica_nodes(service_id)
+        records = {r["index"]: r for r in row["replicas"]}
+        for i, node in enumerate(nodes):
+            rec = records.get(i) or {"index": i, "attempt": 0, "restarts": 0, "port": 0}
+            records[i] = rec
+            if rec.get("node") != node and rec.get("state") in ("starting", "ready"):
+                self.executor.stop(replica_key(service_id, i))  # moved: restarts there
+                rec["node"] = node
+            elif rec.get("state") not in ("starting", "ready"):
+                rec["node"] = node
+                self._start(service_id, spec, rec)
+        row["replicas"] = [records[i] for i in sorted(records)]
+        self._save(row)
+
+    def _start(self, service_id: str, spec: ServiceSpec, rec: dict[str, Any]) -> None:
+        key = replica_key(service_id, rec["index"])
+        info = next(n for n in self.scheduling.nodes if n.name == rec["node"])
+        address = info.address or "127.0.0.1"
+        port = rec["port"] or (spec.port + rec["index"] if spec.port else _free_port(address))
+        rec |= {"attempt": rec["attempt"] + 1, "port": port, "address": address}
+        request = LaunchRequest(
+            job_id=key,
+            attempt=rec["attempt"],
+            script="",
+            args=(),
+            nproc_per_node=1,
+            run_dir=self.run_dir(key),
+            nodes={rec["node"]: 1},
+            chip=info.chip,
+            env={"ARGOSY_SERVICE_ID": service_id},
+            command=tuple(serve_command(spec, address, port)),
+        )
+        try:
+            self.executor.start(request)
+        except (OSError, ArgosyError) as err:
+            rec["state"] = "exited"
+            self.store.add_event(service_id, "replica_failed", f"replica {rec['index']}: {err}")
+            return
+        rec |= {"state": "starting", "started_at": time.time()}
+        self._failures.pop(key, None)
+        where = f"{rec['node']} port {port}"
+        self.store.add_event(service_id, "replica_started", f"replica {rec['index']} on {where}")
+
+    # ---- exits and probes ------------------------------------------------------------
+    def apply_exit(self, e: AttemptExit) -> None:
+        service_id, _, index = e.job_id.rpartition(".r")
+        row = self.active.get(service_id)
+        rec = next((r for r in row["replicas"] if r["index"] == int(index)), None) if row else None
+        if row is None or rec is None or rec["attempt"] != e.attempt:
+            return
+        rec["state"] = "exited"
+        message = f"replica {rec['index']} attempt {e.attempt}: {e.reason}"
+        if row["stop_requested"]:
+            self.store.add_event(service_id, "replica_stopped", message)
+            self._finish_if_stopped(row)
+            return
+        rec["restarts"] += 1
+        spec = ServiceSpec.model_validate(row["spec"])
+        if rec["restarts"] > spec.max_restarts:
+            why = f"{message}; max_restarts={spec.max_restarts} used up"
+            self._stop_all(row, "fail", why)
+            return
+        self.store.add_event(service_id, "replica_exited", message + "; restarting")
+        if rec["node"] in self.scheduling.replica_nodes(service_id):
+            self._start(service_id, spec, rec)
+        self._save(row)
+
+    def step(self, now_s: float) -> None:
+        """Collect finished probes; start new ones every `health_interval_s`."""
+        for key, probe in list(self._probes.items()):
+            if probe.done():
+                del self._probes[key]
+                self._apply_probe(key, probe.result())
+        if now_s - self._last_probe_s < self.health_interval_s:
+            return
+        self._last_probe_s = now_s
+        for service_id, row in self.active.items():
+            for rec in row["replicas"]:
+                key = replica_key(service_id, rec["index"])
+                if rec["state"] in ("starting", "ready") and key not in self._probes:
+                    url = f"http://{rec['address']}:{rec['port']}/health"
+                    self._probes[key] = self._pool.submit(probe_health, url)
+
+    def _apply_probe(self, key: str, ok: bool) -> None:
+        service_id, _, index = key.rpartition(".r")
+        row = self.active.get(service_id)
+        if row is None or row["stop_requested"]:
+            return
+        rec = next(r for r in row["replicas"] if r["index"] == int(index))
+        if ok:
+            self._failures.pop(key, None)
+            if rec["state"] == "starting":
+                rec["state"] = "ready"
+                self.store.add_event(service_id, "replica_ready", f"replica {index} healthy")
+                self._save(row)
+            return
+        if rec["state"] != "ready":
+            return  # still loading its model
+        self._failures[key] = failures = self._failures.get(key, 0) + 1
+        if failures == UNHEALTHY_AFTER:
+            why = f"replica {index} failed {failures} health probes in a row; restarting it"
+            self.store.add_event(service_id, "replica_unhealthy", why)
+            self.executor.stop(key)
+
+    # ---- state -----------------------------------------------------------------------
+    def _stop_all(self, row: Row, why: str, reason: str) -> None:
+        row["stop_requested"], row["reason"] = why, reason
+        kind = "failed" if why == "fail" else "delete"
+        self.store.update_service(
+            row["id"], {"stop_requested": why, "reason": reason}, event=(kind, reason)
+        )
+        for rec in row["replicas"]:
+            if rec["state"] in ("starting", "ready"):
+                self.executor.stop(replica_key(row["id"], rec["index"]))
+        self._finish_if_stopped(row)
+
+    def _finish_if_stopped(self, row: Row) -> None:
+        if any(r["state"] in ("starting", "ready") for r in row["replicas"]):
+            self._save(row)
+            return
+        self.scheduling.remove_service(row["id"])
+        del self.active[row["id"]]
+        state = "failed" if row["stop_requested"] == "fail" else "deleted"
+        row["state"] = state
+        values = {"state": state, "replicas": row["replicas"], "reason": row["reason"]}
+        self.store.update_service(row["id"], values, event=(state, row["reason"] or state))
+
+    def _save(self, row: Row) -> None:
+        """Write the replicas and the state they add up to."""
+        row["state"] = _state_of(row, ServiceSpec.model_validate(row["spec"]).replicas)
+        values = {"state": row["state"], "replicas": [dict(r) for r in row["replicas"]]}
+        self.store.update_service(row["id"], values)
+
+    def run_dir(self, key: str) -> Path:
+        service_id, _, index = key.rpartition(".r")
+        return self.runs_dir / service_id / f"r{index}"
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _state_of(row: Row, wanted: int) -> str:
+    if row["stop_requested"]:
+        return "stopping"
+    live = [r for r in row["replicas"] if r["state"] in ("starting", "ready")]
+    if not live:
+        return "pending"
+    ready = sum(r["state"] == "ready" for r in live)
+    return "running" if ready >= wanted else "starting"
+
+
+def serve_command(spec: ServiceSpec, host: str, port: int) -> list[str]:
+    """The `argosy serve` command line of one replica."""
+    command = [sys.executable, "-m", "argosy", "serve", "--model", spec.model]
+    command += ["--engine", spec.engine, "--speculative", spec.speculative]
+    command += ["--host", host, "--port", str(port)]
+    if spec.threads:
+        command += ["--threads", str(spec.threads)]
+    return command
+
+
+def probe_health(url: str) -> bool:
+    """Whether a replica answers its /health with 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310
+            return response.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _free_port(address: str) -> int:
+    """A port free on `address` now (on another machine: one free here, likely free there)."""
+    with socket.socket() as s:
+        try:
+            s.bind((address, 0))
+        except OSError:
+            s.bind(("", 0))
+        return s.getsockname()[1]
