@@ -2,6 +2,11 @@
 
 argosy launch --nproc-per-node 2 --run-dir runs/demo examples/train_gpt.py --steps 60
 argosy launch --nproc-per-node 2 --inject kill:rank=1:step=30 examples/train_gpt.py
+argosy launch --nproc-per-node 2 --tee examples/train_gpt.py   # ranks' output, "[rank1]: ..."
+
+Launching again into a --run-dir moves the previous run under <run dir>/history/ (its
+checkpoints stay, so training goes on from them). One console line per fault, detection
+and restart. SIGINT or SIGTERM stop the ranks and leave a summary marked interrupted.
 
 Everything after the script is passed to it. torch is never imported here; the ranks
 import it themselves.
@@ -18,6 +23,7 @@ from pathlib import Path
 import typer
 
 from argosy.cli.common import config_of, console, err_console
+from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
 
 CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True}
@@ -45,6 +51,7 @@ def launch(
     emulate_chips: str | None = typer.Option(
         None, "--emulate-chips", help="CHIP:N,... chips the ranks play (CPU emulation)."
     ),
+    tee: bool = typer.Option(False, "--tee", help="Print the ranks' output as [rankN]: ..."),
 ) -> None:
     """Run a script as fault-tolerant ranks; resume from the latest flash checkpoint."""
     from argosy.runtime.board import default_board_path
@@ -60,7 +67,7 @@ def launch(
         raise ArgosyError(f"script '{script}' not found")
     command = [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
     command += list(script_args or [])
-    run_dir = run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    run_dir = writable_dir(run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), "--run-dir")
     from argosy.runtime.group import GroupSpec
 
     run_id = f"{time.strftime('%H%M%S')}-{abs(hash(str(run_dir.resolve()))) % 10**6:06d}"
@@ -85,7 +92,7 @@ def launch(
         raise ArgosyError("--emulate-chips needs --plan: the plan gives ranks their chips")
     previous = signal.signal(signal.SIGTERM, _interrupt)  # stop the ranks, then exit
     try:
-        summary = _run(spec, injections, config, _total_steps(command), quiet)
+        summary = _run(spec, injections, config, _total_steps(command), quiet, tee)
     finally:
         signal.signal(signal.SIGTERM, previous)
     _report(summary, run_dir)
@@ -119,13 +126,23 @@ def _total_steps(command: list[str]) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _run(spec, injections, config, total, quiet):  # noqa: ANN001, ANN202
+def _run(spec, injections, config, total, quiet, tee):  # noqa: ANN001, ANN202
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from argosy.runtime.agent import Agent
+    from argosy.runtime.notices import notice
 
+    def on_event(event: dict) -> None:
+        line = notice(event, config.max_restarts)
+        if line is not None:
+            err_console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    def on_rank_line(line: str) -> None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    hooks = {"on_event": on_event, "on_rank_line": on_rank_line if tee else None}
     if quiet:
-        return Agent(spec, injections, config).run()
+        return Agent(spec, injections, config, **hooks).run()
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -138,7 +155,7 @@ def _run(spec, injections, config, total, quiet):  # noqa: ANN001, ANN202
         def on_progress(step: int, attempt: int) -> None:
             progress.update(task, completed=step, description=f"attempt {attempt}")
 
-        return Agent(spec, injections, config, on_progress=on_progress).run()
+        return Agent(spec, injections, config, on_progress=on_progress, **hooks).run()
 
 
 def _report(summary: dict, run_dir: Path) -> None:

@@ -2,6 +2,10 @@
 
 argosy runs show runs/demo
 argosy runs show runs/demo --json
+
+The latest run of the directory is shown; earlier runs launched into it (kept under
+`history/`) are listed below it. A run whose launcher died without writing its summary
+reads as interrupted.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import typer
 from rich.table import Table
 
 from argosy.cli.common import console, print_json
+from argosy.cli.paths import writable_file
 from argosy.core.errors import ArgosyError
 
 app = typer.Typer(help="Inspect runs of `argosy launch`.", no_args_is_help=True)
@@ -27,17 +32,22 @@ def show(
     """Print wall, productive and lost time by cause, the faults, and plot the timeline."""
     from argosy.runtime.events import EVENTS_FILE, SUMMARY_FILE, read_events
     from argosy.runtime.goodput import summarize
+    from argosy.runtime.history import list_history
 
     events_path = run_dir / EVENTS_FILE
     if not events_path.exists():
         raise ArgosyError(f"{run_dir} is not a run directory (no {EVENTS_FILE})")
+    if plot and not as_json:
+        writable_file(run_dir / "timeline.png", "--plot (use --no-plot to skip it)")
     events = read_events(events_path)
-    summary_path = run_dir / SUMMARY_FILE
-    summary = _load_summary(summary_path) or summarize(events)
+    summary = _load_summary(run_dir / SUMMARY_FILE, events) or summarize(events)
+    summary.setdefault("status", _status_without_summary(events))
+    earlier = list_history(run_dir)
     if as_json:
-        print_json(summary)
+        print_json(summary | {"earlier_runs": earlier})
         return
     _print(summary)
+    _print_history(earlier)
     if plot:
         from argosy.runtime.plot import plot_timeline
 
@@ -45,13 +55,46 @@ def show(
         console.print(f"timeline: {path}")
 
 
-def _load_summary(path: Path) -> dict | None:
+def _status_without_summary(events: list[dict]) -> str:
+    """running while the launcher lives; interrupted when it died before its summary."""
+    from argosy.core.procs import pid_alive
+
+    if any(e["event"] == "end" for e in events):
+        return next(e.get("status", "?") for e in events if e["event"] == "end")
+    start = next((e for e in events if e["event"] == "start"), {})
+    pid = start.get("launcher_pid")
+    return "running" if isinstance(pid, int) and pid_alive(pid) else "interrupted"
+
+
+def _print_history(earlier: list[dict]) -> None:
+    if not earlier:
+        return
+    table = Table(title="earlier runs in this directory (oldest first)")
+    for column in ("run", "started", "status", "final step", "restarts", "path"):
+        table.add_column(column)
+    for run in earlier:
+        table.add_row(
+            str(run["run_id"]),
+            str(run["started"] or "-"),
+            str(run["status"]),
+            str(run["final_step"] if run["final_step"] is not None else "-"),
+            str(run["restarts"] if run["restarts"] is not None else "-"),
+            run["path"],
+        )
+    console.print(table)
+
+
+def _load_summary(path: Path, events: list[dict]) -> dict | None:
+    """summary.json when it is the finished summary of this run, else None (rebuilt)."""
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except json.JSONDecodeError:
         return None  # rebuilt from the event log instead
+    if not isinstance(data, dict) or data.get("status") == "running" or "wall_s" not in data:
+        return None  # the launcher died before writing the final summary
+    return data
 
 
 def _print(summary: dict) -> None:

@@ -12,12 +12,14 @@ logs every step of it. The ranks resume from the latest flash checkpoint themsel
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +27,7 @@ import numpy as np
 
 from argosy.core.clock import Clock, SystemClock
 from argosy.core.procs import signal_by_env
-from argosy.runtime import goodput, warm
+from argosy.runtime import board, goodput, history, warm
 from argosy.runtime.board import ProgressBoard, Slot, injected_at, ring_entries
 from argosy.runtime.config import RuntimeConfig
 from argosy.runtime.events import (
@@ -38,6 +40,7 @@ from argosy.runtime.events import (
 from argosy.runtime.group import GroupSpec, WorkerGroup, base_env, can_use_standby
 from argosy.runtime.inject import Injection, encode
 from argosy.runtime.mixed.report import read_throughput
+from argosy.runtime.tee import RankTee
 from argosy.runtime.watchdog import HangDetector, StragglerDetector
 
 Progress = Callable[[int, int], None]
@@ -78,6 +81,8 @@ class Agent:
         config: RuntimeConfig,
         clock: Clock | None = None,
         on_progress: Progress | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_rank_line: Callable[[str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.config = config
@@ -89,61 +94,95 @@ class Agent:
         self.reported_stragglers: set[int] = set()
         self.standby: list[subprocess.Popen] = []
         self._closing_since: float | None = None
+        self.on_event = on_event
+        self.on_rank_line = on_rank_line
+        self._tee: RankTee | None = None
 
     def run(self) -> dict[str, Any]:
         spec = self.spec
         spec.t0 = self.clock.now_s()
         spec.run_id = spec.run_id or uuid.uuid4().hex[:12]
         spec.run_dir.mkdir(parents=True, exist_ok=True)
-        self.log = EventLog(spec.run_dir / EVENTS_FILE, t0=spec.t0, clock=self.clock)
-        self.board = ProgressBoard.create(spec.board_path, spec.world_size)
+        history.archive_previous(spec.run_dir)
+        board.reap_stale_boards(spec.board_path.parent)
+        self.log = EventLog(
+            spec.run_dir / EVENTS_FILE, t0=spec.t0, clock=self.clock, listener=self.on_event
+        )
         self.log.emit("start", **self._start_fields())
         status, cause = "failed", None
         group: WorkerGroup | None = None
         try:
+            self.board = ProgressBoard.create(spec.board_path, spec.world_size)
+            write_json_atomic(spec.run_dir / SUMMARY_FILE, {"status": "running"})
             for attempt in range(self.config.max_restarts + 1):
-                self.board.reset()
-                standby, self.standby = self.standby, []
-                group = WorkerGroup(spec, attempt, self._inject_env, standby)
-                pids = [p.pid for p in group.procs]
-                self.log.emit("spawn", attempt=attempt, pids=pids, warm=group.warm_started)
+                group = self._spawn(attempt)
                 fault = self._watch(group, attempt)
+                self._tee_flush()
                 if fault is None:
                     status = "completed"
                     break
-                self._stop(group, fault, attempt)
+                last = attempt == self.config.max_restarts
+                self._stop(group, fault, attempt, "give_up" if last else "restart")
                 cause = {"kind": fault.kind, "rank": fault.rank, "detail": fault.detail}
                 cause["last_lines"] = {str(r): t for r, t in group.tail().items()}
-                if attempt == self.config.max_restarts:
+                if last:
                     self.log.emit("give_up", attempt=attempt, restarts=attempt, cause=cause)
                     break
                 self.log.emit("restart", attempt=attempt + 1, reason=fault.kind)
             group = None
         except KeyboardInterrupt:
-            status = "interrupted"
+            status, cause = "interrupted", {"kind": "interrupted", "detail": "launcher stopped"}
         finally:
-            if group is not None:  # interrupted or failed: leave nothing running
-                group.stop(self.config.term_grace_s)
-            for proc in self.standby:
-                proc.kill()
-                proc.wait()
-            self.log.emit("end", status=status)
-            for path in (spec.run_dir / "stacks").glob("*.txt"):
-                if path.stat().st_size == 0:
-                    path.unlink()
-            self.log.close()
+            with _signals_held():
+                self._tee_flush()
+                self._clean_up(group, status)
+        with _signals_held():
+            return self._write_summary(status, cause)
+
+    def _spawn(self, attempt: int) -> WorkerGroup:
+        self.board.reset()
+        standby, self.standby = self.standby, []
+        group = WorkerGroup(self.spec, attempt, self._inject_env, standby)
+        pids = [p.pid for p in group.procs]
+        self.log.emit("spawn", attempt=attempt, pids=pids, warm=group.warm_started)
+        if self.on_rank_line is not None:
+            logs = {r: group.log_dir / f"rank{r}.log" for r in group.ranks()}
+            self._tee = RankTee(logs, self.on_rank_line)
+        return group
+
+    def _tee_flush(self) -> None:
+        if self._tee is not None:
+            self._tee.flush()
+            self._tee = None
+
+    def _clean_up(self, group: WorkerGroup | None, status: str) -> None:
+        """Leave nothing running, nothing in /dev/shm; close the log with the end event."""
+        spec = self.spec
+        if group is not None:  # interrupted or failed: leave nothing running
+            group.stop(self.config.term_grace_s)
+        for proc in self.standby:
+            proc.kill()
+            proc.wait()
+        self.log.emit("end", status=status)
+        for path in (spec.run_dir / "stacks").glob("*.txt"):
+            if path.stat().st_size == 0:
+                path.unlink()
+        self.log.close()
+        if hasattr(self, "board"):
             self.board.close()
-            self.board.unlink()
-            _stop_leftovers(spec.run_id)
-            _reclaim_snapshots(spec.run_id)
-        summary = goodput.summarize_file(spec.run_dir / EVENTS_FILE)
+        spec.board_path.unlink(missing_ok=True)
+        _stop_leftovers(spec.run_id)
+        _reclaim_snapshots(spec.run_id)
+
+    def _write_summary(self, status: str, cause: dict | None) -> dict[str, Any]:
+        spec = self.spec
+        events = read_events(spec.run_dir / EVENTS_FILE)
+        summary = goodput.summarize(events)
         summary["status"] = status
         throughput = read_throughput(spec.run_dir)  # mixed-chip launches write one
         if throughput is not None:
             summary["throughput"] = throughput
-        closing = [
-            e for e in read_events(spec.run_dir / EVENTS_FILE) if e["event"] == "close_error"
-        ]
+        closing = [e for e in events if e["event"] == "close_error"]
         if closing:
             summary["close_errors"] = [
                 {k: e[k] for k in ("rank", "exit_code", "detail")} for e in closing
@@ -163,6 +202,7 @@ class Agent:
             "nproc_per_node": s.nproc_per_node,
             "injections": [vars(i) | {"index": k} for k, i in self.pending.items()],
             "config": self.config.model_dump(),
+            "launcher_pid": os.getpid(),
         }
 
     def _inject_env(self, rank: int) -> str:
@@ -177,6 +217,8 @@ class Agent:
         watch = _Watch(seen=dict.fromkeys(group.ranks(), 0))
         while True:
             time.sleep(self.config.poll_interval_s)
+            if self._tee is not None:
+                self._tee.pump()
             now = self.clock.now_s()
             codes = group.poll()
             snap = self.board.snapshot()
@@ -411,8 +453,8 @@ class Agent:
             **fields,
         )
 
-    def _stop(self, group: WorkerGroup, fault: Fault, attempt: int) -> None:
-        self._emit_fault(fault, attempt, action="restart")
+    def _stop(self, group: WorkerGroup, fault: Fault, attempt: int, action: str) -> None:
+        self._emit_fault(fault, attempt, action=action)
         dump = self.config.stack_dump_wait_s if fault.kind == "hang" else 0.0
         snap = self.board.snapshot()
         killed = group.stop(self.config.term_grace_s, dump_stacks_s=dump)
@@ -431,6 +473,23 @@ class Agent:
             else:
                 path.unlink()
         return out
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM while the agent cleans up and writes the summary, so a
+    second Ctrl-C cannot leave ranks running or the previous summary in place."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
 
 
 def _done(snap: np.ndarray, rank: int) -> bool:

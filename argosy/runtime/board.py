@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from argosy.core.procs import pid_alive
+
 RING = 512
 """Steps kept per rank; the agent reads at ~10 Hz, so this covers 5,000 steps/s."""
 RING_FIELDS = 4  # step, loss, t_end, compute_s
@@ -64,13 +66,42 @@ RING_BASE = INJ_BASE + MAX_INJECTIONS
 ROW = RING_BASE + RING * RING_FIELDS
 
 
-def default_board_path(run_id: str) -> Path:
-    """Where a run's board lives: /dev/shm when it exists, else the temp directory."""
+BOARD_GLOB = "argosy-*.board"
+
+
+def default_board_path(run_id: str, owner_pid: int | None = None) -> Path:
+    """Where a run's board lives: /dev/shm when it exists, else the temp directory.
+
+    The name ends with the owning launcher's pid (`argosy-<run id>.<pid>.board`), so the
+    next launch can tell a leaked board (its owner is dead) from a live one.
+    """
     shm = Path("/dev/shm")
     base = (
         shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(os.environ.get("TMPDIR", "/tmp"))
     )
-    return base / f"argosy-{run_id}.board"
+    return base / f"argosy-{run_id}.{owner_pid or os.getpid()}.board"
+
+
+def owner_of(path: Path) -> int | None:
+    """The launcher pid a board's name carries (None for a name without one)."""
+    stem = path.name.removesuffix(".board")
+    _, _, pid = stem.rpartition(".")
+    return int(pid) if pid.isdigit() else None
+
+
+def reap_stale_boards(directory: Path) -> list[Path]:
+    """Unlink the boards in `directory` whose owning launcher is dead; the ones removed.
+
+    A launcher killed with SIGKILL cannot remove its board; the next one does. Boards
+    whose name carries no pid are left alone: nobody can tell whether they are in use.
+    """
+    removed = []
+    for path in directory.glob(BOARD_GLOB):
+        pid = owner_of(path)
+        if pid is not None and pid != os.getpid() and not pid_alive(pid):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 class BoardRow:

@@ -5,7 +5,7 @@ Every line is one JSON object with `event` (its type), `t` (seconds since launch
 last line, so a launcher killed mid-write never leaves a log that reads as something else.
 
 log = EventLog(run_dir / "events.jsonl", t0=clock.now_s(), clock=clock)
-log.emit("fault", kind="crash", rank=1)
+log.emit("fault", kind="crash", rank=1)     # `listener`, if given, sees each record too
 read_events(run_dir / "events.jsonl")
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,18 @@ SUMMARY_FILE = "summary.json"
 class EventLog:
     """Appends events to a JSONL file, stamping each with its time since launch."""
 
-    def __init__(self, path: Path, *, t0: float, clock: Clock) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        t0: float,
+        clock: Clock,
+        listener: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.path = path
         self.t0 = t0
         self._clock = clock
+        self._listener = listener
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
 
@@ -47,6 +56,8 @@ class EventLog:
         }
         self._file.write(json.dumps(record, default=str) + "\n")
         self._file.flush()
+        if self._listener is not None:
+            self._listener(record)
         return record
 
     def close(self) -> None:

@@ -17,6 +17,8 @@ dict stored as summary.json. How each figure is computed:
   plus the partial step in flight when the fault struck.
 - lost_s.other: the rest of the wall time (final shutdown, gaps between polls).
 - effective_training_time = productive_s / wall_s.
+- restarts: `restart` events, i.e. group restarts that happened; the fault that spent the
+  budget (action `give_up`) is listed among the faults but is not a restart.
 - checkpoints: snapshots taken (`checkpoint` events); last_commit: the newest step rank 0
   saw committed on disk (`commit` events), the one a restart is sure to find.
 """
@@ -30,6 +32,8 @@ from typing import Any
 from argosy.runtime.events import read_events
 
 CAUSES = ("startup", "detection", "restart", "reload", "redone", "other")
+STOPPED = ("restart", "give_up")
+"""Fault actions that stopped the group: a restart followed, or the budget was spent."""
 
 
 def summarize_file(path: Path) -> dict[str, Any]:
@@ -48,8 +52,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
             steps[e["attempt"]].append(e)
     resumes = _by_attempt(events, "resume")
     attached = _by_attempt(events, "attached")
-    restarting = [e for e in events if e["event"] == "fault" and e.get("action") == "restart"]
-    faults_by_attempt = {e["attempt"]: e for e in restarting}
+    stopping = [e for e in events if e["event"] == "fault" and e.get("action") in STOPPED]
+    faults_by_attempt = {e["attempt"]: e for e in stopping}
     attempts = sorted({e["attempt"] for e in events if e["event"] == "spawn"})
     wall = max((e["t"] for e in events), default=0.0)
     lost = dict.fromkeys(CAUSES, 0.0)
@@ -67,7 +71,7 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
                 lost[cause] += seconds
             faults.append(fault)
     faults += [
-        _warning(e) for e in events if e["event"] == "fault" and e.get("action") != "restart"
+        _warning(e) for e in events if e["event"] == "fault" and e.get("action") not in STOPPED
     ]
     faults.sort(key=lambda f: f["detected_at_s"])
     lost["other"] = max(0.0, wall - productive - sum(lost.values()))
@@ -79,7 +83,7 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "productive_s": round(productive, 3),
         "effective_training_time": round(productive / wall, 4) if wall > 0 else 0.0,
         "lost_s": {k: round(v, 3) for k, v in lost.items()},
-        "restarts": len(restarting),
+        "restarts": sum(1 for e in events if e["event"] == "restart"),
         "attempts": len(attempts),
         "faults": faults,
         "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),

@@ -1,23 +1,16 @@
 """The CLI surface of the foundation: help stays light, tables and JSON, exit code 2."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from cli_helpers import argosy
 from typer.testing import CliRunner
 
 from argosy.cli.app import app
 
 runner = CliRunner()
-
-
-def run_cli(*args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": str(columns)}
-    return subprocess.run(
-        [sys.executable, "-m", "argosy", *args], capture_output=True, text=True, timeout=60, env=env
-    )
 
 
 def test_help_imports_no_heavy_dependency() -> None:
@@ -43,7 +36,7 @@ def test_chips_json_lists_the_catalog_with_sources() -> None:
 
 
 def test_chips_table_shows_every_chip() -> None:
-    result = run_cli("chips", columns=160)
+    result = argosy("chips", columns=160, timeout=60)
     assert result.returncode == 0
     for chip_id in ("a100-40g", "mi250x", "k100-ai", "gaudi2"):
         assert chip_id in result.stdout
@@ -76,7 +69,7 @@ def test_devices_reports_this_host() -> None:
     ids=["unknown-chip", "malformed-shorthand", "unknown-config-key", "unknown-flag"],
 )
 def test_usage_errors_exit_2_without_traceback(args: list[str], want: str) -> None:
-    result = run_cli(*args)
+    result = argosy(*args, columns=80, timeout=60)
     assert result.returncode == 2
     assert want in result.stderr
     assert "Traceback" not in result.stderr + result.stdout

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-
-
-def argosy(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "100"}
-    return subprocess.run(
-        [sys.executable, "-m", "argosy", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+from cli_helpers import argosy
 
 
 @pytest.mark.slow

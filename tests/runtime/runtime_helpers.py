@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "train_gpt.py"
+from cli_helpers import EXAMPLE, REPO, argosy
 
-
-def argosy(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "argosy", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+__all__ = ["EXAMPLE", "REPO", "argosy", "losses", "summary"]
 
 
 def losses(run_dir: Path) -> dict[int, float]:

@@ -1,6 +1,8 @@
 """Goodput accounting over a hand-written event log: each cause is the interval it names."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from argosy.runtime.goodput import summarize
 
@@ -36,6 +38,7 @@ def crash_then_resume() -> list[dict]:
             "detected_at_s": 15.0,
             "t": 15.0,
         },
+        {"event": "restart", "attempt": 1, "reason": "crash", "t": 15.2},
         {"event": "spawn", "attempt": 1, "t": 15.5},
         {"event": "attached", "attempt": 1, "t": 17.0},
         {"event": "resume", "attempt": 1, "step": 10, "t": 18.0},
@@ -92,3 +95,38 @@ def test_an_empty_log_summarizes_to_nothing_lost() -> None:
     summary = summarize([{"event": "start", "t": 0.0}])
     assert summary["final_step"] == 0 and summary["faults"] == []
     assert summary["effective_training_time"] == 0.0
+
+
+def agent_log(budget: int, faults: int) -> list[dict]:
+    """The log the agent writes when `faults` attempts in a row fail under `budget` restarts:
+    each failed attempt's fault is a restart, except the one that spends the budget."""
+    events: list[dict] = [{"event": "start", "t": 0.0}]
+    t = 0.0
+    attempts = min(faults, budget) + 1
+    for a in range(attempts):
+        events.append({"event": "spawn", "attempt": a, "t": t})
+        failed = a < faults
+        if failed:
+            action = "give_up" if a == budget else "restart"
+            fault = {"event": "fault", "attempt": a, "kind": "exit", "rank": 0, "action": action}
+            events.append(fault | {"detected_at_s": t + 0.5, "t": t + 0.5})
+            if action == "restart":
+                events.append(
+                    {"event": "restart", "attempt": a + 1, "reason": "exit", "t": t + 0.6}
+                )
+            else:
+                events.append({"event": "give_up", "attempt": a, "restarts": a, "t": t + 0.6})
+        t += 1.0
+    events.append({"event": "end", "t": t})
+    return events
+
+
+@given(budget=st.integers(0, 6), faults=st.integers(0, 9))
+def test_restarts_count_the_restarts_the_log_records(budget: int, faults: int) -> None:
+    events = agent_log(budget, faults)
+    summary = summarize(events)
+    want_restarts = sum(1 for e in events if e["event"] == "restart")
+    assert summary["restarts"] == want_restarts == min(faults, budget)
+    assert summary["attempts"] == want_restarts + 1
+    stopped = [f for f in summary["faults"] if f.get("action") != "warn"]
+    assert len(stopped) == min(faults, budget + 1)  # the give-up fault is listed, not counted

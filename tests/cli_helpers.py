@@ -1,0 +1,36 @@
+"""Run the real `argosy` CLI in a subprocess (`python -m argosy`), as a user would.
+
+    done = argosy("health", "check", "--json")
+    assert done.returncode == 0, done.stderr
+
+The child runs from the repository root with a fixed terminal width, so rich tables wrap
+the same way on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "train_gpt.py"
+
+
+def argosy(
+    *args: str,
+    timeout: float = 180,
+    columns: int = 100,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m argosy ARGS...`; stdout and stderr captured as text."""
+    full_env = {**os.environ, "COLUMNS": str(columns), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "argosy", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
