@@ -33,10 +33,17 @@ def writable_dir(path: Path, option: str) -> Path:
 
 
 def writable_file(path: Path, option: str) -> Path:
-    """Prove `path` can be written: its directory is writable and it is not a directory."""
+    """Prove `path` can be written: it is not a directory and its nearest existing
+    directory takes a new file. Nothing is created on the way."""
     if path.is_dir():
         raise ArgosyError(f"{option} {path}: is a directory; give a file name")
-    writable_dir(path.parent if str(path.parent) else Path("."), option)
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if parent == path.absolute().parent:
+        writable_dir(parent, option)
+    elif not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ArgosyError(f"{option} {path}: cannot write there ({parent} is not writable)")
     if path.exists() and not os.access(path, os.W_OK):
         raise ArgosyError(f"{option} {path}: cannot write there (permission denied)")
     return path

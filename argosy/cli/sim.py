@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 
 from argosy.cli.common import config_of, console, err_console, print_json
+from argosy.cli.paths import writable_dir, writable_file
 
 app = typer.Typer(help="Cluster simulator: calibrated traces, policies side by side.",
                   no_args_is_help=True)  # fmt: skip
@@ -38,6 +39,7 @@ def generate(
     from argosy.sim.generate import generate as make
     from argosy.sim.generate import write_generated
 
+    writable_dir(out, "--out")
     resolved = load_cluster(cluster)
     with console.status(f"generating {days:g} days for {resolved.num_devices} devices"):
         gen = make(resolved, days, seed=seed, load=load)
@@ -76,6 +78,8 @@ def run(
         raise typer.BadParameter("must be stop or skip", param_hint="--on-error")
     if plans not in ("planner", "stock"):
         raise typer.BadParameter("must be planner or stock", param_hint="--plans")
+    if compare or plot:  # checked before minutes of replay, not after
+        writable_file(plot or trace.with_name("sim_compare.png"), "--plot")
     names = list(COMPARED) if compare else [policy]
     config = config_of(ctx)
     kwargs = {"seed": seed, "on_error": on_error, "scheduler": config.scheduler}
