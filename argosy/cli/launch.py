@@ -90,11 +90,13 @@ def launch(
         spec.extra_env.update(prepare(plan, emulate_chips, world, run_dir))
     elif emulate_chips:
         raise ArgosyError("--emulate-chips needs --plan: the plan gives ranks their chips")
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # stop the ranks, then exit
+    stopping = (signal.SIGTERM, signal.SIGHUP)  # stop the ranks, clean up, then exit
+    previous = {sig: signal.signal(sig, _interrupt) for sig in stopping}
     try:
         summary = _run(spec, injections, config, _total_steps(command), quiet, tee)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     _report(summary, run_dir)
     if summary["status"] != "completed":
         raise typer.Exit(code=130 if summary["status"] == "interrupted" else 1)

@@ -5,7 +5,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-from argosy.runtime.board import RING, ProgressBoard, Slot, injected_at, ring_entries
+from argosy.runtime.board import (
+    RING,
+    ProgressBoard,
+    Slot,
+    injected_at,
+    owner_of,
+    reap_stale_boards,
+    ring_entries,
+)
 
 
 def test_ring_keeps_the_newest_entries_in_order(tmp_path: Path) -> None:
@@ -67,3 +75,24 @@ def test_a_rank_process_reports_through_shared_memory(tmp_path: Path) -> None:
     assert injected_at(snap, 1, 0) > 0  # the slow injection fired at step 5
     assert "injected: slow rank 1" in done.stderr
     board.unlink()
+
+
+def test_boards_of_dead_launchers_are_reaped_live_and_unknown_ones_kept(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        boards = {
+            "dead": tmp_path / f"argosy-r1.{dead.pid}.board",
+            "live": tmp_path / f"argosy-r2.{live.pid}.board",
+            "unknown": tmp_path / "argosy-r3.board",  # no owner pid: cannot tell
+        }
+        for path in boards.values():
+            ProgressBoard.create(path, world_size=1).close()
+        removed = reap_stale_boards(tmp_path)
+        assert removed == [boards["dead"]]
+        assert {k for k, p in boards.items() if p.exists()} == {"live", "unknown"}
+        assert owner_of(boards["live"]) == live.pid and owner_of(boards["unknown"]) is None
+    finally:
+        live.kill()
+        live.wait()
