@@ -4,9 +4,10 @@ virtual clock, with the real scheduler deciding at every step.
     sim = Simulation(cluster, tree, trace.records, policies.get("argosy"), seed=0)
     report = sim.run()            # the dict of argosy.sim.metrics.report
 
-Each job's progress is integrated exactly between events (rate = devices x the chip's
-relative speed, zero while stalled). Scheduling cycles run after each batch of
-simultaneous events, at most once per `cycle_interval_s`.
+Each job's progress is integrated exactly between events (rate = devices x the speed its
+plan reaches on its chip, size and placement: `FlopsLedger.speed`; zero while stalled).
+Scheduling cycles run after each batch of simultaneous events, at most once per
+`cycle_interval_s`.
 """
 
 from __future__ import annotations
@@ -330,7 +331,8 @@ class Simulation:
         job.t_update = t
         job.stall_until = job.anchor = t + stall
         if devices:
-            job.rate = devices * relative_speed(job.w.chip)
+            per_device = self.ledger.speed(job.w, job.peak, job.mfu, job.scaling)
+            job.rate = devices * (per_device or relative_speed(job.w.chip))
             end = job.stall_until + max(0.0, job.work - job.done) / job.rate
             self.push(end, COMPLETE, (job, job.version))
         else:

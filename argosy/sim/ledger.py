@@ -21,11 +21,17 @@ is weighed by what each chip can do:
     single_chip_efficiency   = model / productive
     parallel_scaling         = delivered / model
     product                  = delivered / owned
+
+The same prices set how fast a job progresses (`speed`): its trace work is in
+device-seconds of the reference chip running the stock plan at the job's nominal size,
+and it advances at (peak x MFU x scaling) / that reference per device-second.
 """
 
 from __future__ import annotations
 
+from argosy.hardware.catalog import default_catalog
 from argosy.hardware.cluster import Cluster
+from argosy.scheduler.speed import REFERENCE_CHIP
 from argosy.scheduler.workload import Workload
 from argosy.sim.plans import PlanCosts, job_model
 
@@ -43,6 +49,8 @@ class FlopsLedger:
         self.owned = sum(g.num_devices * self.peak[g.chip.id] for g in cluster.groups) * horizon_s
         self.costs, self.stock, self.serving_mfu = costs, stock, serving_mfu
         self.rate = 0.0  # peak FLOP/s held right now
+        self.reference_peak = default_catalog().get(REFERENCE_CHIP).peak_tflops("bf16") * 1e12
+        self._reference: dict[tuple[str, int], float] = {}
         self.allocated = self.productive = self.model = self.delivered = 0.0
 
     def hold(self, delta_flops: float) -> None:
@@ -63,6 +71,20 @@ class FlopsLedger:
         model = job_model(w.kind, w.max_devices)
         mfu, scaling = self.costs.efficiency(model, w.chip or "", devices, stock=self.stock)
         return mfu, scaling * (1 - LEAF_PENALTY * extra_leaves)
+
+    def speed(self, w: Workload, peak: float, mfu: float, scaling: float) -> float:
+        """Progress per device-second of `w` running at (`peak`, `mfu`, `scaling`), in the
+        trace's unit of work: device-seconds of the reference chip running the stock plan
+        at the job's nominal size. A better plan, a faster chip or a tighter placement
+        therefore finishes the same work sooner; 0 when the plan could not be priced."""
+        model = job_model(w.kind, w.max_devices)
+        key = (model, w.max_devices)
+        ref = self._reference.get(key)
+        if ref is None:
+            ref_mfu, ref_scaling = self.costs.efficiency(model, REFERENCE_CHIP, w.max_devices,
+                                                         stock=True)  # fmt: skip
+            ref = self._reference[key] = self.reference_peak * ref_mfu * ref_scaling
+        return peak * mfu * scaling / ref if ref > 0 else 0.0
 
     def factors(self) -> dict[str, float]:
         def ratio(a: float, b: float) -> float:

@@ -129,5 +129,6 @@ _HOW = {
     "efficiency (same plan kind), times 1 - 0.05 x the share of leaf switches spanned beyond "
     "the fewest that could hold it (placement model); weighted by model FLOPs",
     "product": "delivered model FLOPs / owned peak FLOPs = the product of the four factors "
-    "above (energy aside); progress of a job is not sped up by its plan, only credited",
+    "above (energy aside); a job also progresses at the rate its plan, chip and placement "
+    "deliver (its trace work is in H100 device-seconds at the stock plan)",
 }

@@ -55,3 +55,23 @@ def test_mixed_cluster_weighs_devices_by_peak_flops():
     a100, h100 = 312.0, 989.0
     want = 8 * a100 / (16 * a100 + 16 * h100)
     assert r["five_factor"]["resource_utilization"]["value"] == pytest.approx(want, rel=1e-3)
+
+
+def test_a_better_plan_finishes_the_same_work_sooner():
+    planner = one_job("argosy", devices=64, cluster="h100:256", work_s=DAY / 4)
+    stock = one_job("argosy", plans="stock", devices=64, cluster="h100:256", work_s=DAY / 4)
+    want_planner = PlanCosts().efficiency("llama3-8b", "h100-sxm", 64, stock=False)
+    want_stock = PlanCosts().efficiency("llama3-8b", "h100-sxm", 64, stock=True)
+    speedup = (want_planner[0] * want_planner[1]) / (want_stock[0] * want_stock[1])
+    jct = {name: r["jct_s"]["finetune"]["p50"] - r["queue_s"]["finetune"]["p50"]
+           for name, r in (("planner", planner), ("stock", stock))}  # fmt: skip
+    assert jct["stock"] == pytest.approx(DAY / 4)  # the trace's unit: stock plan on an H100
+    assert jct["stock"] / jct["planner"] == pytest.approx(speedup, rel=1e-6)
+
+
+def test_a_slower_chip_takes_longer_by_its_delivered_flops():
+    r = one_job("quota", cluster="a100-80g:16", work_s=DAY / 8)
+    a100 = PlanCosts().efficiency("llama3-8b", "a100-80g", 8, stock=True)
+    h100 = PlanCosts().efficiency("llama3-8b", "h100-sxm", 8, stock=True)
+    ratio = (989.0 * h100[0] * h100[1]) / (312.0 * a100[0] * a100[1])
+    assert r["jct_s"]["finetune"]["p50"] == pytest.approx(DAY / 8 * ratio, rel=1e-3)
