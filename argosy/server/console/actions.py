@@ -1,0 +1,198 @@
+"""The console's forms: log in and out, submit and cancel jobs, cordon and uncordon
+nodes, and store simulator reports. Each checks the session's token exactly as the REST
+API does: a queue token submits and cancels only in its queue; cordons need admin.
+
+    POST /login  token=...       -> cookie (HttpOnly, SameSite=Strict), redirect to `next`
+    POST /submit yaml=... | name=...&script=...
+    POST /jobs/{id}/cancel, /nodes/{name}/cordon, /nodes/{name}/uncordon, /sim
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request, UploadFile
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from argosy.core.documents import load_yaml, validate
+from argosy.core.errors import ConfigError
+from argosy.server.auth import Principal
+from argosy.server.console.simreports import (
+    MAX_REPORT_BYTES,
+    ReportError,
+    list_reports,
+    load_report,
+    save_report,
+)
+from argosy.server.console.web import (
+    COOKIE,
+    ConsoleError,
+    ConsoleRoute,
+    Ctl,
+    Viewer,
+    is_htmx,
+    render,
+)
+from argosy.server.control import Control, NotFoundError
+from argosy.server.spec import JobSpec
+from argosy.server.views import node_views
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+SIM_DIR = "sim-reports"
+Text = Annotated[str, Form(max_length=100_000)]
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request, next: str = "/") -> HTMLResponse:  # noqa: A002
+    return render(request, "login.html", None, next=_safe_next(next))
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(
+    request: Request,
+    token: Annotated[str, Form(max_length=200)],
+    next: Text = "/",  # noqa: A002
+) -> Response:
+    who = request.app.state.tokens.principal(token.strip())
+    if who is None:
+        return render(
+            request, "login.html", None, 401, next=_safe_next(next), error="unknown token"
+        )
+    response = RedirectResponse(_safe_next(next), status_code=303)
+    response.set_cookie(
+        COOKIE,
+        token.strip(),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout() -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+def _safe_next(target: str) -> str:
+    """Only paths on this server (no `//host` or scheme): no open redirect."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+@router.get("/submit", response_class=HTMLResponse)
+async def submit_form(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    leaves = _queues_for(who, ctl)
+    return render(request, "submit.html", who, leaves=leaves, workdir=os.getcwd())
+
+
+@router.post("/submit")
+async def submit(
+    request: Request,
+    who: Viewer,
+    ctl: Ctl,
+    yaml: Text = "",
+    name: Text = "",
+    queue: Text = "default",
+    script: Text = "",
+    args: Text = "",
+    nproc_per_node: Annotated[int, Form(ge=1, le=1024)] = 1,
+    workdir: Text = "",
+) -> Response:
+    """A job from YAML text or from the fields; errors name the line and field."""
+    if yaml.strip():
+        spec = validate(JobSpec, load_yaml(yaml, source="job YAML"))
+    else:
+        fields = {"name": name, "queue": queue, "script": script, "args": args.split()}
+        spec = validate(JobSpec, load_yaml(json.dumps(fields), source="form"))
+        spec = spec.model_copy(update={"nproc_per_node": nproc_per_node})
+    spec = _resolve(spec, workdir or spec.workdir or os.getcwd())
+    if not who.may_change(spec.queue):
+        raise ConsoleError(f"this token may submit only to queue '{who.queue}'", 403)
+    digest = hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
+    row, _ = ctl.submit(spec, None, digest)
+    return _go(request, f"/jobs/{row['id']}")
+
+
+def _resolve(spec: JobSpec, workdir: str) -> JobSpec:
+    if not os.path.isabs(workdir):
+        raise ConfigError("must be an absolute path on the server", field="workdir")
+    script = spec.script
+    if not os.path.isabs(script) and os.path.exists(os.path.join(workdir, script)):
+        script = os.path.join(workdir, script)
+    return spec.model_copy(update={"script": script, "workdir": workdir})
+
+
+@router.post("/jobs/{job_id}/cancel")
+async def cancel(request: Request, job_id: str, who: Viewer, ctl: Ctl) -> Response:
+    row = _job(ctl, job_id)
+    if not who.may_change(row["queue"]):
+        raise ConsoleError(f"this token may cancel only in queue '{who.queue}'", 403)
+    ctl.cancel(job_id)
+    return _go(request, f"/jobs/{job_id}")
+
+
+@router.post("/nodes/{name}/{action}", response_class=HTMLResponse)
+async def cordon(request: Request, name: str, action: str, who: Viewer, ctl: Ctl) -> Response:
+    if action not in ("cordon", "uncordon"):
+        raise ConsoleError(f"unknown action '{action}'; known: cordon, uncordon", 404)
+    if not who.is_admin:
+        raise ConsoleError("cordoning a node needs an admin token", 403)
+    try:
+        ctl.set_cordon(name, action == "cordon")
+    except NotFoundError as err:
+        raise ConsoleError(str(err), 404) from err
+    if is_htmx(request):
+        views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost)
+        return render(request, "_nodes.html", who, nodes=views)
+    return RedirectResponse("/nodes", status_code=303)
+
+
+@router.get("/sim", response_class=HTMLResponse)
+async def sim_reports(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    folder = ctl.config.home / SIM_DIR
+    return render(request, "sim.html", who, reports=list_reports(folder), folder=folder)
+
+
+@router.post("/sim")
+async def sim_upload(request: Request, who: Viewer, ctl: Ctl, report: UploadFile) -> Response:
+    name = os.path.basename(report.filename or "")
+    raw = await report.read(MAX_REPORT_BYTES + 1)
+    try:
+        save_report(ctl.config.home / SIM_DIR, name, raw)
+    except ReportError as err:
+        raise ConsoleError(f"{name or 'upload'}: {err}", 422) from err
+    return _go(request, f"/sim/{name}")
+
+
+@router.get("/sim/{name}", response_class=HTMLResponse)
+async def sim_report(request: Request, name: str, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    try:
+        report = load_report(ctl.config.home / SIM_DIR, name)
+    except ReportError as err:
+        raise ConsoleError(str(err), 404) from err
+    return render(request, "sim_report.html", who, report=report, chart=report.chart_data())
+
+
+def _job(ctl: Control, job_id: str) -> dict:
+    try:
+        return ctl.job(job_id)
+    except NotFoundError as err:
+        raise ConsoleError(str(err), 404) from err
+
+
+def _queues_for(who: Principal, ctl: Control) -> list[str]:
+    leaves = list(ctl.scheduling.sched.tree.leaves)
+    return leaves if who.is_admin else [q for q in leaves if q == who.queue]
+
+
+def _go(request: Request, target: str) -> Response:
+    """After a change: htmx follows `HX-Redirect`; a plain form gets a 303."""
+    if is_htmx(request):
+        return Response(status_code=204, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)

@@ -1,0 +1,153 @@
+"""The console's read-only pages. Each page has a `/live` fragment (or answers htmx with
+its table only) that the page polls, so what it shows follows the cluster without a
+reload. Every query is bounded: a page of jobs, the head of each queue, a time window.
+
+    GET /            overview: devices by vendor and state, utilization over time, factors
+    GET /queues      quota, use, borrowing and why the head of each line waits
+    GET /jobs        filtered, paginated (newest first); GET /jobs/{id} its story and logs
+    GET /services    inference services; GET /nodes  health and cordons
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from argosy.server.console.overview import chips_by_vendor, five_factors, queue_rows
+from argosy.server.console.reads import JobFilter, allocation_series, job_page, service_page
+from argosy.server.console.timeline import job_story
+from argosy.server.console.web import ConsoleError, ConsoleRoute, Ctl, Viewer, is_htmx, render
+from argosy.server.control import NotFoundError
+from argosy.server.schemas import ACTIVE
+from argosy.server.views import node_views, service_view
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+WINDOW_S = 6 * 3600.0
+BUCKETS = 72
+LOG_CHUNK_BYTES = 64 << 10
+States = ("", "pending", "admitted", "running", "succeeded", "failed", "cancelled")
+Before = Annotated[int | None, Query(ge=0, le=2**62)]
+PageSize = Annotated[int, Query(ge=5, le=200)]
+
+
+def overview_context(ctl: Ctl) -> dict:
+    chips = chips_by_vendor(ctl)
+    series = allocation_series(ctl.store, time.time(), WINDOW_S, BUCKETS)
+    totals = {
+        "allocated": sum(r.allocated for r in chips),
+        "total": sum(r.total for r in chips),
+    }
+    chart = {"t": series.times_s, "allocated": series.allocated, "useful": series.useful}
+    counts: dict[str, int] = {}
+    for (_queue, state), n in ctl.store.count_jobs().items():
+        counts[state] = counts.get(state, 0) + n
+    factors = five_factors(ctl, chips, series)
+    return {"chips": chips, "totals": totals, "chart": chart, "factors": factors, "counts": counts}
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    return render(request, "overview.html", who, **overview_context(ctl))
+
+
+@router.get("/overview/live", response_class=HTMLResponse)
+async def overview_live(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    return render(request, "_overview.html", who, **overview_context(ctl))
+
+
+@router.get("/queues", response_class=HTMLResponse)
+async def queues(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    template = "_queues.html" if is_htmx(request) else "queues.html"
+    return render(request, template, who, rows=queue_rows(ctl))
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+async def jobs(
+    request: Request,
+    who: Viewer,
+    ctl: Ctl,
+    state: Annotated[str, Query(max_length=16)] = "",
+    queue: Annotated[str, Query(max_length=100)] = "",
+    name: Annotated[str, Query(max_length=100)] = "",
+    before: Before = None,
+    limit: PageSize = 50,
+) -> HTMLResponse:
+    if state not in States:
+        raise ConsoleError(f"unknown state '{state}'; known: {', '.join(States[1:])}", 422)
+    flt = JobFilter(state, queue, name)
+    page = job_page(ctl.store, flt, before, limit)
+    template = "_jobs_table.html" if is_htmx(request) else "jobs.html"
+    leaves = ctl.scheduling.sched.tree.leaves
+    return render(
+        request, template, who, page=page, flt=flt, states=States, leaves=leaves, limit=limit
+    )
+
+
+def _job(ctl: Ctl, job_id: str) -> dict:
+    try:
+        return ctl.job(job_id)
+    except NotFoundError as err:
+        raise ConsoleError(str(err), 404) from err
+
+
+def job_context(ctl: Ctl, job_id: str) -> dict:
+    row = _job(ctl, job_id)
+    story = job_story(ctl, row)
+    chart = {"step": story.steps, "loss": story.losses}
+    return {"job": row, "story": story, "chart": chart, "active": row["state"] in ACTIVE}
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job(request: Request, job_id: str, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    return render(request, "job.html", who, **job_context(ctl, job_id))
+
+
+@router.get("/jobs/{job_id}/live", response_class=HTMLResponse)
+async def job_live(request: Request, job_id: str, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    return render(request, "_job_live.html", who, **job_context(ctl, job_id))
+
+
+@router.get("/jobs/{job_id}/log")
+async def job_log(
+    job_id: str,
+    who: Viewer,
+    ctl: Ctl,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    file: Annotated[str, Query(max_length=100)] = "",
+) -> JSONResponse:
+    """New output of one rank of the latest attempt from `offset` (the page polls it);
+    when a newer attempt's log has appeared since `file`, it is read from its start."""
+    _job(ctl, job_id)
+    logs = sorted(
+        (ctl.run_dir(job_id) / "logs").glob(f"attempt*/rank{rank}.log"),
+        key=lambda p: int(p.parent.name.removeprefix("attempt") or 0),
+    )
+    data, name = b"", ""
+    if logs:
+        name = logs[-1].parent.name
+        if name != file:
+            offset = 0
+        with logs[-1].open("rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_CHUNK_BYTES)
+    text = data.decode(errors="replace")
+    return JSONResponse({"text": text, "next": offset + len(data), "file": name})
+
+
+@router.get("/services", response_class=HTMLResponse)
+async def services(request: Request, who: Viewer, ctl: Ctl, before: Before = None) -> HTMLResponse:
+    rows, older = service_page(ctl.store, before, 50)
+    views = [service_view(r) for r in rows]
+    template = "_services.html" if is_htmx(request) else "services.html"
+    return render(request, template, who, services=views, older=older)
+
+
+@router.get("/nodes", response_class=HTMLResponse)
+async def nodes(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
+    views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost)
+    template = "_nodes.html" if is_htmx(request) else "nodes.html"
+    return render(request, template, who, nodes=views)

@@ -1,0 +1,152 @@
+"""Read-only queries the console needs beyond the store's own: a newest-first page of
+jobs with only the columns a table shows, counts under a filter, and the allocation
+series behind the overview chart. Every query is bounded (a page, a time window), so a
+page costs the same with 10 or 10,000 jobs stored.
+
+    page = job_page(store, JobFilter(state="running"), before=None, limit=50)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Select, and_, func, or_, select
+
+from argosy.server.store import Row, Store
+from argosy.server.tables import jobs, services
+
+PAGE_COLUMNS = (
+    jobs.c.seq,
+    jobs.c.id,
+    jobs.c.name,
+    jobs.c.queue,
+    jobs.c.state,
+    jobs.c.attempts,
+    jobs.c.created_at,
+    jobs.c.started_at,
+    jobs.c.finished_at,
+    jobs.c.reason,
+)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """The jobs table's filters; empty strings mean 'any'."""
+
+    state: str = ""
+    queue: str = ""
+    name: str = ""
+
+    def apply(self, query: Select) -> Select:
+        if self.state:
+            query = query.where(jobs.c.state == self.state)
+        if self.queue:
+            query = query.where(jobs.c.queue == self.queue)
+        if self.name:
+            query = query.where(jobs.c.name.startswith(self.name, autoescape=True))
+        return query
+
+
+@dataclass
+class JobPage:
+    """Newest first; `older` is the cursor of the next page (None on the last one)."""
+
+    rows: list[Row]
+    older: int | None
+    total: int
+
+
+def job_page(store: Store, flt: JobFilter, before: int | None, limit: int) -> JobPage:
+    query = flt.apply(select(*PAGE_COLUMNS)).order_by(jobs.c.seq.desc()).limit(limit + 1)
+    if before is not None:
+        query = query.where(jobs.c.seq < before)
+    with store.engine.connect() as c:
+        rows = [dict(r) for r in c.execute(query).mappings()]
+        total = c.execute(flt.apply(select(func.count()).select_from(jobs))).scalar_one()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return JobPage(rows, rows[-1]["seq"] if more and rows else None, int(total))
+
+
+def pending_jobs(store: Store, queue: str, limit: int) -> list[Row]:
+    """The oldest pending jobs of one queue (the head of its line), with their spec."""
+    query = (
+        select(jobs.c.id, jobs.c.name, jobs.c.spec, jobs.c.reason, jobs.c.created_at)
+        .where(and_(jobs.c.queue == queue, jobs.c.state == "pending"))
+        .order_by(jobs.c.seq)
+        .limit(limit)
+    )
+    with store.engine.connect() as c:
+        return [dict(r) for r in c.execute(query).mappings()]
+
+
+def mean_effective_training_time(store: Store) -> tuple[float | None, int]:
+    """Mean of the runtime's effective training time over finished jobs that report one."""
+    ett = jobs.c.summary["effective_training_time"].as_float()
+    query = select(func.avg(ett), func.count(ett)).where(jobs.c.finished_at.is_not(None))
+    with store.engine.connect() as c:
+        mean, count = c.execute(query).one()
+    return (float(mean) if mean is not None else None), int(count)
+
+
+@dataclass
+class Series:
+    """Device counts over time: allocated, and allocated x effective training time."""
+
+    times_s: list[float] = field(default_factory=list)
+    allocated: list[float] = field(default_factory=list)
+    useful: list[float] = field(default_factory=list)
+
+
+def allocation_series(store: Store, now_s: float, window_s: float, buckets: int) -> Series:
+    """Devices held by jobs in each of `buckets` steps of the last `window_s` seconds.
+
+    A job holds `nproc_per_node x nnodes` devices from its first start to its finish (a
+    requeue gap counts as held: an upper bound). Useful = held x the job's effective
+    training time from its summary; a job without a summary yet counts as 0 useful.
+    """
+    start_s = now_s - window_s
+    spec = jobs.c.spec
+    devices = spec["nproc_per_node"].as_integer() * spec["nnodes"].as_integer()
+    query = select(
+        jobs.c.started_at,
+        jobs.c.finished_at,
+        devices,
+        jobs.c.summary["effective_training_time"].as_float(),
+    ).where(
+        and_(
+            jobs.c.started_at.is_not(None),
+            or_(jobs.c.finished_at.is_(None), jobs.c.finished_at > start_s),
+        )
+    )
+    step_s = window_s / buckets
+    out = Series(times_s=[start_s + (i + 1) * step_s for i in range(buckets)])
+    out.allocated = [0.0] * buckets
+    out.useful = [0.0] * buckets
+    with store.engine.connect() as c:
+        for started, finished, count, ett in c.execute(query):
+            _add_span(out, start_s, step_s, started, finished or now_s, count or 1, ett or 0.0)
+    return out
+
+
+def _add_span(
+    out: Series, start_s: float, step_s: float, begin: float, end: float, n: int, ett: float
+) -> None:
+    for i, t in enumerate(out.times_s):
+        lo = max(begin, t - step_s)
+        hi = min(end, t)
+        if hi > lo:
+            share = (hi - lo) / step_s
+            out.allocated[i] += n * share
+            out.useful[i] += n * share * ett
+
+
+def service_page(store: Store, before: int | None, limit: int) -> tuple[list[Row], int | None]:
+    query = select(services).order_by(services.c.seq.desc()).limit(limit + 1)
+    if before is not None:
+        query = query.where(services.c.seq < before)
+    with store.engine.connect() as c:
+        rows = [dict(r) for r in c.execute(query).mappings()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1]["seq"] if more and rows else None)

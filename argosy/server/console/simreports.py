@@ -1,0 +1,133 @@
+"""Simulator reports for the console: the JSON `argosy sim run --compare --json` prints
+(or one run's report), kept as files in a directory (`$ARGOSY_HOME/sim-reports`).
+
+    save_report(folder, "month.json", data)     # validated, then written atomically
+    names = list_reports(folder)
+    report = load_report(folder, "month.json")  # ReportError names what is wrong
+
+A report file is written to a temporary name and renamed into place, so a crash while
+saving never leaves a half-written file that is later listed as a report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.json$")
+MAX_REPORT_BYTES = 8 << 20
+FACTORS = (
+    "resource_utilization",
+    "effective_training_time",
+    "single_chip_efficiency",
+    "parallel_scaling",
+    "product",
+)
+
+
+class ReportError(ValueError):
+    """The file is not a simulator report (the message says what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """One or more policies' runs over the same trace, and their ratios."""
+
+    name: str
+    runs: list[dict[str, Any]]
+    ratios: dict[str, float]
+
+    def chart_data(self) -> dict[str, Any]:
+        """What the report page draws: factors and rates per policy, JCT per class."""
+        factors = {
+            f: [_factor(r, f) for r in self.runs]
+            for f in FACTORS
+            if any(_factor(r, f) for r in self.runs)
+        }
+        classes = sorted({c for r in self.runs for c in (r.get("jct_s") or {})})
+        jct = {c: [_p50(r, c) for r in self.runs] for c in classes}
+        return {"policies": [r["policy"] for r in self.runs], "factors": factors, "jct_p50_s": jct}
+
+
+def parse_report(name: str, data: Any) -> Report:
+    if isinstance(data, dict) and "runs" in data:
+        runs, ratios = data["runs"], data.get("ratios") or {}
+    else:
+        runs, ratios = [data], {}
+    if not isinstance(runs, list) or not runs:
+        raise ReportError("'runs' must be a non-empty list of reports")
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("policy"), str):
+            raise ReportError(f"runs[{i}]: a report needs a 'policy' name")
+        if not isinstance(run.get("five_factor"), dict):
+            raise ReportError(f"runs[{i}] ({run['policy']}): missing 'five_factor'")
+    if not isinstance(ratios, dict):
+        raise ReportError("'ratios' must be a mapping")
+    return Report(name, runs, {str(k): float(v) for k, v in ratios.items()})
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise ReportError(
+            f"report name '{name}': use letters, digits, '.', '_', '-' and end in .json"
+        )
+    return name
+
+
+def save_report(folder: Path, name: str, raw: bytes) -> Report:
+    """Validate `raw` as a report and store it as `folder/name` (atomically)."""
+    check_name(name)
+    if len(raw) > MAX_REPORT_BYTES:
+        raise ReportError(f"report is {len(raw)} bytes; the limit is {MAX_REPORT_BYTES}")
+    try:
+        data = json.loads(raw)
+    except ValueError as err:
+        raise ReportError(f"not JSON: {err}") from None
+    report = parse_report(name, data)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".upload-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return report
+
+
+def list_reports(folder: Path) -> list[str]:
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.glob("*.json") if NAME.match(p.name))
+
+
+def load_report(folder: Path, name: str) -> Report:
+    path = folder / check_name(name)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        known = ", ".join(list_reports(folder)) or "none"
+        raise ReportError(f"no report '{name}'; known: {known}") from None
+    except (OSError, ValueError) as err:
+        raise ReportError(f"{name}: cannot read: {err}") from None
+    return parse_report(name, data)
+
+
+def _factor(run: dict[str, Any], key: str) -> float | None:
+    value = (run.get("five_factor") or {}).get(key)
+    if isinstance(value, dict):
+        value = value.get("value")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _p50(run: dict[str, Any], cls: str) -> float | None:
+    value = ((run.get("jct_s") or {}).get(cls) or {}).get("p50")
+    return float(value) if isinstance(value, int | float) else None
