@@ -32,16 +32,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from checkpoint_floors import disk_floor, floor_buffer, memcpy_floor, write_once
+
 PEERS = ["torch_save", "dcp_save", "dcp_async", "dlrover", "argosy"]
 TENSOR_MB = 64
 
 
-def make_state(gb: float) -> dict[str, Any]:
+def make_state(gb: float, device: str = "cpu") -> dict[str, Any]:
     import torch
 
     n = max(1, round(gb * 1024 / TENSOR_MB))
     numel = TENSOR_MB * (1 << 20) // 4
-    layers = {f"layer{i}.weight": torch.empty(numel).fill_(i + 0.5) for i in range(n)}
+    layers = {
+        f"layer{i}.weight": torch.empty(numel, device=device).fill_(i + 0.5) for i in range(n)
+    }
     return {"model": layers, "loop": {"step": 0, "epoch": 1}}
 
 
@@ -77,24 +81,11 @@ def copy_into(state: dict, loaded: dict) -> None:
         t.copy_(loaded["model"][k])
 
 
+def on_device(state: dict) -> bool:
+    return any(t.device.type != "cpu" for t in state["model"].values())
+
+
 # -- peers (each runs in a worker process) ----------------------------------------------
-
-
-def peer_floor(state: dict, work: Path, repeats: int) -> dict:
-    import torch
-
-    dst = torch.empty(nbytes(state), dtype=torch.uint8)
-    dst.fill_(1)
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        off = 0
-        for t in state["model"].values():
-            n = t.numel() * 4
-            dst[off : off + n].view(torch.float32).copy_(t)
-            off += n
-        times.append(time.perf_counter() - t0)
-    return {"stall_s": med(times[1:]), "durable_s": None}
 
 
 def peer_torch_save(state: dict, work: Path, repeats: int) -> dict:
@@ -139,13 +130,27 @@ def peer_dcp_save(state: dict, work: Path, repeats: int) -> dict:
 
 
 def peer_dcp_async(state: dict, work: Path, repeats: int) -> dict:
+    """DCP async_save with the process executor and DCP's own stager, set up for where the
+    state lives: device state needs a CPU backend in the process group (async_save asserts
+    it), and is staged into pinned shared host memory on a background thread; the stall is
+    the call plus the wait for that staging (the loop may then change the tensors)."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-    dist.init_process_group("gloo", init_method=f"file://{work / 'store'}", rank=0, world_size=1)
-    stager = DefaultStager(StagingOptions(False, True, False, False))
+    device = on_device(state)
+    backend = "cpu:gloo,cuda:nccl" if device else "gloo"
+    store = f"file://{work / 'store'}"
+    dist.init_process_group(backend, init_method=store, rank=0, world_size=1)
+    stager = DefaultStager(
+        StagingOptions(
+            use_pinned_memory=device,
+            use_shared_memory=True,
+            use_async_staging=device,
+            use_non_blocking_copy=device,
+        )
+    )
     stalls, durables = [], []
     try:
         for r in range(repeats + 1):
@@ -156,13 +161,17 @@ def peer_dcp_async(state: dict, work: Path, repeats: int) -> dict:
                 async_stager=stager,
                 async_checkpointer_type=AsyncCheckpointerType.PROCESS,
             )
+            staged = getattr(resp, "staging_completion", None)
+            if staged is not None:
+                staged.result()
             stall = time.perf_counter() - t0
-            upload = getattr(resp, "upload_completion", resp)
-            upload.result()
+            getattr(resp, "upload_completion", resp).result()
             fsync_tree(work / f"a{r}")
             if r:  # the first call starts the executor process and allocates the stage
                 stalls.append(stall)
                 durables.append(time.perf_counter() - t0)
+            if r > 1:
+                shutil.rmtree(work / f"a{r - 1}")
     finally:
         stager.close()
         dist.destroy_process_group()
@@ -207,7 +216,7 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     ckpt = FlashCheckpointer(work, keep=2, job_id=job, slots=slots)
     ckpt.save(0, state)  # first save: storages move to shared memory, slots are allocated
     ckpt.wait()
-    stalls, overlapped, durables, mem_loads = [], [], [], []
+    stalls, overlapped, durables, persists, mem_loads = [], [], [], [], []
     for r in range(1, repeats + 1):
         t0 = time.perf_counter()
         ckpt.save(r, state)
@@ -224,11 +233,17 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         ckpt.before_optimizer_step()
         overlapped.append(stall + time.perf_counter() - t1)
         ckpt.wait()
+    buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
+    floors = []
     for r in range(2 * repeats + 1, 3 * repeats + 1):
+        floors.append(write_once(work / "floor.bin", buffer, writers))  # same minute
         t0 = time.perf_counter()
         ckpt.save(r, state)
+        ckpt.before_optimizer_step()  # the snapshot is in memory: the persist starts
+        t1 = time.perf_counter()
         ckpt.wait()
         durables.append(time.perf_counter() - t0)
+        persists.append(time.perf_counter() - t1)
     for _ in range(repeats):
         t0 = time.perf_counter()
         ckpt.load(into=state)
@@ -245,6 +260,8 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         "stall_s": med(stalls),
         "stall_overlap_s": med(overlapped),
         "durable_s": med(durables),
+        "persist_s": med(persists),
+        "disk_floor_s": med(floors),  # interleaved with the durable saves
         "memory_restore_s": med(mem_loads),
         "disk_restore_s": med(disk_loads),
         "slots": slots,
@@ -302,18 +319,20 @@ def loop_figure(steps: int, interval_s: float) -> dict:
 # -- driver ---------------------------------------------------------------------------
 
 
-def worker(peer: str, gb: float, repeats: int) -> dict:
+def worker(peer: str, gb: float, repeats: int, device: str = "cpu") -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"argosy-bench-{peer}-"))
     shm_before = set(os.listdir("/dev/shm"))
     try:
         if peer == "loop":
             return {"loops": [loop_figure(repeats, 30.0), loop_figure(repeats, 0.0)]}
-        state = make_state(gb)
-        floor = peer_floor(state, work, repeats)["stall_s"]  # same process, same moment
+        state = make_state(gb, device)
+        # the floors: same process, same moment as the peer
+        floors = disk_floor(nbytes(state), work, min(repeats, 2))
+        os.environ["BENCH_FLOOR_WRITERS"] = str(floors["disk_floor_writers"])
+        floors["floor_s"] = memcpy_floor(list(state["model"].values()), repeats)
         result = globals()[f"peer_{peer}"](state, work, repeats)
         result["gb"] = nbytes(state) / 2**30
-        result["floor_s"] = floor
-        return result
+        return floors | result
     finally:
         shutil.rmtree(work, ignore_errors=True)
         _clean_children_and_shm(shm_before)
@@ -333,19 +352,9 @@ def _clean_children_and_shm(before: set[str]) -> None:
             Path("/dev/shm", name).unlink(missing_ok=True)
 
 
-def run_peer(peer: str, gb: float, repeats: int) -> dict:
-    cmd = [
-        sys.executable,
-        "-W",
-        "ignore",
-        __file__,
-        "--worker",
-        peer,
-        "--gb",
-        str(gb),
-        "--repeats",
-        str(repeats),
-    ]
+def run_peer(peer: str, gb: float, repeats: int, device: str = "cpu") -> dict:
+    cmd = [sys.executable, "-W", "ignore", __file__, "--worker", peer, "--gb", str(gb)]
+    cmd += ["--repeats", str(repeats), "--device", device]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -358,47 +367,50 @@ def fmt(x: Any) -> str:
     return "-" if x is None or x != x else f"{x:.3f}"
 
 
+COLUMNS = {
+    "stall/save s": "stall_s",
+    "stall overlapped s": "stall_overlap_s",
+    "durable s": "durable_s",
+    "persist s": "persist_s",
+    "restore mem s": "memory_restore_s",
+    "restore disk s": "disk_restore_s",
+    "memcpy floor s": "floor_s",
+    "disk floor s": "disk_floor_s",
+    "durable / disk floor": "durable_over_floor",
+}
+"""Table columns: "persist" is argosy's time from the snapshot in memory to durable."""
+
+
+def _row(r: dict) -> list[str]:
+    if r.get("durable_s") and r.get("disk_floor_s"):
+        r = r | {"durable_over_floor": r["durable_s"] / r["disk_floor_s"]}
+    return [fmt(r.get(key)) for key in COLUMNS.values()]
+
+
+def _note(r: dict) -> str:
+    notes = [f"slots={r['slots']}"] if "slots" in r else []
+    if "disk_floor_writers" in r:
+        notes.append(f"floor: {r['disk_floor_writers']} writer(s)")
+    return ", ".join(notes)
+
+
 def report(results: dict[float, dict[str, dict]], loop: dict | None) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(record=True, width=140)
-    md = [
-        "| state | peer | stall/save s | stall overlapped s | durable s | restore mem s | "
-        "restore disk s | memcpy floor s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    console = Console(record=True, width=180)
+    md = ["| state | peer | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 2) + "|"]
     for gb, peers in results.items():
         table = Table(title=f"{gb:g} GB state (medians)")
-        for col in (
-            "peer",
-            "stall/save s",
-            "stall overlapped s",
-            "durable s",
-            "restore mem s",
-            "restore disk s",
-            "memcpy floor s",
-            "note",
-        ):
+        for col in ("peer", *COLUMNS, "note"):
             table.add_column(col, justify="left" if col in ("peer", "note") else "right")
         for peer, r in peers.items():
             if "missing" in r:
-                table.add_row(peer, "-", "-", "-", "-", "-", "-", r["missing"][:60])
-                md.append(f"| {gb:g} GB | {peer} | n/a: {r['missing'][:60]} |  |  |  |  |  |")
+                table.add_row(peer, *["-"] * len(COLUMNS), r["missing"][:60])
+                md.append(f"| {gb:g} GB | {peer} | n/a: {r['missing'][:60]} |")
                 continue
-            cells = [
-                fmt(r.get(k))
-                for k in (
-                    "stall_s",
-                    "stall_overlap_s",
-                    "durable_s",
-                    "memory_restore_s",
-                    "disk_restore_s",
-                    "floor_s",
-                )
-            ]
-            note = f"slots={r['slots']}" if "slots" in r else ""
-            table.add_row(peer, *cells, note)
+            cells = _row(r)
+            table.add_row(peer, *cells, _note(r))
             md.append(f"| {gb:g} GB | {peer} | " + " | ".join(cells) + " |")
         console.print(table)
         for line in ratios(peers):
@@ -419,43 +431,29 @@ def report(results: dict[float, dict[str, dict]], loop: dict | None) -> str:
     return "\n".join(md)
 
 
+RATIOS = [  # (what, argosy's figure, peer, the peer's figure)
+    ("argosy overlapped stall / DLRover stall (target <= 0.5)",
+     "stall_overlap_s", "dlrover", "stall_s"),
+    ("argosy stall, nothing to overlap / memcpy floor (target <= 1.2)",
+     "stall_s", "argosy", "floor_s"),
+    ("argosy restore from memory / DLRover (target <= 1.2)",
+     "memory_restore_s", "dlrover", "memory_restore_s"),
+    ("argosy restore from disk / DCP load (target <= 1.2)",
+     "disk_restore_s", "dcp_save", "disk_restore_s"),
+    ("argosy time to durable / DCP save (target <= 1.3)", "durable_s", "dcp_save", "durable_s"),
+    ("argosy time to durable / disk floor (target <= 1.1)",
+     "durable_s", "argosy", "disk_floor_s"),
+    ("argosy persist (snapshot in memory to durable) / disk floor",
+     "persist_s", "argosy", "disk_floor_s"),
+    ("argosy time to durable / DLRover's (target <= 1.0)", "durable_s", "dlrover", "durable_s"),
+]  # fmt: skip
+
+
 def ratios(peers: dict[str, dict]) -> list[str]:
     a, out = peers.get("argosy", {}), []
-
-    def get(peer: str, key: str) -> float | None:
-        v = peers.get(peer, {}).get(key)
-        return v if isinstance(v, float) and v > 0 else None
-
-    pairs = [
-        (
-            "argosy overlapped stall / DLRover stall (target <= 0.5)",
-            "stall_overlap_s",
-            "dlrover",
-            "stall_s",
-        ),
-        (
-            "argosy stall, nothing to overlap / memcpy floor (target <= 1.2)",
-            "stall_s",
-            "argosy",
-            "floor_s",
-        ),
-        (
-            "argosy restore from memory / DLRover (target <= 1.2)",
-            "memory_restore_s",
-            "dlrover",
-            "memory_restore_s",
-        ),
-        (
-            "argosy restore from disk / DCP load (target <= 1.2)",
-            "disk_restore_s",
-            "dcp_save",
-            "disk_restore_s",
-        ),
-        ("argosy time to durable / DCP save (target <= 1.3)", "durable_s", "dcp_save", "durable_s"),
-    ]
-    for label, key, peer, peer_key in pairs:
-        mine, theirs = a.get(key), get(peer, peer_key)
-        if isinstance(mine, float) and theirs:
+    for label, key, peer, peer_key in RATIOS:
+        mine, theirs = a.get(key), peers.get(peer, {}).get(peer_key)
+        if isinstance(mine, float) and isinstance(theirs, float) and theirs > 0:
             out.append(f"{label}: {mine / theirs:.2f}")
         else:
             out.append(f"{label}: n/a ({peer} missing)")
@@ -514,6 +512,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--loop-steps", type=int, default=40)
+    parser.add_argument(
+        "--device", default="cpu", help="where the state lives: cpu, or cuda on a GPU host"
+    )
     parser.add_argument("--markdown", type=Path, default=None, help="Also write a table here.")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gb", type=float, default=1.0, help=argparse.SUPPRESS)
@@ -527,7 +528,8 @@ def main() -> None:
             first_save(args.repeats, tree)
         return
     if args.worker:
-        print("RESULT " + json.dumps(worker(args.worker, args.gb, args.repeats)), flush=True)
+        result = worker(args.worker, args.gb, args.repeats, args.device)
+        print("RESULT " + json.dumps(result), flush=True)
         return
     results: dict[float, dict[str, dict]] = {}
     for gb in [float(s) for s in args.sizes_gb.split(",")]:
@@ -535,7 +537,7 @@ def main() -> None:
         results[gb] = {}
         for peer in args.peers.split(","):
             print(f"[{gb:g} GB] {peer} ...", file=sys.stderr, flush=True)
-            results[gb][peer] = run_peer(peer, gb, repeats)
+            results[gb][peer] = run_peer(peer, gb, repeats, args.device)
     loop = None
     if args.loop_steps:
         print("[loop] ...", file=sys.stderr, flush=True)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from argosy.checkpoint.crc import crc32
 
 if TYPE_CHECKING:  # torch loads only where tensors are written or read (the CLI lists without it)
     import torch
@@ -48,63 +49,6 @@ def data_file(rank: int) -> str:
 
 
 # -- writing one rank's files -----------------------------------------------------------
-
-
-class _ChecksumFile:
-    """A file writer that computes crc32 in a helper thread while the next chunk is written."""
-
-    def __init__(self, path: Path, on_write: Callable[[int], None] | None = None) -> None:
-        self.file = open(path, "wb", buffering=0)  # noqa: SIM115  # closed in close()
-        self.on_write = on_write
-        self.pos = 0
-        self.crc = 0
-        self.pool = ThreadPoolExecutor(1)
-        self.pending: list[Any] = []
-        self.writes: list[tuple[int, int]] = []
-        self.error: OSError | None = None
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.writes.append((self.pos, view.nbytes))
-        stable = view.nbytes >= (1 << 20)  # small buffers may be reused by the caller
-        for start in range(0, view.nbytes, _CHUNK):
-            chunk = view[start : start + _CHUNK] if stable else bytes(view[start : start + _CHUNK])
-            self.pending.append(self.pool.submit(self._crc, chunk))
-            written, total = 0, len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
-            try:
-                while written < total:
-                    written += self.file.write(chunk[written:])
-                if self.on_write is not None:  # progress, and the fence: may raise to abort
-                    self.on_write(self.pos + start + total)
-            except OSError as err:  # torch.save hides it behind its own message; close() raises
-                self.error = self.error or err
-                raise
-        self.pos += view.nbytes
-        return view.nbytes
-
-    def _crc(self, chunk: memoryview | bytes) -> None:
-        self.crc = zlib.crc32(chunk, self.crc)
-
-    def tell(self) -> int:
-        return self.pos
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> int:
-        for fut in self.pending:
-            fut.result()
-        self.pool.shutdown()
-        try:
-            if self.error is not None:
-                raise self.error
-            os.fsync(self.file.fileno())
-        finally:
-            self.file.close()
-        return self.crc
 
 
 @dataclass
@@ -132,22 +76,48 @@ def write_rank(
     meta: SnapshotMeta,
     data: memoryview,
     on_write: Callable[[int], None] | None = None,
+    writers: int | None = None,
 ) -> RankPiece:
     """Write this rank's data file and index into `staging`, fsynced, checksummed.
 
-    `on_write(bytes_so_far)` runs after every chunk written: progress for the watchdog,
-    and the writer's fence (it raises to abandon the write). The caller publishes the
-    returned piece (commit.py's done-marker) once this returns.
+    The file is laid out first (torch.save records that reference the snapshot's bytes,
+    pwrite.py), then written by `writers` parallel threads in large aligned chunks, one
+    fsync. `on_write(bytes_so_far)` runs after every chunk written: progress for the
+    watchdog, and the writer's fence (it raises to abandon the write). The caller
+    publishes the returned piece (commit.py's done-marker) once this returns.
+    """
+    from argosy.checkpoint import pwrite
+
+    name = data_file(meta.rank)
+    out = pwrite.FilePlan()
+    items, raw_offsets, records = _lay_out(out, meta, data, name)
+    crc = pwrite.write_parallel(staging / name, out, writers, on_write=on_write)
+    files = {name: {"bytes": out.pos, "crc32": crc}}
+    piece = RankPiece(meta.rank, items, raw_offsets, files)
+    index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
+    index_name = f"rank{meta.rank}.meta"
+    write_small(staging / index_name, index_bytes)
+    files[index_name] = {"bytes": len(index_bytes), "crc32": crc32(index_bytes)}
+    return piece
+
+
+def _lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple[list, dict, dict]:
+    """Every tensor as a torch.save record (DCP's format) and every object, into `out`.
+
+    The records' zip entries carry no crc32 of their own (torch.load does not check it,
+    and computing it is one more pass over the bytes): the manifest's crc32 covers the
+    whole file.
     """
     import torch
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.utils.serialization import config
 
-    name = data_file(meta.rank)
-    out = _ChecksumFile(staging / name, on_write)
     items: list[tuple[Any, Any]] = []
     raw_offsets: dict[str, int] = {}
     records: dict[str, tuple[int, int]] = {}
+    saved_crc = config.save.compute_crc32
+    config.save.compute_crc32 = False
     try:
         for entry in meta.tensors:
             if out.tell() % 64:  # records start aligned, so raw tensor bytes are aligned too
@@ -162,20 +132,14 @@ def write_rank(
             if meta.rank == 0 or entry.sharded:
                 index = MetadataIndex(entry.fqn, entry.global_offset)
                 items.append((index, _StorageInfo(name, start, out.tell() - start)))
-        for obj in meta.objects:
-            start = out.tell()
-            out.write(obj.payload)
-            if meta.rank == 0:
-                items.append((MetadataIndex(obj.fqn), _StorageInfo(name, start, len(obj.payload))))
     finally:
-        crc = out.close()
-    files = {name: {"bytes": out.pos, "crc32": crc}}
-    piece = RankPiece(meta.rank, items, raw_offsets, files)
-    index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
-    index_name = f"rank{meta.rank}.meta"
-    write_small(staging / index_name, index_bytes)
-    files[index_name] = {"bytes": len(index_bytes), "crc32": zlib.crc32(index_bytes)}
-    return piece
+        config.save.compute_crc32 = saved_crc
+    for obj in meta.objects:
+        start = out.tell()
+        out.write(obj.payload)
+        if meta.rank == 0:
+            items.append((MetadataIndex(obj.fqn), _StorageInfo(name, start, len(obj.payload))))
+    return items, raw_offsets, records
 
 
 def write_small(path: Path, payload: bytes) -> None:
@@ -240,7 +204,7 @@ def file_crc(path: Path) -> int:
     crc = 0
     with open(path, "rb", buffering=0) as f:
         while chunk := f.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
     return crc
 
 
@@ -262,7 +226,7 @@ def read_index(step_dir: Path, rank: int) -> tuple[SnapshotMeta, dict[str, Any]]
     if index_name not in files or data_file(rank) not in files:
         raise TornCheckpointError(f"{step_dir.name}: manifest lists no files of rank {rank}")
     index_bytes = (step_dir / index_name).read_bytes()
-    if zlib.crc32(index_bytes) != files[index_name]["crc32"]:
+    if crc32(index_bytes) != files[index_name]["crc32"]:
         raise TornCheckpointError(f"{step_dir.name}/{index_name}: checksum mismatch")
     return pickle.loads(index_bytes)
 
@@ -287,7 +251,7 @@ def read_into(
     crc = [0]
 
     def update(chunk: Any) -> None:
-        crc[0] = zlib.crc32(chunk, crc[0])
+        crc[0] = crc32(chunk, crc[0])
 
     with ThreadPoolExecutor(1) as pool, open(step_dir / name, "rb", buffering=0) as f:
         pos = 0
@@ -325,7 +289,7 @@ def read_rank(step_dir: Path, rank: int) -> tuple[SnapshotMeta, torch.Tensor, di
         if fname not in files:
             raise TornCheckpointError(f"{step_dir.name}: manifest has no {fname}")
     index_bytes = (step_dir / index_name).read_bytes()
-    if zlib.crc32(index_bytes) != files[index_name]["crc32"]:
+    if crc32(index_bytes) != files[index_name]["crc32"]:
         raise TornCheckpointError(f"{step_dir.name}/{index_name}: checksum mismatch")
     meta, raw_offsets = pickle.loads(index_bytes)
     problem = check_file(step_dir, name, files[name], full=False)
@@ -343,7 +307,7 @@ def _read_with_crc(path: Path, buffer: torch.Tensor) -> int:
     crc = [0]
 
     def update(chunk: memoryview) -> None:
-        crc[0] = zlib.crc32(chunk, crc[0])
+        crc[0] = crc32(chunk, crc[0])
 
     with ThreadPoolExecutor(1) as pool, open(path, "rb", buffering=0) as f:
         pos = 0

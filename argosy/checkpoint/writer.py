@@ -191,6 +191,10 @@ class Writer:
         if reason is None:
             self.durable = max(self.durable, step)
         self.host.send("durable", self.durable)
+        with self.host.cond:
+            self._answer_flush()  # durable now: deleting older steps is no one's wait
+        if reason is None:
+            cm.prune(self.directory, self.spec.keep, self.epoch)
 
     def _persist_as_coordinator(self, step: int, meta: SnapshotMeta, slot: Any) -> str | None:
         """Phase 1 and 2 of `step`; None when committed, else why not."""
@@ -212,7 +216,6 @@ class Writer:
             metas = [meta] + [_rank_meta(staging, r) for r in range(1, meta.world_size)]
             cm.commit(self.directory, step, self.epoch, metas, pieces, self.fence)
             faultpoints.reach("renamed")
-            cm.prune(self.directory, self.spec.keep, self.epoch)
             return None
         except cm.FencedError as err:
             cm.abort(staging, str(err))

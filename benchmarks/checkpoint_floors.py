@@ -1,0 +1,86 @@
+"""Floors of benchmarks/checkpoint.py: what the hardware allows for the same bytes.
+
+- memcpy floor: the state copied into a pre-touched host buffer (the least a snapshot in
+  memory can cost); from device memory, into a pinned buffer.
+- disk floor: the same byte count written sequentially from memory to a fresh file on the
+  checkpoint's file system and fsynced, the best of 1, 2 and 4 writers (each writing a
+  contiguous range with 16 MiB `os.pwrite`s): what `dd bs=16M conv=fsync` does, and the
+  least any durable save of this state can take on this disk.
+
+Both are measured inside each peer's worker process, just before the peer runs, so a
+peer and its floors see the same moment of a shared machine.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+DISK_WRITERS = (1, 2, 4)
+DISK_CHUNK = 16 << 20
+
+
+def memcpy_floor(tensors: list[Any], repeats: int) -> float:
+    """Median seconds to copy `tensors` into one pre-touched host buffer."""
+    import torch
+
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    on_device = any(t.device.type != "cpu" for t in tensors)
+    dst = torch.empty(total, dtype=torch.uint8, pin_memory=on_device)
+    dst.fill_(1)
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        off = 0
+        for t in tensors:
+            n = t.numel() * t.element_size()
+            dst[off : off + n].view(t.dtype).view(t.shape).copy_(t, non_blocking=on_device)
+            off += n
+        if on_device:
+            torch.accelerator.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def write_once(path: Path, buffer: memoryview, writers: int) -> float:
+    size = buffer.nbytes
+    per = -(-size // writers // DISK_CHUNK) * DISK_CHUNK
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        t0 = time.perf_counter()
+
+        def write(start: int) -> None:
+            for at in range(start, min(size, start + per), DISK_CHUNK):
+                os.pwrite(fd, buffer[at : min(size, at + DISK_CHUNK)], at)
+
+        threads = [threading.Thread(target=write, args=(s,)) for s in range(0, size, per)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        os.fsync(fd)
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+
+
+def floor_buffer(size: int) -> memoryview:
+    """`size` bytes of incompressible data to write."""
+    return memoryview(bytearray(os.urandom(1 << 20)) * max(1, -(-size // (1 << 20))))[:size]
+
+
+def disk_floor(size: int, work: Path, repeats: int) -> dict[str, Any]:
+    """Best median over writer counts of write + fsync of `size` bytes into `work`."""
+    view = floor_buffer(size)
+    by_writers: dict[int, list[float]] = {w: [] for w in DISK_WRITERS}
+    for _ in range(max(1, repeats)):  # interleaved, so drift hits every writer count alike
+        for writers in DISK_WRITERS:
+            by_writers[writers].append(write_once(work / "floor.bin", view, writers))
+    medians = {w: statistics.median(ts) for w, ts in by_writers.items()}
+    best = min(medians, key=medians.__getitem__)
+    return {"disk_floor_s": medians[best], "disk_floor_writers": best}

@@ -1,0 +1,98 @@
+"""The parallel file writer: same bytes and crc32 as a sequential write, for any split."""
+
+from __future__ import annotations
+
+import errno
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from argosy.checkpoint import crc, pwrite
+
+pieces_st = st.lists(st.binary(min_size=0, max_size=3000), min_size=0, max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.binary(max_size=5000), b=st.binary(max_size=5000))
+def test_crc32_combine_is_the_crc_of_the_concatenation(a: bytes, b: bytes) -> None:
+    combined = crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b))
+    assert combined == zlib.crc32(a + b)
+    assert crc.crc32(a + b) == zlib.crc32(a + b)  # ISA-L's crc32 is zlib's checksum
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    pieces=pieces_st,
+    big=st.integers(0, 3),
+    writers=st.integers(1, 5),
+    chunk=st.sampled_from([1, 7, 512, 4096, 1 << 16]),
+)
+def test_parallel_write_equals_sequential(
+    tmp_path_factory: pytest.TempPathFactory,
+    pieces: list[bytes],
+    big: int,
+    writers: int,
+    chunk: int,
+) -> None:
+    # large pieces are kept by reference: they must land byte for byte too
+    large = [bytes(range(256)) * (pwrite.BY_REFERENCE_BYTES // 256 + i) for i in range(big)]
+    blobs = pieces + large
+    plan = pwrite.FilePlan()
+    for blob in blobs:
+        plan.write(bytearray(blob))
+    path = tmp_path_factory.mktemp("pw") / "f"
+    seen: list[int] = []
+    crc = pwrite.write_parallel(path, plan, writers, chunk, on_write=seen.append)
+    want = b"".join(blobs)
+    assert path.read_bytes() == want
+    assert crc == zlib.crc32(want)
+    if want:
+        assert max(seen) == len(want)  # progress reaches the whole file, never beyond
+
+
+@given(size=st.integers(0, 10**7), writers=st.integers(1, 8), chunk=st.integers(1, 1 << 22))
+def test_split_covers_the_file_in_whole_chunks(size: int, writers: int, chunk: int) -> None:
+    ranges = pwrite.split(size, writers, chunk)
+    assert len(ranges) <= writers
+    if size:
+        assert ranges[0][0] == 0 and ranges[-1][1] == size
+        for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
+            assert end == start and start % chunk == 0
+
+
+def test_large_pieces_are_referenced_not_copied(tmp_path: Path) -> None:
+    buffer = bytearray(pwrite.BY_REFERENCE_BYTES * 2)
+    plan = pwrite.FilePlan()
+    plan.write(b"head")
+    plan.write(buffer)
+    buffer[:4] = b"late"  # changed after the layout: the write sees the change
+    pwrite.write_parallel(tmp_path / "f", plan, 2, 4096)
+    assert (tmp_path / "f").read_bytes()[4:8] == b"late"
+
+
+def test_an_abort_from_on_write_stops_every_writer(tmp_path: Path) -> None:
+    plan = pwrite.FilePlan()
+    plan.write(bytearray(1 << 20))
+    calls: list[int] = []
+
+    def fence(done: int) -> None:
+        calls.append(done)
+        raise RuntimeError("fenced")
+
+    with pytest.raises(RuntimeError, match="fenced"):
+        pwrite.write_parallel(tmp_path / "f", plan, 4, 4096, on_write=fence)
+    assert len(calls) <= 4  # each writer stops at its first chunk
+
+
+def test_a_disk_error_is_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int, bufs: list, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pwrite.os, "pwritev", full)
+    plan = pwrite.FilePlan()
+    plan.write(bytearray(1 << 18))
+    with pytest.raises(OSError, match="No space left"):
+        pwrite.write_parallel(tmp_path / "f", plan, 2, 4096)
