@@ -216,13 +216,15 @@ class Scheduler:
     def spare_target(self, g: int) -> int:
         """Hot spares group `g` holds: enough to cover the hardware faults expected in it
         within one repair time (mean + 2 standard deviations of a Poisson count), at
-        least one, but at most a tenth of the group's nodes (a group of fewer than ten
-        nodes holds none: one spare would be a large share of it)."""
+        most a tenth of the group's nodes, and at least one in every group of two nodes
+        or more (a one-node group would have nothing left to run on)."""
         group = self.cluster.groups[g]
+        if group.num_nodes < 2:
+            return 0
         cfg = self.config
         mean = group.num_devices * cfg.hardware_fault_rate_per_device_hour * cfg.repair_s / 3600
-        want = max(1, math.ceil(mean + 2 * math.sqrt(mean)))
-        return min(want, group.num_nodes // 10)
+        want = math.ceil(mean + 2 * math.sqrt(mean))
+        return max(1, min(want, group.num_nodes // 10))
 
     @property
     def spares(self) -> list[int]:

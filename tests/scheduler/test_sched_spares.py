@@ -49,7 +49,9 @@ def test_spare_target_follows_fault_rate_and_repair_time():
     mean = 4000 * 1e-4 * 12  # expected hardware faults within one repair time
     assert high.spare_target(0) == int(np.ceil(mean + 2 * np.sqrt(mean)))
     tiny, _ = mixed("h100:64")
-    assert tiny.spare_target(0) == 0  # eight nodes: a spare would be an eighth of them
+    assert tiny.spare_target(0) == 1  # eight nodes still hold one (an eighth of them)
+    single, _ = mixed("h100:8")
+    assert single.spare_target(0) == 0  # one node: nothing would be left to run on
 
 
 def test_failed_gang_member_moves_to_a_spare_of_its_own_group():
