@@ -16,6 +16,7 @@ from argosy.cli import (
     chips,
     ckpt,
     cluster,
+    demo,
     devices,
     health,
     jobs,
@@ -76,6 +77,7 @@ for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cor
 app.add_typer(jobs.token_app, name="token")
 app.command("services")(services.services)
 app.command("service")(services.service)
+app.command("demo")(demo.demo)
 
 
 def main() -> None:

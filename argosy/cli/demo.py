@@ -1,0 +1,282 @@
+"""`argosy demo`: the platform in one command, on this machine.
+
+    argosy demo                   # server on a temp home, a training job with a fault, report
+    argosy demo --keep            # ... then keep the server and console up until Ctrl-C
+
+It starts `argosy server` (SQLite in a temporary ARGOSY_HOME, the local executor, CPU
+slots), prints the console URL and the admin token, submits a small training job
+(`examples/train_gpt.py`, CPU, gloo) and, unless `--no-service`, an inference service;
+then it injects a fault from outside, as a failing machine would: once the job has
+passed `--fault-step`, rank 0 is killed with SIGKILL. The runtime detects it, restarts
+the ranks and resumes from the last checkpoint; the demo shows the steps as they go and
+ends with the job's goodput report (effective training time and where time was lost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from argosy.cli.common import console, err_console
+from argosy.core.errors import ArgosyError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def demo(
+    keep: bool = typer.Option(False, "--keep", help="Keep the server up until Ctrl-C."),
+    port: int = typer.Option(8265, "--port", min=0, max=65535, help="Port (0: a free one)."),
+    steps: int = typer.Option(40, "--steps", min=4, help="Training steps of the job."),
+    fault_step: int = typer.Option(
+        12, "--fault-step", min=0, help="Kill rank 0 after this step (0: no fault)."
+    ),
+    ranks: int = typer.Option(1, "--ranks", min=1, max=8, help="Ranks of the job (CPU slots)."),
+    service: bool = typer.Option(
+        True, "--service/--no-service", help="Also start an inference service."
+    ),
+    home: Path | None = typer.Option(
+        None, "--home", help="State directory (default: a new temp dir)."
+    ),
+    timeout_s: float = typer.Option(900.0, "--timeout-s", min=10, help="Give up after this long."),
+) -> None:
+    """Start a server, run a training job through an injected fault, print its goodput."""
+    if not EXAMPLE.exists():
+        raise ArgosyError(f"argosy demo runs from a source checkout: {EXAMPLE} not found")
+    if fault_step >= steps:
+        raise ArgosyError(f"--fault-step {fault_step} must be below --steps {steps}")
+    home = home or Path(tempfile.mkdtemp(prefix="argosy-demo-"))
+    port = port or _free_port()
+    slots = ranks + (1 if service else 0)
+    with _server(home, port, slots) as url:
+        token = (home / "admin.token").read_text().strip()
+        console.print(f"console:     [bold]{url}/[/]  (log in with the admin token)")
+        console.print(f"admin token: {token}")
+        console.print(f"home:        {home}")
+        client = _Client(url, token)
+        if service:
+            _submit_service(client)
+        job = _submit_job(client, steps, ranks)
+        console.print(f"job:         {url}/jobs/{job['id']}")
+        final = _follow(client, job["id"], home / "runs" / job["id"], steps, fault_step, timeout_s)
+        _report(final)
+        if service:
+            _service_line(client)
+        if keep:
+            console.print(f"\nthe console stays up at {url}/ ; Ctrl-C stops the server")
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(3600)
+    if final["state"] != "succeeded":
+        raise typer.Exit(1)
+
+
+class _Client:
+    """Just enough of the REST API (httpx, bearer token)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.headers = url, {"Authorization": f"Bearer {token}"}
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        r = httpx.request(method, self.url + path, headers=self.headers, timeout=30, **kwargs)
+        if r.status_code >= 400:
+            raise ArgosyError(f"{method} {path}: {r.status_code} {r.text[:300]}")
+        return r.json()
+
+
+@contextlib.contextmanager
+def _server(home: Path, port: int, slots: int) -> Iterator[str]:
+    """`argosy server` as a child process; stopped (SIGTERM, then SIGKILL) on exit."""
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home / "server.log").open("ab")
+    cmd = [sys.executable, "-m", "argosy", "server", "--home", str(home), "--port", str(port)]
+    cmd += ["--slots", str(slots)]
+    env = os.environ | {"ARGOSY_HOME": str(home)}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, home)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, home: Path, timeout_s: float = 120) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    with console.status("starting the server ..."):
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = (home / "server.log").read_text(errors="replace")[-2000:]
+                raise ArgosyError(f"the server exited ({proc.returncode}):\n{tail}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/api/v1/health", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.3)
+    raise ArgosyError(f"the server did not answer at {url} within {timeout_s:.0f} s")
+
+
+def _submit_job(client: _Client, steps: int, ranks: int) -> dict:
+    body = {
+        "name": "demo-gpt",
+        "script": str(EXAMPLE),
+        "args": ["--steps", str(steps), "--ckpt-every", "5", "--step-sleep", "0.2"],
+        "nproc_per_node": ranks,
+        "workdir": str(EXAMPLE.parents[1]),
+    }
+    return client.call("POST", "/api/v1/jobs", json=body)
+
+
+def _submit_service(client: _Client) -> None:
+    body = {"name": "demo-chat", "replicas": 1, "threads": 1}
+    try:
+        client.call("POST", "/api/v1/services", json=body)
+    except ArgosyError as err:
+        err_console.print(f"[yellow]no inference service:[/] {err}")
+
+
+def _follow(
+    client: _Client, job_id: str, run_dir: Path, steps: int, fault_step: int, timeout_s: float
+) -> dict:
+    """Show steps and runtime events until the job ends; inject the fault on the way."""
+    injector = FaultInjector(run_dir, rank=0, after_step=fault_step) if fault_step else None
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} steps"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("pending", total=steps)
+        while True:
+            job = client.call("GET", f"/api/v1/jobs/{job_id}")
+            step, events = read_progress(run_dir / "events.jsonl")
+            for line in (_describe(e) for e in events):
+                if line and line not in seen:
+                    seen.add(line)
+                    bar.console.print(line)
+            bar.update(task, completed=step, description=job["state"])
+            if injector is not None and injector.maybe_fire(step):
+                bar.console.print(f"[red]injected:[/] SIGKILL to rank 0 after step {step}")
+            if job["state"] in TERMINAL:
+                return job
+            if time.monotonic() > deadline:
+                raise ArgosyError(f"job {job_id} still {job['state']} after {timeout_s:.0f} s")
+            time.sleep(0.5)
+
+
+def read_progress(path: Path) -> tuple[int, list[dict]]:
+    """(last step, runtime events other than steps) of a run's event log so far."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return 0, []
+    step, events = 0, []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            e = json.loads(line)
+            if e.get("event") == "step":
+                step = int(e.get("step", step))
+            else:
+                events.append(e)
+    return step, events
+
+
+class FaultInjector:
+    """Kills one rank of a running job once (SIGKILL), after it passed `after_step`: the
+    fault a dying process or machine causes, injected from outside the job."""
+
+    def __init__(self, run_dir: Path, rank: int, after_step: int) -> None:
+        self.run_dir, self.rank, self.after_step = run_dir, rank, after_step
+        self.fired = False
+
+    def maybe_fire(self, step: int) -> bool:
+        if self.fired or step <= self.after_step:
+            return False
+        pid = self._rank_pid()
+        if pid is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            self.fired = True
+        return self.fired
+
+    def _rank_pid(self) -> int | None:
+        _, events = read_progress(self.run_dir / "events.jsonl")
+        spawns = [e for e in events if e.get("event") == "spawn" and e.get("pids")]
+        return int(spawns[-1]["pids"][self.rank]) if spawns else None
+
+
+def _describe(e: dict) -> str:
+    kind = e.get("event")
+    if kind == "fault":
+        return f"[red]fault:[/] {e.get('detail', '')}; {e.get('action', '')}"
+    if kind == "restart":
+        return f"[yellow]restart[/] into attempt {e.get('attempt')}"
+    if kind == "resume" and e.get("step"):
+        return f"[green]resumed[/] attempt {e.get('attempt')} from step {e.get('step')}"
+    return ""
+
+
+def _report(job: dict) -> None:
+    s = job.get("summary") or {}
+    console.print(
+        f"\njob {job['id']} {job['state']}" + (f": {job['reason']}" if job["reason"] else "")
+    )
+    if "effective_training_time" not in s:
+        console.print("no goodput summary (the run wrote none)")
+        return
+    table = Table(title="goodput", show_header=True)
+    table.add_column("")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    wall = s["wall_s"] or 1.0
+    table.add_row("wall", f"{s['wall_s']:.1f}", "100%")
+    table.add_row("productive", f"{s['productive_s']:.1f}", f"{s['productive_s'] / wall:.1%}")
+    for cause, secs in s.get("lost_s", {}).items():
+        table.add_row(f"lost: {cause}", f"{secs:.1f}", f"{secs / wall:.1%}")
+    console.print(table)
+    console.print(
+        f"effective training time {s['effective_training_time']:.1%}; "
+        f"{s.get('restarts', 0)} restart(s), {len(s.get('faults', []))} fault(s), "
+        f"{s.get('checkpoints', 0)} checkpoint(s). {s.get('how', '')}"
+    )
+
+
+def _service_line(client: _Client) -> None:
+    page = client.call("GET", "/api/v1/services")
+    for svc in page.get("items", []):
+        where = ", ".join(svc.get("endpoints", [])) or "no endpoint ready yet"
+        console.print(f"service {svc['name']}: {svc['state']} ({where})")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
