@@ -27,10 +27,25 @@ def test_device_state_round_trips_and_the_fence_protects_it(tmp_path, job):
         ckpt.before_optimizer_step()
         state["w"].add_(1)  # after the fence: must not reach step 1
         step, got = ckpt.load()
-        assert step == 1 and torch.equal(got["w"], want) and got["pos"] == 3
+        assert step == 1 and torch.equal(got["w"].cpu(), want) and got["pos"] == 3
         into = {"w": torch.zeros_like(state["w"]), "b": torch.zeros_like(state["b"]), "pos": 0}
         ckpt.load(into=into)
-        assert into["w"].device == dev and torch.equal(into["w"].cpu(), want)
+        assert same_device(into["w"].device, state["w"].device)
+        assert torch.equal(into["w"].cpu(), want)
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """`cuda` and `cuda:0` name one device when 0 is the current one: compare type and the
+    resolved index, never the device objects (torch.device("cuda") != torch.device("cuda:0"))."""
+    current = torch.cuda.current_device() if a.type == "cuda" else 0
+    return a.type == b.type and (a.index if a.index is not None else current) == (
+        b.index if b.index is not None else current
+    )
+
+
+def test_same_device_resolves_the_current_index() -> None:
+    assert same_device(torch.device("cuda"), torch.device(f"cuda:{torch.cuda.current_device()}"))
+    assert not same_device(torch.device("cuda:0"), torch.device("cpu"))
 
 
 def test_snapshot_throughput_from_device_memory(tmp_path, job):
