@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
-from argosy.executors.base import AttemptExit, Executor, LaunchRequest
+from argosy.executors.base import AttemptExit, Executor, LaunchRequest, NodeInfo
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.decisions import Decision
+from argosy.scheduler.workload import State as WorkloadState
 from argosy.server.config import ServerConfig
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
@@ -168,9 +169,14 @@ class Control:
 
     def _check_nodes(self) -> None:
         """Nodes the executor no longer reports are lost (out of placement); nodes that
-        come back are placeable again. The attempts on a lost node are reported lost by
-        the executor itself."""
-        alive = {n.name for n in self.executor.inventory()}
+        come back are placeable again; nodes seen for the first time join (the scheduler
+        is rebuilt over them). The attempts on a lost node are reported lost by the
+        executor itself."""
+        inventory = self.executor.inventory()
+        joined = [n for n in inventory if n.name not in self.scheduling.index]
+        if joined:
+            self._add_nodes(joined)
+        alive = {n.name for n in inventory}
         for name in self.scheduling.index:
             lost = name not in alive
             if lost != (name in self.lost):
@@ -178,6 +184,36 @@ class Control:
                 self.store.add_event(None, "node_lost" if lost else "node_back", f"node {name}")
                 self._sync_node(name)
                 self.poke()
+
+    def _add_nodes(self, joined: list[NodeInfo]) -> None:
+        """A new scheduler over the old nodes and the joined ones, handed what the old
+        one held: running jobs at their placements, pending jobs in submit order,
+        services with their replicas, nodes out of service."""
+        old = self.scheduling
+        new = Scheduling(
+            [*old.nodes, *joined],
+            self.config.queues_file,
+            self.config.policy,
+            SchedulerConfig(),
+            self.clock,
+        )
+        for row in self.store.jobs_in(["pending", *ACTIVE]):
+            w = old.workloads.get(row["id"])
+            if w is None:
+                continue
+            spec = JobSpec.model_validate(row["spec"])
+            if w.state == WorkloadState.RUNNING:
+                kept = new.adopt(row["id"], spec, w.submit_s, old.placement(row["id"]))
+                assert kept, "a running job fits where it ran on a larger cluster"
+            else:
+                new.submit(row["id"], spec, w.submit_s)
+        self.services.rebuild(new)
+        for name in old.out_of_service:
+            new.set_in_service(name, False)
+        self.scheduling = new
+        for n in joined:
+            self.store.add_event(None, "node_joined", f"node {n.name} ({n.devices} {n.chip})")
+        self.poke()
 
     def job(self, job_id: str) -> Row:
         row = self.store.get_job(job_id)

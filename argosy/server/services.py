@@ -89,22 +89,30 @@ class Services:
         for row in self.store.list_services(
             states=["pending", "starting", "running", "stopping"], limit=10**6
         )[0]:
-            spec = ServiceSpec.model_validate(row["spec"])
-            kept = []
             for rec in row["replicas"]:
                 if rec["state"] in ("starting", "ready") and rec["attempt"] > 0:
                     key = replica_key(row["id"], rec["index"])
-                    ended = self.executor.adopt(key, rec["attempt"], self.run_dir(key))
-                    if ended is None:
-                        kept.append(rec["node"])
-                        continue
-                    rec["state"] = "exited"
-            self.scheduling.adopt_service(row["id"], spec, row["created_at"], kept)
+                    if self.executor.adopt(key, rec["attempt"], self.run_dir(key)) is not None:
+                        rec["state"] = "exited"  # restarts on its node below
+            self.hand_over(row, self.scheduling)
             self.active[row["id"]] = row
             if row["stop_requested"]:
                 self._stop_all(row, row["stop_requested"], row["reason"])
             else:
                 self.placed(row["id"])
+
+    def hand_over(self, row: Row, scheduling: Scheduling) -> None:
+        """Give a (new) scheduler the service with its replicas where they are placed."""
+        spec = ServiceSpec.model_validate(row["spec"])
+        nodes = [r["node"] for r in row["replicas"] if r.get("node")]
+        scheduling.adopt_service(row["id"], spec, row["created_at"], nodes)
+
+    def rebuild(self, scheduling: Scheduling) -> None:
+        """The control loop replaced its scheduler (nodes joined): hand every live
+        service over, then use the new one."""
+        for row in self.active.values():
+            self.hand_over(row, scheduling)
+        self.scheduling = scheduling
 
     # ---- placement -------------------------------------------------------------------
     def placed(self, service_id: str) -> None:

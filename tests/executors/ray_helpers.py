@@ -82,13 +82,22 @@ class RayCluster:
             nid for pid, nid in raylet_node_ids().items() if _descends(pid, self.worker.pid)
         )
 
+    def add_worker(self) -> str:
+        """A node joins the running cluster (`ray start --address`); returns its node id."""
+        before = set(raylet_node_ids().values())
+        self.late = self._start("late-worker", "--address", self.address)
+        self._wait_nodes(len(before) + 1)
+        return next(n for n in raylet_node_ids().values() if n not in before)
+
     def kill_worker(self) -> None:
         """The worker node dies: SIGKILL to its whole process group."""
         os.killpg(self.worker.pid, signal.SIGKILL)
         self.worker.wait()
 
     def stop(self) -> None:
-        for proc in (self.worker, self.head):
+        for proc in (getattr(self, "late", None), self.worker, self.head):
+            if proc is None:
+                continue
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:

@@ -1,6 +1,7 @@
 """The Ray executor on a real two-node Ray cluster (head + worker by `ray start`): a gang
 across both nodes as one placement group, and a worker node lost mid-run: the attempt
-fails, the job resumes on the other node from its checkpoint, the event log says why.
+fails, the job resumes on the other node from its checkpoint, the event log says why;
+a node that joins the cluster later is seen by the running server and placed on.
 
 One cluster for the module (Ray's start-up is the expensive part); the node-loss test
 kills the worker, so it runs last.
@@ -99,3 +100,27 @@ def test_a_lost_worker_node_fails_the_attempt_and_the_job_resumes(
     events = client.get("/api/v1/events", params={"limit": 500}).json()["items"]
     kinds = {(e["kind"], e["job_id"]) for e in events}
     assert ("attempt_lost", job["id"]) in kinds and ("node_lost", None) in kinds
+
+
+def test_a_node_that_joins_later_is_seen_and_placed_on(
+    client: TestClient, cluster: RayCluster
+) -> None:
+    before = {n["name"] for n in client.get("/api/v1/nodes").json()}
+    late = cluster.add_worker()[:8]
+    deadline = time.monotonic() + 60
+    while not any(
+        n.endswith(late) for n in {n["name"] for n in client.get("/api/v1/nodes").json()}
+    ):
+        assert time.monotonic() < deadline, "the joined node never appeared"
+        time.sleep(0.25)
+    nodes = client.get("/api/v1/nodes").json()
+    joined = next(n for n in nodes if n["name"].endswith(late))
+    assert joined["up"] and joined["devices"] == 2 and joined["name"] not in before
+    for name in before:  # the job must land on the new node
+        client.post(f"/api/v1/nodes/{name}/cordon")
+    job = client.post("/api/v1/jobs", json=job_body("late", nproc_per_node=2)).json()
+    done = wait_for(client, job["id"], TERMINAL, timeout_s=90)
+    assert done["state"] == "succeeded", done
+    assert done["placement"]["nodes"] == {joined["name"]: 2}
+    events = client.get("/api/v1/events", params={"limit": 500}).json()["items"]
+    assert any(e["kind"] == "node_joined" and late in e["message"] for e in events)

@@ -173,3 +173,34 @@ def test_a_malformed_service_file_names_line_and_field_and_exits_2(
     err = capsys.readouterr().err
     assert done.value.code == 2 and "Traceback" not in err
     assert f"svc.yaml:{want_line}" in err and want_field in err, err
+
+
+def test_a_node_that_joins_later_is_placed_on_and_running_work_stays(tmp_path: Path) -> None:
+    from argosy.server.config import ServerConfig
+    from argosy.server.control import Control
+    from argosy.server.service_spec import ServiceSpec
+    from argosy.server.spec import JobSpec
+    from argosy.server.store import Store
+
+    config = ServerConfig(home=tmp_path, min_cycle_gap_s=0.0, nodes_interval_s=1e-6)
+    store, fake = Store(config.database_url), FakeExecutor([NodeInfo("n0", "cpu", 3)])
+    ctl = Control(config, store, fake)
+    ctl.recover()
+    sid = ctl.submit_service(ServiceSpec(name="s", replicas=1))["id"]
+    first, _ = ctl.submit(JobSpec(name="a", script="x.py", nproc_per_node=1), None, "")
+    second, _ = ctl.submit(JobSpec(name="b", script="x.py", nproc_per_node=2), None, "")
+    for _ in range(3):
+        ctl.step()
+    assert set(fake.running) == {f"{sid}.r0", first["id"]}  # b waits for devices
+    fake.nodes.append(NodeInfo("n1", "cpu", 2))
+    for _ in range(3):
+        ctl.step()
+    assert fake.running[second["id"]].nodes == {"n1": 2}
+    assert len(fake.started) == 3 and len(set(fake.started)) == 3  # nothing started twice
+    assert sorted(n.name for n in ctl.scheduling.nodes) == ["n0", "n1"]
+    assert ctl.scheduling.used_on("n0") == 2 and ctl.scheduling.used_on("n1") == 2
+    assert store.get_job(second["id"])["state"] == "running"
+    kinds = [e["kind"] for e in store.list_events(limit=500)[0]]
+    assert "node_joined" in kinds
+    ctl.services.close()
+    store.close()

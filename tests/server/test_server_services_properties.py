@@ -5,7 +5,8 @@ restarts, with the invariants checked after every step.
 - every replica process the executor runs belongs to a live service whose stored record
   names that attempt, and no node runs more processes than it has devices;
 - a replica that exits is restarted (same node) until `max_restarts`, then the service
-  fails; a deleted or failed service never comes back and holds no devices.
+  fails; a deleted or failed service never comes back and holds no devices;
+- nodes that join later are placed on, and nothing already running is started again.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ class ServicesMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = tempfile.TemporaryDirectory()
-        self.config = ServerConfig(home=Path(self.tmp.name), min_cycle_gap_s=0.0)
+        home = Path(self.tmp.name)
+        self.config = ServerConfig(home=home, min_cycle_gap_s=0.0, nodes_interval_s=1e-6)
         self.store = Store(self.config.database_url)
-        self.fake = FakeExecutor(NODES)
+        self.fake = FakeExecutor(list(NODES))
         self.ctl = self._control()
         self.services: list[str] = []
         self.final: dict[str, str] = {}
@@ -57,7 +59,7 @@ class ServicesMachine(RuleBasedStateMachine):
         try:
             row = self.ctl.submit_service(spec)
         except ArgosyError:
-            assert replicas > 6  # only more replicas than devices is refused
+            assert replicas > sum(n.devices for n in self.fake.nodes)  # only too many
             return
         self.services.append(row["id"])
 
@@ -79,6 +81,11 @@ class ServicesMachine(RuleBasedStateMachine):
     def step(self) -> None:
         self.ctl.last_cycle_s = 0.0
         self.ctl.step()
+
+    @precondition(lambda self: len(self.fake.nodes) < 4)
+    @rule(devices=st.integers(1, 3))
+    def node_joins(self, devices: int) -> None:
+        self.fake.nodes.append(NodeInfo(f"n{len(self.fake.nodes)}", "cpu", devices))
 
     @rule()
     def server_restarts(self) -> None:
@@ -103,9 +110,11 @@ class ServicesMachine(RuleBasedStateMachine):
         for request in self.fake.running.values():
             for node, k in request.nodes.items():
                 used[node] = used.get(node, 0) + k
-        assert all(used.get(n.name, 0) <= n.devices for n in NODES), used
-        for n in NODES:
-            assert self.ctl.scheduling.used_on(n.name) <= n.devices
+        assert all(used.get(n.name, 0) <= n.devices for n in self.fake.nodes), used
+        for n in self.fake.nodes:
+            if n.name in self.ctl.scheduling.index:
+                assert self.ctl.scheduling.used_on(n.name) <= n.devices
+        assert len(self.fake.started) == len(set(self.fake.started))  # no attempt twice
 
     @invariant()
     def ended_services_stay_ended_and_hold_nothing(self) -> None:
