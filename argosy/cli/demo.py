@@ -59,9 +59,9 @@ def demo(
     if fault_step >= steps:
         raise ArgosyError(f"--fault-step {fault_step} must be below --steps {steps}")
     home = home or Path(tempfile.mkdtemp(prefix="argosy-demo-"))
-    port = port or _free_port()
+    port = port or free_port()
     slots = ranks + (1 if service else 0)
-    with _server(home, port, slots) as url:
+    with server_process(home, port, slots) as url:
         token = (home / "admin.token").read_text().strip()
         console.print(f"console:     [bold]{url}/[/]  (log in with the admin token)")
         console.print(f"admin token: {token}")
@@ -100,7 +100,7 @@ class _Client:
 
 
 @contextlib.contextmanager
-def _server(home: Path, port: int, slots: int) -> Iterator[str]:
+def server_process(home: Path, port: int, slots: int) -> Iterator[str]:
     """`argosy server` as a child process; stopped (SIGTERM, then SIGKILL) on exit."""
     home.mkdir(parents=True, exist_ok=True)
     log = (home / "server.log").open("ab")
@@ -274,7 +274,7 @@ def _service_line(client: _Client) -> None:
         console.print(f"service {svc['name']}: {svc['state']} ({where})")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as s:

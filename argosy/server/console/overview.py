@@ -98,7 +98,8 @@ def five_factors(ctl: Control, chips: list[ChipRow], series: Series) -> list[Fac
         Factor(
             "resource utilization",
             util,
-            f"mean devices held by jobs over the chart's window / {total} devices owned",
+            f"mean devices held by jobs over the chart's window / {total} devices owned "
+            f"(now: {sum(r.allocated for r in chips)} held)",
         ),
     ]
 

@@ -25,7 +25,8 @@ from argosy.server.schemas import ACTIVE
 from argosy.server.views import node_views, service_view
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
-WINDOW_S = 6 * 3600.0
+WINDOWS_H = (1, 6, 24, 168)
+"""Chart windows the overview offers (hours)."""
 BUCKETS = 72
 LOG_CHUNK_BYTES = 64 << 10
 States = ("", "pending", "admitted", "running", "succeeded", "failed", "cancelled")
@@ -33,9 +34,15 @@ Before = Annotated[int | None, Query(ge=0, le=2**62)]
 PageSize = Annotated[int, Query(ge=5, le=200)]
 
 
-def overview_context(ctl: Ctl) -> dict:
+WindowH = Annotated[int, Query(ge=1, le=168)]
+
+
+def overview_context(ctl: Ctl, window_h: int) -> dict:
+    if window_h not in WINDOWS_H:
+        known = ", ".join(map(str, WINDOWS_H))
+        raise ConsoleError(f"window_h {window_h} is not offered; known: {known}", 422)
     chips = chips_by_vendor(ctl)
-    series = allocation_series(ctl.store, time.time(), WINDOW_S, BUCKETS)
+    series = allocation_series(ctl.store, time.time(), window_h * 3600.0, BUCKETS)
     totals = {
         "allocated": sum(r.allocated for r in chips),
         "total": sum(r.total for r in chips),
@@ -45,17 +52,27 @@ def overview_context(ctl: Ctl) -> dict:
     for (_queue, state), n in ctl.store.count_jobs().items():
         counts[state] = counts.get(state, 0) + n
     factors = five_factors(ctl, chips, series)
-    return {"chips": chips, "totals": totals, "chart": chart, "factors": factors, "counts": counts}
+    return {
+        "chips": chips,
+        "totals": totals,
+        "chart": chart,
+        "factors": factors,
+        "counts": counts,
+        "window_h": window_h,
+        "windows_h": WINDOWS_H,
+    }
 
 
 @router.get("/", response_class=HTMLResponse)
-async def overview(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
-    return render(request, "overview.html", who, **overview_context(ctl))
+async def overview(request: Request, who: Viewer, ctl: Ctl, window_h: WindowH = 1) -> HTMLResponse:
+    return render(request, "overview.html", who, **overview_context(ctl, window_h))
 
 
 @router.get("/overview/live", response_class=HTMLResponse)
-async def overview_live(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
-    return render(request, "_overview.html", who, **overview_context(ctl))
+async def overview_live(
+    request: Request, who: Viewer, ctl: Ctl, window_h: WindowH = 1
+) -> HTMLResponse:
+    return render(request, "_overview.html", who, **overview_context(ctl, window_h))
 
 
 @router.get("/queues", response_class=HTMLResponse)

@@ -43,15 +43,16 @@ class Report:
     ratios: dict[str, float]
 
     def chart_data(self) -> dict[str, Any]:
-        """What the report page draws: factors and rates per policy, JCT per class."""
-        factors = {
-            f: [_factor(r, f) for r in self.runs]
-            for f in FACTORS
-            if any(_factor(r, f) for r in self.runs)
-        }
+        """What the report page draws, as ordered lists (JSON objects lose their order in
+        templates): factor values per policy, and median JCT per job class."""
+        factors = []
+        for f in FACTORS:
+            values = [_factor(r, f) for r in self.runs]
+            if any(v is not None for v in values):
+                factors.append({"name": f.replace("_", " "), "values": values})
         classes = sorted({c for r in self.runs for c in (r.get("jct_s") or {})})
-        jct = {c: [_p50(r, c) for r in self.runs] for c in classes}
-        return {"policies": [r["policy"] for r in self.runs], "factors": factors, "jct_p50_s": jct}
+        jct = [{"name": c, "values": [_p50(r, c) for r in self.runs]} for c in classes]
+        return {"policies": [r["policy"] for r in self.runs], "factors": factors, "jct": jct}
 
 
 def parse_report(name: str, data: Any) -> Report:

@@ -8,9 +8,9 @@ function width(el) { return Math.max(320, Math.min(el.parentElement.clientWidth 
 function timeChart(el, d) {
   const total = Number(el.dataset.total || 0);
   const data = [d.t, d.allocated, d.useful];
-  const series = [{}, {label: "allocated devices", stroke: COLORS[0], width: 2},
-                  {label: "useful devices", stroke: COLORS[1], width: 2}];
-  if (total) { data.push(d.t.map(() => total)); series.push({label: "owned", stroke: "#999", dash: [4, 4]}); }
+  const series = [{}, {label: "allocated devices", stroke: COLORS[0], width: 2, points: {show: false}},
+                  {label: "useful devices", stroke: COLORS[1], width: 2, points: {show: false}}];
+  if (total) { data.push(d.t.map(() => total)); series.push({label: "owned", stroke: "#999", dash: [4, 4], points: {show: false}}); }
   return new uPlot({width: width(el), height: 220, series, scales: {y: {range: [0, Math.max(1, total)]}}}, data, el);
 }
 
@@ -23,24 +23,22 @@ function categoryChart(el, labels, rows, names, percent) {
   const x = labels.map((_, i) => i);
   const series = [{}].concat(names.map((n, i) => ({label: n, stroke: COLORS[i % COLORS.length], width: 2,
     points: {size: 8}, value: (u, v) => v == null ? "—" : (percent ? (v * 100).toFixed(1) + "%" : v.toFixed(0))})));
-  const opts = {width: width(el), height: 240, scales: {x: {time: false}},
-    axes: [{values: (u, splits) => splits.map(i => labels[i] || "")},
+  const opts = {width: width(el), height: 240, padding: [12, 60, 0, 60],
+    scales: {x: {time: false, range: [-0.3, labels.length - 0.7]}},
+    axes: [{incrs: [1], values: (u, splits) => splits.map(i => Number.isInteger(i) ? (labels[i] || "") : "")},
            {values: (u, splits) => splits.map(v => percent ? (v * 100).toFixed(0) + "%" : v)}],
     series};
   return new uPlot(opts, [x].concat(rows), el);
 }
 
-function factorChart(el, d) {
-  const labels = Object.keys(d.factors);
-  const rows = d.policies.map((_, p) => labels.map(f => d.factors[f][p]));
-  return categoryChart(el, labels.map(l => l.replaceAll("_", " ")), rows, d.policies, true);
+function categories(el, items, names, percent) {
+  const rows = names.map((_, p) => items.map(it => it.values[p]));
+  return categoryChart(el, items.map(it => it.name), rows, names, percent);
 }
 
-function jctChart(el, d) {
-  const labels = Object.keys(d.jct_p50_s);
-  const rows = d.policies.map((_, p) => labels.map(c => d.jct_p50_s[c][p]));
-  return categoryChart(el, labels, rows, d.policies, false);
-}
+function factorChart(el, d) { return categories(el, d.factors, d.policies, true); }
+
+function jctChart(el, d) { return categories(el, d.jct, d.policies, false); }
 
 const CHARTS = {utilization: timeChart, loss: lossChart, factors: factorChart, jct: jctChart};
 

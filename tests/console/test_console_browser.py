@@ -1,0 +1,159 @@
+"""The console in a real headless Chromium against a real `argosy server` process: log in,
+submit a training job, watch it run through an injected fault and resume, cancel a job,
+cordon a node, upload a simulator report; a screenshot of every page."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from console_helpers import ROOT, login, shot
+
+from argosy.cli.demo import FaultInjector, read_progress
+
+pytestmark = pytest.mark.integration
+TRAIN = ROOT / "examples" / "train_gpt.py"
+STEPS_SCRIPT = ROOT / "tests" / "server" / "scripts" / "steps.py"
+
+
+def job_id_of(pg) -> str:  # noqa: ANN001
+    pg.wait_for_url(re.compile(r".*/jobs/j[0-9a-f]{12}$"))
+    return pg.url.rsplit("/", 1)[-1]
+
+
+def wait_state(pg, state: str, timeout_ms: int = 120_000) -> None:  # noqa: ANN001
+    pg.wait_for_selector(f"#job-state:text-is('{state}')", timeout=timeout_ms)
+
+
+def test_login_sends_to_login_and_refuses_an_unknown_token(browser, server, admin_token):
+    url, _ = server
+    context = browser.new_context()
+    pg = context.new_page()
+    pg.goto(url + "/jobs")
+    assert "/login" in pg.url
+    pg.fill("input[name=token]", "argosy_not-a-token")
+    pg.click("button[type=submit]")
+    assert "unknown token" in pg.inner_text(".flash.error")
+    shot(pg, "login")
+    pg.fill("input[name=token]", admin_token)
+    pg.click("button[type=submit]")
+    pg.wait_for_url(url + "/jobs")
+    cookie = next(c for c in context.cookies() if c["name"] == "argosy_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    context.close()
+
+
+def test_a_submitted_job_runs_through_an_injected_fault_and_resumes(page, server):
+    url, home = server
+    page.goto(url + "/submit")
+    page.fill(
+        "textarea[name=yaml]",
+        f"name: console-gpt\nscript: {TRAIN}\n"
+        "args: [--steps, 24, --ckpt-every, 4, --step-sleep, 0.2]\n",
+    )
+    page.click("#submit-yaml button[type=submit]")
+    job_id = job_id_of(page)
+    page.evaluate("window.stayedOnPage = 42")
+    injector = FaultInjector(home / "runs" / job_id, rank=0, after_step=6)
+    deadline = time.monotonic() + 120
+    while not injector.fired:
+        step, _ = read_progress(home / "runs" / job_id / "events.jsonl")
+        injector.maybe_fire(step)
+        assert time.monotonic() < deadline, "the job never passed step 6"
+        time.sleep(0.2)
+    page.wait_for_selector("#timeline tr.ev.fault:has-text('killed by signal 9')")
+    resumed = page.wait_for_selector("#timeline tr.ev.resume:has-text('attempt 1 resumed')")
+    want_step = int(re.search(r"resumed at step (\d+)", resumed.inner_text()).group(1))
+    assert want_step >= 4  # from a checkpoint, not from scratch
+    wait_state(page, "succeeded")
+    goodput = page.inner_text("#goodput")
+    assert re.search(r"restarts\s+1", goodput), goodput
+    assert page.evaluate("window.stayedOnPage") == 42  # live updates, no reload
+    page.wait_for_function("document.getElementById('log').textContent.includes('step 24')")
+    shot(page, "job")
+
+
+def test_a_running_job_is_cancelled_from_its_page(page, server):
+    url, _ = server
+    page.goto(url + "/submit")
+    page.fill("#submit-fields input[name=name]", "to-cancel")
+    page.fill("#submit-fields input[name=script]", str(STEPS_SCRIPT))
+    page.fill("#submit-fields input[name=args]", "--steps 3000 --step-s 0.2")
+    page.click("#submit-fields button[type=submit]")
+    job_id_of(page)
+    wait_state(page, "running", 60_000)
+    page.once("dialog", lambda d: d.accept())
+    page.click("button:has-text('Cancel job')")
+    wait_state(page, "cancelled", 60_000)
+
+
+def test_jobs_list_links_each_job_by_name_and_filters_by_state(page, server):
+    url, _ = server
+    page.goto(url + "/jobs")
+    link = page.wait_for_selector("#jobs a:text-is('to-cancel')")
+    shot(page, "jobs")
+    page.select_option("select[name=state]", "cancelled")
+    page.wait_for_url(re.compile(r".*state=cancelled.*"))
+    page.wait_for_function("!document.querySelector('#jobs').innerText.includes('console-gpt')")
+    link = page.wait_for_selector("#jobs a:text-is('to-cancel')")
+    link.click()
+    page.wait_for_selector("h1:has-text('to-cancel')")
+
+
+def test_a_node_is_cordoned_and_uncordoned(page, server):
+    url, _ = server
+    page.goto(url + "/nodes")
+    page.click("#nodes button:text-is('Cordon')")
+    page.wait_for_selector("#nodes td:has-text('cordoned')")
+    shot(page, "nodes")
+    page.click("#nodes button:text-is('Uncordon')")
+    page.wait_for_selector("#nodes button:text-is('Cordon')")
+    assert page.query_selector("#nodes td:has-text('cordoned')") is None
+
+
+def test_a_queue_token_sees_an_error_message_when_submitting_elsewhere(
+    browser, server, admin_token
+):
+    url, _ = server
+    auth = {"Authorization": f"Bearer {admin_token}"}
+    body = {"queue": "default", "name": "team"}
+    token = httpx.post(f"{url}/api/v1/tokens", json=body, headers=auth).json()["token"]
+    context = browser.new_context()
+    pg = context.new_page()
+    login(pg, url, token)
+    assert "queue default" in pg.inner_text("nav .who")
+    pg.goto(url + "/submit")
+    pg.fill("textarea[name=yaml]", f"name: x\nqueue: other\nscript: {STEPS_SCRIPT}\n")
+    pg.click("#submit-yaml button[type=submit]")
+    message = pg.wait_for_selector("#flash .flash.error").inner_text()
+    assert "may submit only to queue 'default'" in message
+    assert "Traceback" not in pg.content()
+    pg.goto(url + "/nodes")
+    assert pg.query_selector("#nodes button") is None  # cordons need admin
+    context.close()
+
+
+def test_overview_queues_services_and_a_simulator_report(page, server, sim_report: Path):
+    url, _ = server
+    page.goto(url + "/")
+    page.wait_for_selector("#chips td:has-text('cpu')")
+    page.wait_for_selector(".chart .uplot canvas")
+    assert "effective training time" in page.inner_text("#factors")
+    shot(page, "overview")
+    page.goto(url + "/queues")
+    page.wait_for_selector("#queues td a:text-is('default')")
+    shot(page, "queues")
+    page.goto(url + "/services")
+    page.wait_for_selector("#services")
+    shot(page, "services")
+    page.goto(url + "/sim")
+    page.set_input_files("input[name=report]", str(sim_report))
+    page.click("#upload button[type=submit]")
+    page.wait_for_url(url + "/sim/" + sim_report.name)
+    page.wait_for_selector(".chart .uplot canvas")
+    policies = page.inner_text("#sim-runs")
+    assert all(p in policies for p in ("fifo", "quota", "argosy")), policies
+    shot(page, "sim-report")
