@@ -1,0 +1,132 @@
+"""Rank bodies for the mixed-chip tests: real gloo processes (spawned), results by queue."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from argosy.runtime.mixed.allreduce import HierarchicalAllReduce, HookState, hierarchical_hook
+from argosy.runtime.mixed.gradsync import GradSync
+from argosy.runtime.mixed.weighting import micro_batch_scales, micro_batch_sizes, rank_weights
+
+
+def _init(rank: int, world: int, port: int) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=60),
+    )
+
+
+def hierarchical_vs_flat(rank: int, world: int, port: int, shapes: list, out) -> None:  # noqa: ANN001
+    """For each group shape: integer tensors must sum exactly as a flat all-reduce does,
+    random ones to float tolerance. Puts (rank, shape index, exact, max abs diff)."""
+    _init(rank, world, port)
+    for index, (group_of_rank, numel, chunk_bytes) in enumerate(shapes):
+        ar = HierarchicalAllReduce(group_of_rank, "cpu", chunk_bytes=chunk_bytes)
+        g = torch.Generator().manual_seed(1000 * index + rank)
+        ints = torch.randint(-1000, 1000, (numel,), generator=g).float()
+        reals = torch.randn(numel, generator=g)
+        want_ints, want_reals = ints.clone(), reals.clone()
+        dist.all_reduce(want_ints)
+        dist.all_reduce(want_reals)
+        futures = [ar.all_reduce(ints), ar.all_reduce(reals)]  # two in flight at once
+        for f in futures:
+            f.wait()
+        diff = float((reals - want_reals).abs().max()) if numel else 0.0
+        out.put((rank, index, bool(torch.equal(ints, want_ints)), diff))
+        ar.close()
+    dist.destroy_process_group()
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(7)
+    return nn.Sequential(
+        nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1)
+    )
+
+
+def _data(global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(global_batch, 6, generator=g), torch.randn(global_batch, 1, generator=g)
+
+
+def _reference_grads(global_batch: int) -> list[torch.Tensor]:
+    model = _model()
+    x, y = _data(global_batch)
+    nn.functional.mse_loss(model(x), y).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def weighted_grads(rank: int, world: int, port: int, case: dict, out) -> None:  # noqa: ANN001
+    """One step with uneven samples per rank, through the DDP hook and through GradSync;
+    puts (rank, path, max abs diff to the single-process full-batch gradient)."""
+    _init(rank, world, port)
+    samples, groups, mbs = case["samples"], case["groups"], case["micro_batch"]
+    total = sum(samples)
+    offset = sum(samples[:rank])
+    x, y = _data(total)
+    x, y = x[offset : offset + samples[rank]], y[offset : offset + samples[rank]]
+    want = _reference_grads(total)
+    weight = rank_weights(samples)[rank]
+    ar = HierarchicalAllReduce(groups, "cpu", chunk_bytes=256)
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(_model(), bucket_cap_mb=0.0005)
+    ddp.register_comm_hook(HookState(ar, weight), hierarchical_hook)
+    # DDP may issue collectives in forward: one forward per rank, uneven sizes
+    _accumulate(ddp, x, y, len(x), sync=None)
+    out.put((rank, "ddp", _max_diff(ddp.module, want)))
+
+    model = _model()
+    sync = GradSync(model, ar, weight=weight, bucket_bytes=512)
+    _accumulate(model, x, y, mbs, sync=sync)
+    sync.wait()
+    out.put((rank, "gradsync", _max_diff(model, want)))
+    ar.close()
+    dist.destroy_process_group()
+
+
+def _accumulate(model: nn.Module, x, y, mbs: int, sync: GradSync | None) -> None:  # noqa: ANN001
+    sizes = micro_batch_sizes(len(x), mbs)
+    scales = micro_batch_scales(len(x), mbs)
+    begin = 0
+    for i, (size, scale) in enumerate(zip(sizes, scales, strict=True)):
+        last = i == len(sizes) - 1
+        xs, ys = x[begin : begin + size], y[begin : begin + size]
+        begin += size
+        loss = nn.functional.mse_loss(model(xs), ys) * scale
+        if sync is not None:
+            with sync.armed(last):
+                loss.backward()
+        elif last:
+            loss.backward()
+        else:
+            with model.no_sync():
+                loss.backward()
+
+
+def _max_diff(model: nn.Module, want: list[torch.Tensor]) -> float:
+    return max(
+        float((p.grad - w).abs().max()) for p, w in zip(model.parameters(), want, strict=True)
+    )
+
+
+def random_shapes(seed: int, world: int, count: int) -> list[tuple[list[int], int, int]]:
+    """Random group shapes over `world` ranks (groups not contiguous, leaders anywhere)."""
+    rng = random.Random(seed)
+    shapes = []
+    for _ in range(count):
+        num_groups = rng.randint(1, world)
+        group_of_rank = [rng.randrange(num_groups) for _ in range(world)]
+        numel = rng.choice([0, 1, 7, 300, 1025, 5000])
+        shapes.append((group_of_rank, numel, rng.choice([64, 1024, 4 * 2**20])))
+    return shapes
