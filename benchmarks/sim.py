@@ -6,13 +6,16 @@
     .venv/bin/python benchmarks/sim.py speed --cluster h100:100000 --policies argosy
     .venv/bin/python benchmarks/sim.py cycle --devices 10000 --pending 5000
     .venv/bin/python benchmarks/sim.py calibration --devices 10000 --days 30
+    .venv/bin/python benchmarks/sim.py isolation --cluster h100:10000 --days 30
 
 `quality` runs fifo, quota and argosy side by side on the same trace and seed (30 days,
 the published fault model), prints a table with argosy's ratios to each, and checks the
 issue-11 targets (allocation >= 92%, effective training time >= 99%, SLO >= 99%, product
 >= 1.3x quota and 1.5x fifo with planner plans or 1.1x quota with --plans stock, training
 p99 wait no worse than quota's, < 60 s per policy); `speed` times each policy; `cycle`
-times scheduling cycles with N pending workloads on a full cluster.
+times scheduling cycles with N pending workloads on a full cluster; `isolation` runs
+argosy with node isolation off, by the scheduler's fault count and by the health layer's
+node-record policy (effective training time with and without isolating lemon nodes).
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from argosy.cli.sim import HealthPolicyIsolation
 from argosy.core.clock import FakeClock
 from argosy.hardware.loader import load_cluster
+from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.policies import policies
 from argosy.scheduler.queues import QueuesFile, build_tree
@@ -34,6 +39,7 @@ from argosy.scheduler.workload import Workload
 from argosy.sim.config import SimConfig
 from argosy.sim.engine import Simulation
 from argosy.sim.generate import generate
+from argosy.sim.isolation import NoIsolation
 
 
 def _trace(spec: str, days: float, seed: int):
@@ -44,13 +50,38 @@ def _trace(spec: str, days: float, seed: int):
 
 
 def _run(cluster, gen, policy: str, seed: int, heads: int | None = None,
-         plans: str = "planner") -> dict:  # fmt: skip
+         plans: str = "planner", isolation: str = "health") -> dict:  # fmt: skip
+    """One policy on the trace; `isolation`: health (the health layer's node-record
+    policy, as `argosy sim run`), scheduler (its own fault count) or off."""
     tree = build_tree(QueuesFile.model_validate(gen.queues), cluster)
     chosen = policies.get(policy)
     if heads is not None:  # e.g. quota without Kueue's one admission per queue per cycle
         chosen = replace(chosen, heads_per_queue=heads)
     sim = SimConfig(plans=plans)
-    return Simulation(cluster, tree, gen.records, chosen, seed=seed, sim=sim).run()
+    config = SchedulerConfig()
+    isolate = {"health": lambda: HealthPolicyIsolation(config), "off": NoIsolation,
+               "scheduler": lambda: None}[isolation]()  # fmt: skip
+    return Simulation(cluster, tree, gen.records, chosen, seed=seed, sim=sim, config=config,
+                      isolation=isolate).run()  # fmt: skip
+
+
+def isolation_part(args) -> dict:
+    """argosy on one trace with node isolation off, by the scheduler's own hardware-fault
+    count, and by the health layer's node-record policy: what isolating lemons buys."""
+    cluster, gen, _ = _trace(args.cluster, args.days, args.seed)
+    out = {}
+    print("| isolation | effective training time | allocation | product | faults | "
+          "quarantined nodes | sim CPU s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for how in ("off", "scheduler", "health"):
+        start = time.process_time()
+        r = _run(cluster, gen, "argosy", args.seed, isolation=how)
+        cpu = time.process_time() - start
+        out[how] = r
+        print(f"| {how} | {100 * r['effective_training_time']:.2f}% | "
+              f"{100 * r['allocation_rate']:.1f}% | {r['five_factor']['product']['value']:.4f} | "
+              f"{r['faults']} | {r['quarantined_nodes']} | {cpu:.1f} |", flush=True)  # fmt: skip
+    return out
 
 
 def speed(args) -> dict:
@@ -229,7 +260,7 @@ def calibration(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["speed", "cycle", "quality", "calibration"])
+    parser.add_argument("part", choices=["speed", "cycle", "quality", "calibration", "isolation"])
     parser.add_argument("--devices", type=int, default=10000)
     parser.add_argument("--cluster", default="a100-80g:4000+h100:4000+910b:2000")
     parser.add_argument("--plans", choices=["planner", "stock"], default="planner")
@@ -242,9 +273,9 @@ def main() -> None:
         "--quota-heads", type=int, default=None, help="quota's admissions per queue per cycle"
     )
     args = parser.parse_args()
-    {"speed": speed, "cycle": cycle, "quality": quality, "calibration": calibration}[args.part](
-        args
-    )
+    parts = {"speed": speed, "cycle": cycle, "quality": quality, "calibration": calibration,
+             "isolation": isolation_part}  # fmt: skip
+    parts[args.part](args)
 
 
 if __name__ == "__main__":

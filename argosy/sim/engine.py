@@ -16,6 +16,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from argosy.scheduler.workload import KINDS, Workload
 from argosy.sim.config import SimConfig
 from argosy.sim.faults import FaultModel
 from argosy.sim.idle import IdleBreakdown
+from argosy.sim.isolation import NodeIsolation
 from argosy.sim.ledger import FlopsLedger
 from argosy.sim.metrics import Accounting, report
 from argosy.sim.plans import PlanCosts
@@ -93,10 +95,14 @@ class Simulation:
         config: SchedulerConfig | None = None,
         sim: SimConfig | None = None,
         progress: Callable[[float], None] | None = None,
+        isolation: NodeIsolation | None = None,
     ) -> None:
         self.cfg = sim or SimConfig()
         self.clock = FakeClock()
         config = _believed_faults(config or SchedulerConfig(), self.cfg)
+        self.isolation = isolation if policy.quarantine else None
+        if self.isolation is not None:  # one rule decides: the given one, not the scheduler's
+            policy = replace(policy, quarantine=False)
         self.sched = Scheduler(cluster, tree, policy, config, self.clock)
         self.policy = policy
         self.records = records
@@ -222,9 +228,11 @@ class Simulation:
             self.acc.faults += 1
             for d in recovery.node_failed(self.sched, node, t, hardware=hardware):
                 self.apply(d, t)
+            isolated = self._isolate(node, t, hardware)
             self._check("fault", t)
-            if hardware:
+            if hardware or isolated:
                 if node in self.sched.quarantined:
+                    self.acc.quarantined += 1
                     self.push(t + self.cfg.quarantine_replace_s, REPLACE, node)
                 else:
                     self.push(t + self.cfg.repair_s, REPAIR, node)
@@ -233,6 +241,19 @@ class Simulation:
             return recovery.node_repaired(self.sched, node)
         recovery.release_quarantine(self.sched, node)  # REPLACE: a healthy node
         self.faults.replaced(node)
+        if self.isolation is not None:
+            self.isolation.observe_replaced(node, t)
+        return True
+
+    def _isolate(self, node: int, t: float, hardware: bool) -> bool:
+        """Ask the isolation about the fault; a node it quarantines leaves service now (a
+        node still up is drained as after a hardware fault: its gangs move to spares)."""
+        if self.isolation is None or not self.isolation.observe_fault(node, t, hardware=hardware):
+            return False
+        self.sched.quarantined.add(node)
+        if self.sched.cap.up[node]:
+            for d in recovery.node_failed(self.sched, node, t, hardware=True):
+                self.apply(d, t)
         return True
 
     def _next_fault(self, t: float) -> None:

@@ -43,6 +43,7 @@ class Accounting:
     preemptions: int = 0
     resizes: int = 0
     faults: int = 0
+    quarantined: int = 0
     requeues: int = 0
     rejected: list[str] = field(default_factory=list)
     jct: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
@@ -75,6 +76,7 @@ def report(acc: Accounting, *, policy: str, wall_s: float, extra: dict) -> dict:
         "preemptions": acc.preemptions,
         "resizes": acc.resizes,
         "faults": acc.faults,
+        "quarantined_nodes": acc.quarantined,
         "fault_requeues": acc.requeues,
         "rejected": len(acc.rejected),
         "lost_device_hours": float(acc.lost.sum()) / 3600,

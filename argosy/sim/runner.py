@@ -15,6 +15,7 @@ from argosy.scheduler.policies import policies
 from argosy.scheduler.queues import load_queues
 from argosy.sim.config import SimConfig
 from argosy.sim.engine import Simulation
+from argosy.sim.isolation import NodeIsolation
 from argosy.sim.trace import read_trace
 
 
@@ -29,8 +30,10 @@ def run_policies(
     scheduler: SchedulerConfig | None = None,
     sim: SimConfig | None = None,
     progress: Callable[[str, float], None] | None = None,
+    isolation: Callable[[], NodeIsolation] | None = None,
 ) -> tuple[list[dict], int, list[str]]:
-    """Reports (with `_samples` for plots), the device count, and skipped trace lines."""
+    """Reports (with `_samples` for plots), the device count, and skipped trace lines.
+    `isolation` makes a fresh node isolation for each policy that quarantines."""
     cluster = load_cluster(cluster_spec)
     chosen = [policies.get(name) for name in names]  # unknown names fail before any work
     load_queues(queues_path, cluster)  # validate once, before reading a large trace
@@ -40,7 +43,8 @@ def run_policies(
         tree = load_queues(queues_path, cluster)
         tick = (lambda f, p=policy.name: progress(p, f)) if progress else None
         simulation = Simulation(cluster, tree, trace.records, policy, seed=seed,
-                                config=scheduler, sim=sim, progress=tick)  # fmt: skip
+                                config=scheduler, sim=sim, progress=tick,
+                                isolation=isolation() if isolation else None)  # fmt: skip
         report = simulation.run()
         report["_samples_t"] = simulation.acc.samples_t
         report["_samples"] = [s.tolist() for s in simulation.acc.samples]
