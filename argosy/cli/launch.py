@@ -52,6 +52,12 @@ def launch(
         None, "--emulate-chips", help="CHIP:N,... chips the ranks play (CPU emulation)."
     ),
     tee: bool = typer.Option(False, "--tee", help="Print the ranks' output as [rankN]: ..."),
+    preflight: bool = typer.Option(
+        False, "--preflight", help="Health-check the devices first; leave out or refuse bad ones."
+    ),
+    emulate_slow: list[str] = typer.Option(
+        [], "--emulate-slow", metavar="RANK:FACTOR", help="Preflight emulation: a slow device."
+    ),
 ) -> None:
     """Run a script as fault-tolerant ranks; resume from the latest flash checkpoint."""
     from argosy.runtime.board import default_board_path
@@ -90,16 +96,35 @@ def launch(
         spec.extra_env.update(prepare(plan, emulate_chips, world, run_dir))
     elif emulate_chips:
         raise ArgosyError("--emulate-chips needs --plan: the plan gives ranks their chips")
+    checked, config = _preflight(ctx, preflight, emulate_slow, nproc_per_node, config)
+    if checked is not None:
+        spec.extra_env.update(checked.env)
     stopping = (signal.SIGTERM, signal.SIGHUP)  # stop the ranks, clean up, then exit
     previous = {sig: signal.signal(sig, _interrupt) for sig in stopping}
     try:
-        summary = _run(spec, injections, config, _total_steps(command), quiet, tee)
+        summary = _run(spec, injections, config, _total_steps(command), quiet, tee, checked)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _report(summary, run_dir)
     if summary["status"] != "completed":
         raise typer.Exit(code=130 if summary["status"] == "interrupted" else 1)
+
+
+def _preflight(ctx, enabled, emulate_slow, need, config):  # noqa: ANN001, ANN202
+    """Check the devices (when asked); spares used up by bad devices leave the config."""
+    if not enabled:
+        if emulate_slow:
+            raise ArgosyError("--emulate-slow emulates a slow device for --preflight; add it")
+        return None, config
+    from argosy.health.throttle import parse_slow
+    from argosy.runtime.preflight import run_preflight
+
+    slow = parse_slow(emulate_slow, need + config.spares)
+    with err_console.status(f"preflight: checking {need + config.spares} device(s)"):
+        checked = run_preflight(config_of(ctx).health, need, config.spares, slow)
+    spares_left = max(0, config.spares - checked.excluded)
+    return checked, config.model_copy(update={"spares": spares_left})
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -128,7 +153,7 @@ def _total_steps(command: list[str]) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _run(spec, injections, config, total, quiet, tee):  # noqa: ANN001, ANN202
+def _run(spec, injections, config, total, quiet, tee, checked):  # noqa: ANN001, ANN202
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from argosy.runtime.agent import Agent
@@ -142,7 +167,11 @@ def _run(spec, injections, config, total, quiet, tee):  # noqa: ANN001, ANN202
     def on_rank_line(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    hooks = {"on_event": on_event, "on_rank_line": on_rank_line if tee else None}
+    hooks = {
+        "on_event": on_event,
+        "on_rank_line": on_rank_line if tee else None,
+        "preflight": checked.event if checked is not None else None,
+    }
     if quiet:
         return Agent(spec, injections, config, **hooks).run()
     columns = (

@@ -83,6 +83,7 @@ class Agent:
         on_progress: Progress | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         on_rank_line: Callable[[str], None] | None = None,
+        preflight: dict[str, Any] | None = None,
     ) -> None:
         self.spec = spec
         self.config = config
@@ -97,6 +98,7 @@ class Agent:
         self.on_event = on_event
         self.on_rank_line = on_rank_line
         self._tee: RankTee | None = None
+        self.preflight = preflight
 
     def run(self) -> dict[str, Any]:
         spec = self.spec
@@ -109,35 +111,47 @@ class Agent:
             spec.run_dir / EVENTS_FILE, t0=spec.t0, clock=self.clock, listener=self.on_event
         )
         self.log.emit("start", **self._start_fields())
+        if self.preflight is not None:
+            self.log.emit("preflight", **self.preflight)
         status, cause = "failed", None
-        group: WorkerGroup | None = None
+        self._group: WorkerGroup | None = None
         try:
             self.board = ProgressBoard.create(spec.board_path, spec.world_size)
             write_json_atomic(spec.run_dir / SUMMARY_FILE, {"status": "running"})
-            for attempt in range(self.config.max_restarts + 1):
-                group = self._spawn(attempt)
-                fault = self._watch(group, attempt)
-                self._tee_flush()
-                if fault is None:
-                    status = "completed"
-                    break
-                last = attempt == self.config.max_restarts
-                self._stop(group, fault, attempt, "give_up" if last else "restart")
-                cause = {"kind": fault.kind, "rank": fault.rank, "detail": fault.detail}
-                cause["last_lines"] = {str(r): t for r, t in group.tail().items()}
-                if last:
-                    self.log.emit("give_up", attempt=attempt, restarts=attempt, cause=cause)
-                    break
-                self.log.emit("restart", attempt=attempt + 1, reason=fault.kind)
-            group = None
+            refused = (self.preflight or {}).get("refused")
+            if refused:
+                status, cause = "refused", {"kind": "preflight", "detail": refused}
+            else:
+                status, cause = self._attempts()
         except KeyboardInterrupt:
             status, cause = "interrupted", {"kind": "interrupted", "detail": "launcher stopped"}
         finally:
             with _signals_held():
                 self._tee_flush()
-                self._clean_up(group, status)
+                self._clean_up(self._group, status)
         with _signals_held():
             return self._write_summary(status, cause)
+
+    def _attempts(self) -> tuple[str, dict[str, Any] | None]:
+        """Run attempts until one completes or the restart budget is spent."""
+        cause = None
+        for attempt in range(self.config.max_restarts + 1):
+            group = self._group = self._spawn(attempt)
+            fault = self._watch(group, attempt)
+            self._tee_flush()
+            if fault is None:
+                self._group = None
+                return "completed", None
+            last = attempt == self.config.max_restarts
+            self._stop(group, fault, attempt, "give_up" if last else "restart")
+            self._group = None
+            cause = {"kind": fault.kind, "rank": fault.rank, "detail": fault.detail}
+            cause["last_lines"] = {str(r): t for r, t in group.tail().items()}
+            if last:
+                self.log.emit("give_up", attempt=attempt, restarts=attempt, cause=cause)
+                break
+            self.log.emit("restart", attempt=attempt + 1, reason=fault.kind)
+        return "failed", cause
 
     def _spawn(self, attempt: int) -> WorkerGroup:
         self.board.reset()

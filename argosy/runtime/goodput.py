@@ -19,6 +19,8 @@ dict stored as summary.json. How each figure is computed:
 - effective_training_time = productive_s / wall_s.
 - restarts: `restart` events, i.e. group restarts that happened; the fault that spent the
   budget (action `give_up`) is listed among the faults but is not a restart.
+- preflight: with `launch --preflight`, the node check's verdict, the devices used and
+  those left out (with the checks that failed them), or why the launch was refused.
 - checkpoints: snapshots taken (`checkpoint` events); last_commit: the newest step rank 0
   saw committed on disk (`commit` events), the one a restart is sure to find.
 """
@@ -89,7 +91,17 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
         "last_commit": max((e["step"] for e in events if e["event"] == "commit"), default=None),
         "how": "productive = durations of steps not redone; lost by cause: argosy.runtime.goodput",
+        "preflight": _preflight(events),
     }
+
+
+def _preflight(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The preflight's verdict and device choice (its checks stay in the event log)."""
+    for e in events:
+        if e["event"] == "preflight":
+            keys = ("verdict", "checked", "use", "excluded", "refused", "node_warnings")
+            return {k: e.get(k) for k in keys}
+    return None
 
 
 def _final(

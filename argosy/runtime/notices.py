@@ -53,7 +53,10 @@ def _resume(e: dict[str, Any]) -> str | None:
 def _preflight(e: dict[str, Any]) -> str:
     left = ", ".join(f"device {d['device']} ({d['why']})" for d in e.get("excluded") or [])
     out = f"; left out: {left}" if left else ""
-    return f"preflight: node {e.get('verdict')} in {e.get('elapsed_s', 0):.1f} s{out}"
+    use = f"; using device(s) {', '.join(map(str, e['use']))}" if e.get("use") else ""
+    refused = f"; launch refused: {e['refused']}" if e.get("refused") else ""
+    head = f"preflight: node {e.get('verdict')} in {e.get('elapsed_s', 0):.1f} s"
+    return head + out + use + refused
 
 
 def notice(event: dict[str, Any], max_restarts: int) -> str | None:

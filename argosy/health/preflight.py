@@ -1,0 +1,82 @@
+"""Preflight: which of this node's devices a launch may use, from a node check. Pure.
+
+A device is judged by the checks that name it (`<probe>.rank<k>`, `<probe>_peer.rank<k>`):
+any degraded or failed one leaves it out. A node-wide check (`bus`, vendor signals) that
+failed refuses the whole node; one that is only degraded is recorded and the launch goes
+on (outside load on a shared machine slows the bus of every device alike). The launch
+needs `need` devices; the healthy ones are used in index order; with too few, it is
+refused with a message that names each bad device and the check that failed it.
+
+    decision = choose_devices(report, need=2)
+    decision.use, decision.excluded, decision.refused
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from argosy.health.report import HealthReport
+from argosy.health.verdict import CheckResult, Verdict
+
+_DEVICE_CHECK = re.compile(r"^(?P<probe>\w+?)(?:_peer)?\.rank(?P<rank>\d+)$")
+_BAD = (Verdict.DEGRADED, Verdict.FAILED)
+
+
+@dataclass(frozen=True)
+class PreflightDecision:
+    """The devices to use, those left out (with why), and a refusal message (or None)."""
+
+    use: tuple[int, ...]
+    excluded: tuple[dict[str, Any], ...]
+    refused: str | None
+    node_warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "use": list(self.use),
+            "excluded": list(self.excluded),
+            "refused": self.refused,
+            "node_warnings": list(self.node_warnings),
+        }
+
+
+def _describe(check: CheckResult) -> str:
+    factor = f" x{check.factor:.2f}" if check.factor is not None else ""
+    return f"{check.name} {check.verdict.value}{factor}"
+
+
+def device_problems(checks: tuple[CheckResult, ...]) -> dict[int, list[str]]:
+    """Device index -> the degraded or failed checks that name it."""
+    problems: dict[int, list[str]] = {}
+    for check in checks:
+        match = _DEVICE_CHECK.match(check.name)
+        if match and check.verdict in _BAD:
+            problems.setdefault(int(match["rank"]), []).append(_describe(check))
+    return problems
+
+
+def choose_devices(report: HealthReport, need: int) -> PreflightDecision:
+    """The first `need` healthy devices of the node, or a refusal naming what failed."""
+    if need < 1:
+        raise ValueError(f"need must be at least 1, got {need}")
+    node_checks = [c for c in report.checks if not _DEVICE_CHECK.match(c.name)]
+    node_failed = [_describe(c) for c in node_checks if c.verdict is Verdict.FAILED]
+    warnings = tuple(_describe(c) for c in node_checks if c.verdict is Verdict.DEGRADED)
+    problems = device_problems(report.checks)
+    excluded = tuple(
+        {"device": d, "why": "; ".join(why)} for d, why in sorted(problems.items())
+    )
+    healthy = [d for d in range(report.node.num_ranks) if d not in problems]
+    if node_failed:
+        refused = f"the node failed its health check: {'; '.join(node_failed)}"
+        return PreflightDecision((), excluded, refused, warnings)
+    if len(healthy) < need:
+        bad = "; ".join(f"device {e['device']}: {e['why']}" for e in excluded)
+        refused = (
+            f"{need} healthy device(s) needed, {len(healthy)} of {report.node.num_ranks} "
+            f"passed the health check ({bad}); add spares with --spares or fix the node"
+        )
+        return PreflightDecision((), excluded, refused, warnings)
+    return PreflightDecision(tuple(healthy[:need]), excluded, None, warnings)
