@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from argosy.server.service_spec import ServiceSpec
 from argosy.server.services import Services, is_replica
 from argosy.server.spec import JobSpec
 from argosy.server.store import Row, Store
+from argosy.server.summaries import settle_summary, stamp_attempt
 
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
@@ -292,6 +292,7 @@ class Control:
             event=("admitted", f"attempt {attempt} on {where}"),
         )
         request = self._request(job_id, attempt, spec, placement)
+        stamp_attempt(request.run_dir, attempt)
         try:
             self.executor.start(request)
         except (OSError, ArgosyError) as err:
@@ -331,7 +332,7 @@ class Control:
         self.poke()
         if e.lost:
             self._check_nodes()  # a lost node goes out of placement before the requeue
-        summary = _summary(self.run_dir(e.job_id))
+        summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
         spec = JobSpec.model_validate(row["spec"])
@@ -371,14 +372,6 @@ class Control:
 
 def _lost(row: Row, reason: str) -> AttemptExit:
     return AttemptExit(row["id"], row["attempts"], None, True, reason)
-
-
-def _summary(run_dir: Path) -> dict | None:
-    try:
-        data = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _cause(summary: dict | None) -> str:

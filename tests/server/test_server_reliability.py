@@ -6,6 +6,7 @@ attempt fails and the job resumes from its checkpoint, and the event log says wh
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -85,6 +86,11 @@ def test_killed_launcher_fails_the_attempt_and_the_job_resumes(
     events = client.get(f"/api/v1/jobs/{job['id']}/events").json()["items"]
     lost = [e["message"] for e in events if e["kind"] == "attempt_lost"]
     assert len(lost) == 1 and "SIGKILL" in lost[0] and "checkpoint" in lost[0]
+    assert done["summary"]["status"] == "completed" and done["summary"]["attempt"] == 2
+    kept = home / "runs" / job["id"] / "server"
+    first_summary = json.loads((kept / "attempt1" / "summary.json").read_text())
+    assert first_summary["status"] == "missing" and "SIGKILL" in first_summary["detail"]
+    assert json.loads((kept / "attempt2" / "summary.json").read_text()) == done["summary"]
 
 
 def test_attempts_lost_beyond_max_restarts_fail_the_job(client: TestClient, home: Path) -> None:
@@ -96,3 +102,4 @@ def test_attempts_lost_beyond_max_restarts_fail_the_job(client: TestClient, home
     os.kill(int(pid_file.read_text()), signal.SIGKILL)
     done = wait_for(client, job["id"], TERMINAL)
     assert done["state"] == "failed" and "max_restarts=0" in done["reason"]
+    assert done["summary"]["status"] == "missing" and done["summary"]["attempt"] == 1

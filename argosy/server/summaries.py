@@ -1,0 +1,60 @@
+"""Per-attempt summaries: which `summary.json` belongs to which attempt of a job.
+
+`argosy launch` writes `<run dir>/summary.json` (a `{"status": "running"}` placeholder at
+start, the goodput summary at the end). A launcher killed by a signal never writes the
+final one, and one killed before it started leaves the previous attempt's file in place.
+So the server stamps each attempt when it starts it (`server/attempt<N>/started`) and,
+when the attempt ends, takes `summary.json` only if it was written after that stamp and
+is final; otherwise the attempt's summary is marked missing with the reason. Either way
+it is kept as `server/attempt<N>/summary.json`, one per attempt.
+
+    stamp_attempt(run_dir, 2)
+    summary = settle_summary(run_dir, 2, "the launcher was killed by SIGKILL (exit 137)")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from argosy.executors.local import attempt_dir
+
+STAMP = "started"
+
+
+def stamp_attempt(run_dir: Path, attempt: int) -> None:
+    """Mark the moment attempt `attempt` starts (before its launcher runs)."""
+    where = attempt_dir(run_dir, attempt)
+    where.mkdir(parents=True, exist_ok=True)
+    (where / STAMP).write_text("")
+
+
+def settle_summary(run_dir: Path, attempt: int, reason: str) -> dict[str, Any]:
+    """The summary of attempt `attempt`, kept in its attempt directory."""
+    where = attempt_dir(run_dir, attempt)
+    summary = _final_summary_since(run_dir / "summary.json", where / STAMP)
+    if summary is None:
+        summary = {
+            "status": "missing",
+            "detail": f"attempt {attempt} wrote no final summary.json: {reason}",
+        }
+    summary = {**summary, "attempt": attempt}
+    where.mkdir(parents=True, exist_ok=True)
+    tmp = where / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary))
+    os.replace(tmp, where / "summary.json")  # never half-written
+    return summary
+
+
+def _final_summary_since(path: Path, stamp: Path) -> dict[str, Any] | None:
+    try:
+        if stamp.exists() and path.stat().st_mtime_ns < stamp.stat().st_mtime_ns:
+            return None  # an earlier attempt's
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("status") == "running":
+        return None  # the launcher died before writing its final summary
+    return data

@@ -1,0 +1,53 @@
+"""Per-attempt summaries: a job never shows an earlier attempt's summary.json, nor the
+"running" placeholder of a launcher that was killed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from argosy.server.summaries import settle_summary, stamp_attempt
+
+FINAL = {"status": "completed", "wall_s": 3.0, "effective_training_time": 0.9}
+
+
+def write_summary(run_dir: Path, data: dict, mtime_ns: int | None = None) -> None:
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps(data))
+    if mtime_ns is not None:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+@pytest.mark.parametrize(
+    ("written", "want_status"),
+    [
+        ("before-the-stamp", "missing"),  # killed before `argosy launch` archived it
+        ("placeholder", "missing"),  # killed mid-run: {"status": "running"}
+        ("none", "missing"),
+        ("after-the-stamp", "completed"),
+    ],
+)
+def test_only_a_final_summary_written_during_the_attempt_counts(
+    tmp_path: Path, written: str, want_status: str
+) -> None:
+    if written == "before-the-stamp":
+        write_summary(tmp_path, FINAL)
+    stamp_attempt(tmp_path, 2)
+    stamp_ns = (tmp_path / "server" / "attempt2" / "started").stat().st_mtime_ns
+    if written == "before-the-stamp":
+        os.utime(tmp_path / "summary.json", ns=(stamp_ns - 10**9, stamp_ns - 10**9))
+    elif written == "placeholder":
+        write_summary(tmp_path, {"status": "running"}, stamp_ns + 10**6)
+    elif written == "after-the-stamp":
+        write_summary(tmp_path, FINAL, stamp_ns + 10**6)
+    got = settle_summary(tmp_path, 2, "the launcher was killed by SIGKILL (exit 137)")
+    assert got["status"] == want_status and got["attempt"] == 2
+    if want_status == "missing":
+        assert "attempt 2" in got["detail"] and "SIGKILL" in got["detail"]
+    else:
+        assert got == FINAL | {"attempt": 2}
+    kept = json.loads((tmp_path / "server" / "attempt2" / "summary.json").read_text())
+    assert kept == got
