@@ -91,9 +91,10 @@ def run_hf(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float,
     return elapsed, [t for t in tokens if t not in engine.eos_ids]
 
 
-def measure(engine, prompts: dict[str, str], repeats: int, max_tokens: int) -> list[dict]:
+def measure(
+    engine, prompts: dict[str, str], repeats: int, max_tokens: int, methods: list[str]
+) -> list[dict]:
     """One row per (prompt, repeat, method)."""
-    methods = [*ARGOSY, *HF]
     rows = []
     for rep in range(repeats):
         for name, text in prompts.items():
@@ -161,7 +162,7 @@ def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
         "| target passes / token | rejected draft tokens |"
     )
     print("|---|---|---|---|---|---|")
-    for method in [*ARGOSY, *HF]:
+    for method in [m for m in (*ARGOSY, *HF) if m in table]:
         row = table[method]
         passes = "-" if row["passes_per_token"] is None else f"{row['passes_per_token']:.2f}"
         rejected = "-" if row["rejected"] is None else str(row["rejected"])
@@ -214,6 +215,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="write the raw rows here")
     parser.add_argument("--only-sleep", action="store_true", help="only the sleep/wake part")
+    parser.add_argument("--suites", default="copy-heavy,open-ended", help="comma-separated")
+    parser.add_argument("--methods", default=",".join((*ARGOSY, *HF)), help="comma-separated")
+    parser.add_argument("--no-sleep", action="store_true", help="skip the sleep/wake part")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     engine = ENGINES.get("transformers")(EngineConfig(speculative="off", num_threads=args.threads))
@@ -223,12 +227,16 @@ def main() -> None:
     if args.only_sleep:
         sleep_wake(engine, args.repeats)
         return
-    for title, prompts in (("copy-heavy", COPY_HEAVY), ("open-ended", OPEN_ENDED)):
+    methods = args.methods.split(",")
+    suites = {"copy-heavy": COPY_HEAVY, "open-ended": OPEN_ENDED}
+    for title in args.suites.split(","):
+        prompts = suites[title]
         print(f"{title}:", flush=True)
-        rows = measure(engine, prompts, args.repeats, args.max_tokens)
+        rows = measure(engine, prompts, args.repeats, args.max_tokens, methods)
         results[title] = rows
         print_table(f"{title} (batch 1, {args.max_tokens} tokens max, greedy)", summarize(rows))
-    sleep_wake(engine, args.repeats)
+    if not args.no_sleep:
+        sleep_wake(engine, args.repeats)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from argosy.serving.speculative.base import ObservesSteps, Proposer, StepRecord
+from argosy.serving.speculative.costs import StepCosts
 from argosy.serving.types import SamplingParams, SpecCounters
 
 Forward = Callable[[Sequence[int], Any, int], torch.Tensor]
@@ -39,12 +40,14 @@ class Decoder:
         params: SamplingParams,
         eos_ids: frozenset[int],
         proposer: Proposer | None = None,
+        costs: StepCosts | None = None,
     ) -> None:
         self.forward, self.crop, self.cache = forward, crop, cache
         self.tokens = list(prompt_ids)
         self.params = params
         self.eos_ids = eos_ids
         self.proposer = proposer
+        self.costs = costs if costs is not None else StepCosts()
         self.counters = SpecCounters()
         self.num_generated = 0
         self.stopped = False
@@ -105,8 +108,10 @@ class Decoder:
             self.counters.accepted += accepted
         else:
             self.counters.plain_steps += 1
+        self.costs.observe(drafted, elapsed_s)
         if isinstance(self.proposer, ObservesSteps):
-            self.proposer.observe(StepRecord(drafted, accepted, elapsed_s))
+            cost = self.costs.draft_token_cost
+            self.proposer.observe(StepRecord(drafted, accepted, elapsed_s, cost))
 
     def _emit(self, new: list[int]) -> tuple[list[int], str | None]:
         room = self.params.max_tokens - self.num_generated

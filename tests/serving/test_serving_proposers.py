@@ -1,10 +1,12 @@
 """Proposers: n-gram lookup drafts what followed the suffix; `auto` backs off when it loses."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from argosy.core.errors import UnknownNameError
 from argosy.serving.speculative import PROPOSERS, StepRecord
-from argosy.serving.speculative.adaptive import AdaptiveProposer
+from argosy.serving.speculative.adaptive import AdaptiveProposer, expected_tokens
 from argosy.serving.speculative.ngram import NgramProposer
 
 
@@ -46,23 +48,47 @@ def _feed(proposer, plain_s, verify_s, accept_all, steps):
 
 def test_auto_keeps_drafting_while_it_wins():
     proposer = AdaptiveProposer(max_draft_tokens=8)
-    proposer.observe(StepRecord(0, 0, 0.1))  # one plain step measured
-    assert _feed(proposer, 0.1, 0.15, accept_all=True, steps=40) >= 38
+    assert _feed(proposer, 0.1, 0.15, accept_all=True, steps=40) == 40
     assert proposer.draft_len == 8
 
 
-def test_auto_backs_off_when_drafts_are_rejected():
+def test_auto_backs_off_after_one_rejected_probe_and_probes_rarely():
     proposer = AdaptiveProposer(max_draft_tokens=8)
-    proposer.observe(StepRecord(0, 0, 0.1))
-    drafted = _feed(proposer, 0.1, 0.15, accept_all=False, steps=100)
-    assert drafted < 20  # backed off, probing with growing intervals
-    assert proposer.draft_len == 1
+    drafted = _feed(proposer, 0.1, 0.15, accept_all=False, steps=200)
+    assert drafted <= 6  # the first probe, then probes after 8, 16, 32, 64, 128 plain steps
+    assert not proposer.wins()
 
 
-def test_auto_probes_a_plain_step_when_it_has_none():
-    proposer = AdaptiveProposer(max_draft_tokens=8, probe_interval=5)
-    seen = [bool(proposer.propose(COPY, 8)) for _ in range(1)]
-    for _ in range(6):
-        proposer.observe(StepRecord(4, 4, 0.1))
-    seen.append(bool(proposer.propose(COPY, 8)))
-    assert seen == [True, False]
+@pytest.mark.parametrize(
+    ("accepted_of_4", "draft_token_cost", "want_on"),
+    [(0, 0.05, False), (4, 0.05, True), (1, 0.05, True), (4, 1.5, False), (1, 0.5, False)],
+    ids=["rejected", "accepted-cheap", "some-cheap", "accepted-too-costly", "some-costly"],
+)
+def test_auto_drafts_only_when_the_cost_model_says_it_pays(
+    accepted_of_4, draft_token_cost, want_on
+):
+    proposer = AdaptiveProposer(max_draft_tokens=8)
+    for _ in range(5):
+        proposer.observe(StepRecord(4, accepted_of_4, 0.1, draft_token_cost))
+    assert (proposer.draft_len > 0) == want_on
+
+
+@given(
+    acceptance=st.floats(0.0, 1.0),
+    cost=st.floats(0.0, 2.0),
+    max_draft=st.integers(1, 16),
+)
+def test_auto_picks_the_draft_length_with_the_best_expected_gain(acceptance, cost, max_draft):
+    proposer = AdaptiveProposer(max_draft_tokens=max_draft)
+    proposer.probing = False
+    proposer.draft_token_cost = cost
+    proposer.accepted_weight, proposer.rejected_weight = acceptance, 1.0 - acceptance
+    if acceptance in (0.0, 1.0):
+        proposer.accepted_weight, proposer.rejected_weight = acceptance + 1e-9, 1.0 - acceptance
+    k = proposer.draft_len
+    rate = proposer.acceptance
+    gains = [expected_tokens(rate, j) / (1 + cost * j) for j in range(1, max_draft + 1)]
+    if k == 0:
+        assert max(gains) <= proposer.min_gain
+    else:
+        assert gains[k - 1] == max(gains) and gains[k - 1] > proposer.min_gain

@@ -1,12 +1,15 @@
-"""Adaptive speculation (`auto`): n-gram drafts, kept only while they pay, per request.
+"""Adaptive speculation (`auto`): n-gram drafts, sized by a cost model, off when they lose.
 
-It measures, for this request, the seconds of a plain decode step and of a verify pass and
-the tokens a verify pass yields, as moving averages. Speculation pays when
-`tokens_per_verify / verify_s > 1 / plain_s`. When it loses, drafting stops for a back-off
-that doubles on each further loss (up to `max_backoff_steps`), then is probed again. The
-draft length starts at 2 and follows acceptance: a fully accepted draft doubles it, a draft
-less than half accepted halves it. With no recent plain step to compare against, one plain
-step is taken every `probe_interval` steps so the comparison stays current.
+Per request it estimates the per-token acceptance `a` of the drafts (a decayed geometric
+estimate: accepted tokens over accepted tokens plus rejections, from a weak prior of 0.5).
+With draft length k a verify pass yields `E(k) = (1 - a^(k+1)) / (1 - a)` tokens and costs
+`1 + c*k` plain steps, where `c` is the relative cost of a draft token that the engine
+measures across requests (`StepCosts`, passed in each `StepRecord`). It drafts the k that
+maximizes `E(k) / (1 + c*k)` and stops drafting when even the best k gains less than
+`min_gain` (5%). A stop lasts a back-off of plain steps that doubles on each further loss
+(8 to 128 steps); after it one short draft probes again. One rejected probe on open-ended
+text is therefore enough to turn speculation off; on copy-heavy text acceptance stays high
+and the draft grows to `max_draft_tokens`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from argosy.serving.speculative.base import StepRecord
+from argosy.serving.speculative.costs import DEFAULT_DRAFT_TOKEN_COST
 from argosy.serving.speculative.ngram import NgramProposer
 
-_EMA = 0.3
+_DECAY = 0.8
+"""Weight kept by older verify passes at each new one (recent text matters most)."""
 
 
 class AdaptiveProposer:
@@ -25,64 +30,80 @@ class AdaptiveProposer:
     def __init__(
         self,
         max_draft_tokens: int = 8,
-        min_samples: int = 2,
-        max_backoff_steps: int = 64,
-        probe_interval: int = 32,
+        min_gain: float = 1.05,
+        min_backoff_steps: int = 8,
+        max_backoff_steps: int = 128,
+        probe_tokens: int = 2,
     ) -> None:
         self.inner = NgramProposer(max_draft_tokens=max_draft_tokens)
         self.max_draft_tokens = max_draft_tokens
-        self.min_samples = min_samples
+        self.min_gain = min_gain
+        self.min_backoff_steps = min_backoff_steps
         self.max_backoff_steps = max_backoff_steps
-        self.probe_interval = probe_interval
-        self.draft_len = min(2, max_draft_tokens)  # cheap first probes; doubles on success
-        self.plain_s: float | None = None
-        self.verify_s: float | None = None
-        self.tokens_per_verify: float | None = None
-        self.verify_samples = 0
+        self.probe_tokens = probe_tokens
+        self.accepted_weight = 1.0  # prior: one accepted token ...
+        self.rejected_weight = 1.0  # ... and one rejection: acceptance 0.5
+        self.draft_token_cost = DEFAULT_DRAFT_TOKEN_COST
         self.off_steps = 0
-        self.backoff = 4
-        self.since_plain = 0
+        self.backoff = min_backoff_steps
+        self.probing = True
+
+    @property
+    def acceptance(self) -> float:
+        """Estimated chance that the next draft token is accepted, given the ones before."""
+        return self.accepted_weight / (self.accepted_weight + self.rejected_weight)
+
+    @property
+    def draft_len(self) -> int:
+        """The draft length with the best expected gain (0: speculation does not pay)."""
+        if self.probing:
+            return min(self.probe_tokens, self.max_draft_tokens)
+        best_k, best_gain = 0, self.min_gain
+        for k in range(1, self.max_draft_tokens + 1):
+            gain = expected_tokens(self.acceptance, k) / (1.0 + self.draft_token_cost * k)
+            if gain > best_gain:
+                best_k, best_gain = k, gain
+        return best_k
 
     def propose(self, context: Sequence[int], max_tokens: int) -> list[int]:
-        """Draft, unless speculation is backed off or a plain probe step is due."""
+        """Draft, unless speculation is backed off or does not pay."""
         if self.off_steps > 0:
             self.off_steps -= 1
+            self.probing = self.off_steps == 0
             return []
-        if self.since_plain >= self.probe_interval:
+        length = self.draft_len
+        if length == 0:
+            self._back_off()
             return []
-        return self.inner.propose(context, min(max_tokens, self.draft_len))
+        return self.inner.propose(context, min(max_tokens, length))
 
     def observe(self, step: StepRecord) -> None:
-        """Update costs and acceptance; switch speculation off when it loses."""
+        """Update acceptance and costs after a step."""
+        if step.draft_token_cost is not None:
+            self.draft_token_cost = step.draft_token_cost
         if step.num_drafted == 0:
-            self.plain_s = _ema(self.plain_s, step.elapsed_s)
-            self.since_plain = 0
             return
-        self.since_plain += 1
-        self.verify_s = _ema(self.verify_s, step.elapsed_s)
-        self.tokens_per_verify = _ema(self.tokens_per_verify, step.num_accepted + 1.0)
-        self.verify_samples += 1
-        self._adapt_length(step)
-        if self.wins() is False:
-            self.off_steps = self.backoff
-            self.backoff = min(self.backoff * 2, self.max_backoff_steps)
-            self.verify_samples = 0
-        elif self.wins():
-            self.backoff = 4
+        self.probing = False
+        rejected = 1.0 if step.num_accepted < step.num_drafted else 0.0
+        self.accepted_weight = _DECAY * self.accepted_weight + step.num_accepted
+        self.rejected_weight = _DECAY * self.rejected_weight + rejected
+        if self.draft_len == 0:
+            self._back_off()
+        else:
+            self.backoff = self.min_backoff_steps
 
-    def wins(self) -> bool | None:
-        """Whether speculation beats plain decoding so far (None: not enough evidence)."""
-        if self.verify_samples < self.min_samples or self.plain_s is None:
-            return None
-        assert self.verify_s is not None and self.tokens_per_verify is not None
-        return self.tokens_per_verify / self.verify_s > 1.0 / self.plain_s
+    def wins(self) -> bool:
+        """Whether speculation is expected to beat plain decoding now."""
+        return not self.probing and self.off_steps == 0 and self.draft_len > 0
 
-    def _adapt_length(self, step: StepRecord) -> None:
-        if step.num_accepted == step.num_drafted:
-            self.draft_len = min(self.max_draft_tokens, self.draft_len * 2)
-        elif 2 * step.num_accepted < step.num_drafted:
-            self.draft_len = max(1, self.draft_len // 2)
+    def _back_off(self) -> None:
+        self.off_steps = self.backoff
+        self.backoff = min(self.backoff * 2, self.max_backoff_steps)
+        self.probing = False
 
 
-def _ema(old: float | None, new: float) -> float:
-    return new if old is None else (1 - _EMA) * old + _EMA * new
+def expected_tokens(acceptance: float, draft_len: int) -> float:
+    """Tokens one verify pass yields: accepted draft prefix plus the target's own token."""
+    if acceptance >= 1.0:
+        return draft_len + 1.0
+    return (1.0 - acceptance ** (draft_len + 1)) / (1.0 - acceptance)

@@ -19,6 +19,8 @@ class StepRecord:
     num_drafted: int
     num_accepted: int
     elapsed_s: float
+    draft_token_cost: float | None = None
+    """The engine's measured cost of one draft token, relative to a plain step."""
 
 
 @runtime_checkable
