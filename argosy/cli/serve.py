@@ -5,7 +5,10 @@ argosy serve --model smollm2-135m --port 8001 --speculative ngram
 curl -s localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
   -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}]}'
 
-torch, transformers, FastAPI and uvicorn are imported only when the server starts.
+The engine runs in a worker process (`argosy.serving.worker`): the HTTP process never
+imports torch, and `POST /admin/sleep` (enabled by `--admin-token` or
+`$ARGOSY_ADMIN_TOKEN`) can stop the worker to give back nearly all memory.
+FastAPI and uvicorn are imported only when the server starts.
 """
 
 from __future__ import annotations
@@ -22,25 +25,34 @@ def serve(
     engine: str = typer.Option("transformers", "--engine", help="Serving engine."),
     speculative: str = typer.Option("auto", "--speculative", help="off, ngram or auto."),
     threads: int = typer.Option(0, "--threads", min=0, help="torch threads; 0: default."),
+    admin_token: str = typer.Option(
+        "", "--admin-token", envvar="ARGOSY_ADMIN_TOKEN", help="Enables /admin/sleep, /wake."
+    ),
 ) -> None:
     """Serve a model: /v1/models, /v1/completions, /v1/chat/completions, /metrics."""
-    from argosy.serving import ENGINES, PROPOSERS, EngineConfig
+    from argosy.serving import ENGINES, EngineConfig
+    from argosy.serving.speculative import check_name
 
     ENGINES.canonical(engine)  # unknown names exit 2 listing the known ones
-    if speculative != "off":
-        PROPOSERS.canonical(speculative)
+    check_name(speculative)
     try:
         import uvicorn
 
         from argosy.serving.api import build_app
     except ImportError as err:
         raise ArgosyError(f"argosy serve needs the 'server' and 'serve' extras: {err}") from err
+    from argosy.serving.worker import WorkerEngine
+
     config = EngineConfig(model=model, engine=engine, speculative=speculative, num_threads=threads)
+    instance = WorkerEngine(config)
+    typer.echo(f"loading {model} ({engine}, speculative {speculative})", err=True)
     try:
-        instance = ENGINES.get(engine)(config)
+        instance.load()
     except ImportError as err:
         raise ArgosyError(f"engine '{engine}' needs the 'serve' extra: {err}") from err
-    typer.echo(f"loading {model} ({engine}, speculative {speculative})", err=True)
-    instance.load()
     typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {model})", err=True)
-    uvicorn.run(build_app(instance, served_name=model), host=host, port=port, log_level="warning")
+    app = build_app(instance, served_name=model, admin_token=admin_token or None)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        instance.close()

@@ -3,8 +3,10 @@
 
 Errors use OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, with `param`
 naming the offending field: 400 for invalid fields, malformed JSON and oversized prompts,
-404 for an unknown model. Each request decodes in a worker thread; when a streaming client
-disconnects, its generator is closed and the engine goes on serving the others.
+404 for an unknown model, 503 while the engine sleeps. `/admin/*` (see `admin.py`) lets a
+control plane put the engine to sleep and wake it. Each request decodes in a worker
+thread; when a streaming client disconnects, its generator is closed and the engine goes
+on serving the others.
 
     app = build_app(engine, served_name="smollm2-135m")
     uvicorn.run(app, port=8000)
@@ -24,6 +26,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from argosy.core.errors import UnknownNameError
+from argosy.serving.admin import AdminDeniedError, install_admin_routes
+from argosy.serving.errors import EngineAsleepError, EngineFailedError
 from argosy.serving.metrics import render_metrics
 from argosy.serving.schema import ChatBody, CompletionBody
 from argosy.serving.stops import StopMatcher
@@ -38,10 +42,11 @@ class ApiError(Exception):
         self.status, self.message, self.param = status, message, param
 
 
-def build_app(engine: Any, served_name: str) -> FastAPI:
-    """An app serving `engine` under the model name `served_name`."""
+def build_app(engine: Any, served_name: str, admin_token: str | None = None) -> FastAPI:
+    """An app serving `engine` under `served_name`; `admin_token` enables `/admin/*`."""
     app = FastAPI(title="argosy serve", docs_url=None, redoc_url=None)
     _install_error_handlers(app)
+    install_admin_routes(app, engine, admin_token)
     created = int(time.time())
 
     @app.get("/health")
@@ -99,12 +104,13 @@ async def _respond(
     return shape.full(text, finish, usage)
 
 
-def _check_speculative(name: str) -> None:
-    from argosy.serving.speculative import PROPOSERS
+def _check_speculative(spec: str) -> None:
+    from argosy.serving.speculative import PROPOSERS, split_spec
 
+    name, _ = split_spec(spec)
     if name != "off" and name not in PROPOSERS:
         known = ", ".join(["off", *PROPOSERS.known()])
-        raise ApiError(400, f"unknown speculative '{name}'; known: {known}", "speculative")
+        raise ApiError(400, f"unknown speculative '{spec}'; known: {known}", "speculative")
 
 
 def _text_chunks(engine: Any, request: GenerationRequest, stops: list[str]) -> Iterator[Any]:
@@ -206,12 +212,25 @@ def _install_error_handlers(app: FastAPI) -> None:
         param = ".".join(loc) or "body"
         return _error(400, f"{param}: {first.get('msg')}", param)
 
+    @app.exception_handler(AdminDeniedError)
+    async def denied(_: Request, err: AdminDeniedError) -> JSONResponse:
+        return _error(err.status, err.message, "authorization")
+
+    @app.exception_handler(EngineAsleepError)
+    async def asleep(_: Request, err: EngineAsleepError) -> JSONResponse:
+        return _error(503, str(err), None)
+
+    @app.exception_handler(EngineFailedError)
+    async def failed(_: Request, err: EngineFailedError) -> JSONResponse:
+        return _error(500, str(err), None)
+
     @app.exception_handler(UnknownNameError)
     async def unknown(_: Request, err: UnknownNameError) -> JSONResponse:
         return _error(400, str(err), None)
 
 
 def _error(status: int, message: str, param: str | None) -> JSONResponse:
-    kind = "not_found_error" if status == 404 else "invalid_request_error"
+    kinds = {404: "not_found_error", 401: "authentication_error", 503: "service_unavailable"}
+    kind = kinds.get(status, "server_error" if status >= 500 else "invalid_request_error")
     body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
     return JSONResponse(body, status_code=status)

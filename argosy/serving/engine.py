@@ -34,8 +34,8 @@ class Engine(Protocol):
         """Run a request to completion."""
         ...
 
-    def sleep(self) -> None:
-        """Release the model's memory; `wake` restores it."""
+    def sleep(self, level: int = 1) -> None:
+        """Release the model's memory (level 2 may stop a worker process); `wake` restores it."""
         ...
 
     def wake(self) -> None:

@@ -49,6 +49,14 @@ def cache_root(cache_dir: str | None) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "argosy"
 
 
+def resolve_name_only(name: str) -> None:
+    """Check that `name` is a catalog model or a checkpoint directory, converting nothing."""
+    if name in CATALOG or (Path(name).expanduser() / "config.json").exists():
+        return
+    known = ", ".join(sorted(CATALOG))
+    raise ConfigError(f"unknown model '{name}': use one of {known} or a checkpoint directory")
+
+
 def resolve(name: str, cache_dir: str | None) -> Path:
     """A local HF checkpoint directory for `name`, converting a catalog GGUF if needed."""
     if name in CATALOG:

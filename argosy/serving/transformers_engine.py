@@ -18,8 +18,10 @@ from typing import Any
 from argosy.serving import models
 from argosy.serving.config import EngineConfig
 from argosy.serving.decoding import Decoder
+from argosy.serving.errors import EngineAsleepError
 from argosy.serving.speculative import PROPOSERS
 from argosy.serving.speculative.base import OFF, Proposer
+from argosy.serving.speculative.costs import StepCosts
 from argosy.serving.types import (
     EngineStats,
     GenerationChunk,
@@ -40,6 +42,7 @@ class TransformersEngine:
         self._model: Any = None
         self._tokenizer: Any = None
         self._stats = EngineStats()
+        self._costs = StepCosts()
         if config.speculative != OFF:
             PROPOSERS.canonical(config.speculative)  # unknown names fail at construction
 
@@ -59,8 +62,8 @@ class TransformersEngine:
                 self._model.eval()
             self._stats.asleep = False
 
-    def sleep(self) -> None:
-        """Drop the weights and hand freed memory back to the OS."""
+    def sleep(self, level: int = 1) -> None:
+        """Drop the weights and hand freed memory back to the OS (every level: in-process)."""
         with self._lock:
             self._model = None
             self._stats.asleep = True
@@ -141,7 +144,14 @@ class TransformersEngine:
         proposer = self._proposer(request.speculative)
         cache = DynamicCache()
         return Decoder(
-            self._forward, _crop, cache, request.prompt_ids, request.params, self.eos_ids, proposer
+            self._forward,
+            _crop,
+            cache,
+            request.prompt_ids,
+            request.params,
+            self.eos_ids,
+            proposer,
+            self._costs,
         )
 
     def _run(self, decoder: Decoder, request: GenerationRequest) -> Iterator[GenerationChunk]:
@@ -204,7 +214,7 @@ class TransformersEngine:
 
     def _require_model(self) -> Any:
         if self._model is None:
-            raise RuntimeError("engine is asleep or not loaded: call wake() or load()")
+            raise EngineAsleepError("engine is asleep or not loaded: call wake() or load()")
         return self._model
 
     def _tok(self) -> Any:

@@ -8,7 +8,7 @@ changes greedy output. Proposers are built per request (they may keep per-reques
     draft = proposer.propose(context_ids, 8)
 """
 
-from argosy.serving.speculative.base import PROPOSERS, ObservesSteps, Proposer, StepRecord
+from argosy.serving.speculative.base import OFF, PROPOSERS, ObservesSteps, Proposer, StepRecord
 
 PROPOSERS.register(
     "ngram", "argosy.serving.speculative.ngram:NgramProposer", aliases=("prompt-lookup",)
@@ -17,4 +17,26 @@ PROPOSERS.register(
     "auto", "argosy.serving.speculative.adaptive:AdaptiveProposer", aliases=("adaptive",)
 )
 
-__all__ = ["PROPOSERS", "ObservesSteps", "Proposer", "StepRecord"]
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """`"draft:PATH"` -> `("draft", "PATH")`; `"ngram"` -> `("ngram", None)`."""
+    name, sep, arg = spec.partition(":")
+    return name.strip().lower(), (arg if sep else None)
+
+
+def check_name(spec: str) -> None:
+    """Raise `UnknownNameError` (listing known names) unless `spec` is `off` or registered."""
+    name, _ = split_spec(spec)
+    if name != OFF:
+        PROPOSERS.canonical(name)
+
+
+__all__ = [
+    "OFF",
+    "PROPOSERS",
+    "ObservesSteps",
+    "Proposer",
+    "StepRecord",
+    "check_name",
+    "split_spec",
+]

@@ -1,0 +1,100 @@
+"""Admin routes for a control plane: sleep and wake the engine (the tidal lease hook).
+
+    POST /admin/sleep   {"level": 1 | 2}   -> {"state": "asleep", "level", "seconds", ...}
+    POST /admin/wake                        -> {"state": "awake", "seconds", ...}
+    GET  /admin/state                       -> {"state", "level", "resident_bytes"}
+
+Every route needs `Authorization: Bearer <token>`; without a configured token the routes
+answer 404 (disabled), and a wrong token is a 401. Sleep stops admitting requests (new
+ones get 503 until wake), lets requests in flight finish within the engine's drain
+timeout, then releases memory; both calls are idempotent and report how long they took
+and the service's resident memory before and after.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Header
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SleepBody(BaseModel):
+    """`POST /admin/sleep`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    level: int = Field(default=2, ge=1, le=2)
+    """1: drop weights and KV, keep the worker (fast wake); 2: stop the worker (frees most)."""
+
+
+class AdminDeniedError(Exception):
+    """A missing, wrong or disabled admin token."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def install_admin_routes(app: FastAPI, engine: Any, token: str | None) -> None:
+    """Add `/admin/*` to `app`; they check `token` on every call."""
+
+    def check(authorization: str | None) -> None:
+        if not token:
+            raise AdminDeniedError(404, "admin routes are disabled: start with --admin-token")
+        given = (authorization or "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            raise AdminDeniedError(401, "missing or wrong admin token (Authorization: Bearer ...)")
+
+    @app.get("/admin/state")
+    async def state(authorization: str | None = Header(default=None)) -> dict[str, Any]:
+        check(authorization)
+        return _state(engine)
+
+    @app.post("/admin/sleep")
+    async def sleep(
+        body: SleepBody | None = None, authorization: str | None = Header(default=None)
+    ) -> dict[str, Any]:
+        check(authorization)
+        level = (body or SleepBody()).level
+        before = _resident(engine)
+        start = time.perf_counter()
+        await anyio.to_thread.run_sync(_sleep, engine, level)
+        seconds = time.perf_counter() - start
+        return {**_state(engine), "seconds": seconds, "resident_bytes_before": before}
+
+    @app.post("/admin/wake")
+    async def wake(authorization: str | None = Header(default=None)) -> dict[str, Any]:
+        check(authorization)
+        before = _resident(engine)
+        start = time.perf_counter()
+        await anyio.to_thread.run_sync(engine.wake)
+        seconds = time.perf_counter() - start
+        return {**_state(engine), "seconds": seconds, "resident_bytes_before": before}
+
+
+def _sleep(engine: Any, level: int) -> None:
+    engine.sleep(level)
+
+
+def _state(engine: Any) -> dict[str, Any]:
+    level = int(getattr(engine, "sleep_level", 1 if engine.stats().asleep else 0))
+    return {
+        "state": "asleep" if level else "awake",
+        "level": level,
+        "resident_bytes": _resident(engine),
+    }
+
+
+def _resident(engine: Any) -> int:
+    measure = getattr(engine, "resident_bytes", None)
+    if measure is not None:
+        return int(measure())
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0

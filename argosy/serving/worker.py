@@ -1,0 +1,367 @@
+"""An engine in its own worker process, so that sleeping can give back nearly all memory.
+
+`WorkerEngine` has the `Engine` interface and forwards every call over a pipe to a child
+process (multiprocessing, spawn) that holds the real engine, looked up by name in `ENGINES`.
+The serving process itself stays small: it never imports torch or transformers.
+
+Sleep levels (the tidal lease drives them through `/admin/sleep`):
+- level 1: the worker drops weights and KV caches and trims its heap; the torch runtime
+  stays resident, so wake is a reload from the cached checkpoint (well under a second);
+- level 2: the worker process exits; the service keeps only the HTTP process. Wake starts a
+  fresh worker (imports torch, loads the checkpoint), which takes seconds.
+
+Before sleeping, admission stops (new requests fail with `EngineAsleepError`) and requests
+in flight get `drain_timeout_s` to finish; those still running are cancelled.
+
+Messages, parent to child: `("call", id, method, args)`, `("stream", id, request)`,
+`("cancel", id, None)`, `("exit", id, None)`. Child to parent: `("ok", id, value)`,
+`("chunk", id, chunk)`, `("end", id, None)`, `("err", id, (type_name, message))`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from argosy.core.errors import ArgosyError, ConfigError
+from argosy.serving.config import EngineConfig
+from argosy.serving.errors import EngineAsleepError, EngineFailedError
+from argosy.serving.types import EngineStats, GenerationChunk, GenerationRequest, GenerationResult
+
+_READY_ID = 0
+_ERRORS: dict[str, type[Exception]] = {
+    "ValueError": ValueError,
+    "ConfigError": ConfigError,
+    "UnknownNameError": ConfigError,
+    "EngineAsleepError": EngineAsleepError,
+}
+
+
+class WorkerEngine:
+    """Forwards the `Engine` interface to a child process that holds the real engine."""
+
+    def __init__(self, config: EngineConfig, drain_timeout_s: float = 10.0) -> None:
+        from argosy.serving.engine import ENGINES
+        from argosy.serving.models import resolve_name_only
+
+        ENGINES.canonical(config.engine)  # unknown engines fail here, listing known ones
+        resolve_name_only(config.model)  # unknown models too, before a process starts
+        self.config = config
+        self.drain_timeout_s = drain_timeout_s
+        self.sleep_level = 0
+        self.last_wake_s: float | None = None
+        self._proc: Any = None
+        self._conn: Any = None
+        self._send_lock = threading.Lock()
+        self._state_lock = threading.RLock()
+        self._pending: dict[int, queue.Queue[tuple[str, int, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._in_flight = 0
+        self._admitting = False
+        self._info: dict[str, Any] = {}
+        self._stats_before_exit = EngineStats()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def load(self) -> None:
+        """Start the worker and wait until its model is loaded (idempotent)."""
+        with self._state_lock:
+            if self._proc is None or not self._proc.is_alive():
+                self._start_worker()
+            self._admitting = True
+
+    def sleep(self, level: int = 2) -> None:
+        """Stop admitting, drain, then drop the model (1) or stop the worker (2)."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, not {level}")
+        with self._state_lock:
+            if self.sleep_level:
+                return
+            self._admitting = False
+            self._drain()
+            if level == 1:
+                self._call("sleep")
+            else:
+                self._stats_before_exit = self._call("stats")
+                self._stop_worker()
+            self.sleep_level = level
+
+    def wake(self) -> None:
+        """Undo `sleep` and time it (`last_wake_s`)."""
+        with self._state_lock:
+            start = time.perf_counter()
+            if self.sleep_level == 1:
+                self._call("wake")
+            else:
+                self._start_worker()
+            self.sleep_level = 0
+            self._admitting = True
+            self.last_wake_s = time.perf_counter() - start
+
+    def close(self) -> None:
+        """Stop the worker process."""
+        with self._state_lock:
+            self._admitting = False
+            self._stop_worker()
+
+    def stats(self) -> EngineStats:
+        """The worker's counters (kept across a level-2 sleep)."""
+        if self.sleep_level == 2 or self._conn is None:
+            stats = self._stats_before_exit
+        else:
+            stats = self._call("stats")
+        stats.asleep = bool(self.sleep_level)
+        stats.last_wake_s = self.last_wake_s
+        return stats
+
+    @property
+    def worker_pid(self) -> int | None:
+        """Process id of the worker (None while it is stopped)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def resident_bytes(self) -> int:
+        """Resident memory of the whole service: this process plus the worker."""
+        total = _rss_bytes(os.getpid())
+        if self._proc is not None:
+            total += _rss_bytes(self._proc.pid)
+        return total
+
+    # -- the engine interface ----------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text."""
+        return list(self._call("encode", text))
+
+    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of a chat with the model's template."""
+        return list(self._call("encode_chat", [dict(m) for m in messages]))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of token ids."""
+        return str(self._call("decode", list(token_ids)))
+
+    @property
+    def max_context_tokens(self) -> int:
+        """Prompt plus completion limit (known from the first start)."""
+        if "max_context_tokens" not in self._info:
+            raise EngineAsleepError("the engine has not been loaded yet")
+        return int(self._info["max_context_tokens"])
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """Yield the worker's chunks; closing the iterator cancels the request there."""
+        rid, replies = self._admit()
+        done = False
+        try:
+            self._send(("stream", rid, request))
+            while True:
+                kind, _, payload = replies.get()
+                if kind == "chunk":
+                    yield payload
+                    continue
+                done = True
+                if kind == "err":
+                    raise _rebuild(payload)
+                return
+        finally:
+            if not done:
+                self._send(("cancel", rid, None), quiet=True)
+            self._release(rid)
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Run a request to completion in the worker."""
+        rid, replies = self._admit()
+        try:
+            self._send(("call", rid, "generate", (request,)))
+            return self._await(replies)  # type: ignore[no-any-return]
+        finally:
+            self._release(rid)
+
+    # -- internals ---------------------------------------------------------------------
+    def _start_worker(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        parent_conn, child_conn = context.Pipe()
+        replies: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        self._pending[_READY_ID] = replies
+        self._conn = parent_conn
+        self._proc = context.Process(
+            target=worker_main,
+            args=(child_conn, self.config.model_dump()),
+            name="argosy-serve-worker",
+            daemon=True,
+        )
+        self._proc.start()
+        child_conn.close()
+        threading.Thread(target=self._read_replies, args=(parent_conn,), daemon=True).start()
+        try:
+            self._info = self._await(replies)
+        finally:
+            self._pending.pop(_READY_ID, None)
+
+    def _stop_worker(self) -> None:
+        if self._proc is None:
+            return
+        self._send(("exit", 0, None), quiet=True)
+        self._proc.join(timeout=30)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=10)
+        self._conn.close()
+        self._proc, self._conn = None, None
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.drain_timeout_s
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for rid in list(self._pending):
+            if rid != _READY_ID:
+                self._send(("cancel", rid, None), quiet=True)
+
+    def _admit(self) -> tuple[int, queue.Queue[tuple[str, int, Any]]]:
+        with self._state_lock:
+            if not self._admitting:
+                raise EngineAsleepError("the engine is asleep; POST /admin/wake first")
+            self._in_flight += 1
+            rid = next(self._ids)
+            self._pending[rid] = queue.Queue()
+            return rid, self._pending[rid]
+
+    def _release(self, rid: int) -> None:
+        self._pending.pop(rid, None)
+        with self._state_lock:
+            self._in_flight -= 1
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if self._conn is None:
+            raise EngineAsleepError("the engine is asleep; POST /admin/wake first")
+        rid = next(self._ids)
+        replies: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        self._pending[rid] = replies
+        try:
+            self._send(("call", rid, method, args))
+            return self._await(replies)
+        finally:
+            self._pending.pop(rid, None)
+
+    def _await(self, replies: queue.Queue[tuple[str, int, Any]]) -> Any:
+        kind, _, payload = replies.get()
+        if kind == "err":
+            raise _rebuild(payload)
+        return payload
+
+    def _send(self, message: tuple[Any, ...], quiet: bool = False) -> None:
+        try:
+            with self._send_lock:
+                if self._conn is None:
+                    raise EngineAsleepError("the engine is asleep; POST /admin/wake first")
+                self._conn.send(message)
+        except (OSError, EngineAsleepError):
+            if not quiet:
+                raise
+
+    def _read_replies(self, conn: Any) -> None:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            target = self._pending.get(message[1])
+            if target is not None:
+                target.put(message)
+        gone = ("err", 0, ("EngineFailedError", "the worker process stopped"))
+        for replies in list(self._pending.values()):
+            replies.put(gone)
+
+
+def _rebuild(payload: tuple[str, str]) -> Exception:
+    name, message = payload
+    if name == "EngineFailedError":
+        return EngineFailedError(message)
+    kind = _ERRORS.get(name)
+    if kind is ConfigError:
+        return ConfigError(message)
+    return kind(message) if kind is not None else EngineFailedError(f"{name}: {message}")
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+# -- the child process -----------------------------------------------------------------
+def worker_main(conn: Any, config: dict[str, Any]) -> None:
+    """Entry point of the worker: load the engine, then serve messages until `exit`."""
+    from argosy.serving.engine import ENGINES
+
+    send_lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with send_lock:
+            try:
+                conn.send(message)
+            except OSError:
+                return  # the parent is gone or stopping us
+
+    try:
+        engine = ENGINES.get(config["engine"])(EngineConfig(**config))
+        engine.load()
+        info = {"max_context_tokens": engine.max_context_tokens, "pid": os.getpid()}
+        send(("ok", _READY_ID, info))
+    except Exception as err:  # reported to the parent, which raises it
+        send(("err", _READY_ID, (type(err).__name__, str(err))))
+        return
+    _serve_messages(conn, engine, send)
+
+
+def _serve_messages(conn: Any, engine: Any, send: Any) -> None:
+    cancelled: set[int] = set()
+    pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="argosy-worker")
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        kind, rid = message[0], message[1]
+        if kind == "exit":
+            break
+        if kind == "cancel":
+            cancelled.add(rid)
+        elif kind == "stream":
+            pool.submit(_run_stream, engine, rid, message[2], send, cancelled)
+        elif kind == "call":
+            pool.submit(_run_call, engine, rid, message[2], message[3], send)
+    os._exit(0)  # the parent drained or gave up on what runs here; nothing to flush
+
+
+def _run_call(engine: Any, rid: int, method: str, args: tuple[Any, ...], send: Any) -> None:
+    try:
+        send(("ok", rid, getattr(engine, method)(*args)))
+    except Exception as err:  # every failure goes back to the caller
+        send(("err", rid, (type(err).__name__, str(err))))
+
+
+def _run_stream(
+    engine: Any, rid: int, request: GenerationRequest, send: Any, cancelled: set[int]
+) -> None:
+    chunks = engine.stream(request)
+    try:
+        for chunk in chunks:
+            if rid in cancelled:
+                return
+            send(("chunk", rid, chunk))
+        send(("end", rid, None))
+    except (ArgosyError, ValueError, RuntimeError) as err:
+        send(("err", rid, (type(err).__name__, str(err))))
+    finally:
+        chunks.close()
+        cancelled.discard(rid)

@@ -1,0 +1,109 @@
+"""The engine in a worker process behind the HTTP API: answers, admin sleep levels 1 and 2
+(level 2 gives back nearly all of the service's memory), 503 while asleep, token checks."""
+
+import os
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from argosy.core.errors import ConfigError, UnknownNameError
+from argosy.serving import EngineConfig
+from argosy.serving.api import build_app
+from argosy.serving.worker import WorkerEngine
+
+pytestmark = pytest.mark.slow
+
+MODEL = "smollm2-135m"
+TOKEN = "s3cret"
+
+
+@pytest.fixture(scope="module")
+def worker():
+    engine = WorkerEngine(EngineConfig(model=MODEL, speculative="auto", num_threads=1))
+    engine.load()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def base_url(worker):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = build_app(worker, MODEL, admin_token=TOKEN)
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _ask(base_url, content="What is the capital of France?", max_tokens=8):
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    return httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120)
+
+
+def _admin(base_url, path, token=TOKEN, **body):
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(f"{base_url}/admin/{path}", json=body, headers=headers, timeout=300)
+
+
+def test_the_worker_is_its_own_process_and_answers(worker, base_url):
+    assert worker.worker_pid not in (None, os.getpid())
+    answer = _ask(base_url).json()["choices"][0]["message"]["content"]
+    assert "Paris" in answer
+
+
+def test_admin_routes_need_the_token(base_url):
+    assert _admin(base_url, "sleep", token=None).status_code == 401
+    denied = _admin(base_url, "sleep", token="wrong")
+    assert denied.status_code == 401 and denied.json()["error"]["param"] == "authorization"
+    assert _admin(base_url, "sleep", level=3).status_code == 400
+
+
+def test_sleep_level_1_keeps_the_worker_and_wake_gives_the_same_answer(worker, base_url):
+    want = _ask(base_url).json()["choices"][0]["message"]["content"]
+    pid = worker.worker_pid
+    slept = _admin(base_url, "sleep", level=1).json()
+    assert slept["state"] == "asleep" and slept["level"] == 1
+    assert slept["resident_bytes"] < slept["resident_bytes_before"]
+    busy = _ask(base_url)
+    assert busy.status_code == 503 and "asleep" in busy.json()["error"]["message"]
+    assert _admin(base_url, "wake").json()["state"] == "awake"
+    assert worker.worker_pid == pid
+    assert _ask(base_url).json()["choices"][0]["message"]["content"] == want
+
+
+def test_sleep_level_2_stops_the_worker_and_frees_most_memory(worker, base_url):
+    want = _ask(base_url).json()["choices"][0]["message"]["content"]
+    served_before = worker.stats().requests
+    slept = _admin(base_url, "sleep", level=2).json()
+    assert worker.worker_pid is None
+    # this test process also holds the pytest run; the worker's share is what sleep frees
+    assert slept["resident_bytes_before"] - slept["resident_bytes"] > 300 * 2**20
+    assert worker.stats().asleep and worker.stats().requests == served_before
+    assert _ask(base_url).status_code == 503
+    state = httpx.get(f"{base_url}/admin/state", headers={"authorization": f"Bearer {TOKEN}"})
+    assert state.json()["level"] == 2
+    woke = _admin(base_url, "wake").json()
+    assert woke["state"] == "awake" and woke["seconds"] > 0
+    assert _ask(base_url).json()["choices"][0]["message"]["content"] == want
+
+
+def test_unknown_names_fail_before_a_worker_starts():
+    with pytest.raises(ConfigError, match="smollm2-135m"):
+        WorkerEngine(EngineConfig(model="no-such-model"))
+    with pytest.raises(UnknownNameError, match="transformers"):
+        WorkerEngine(EngineConfig(engine="nope"))
