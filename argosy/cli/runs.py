@@ -108,6 +108,9 @@ def _print(summary: dict) -> None:
     for cause, seconds in summary["lost_s"].items():
         table.add_row(f"lost: {cause}", f"{seconds:.2f} s ({seconds / wall:.1%})")
     console.print(table)
+    from argosy.cli.mixed_view import print_throughput
+
+    print_throughput(console, summary.get("throughput"))  # mixed-chip launches
     if not summary["faults"]:
         console.print("no faults")
         return
