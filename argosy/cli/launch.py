@@ -102,7 +102,8 @@ def launch(
     stopping = (signal.SIGTERM, signal.SIGHUP)  # stop the ranks, clean up, then exit
     previous = {sig: signal.signal(sig, _interrupt) for sig in stopping}
     try:
-        summary = _run(spec, injections, config, _total_steps(command), quiet, tee, checked)
+        policy = config_of(ctx).health.policy
+        summary = _run(spec, injections, config, _total_steps(command), quiet, tee, checked, policy)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -153,7 +154,7 @@ def _total_steps(command: list[str]) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _run(spec, injections, config, total, quiet, tee, checked):  # noqa: ANN001, ANN202
+def _run(spec, injections, config, total, quiet, tee, checked, node_policy):  # noqa: ANN001, ANN202
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from argosy.runtime.agent import Agent
@@ -171,6 +172,7 @@ def _run(spec, injections, config, total, quiet, tee, checked):  # noqa: ANN001,
         "on_event": on_event,
         "on_rank_line": on_rank_line if tee else None,
         "preflight": checked.event if checked is not None else None,
+        "node_policy": node_policy,
     }
     if quiet:
         return Agent(spec, injections, config, **hooks).run()

@@ -10,6 +10,10 @@ node's score is the weight seen within `window_s`. The states, as data:
     REPAIRED     in service on probation; healthy after `probation_checks` healthy checks,
                  straight back to QUARANTINED if it relapses (score >= cordon_score)
 
+Runtime faults become evidence through `runtime_evidence` (crashes, hangs and straggler
+verdicts count; a script's own error exit does not). Records round-trip through
+`to_json`/`from_json`, the format of a run's node_health.json.
+
 Properties the tests hold it to: more negative evidence never leaves a node in a better
 state (monotone); a repaired node is in service and returns to HEALTHY after its probation;
 alternating good and bad evidence cannot flap a node in and out of service.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from typing import Any
 
 from argosy.health.config import NodePolicyConfig
 from argosy.health.report import HealthReport
@@ -123,6 +128,28 @@ class NodeRecord:
         """Weight of the negative evidence within the window ending at `now_s`."""
         return sum(w for at, w in self.marks if at > now_s - config.window_s)
 
+    def to_json(self) -> dict[str, Any]:
+        """The record as stored (node_health.json, the server): `from_json` reads it back."""
+        return {
+            "node": self.node,
+            "state": self.state.value,
+            "in_service": self.state.in_service,
+            "marks": [list(m) for m in self.marks],
+            "healthy_streak": self.healthy_streak,
+            "last_s": None if self.last_s == float("-inf") else self.last_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeRecord:
+        last = data.get("last_s")
+        return cls(
+            node=str(data["node"]),
+            state=NodeState(data["state"]),
+            marks=tuple((float(at), float(w)) for at, w in data.get("marks", ())),
+            healthy_streak=int(data.get("healthy_streak", 0)),
+            last_s=float("-inf") if last is None else float(last),
+        )
+
 
 @dataclass(frozen=True)
 class Transition:
@@ -133,6 +160,33 @@ class Transition:
     after: NodeState
     at_s: float
     reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "before": self.before.value,
+            "after": self.after.value,
+            "at_s": self.at_s,
+            "reason": self.reason,
+        }
+
+
+RUNTIME_FAULTS_AGAINST_NODE = frozenset({"crash", "hang", "straggler"})
+"""Runtime fault kinds that count against the node the rank ran on. A rank killed by a
+signal or hung in a collective points at the machine; a script that exits with an error
+code (`exit`) points at the script, and an interrupted launch at nobody."""
+
+
+def runtime_evidence(kind: str, at_s: float, detail: str = "") -> Evidence | None:
+    """The evidence a runtime fault of `kind` gives about its node (None: it gives none).
+
+    A straggler verdict is STRAGGLER evidence; a crash or hang is FAULT evidence, so the
+    repeated faults of one node add up in its score until it is cordoned.
+    """
+    if kind not in RUNTIME_FAULTS_AGAINST_NODE:
+        return None
+    evidence_kind = EvidenceKind.STRAGGLER if kind == "straggler" else EvidenceKind.FAULT
+    return Evidence(evidence_kind, at_s, detail)
 
 
 def decide(

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -27,6 +28,7 @@ import numpy as np
 
 from argosy.core.clock import Clock, SystemClock
 from argosy.core.procs import signal_by_env
+from argosy.health.config import NodePolicyConfig
 from argosy.runtime import board, goodput, history, warm
 from argosy.runtime.board import ProgressBoard, Slot, injected_at, ring_entries
 from argosy.runtime.config import RuntimeConfig
@@ -38,8 +40,10 @@ from argosy.runtime.events import (
     write_json_atomic,
 )
 from argosy.runtime.group import GroupSpec, WorkerGroup, base_env, can_use_standby
+from argosy.runtime.history import NODE_HEALTH_FILE
 from argosy.runtime.inject import Injection, encode
 from argosy.runtime.mixed.report import read_throughput
+from argosy.runtime.node_health import node_health
 from argosy.runtime.tee import RankTee
 from argosy.runtime.watchdog import HangDetector, StragglerDetector
 
@@ -84,6 +88,7 @@ class Agent:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         on_rank_line: Callable[[str], None] | None = None,
         preflight: dict[str, Any] | None = None,
+        node_policy: NodePolicyConfig | None = None,
     ) -> None:
         self.spec = spec
         self.config = config
@@ -99,6 +104,7 @@ class Agent:
         self.on_rank_line = on_rank_line
         self._tee: RankTee | None = None
         self.preflight = preflight
+        self.node_policy = node_policy or NodePolicyConfig()
 
     def run(self) -> dict[str, Any]:
         spec = self.spec
@@ -203,6 +209,14 @@ class Agent:
             ]
         if status != "completed":
             summary["cause"] = cause
+        health = node_health(events, socket.gethostname(), self.node_policy)
+        write_json_atomic(spec.run_dir / NODE_HEALTH_FILE, health)
+        summary["node_health"] = {
+            "node": health["node"],
+            "state": health["record"]["state"],
+            "evidence": len(health["evidence"]),
+            "file": NODE_HEALTH_FILE,
+        }
         write_json_atomic(spec.run_dir / SUMMARY_FILE, summary)
         return summary
 
@@ -217,6 +231,8 @@ class Agent:
             "injections": [vars(i) | {"index": k} for k, i in self.pending.items()],
             "config": self.config.model_dump(),
             "launcher_pid": os.getpid(),
+            "started_unix": round(time.time(), 3),
+            "node": socket.gethostname(),
         }
 
     def _inject_env(self, rank: int) -> str:

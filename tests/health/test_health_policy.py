@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from argosy.health.policy import (
     NodeState,
     decide,
     replay,
+    runtime_evidence,
 )
 
 CONFIG = NodePolicyConfig(window_s=1000.0, uncordon_after=3, probation_checks=2)
@@ -172,3 +175,36 @@ def test_a_check_report_becomes_evidence_naming_what_failed_it() -> None:
     assert evidence.detail == "gemm_peer.rank1 x0.5"
     healthy = Evidence.from_report(HealthReport((ok,), node, 1.0), at_s=8.0)
     assert healthy.kind is EvidenceKind.CHECK_HEALTHY and healthy.detail == ""
+
+
+RUNTIME_KINDS = ["crash", "hang", "straggler", "exit", "interrupted"]
+
+
+@given(
+    kinds=st.lists(st.sampled_from(RUNTIME_KINDS), max_size=12),
+    extra=st.sampled_from(RUNTIME_KINDS),
+)
+def test_runtime_faults_count_only_when_they_point_at_the_node(
+    kinds: list[str], extra: str
+) -> None:
+    def fold(seq: list[str]) -> NodeRecord:
+        found = [runtime_evidence(k, float(i), k) for i, k in enumerate(seq)]
+        return replay("n", [e for e in found if e is not None], CONFIG)[0]
+
+    before, after = fold(kinds), fold([*kinds, extra])
+    assert after.state.rank >= before.state.rank  # one more fault never helps
+    if extra in ("exit", "interrupted"):  # the script's own error, or nobody's
+        assert after == before
+    else:
+        assert len(after.marks) == len(before.marks) + 1
+    counted = sum(k in ("crash", "hang", "straggler") for k in [*kinds, extra])
+    if counted * 1.0 >= CONFIG.cordon_score:  # repeated faults take the node out of service
+        assert not after.state.in_service
+
+
+@given(history=kinds_st, step_s=steps_st)
+def test_records_round_trip_through_json(history: list[EvidenceKind], step_s: float) -> None:
+    record, changes = replay("node-7", timeline(history, step_s), CONFIG)
+    assert NodeRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+    for change in changes:
+        assert change.to_json()["after"] in {s.value for s in NodeState}

@@ -57,6 +57,26 @@ def test_restarts_reported_are_the_restarts_in_the_events(
     assert sum("fault: rank 0 exited with code 3" in ln for ln in lines) == budget + 1
     assert sum(" restart " in f" {ln} " and " of " in ln for ln in lines) == budget
     assert any(f"giving up after {budget} restart(s)" in ln for ln in lines)
+    health = json.loads((run / "node_health.json").read_text())
+    assert health["evidence"] == [] and health["record"]["state"] == "healthy"  # the script's fault
+
+
+def test_repeated_crashes_count_against_the_node(tmp_path: Path) -> None:
+    crasher = tmp_path / "crash.py"
+    crasher.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    run = tmp_path / "run"
+    done = argosy(
+        *("launch", "--quiet", "--nproc-per-node", "1", "--max-restarts", "2"),
+        *("--run-dir", str(run), str(crasher)),
+    )
+    assert done.returncode == 1, done.stderr
+    health = json.loads((run / "node_health.json").read_text())
+    assert [e["kind"] for e in health["evidence"]] == ["fault"] * 3
+    assert [e["rank"] for e in health["evidence"]] == [0, 0, 0]
+    assert health["record"]["state"] == "cordoned" and not health["record"]["in_service"]
+    (change,) = health["transitions"]
+    assert (change["before"], change["after"]) == ("healthy", "cordoned")
+    assert summary(run)["node_health"]["state"] == "cordoned"
 
 
 def test_the_default_budget_of_three_reports_three_restarts(tmp_path: Path, script: Path) -> None:
