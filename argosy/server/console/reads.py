@@ -132,7 +132,11 @@ def allocation_series(store: Store, now_s: float, window_s: float, buckets: int)
 def _add_span(
     out: Series, start_s: float, step_s: float, begin: float, end: float, n: int, ett: float
 ) -> None:
-    for i, t in enumerate(out.times_s):
+    """Spread one job's held devices over the buckets its span overlaps (only those)."""
+    first = max(0, int((begin - start_s) // step_s))
+    last = min(len(out.times_s) - 1, int((end - start_s) // step_s))
+    for i in range(first, last + 1):
+        t = out.times_s[i]
         lo = max(begin, t - step_s)
         hi = min(end, t)
         if hi > lo:
