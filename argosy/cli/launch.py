@@ -74,6 +74,9 @@ def launch(
     command = [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
     command += list(script_args or [])
     run_dir = writable_dir(run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), "--run-dir")
+    from argosy.runtime.history import check_not_busy
+
+    check_not_busy(run_dir)  # before a preflight, not after it
     from argosy.runtime.group import GroupSpec
 
     run_id = f"{time.strftime('%H%M%S')}-{abs(hash(str(run_dir.resolve()))) % 10**6:06d}"

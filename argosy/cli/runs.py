@@ -107,6 +107,12 @@ def _print(summary: dict) -> None:
     table.add_row("effective training time", f"{summary['effective_training_time']:.1%}")
     for cause, seconds in summary["lost_s"].items():
         table.add_row(f"lost: {cause}", f"{seconds:.2f} s ({seconds / wall:.1%})")
+    if summary.get("preflight"):
+        table.add_row("preflight", _preflight_text(summary["preflight"]))
+    if summary.get("node_health"):
+        health = summary["node_health"]
+        evidence = f"{health['evidence']} piece(s) of evidence, {health['file']}"
+        table.add_row("node health", f"{health['node']}: {health['state']} ({evidence})")
     console.print(table)
     from argosy.cli.mixed_view import print_throughput
 
@@ -140,6 +146,14 @@ def _print(summary: dict) -> None:
             f.get("detail") or "",
         )
     console.print(faults)
+
+
+def _preflight_text(checked: dict) -> str:
+    if checked.get("refused"):
+        return f"refused: {checked['refused']}"
+    left = ", ".join(f"device {x['device']}" for x in checked.get("excluded") or [])
+    used = ", ".join(map(str, checked.get("use") or []))
+    return f"{checked['verdict']}; used device(s) {used}" + (f"; left out {left}" if left else "")
 
 
 def _num(value: float | None) -> str:

@@ -53,13 +53,8 @@ def archive_previous(run_dir: Path) -> Path | None:
     events = run_dir / EVENTS_FILE
     if not events.exists():
         return None
+    check_not_busy(run_dir)
     start = start_of(events)
-    pid = start.get("launcher_pid")
-    if isinstance(pid, int) and pid_alive(pid) and not _ended(events):
-        raise RunDirBusyError(
-            f"run directory {run_dir} is in use by a running launcher (pid {pid}); "
-            "pick another --run-dir or stop that launcher first"
-        )
     history = run_dir / HISTORY_DIR
     history.mkdir(exist_ok=True)
     number = len([p for p in history.iterdir() if p.is_dir()]) + 1
@@ -69,6 +64,19 @@ def archive_previous(run_dir: Path) -> Path | None:
         if (run_dir / name).exists():
             shutil.move(run_dir / name, target / name)
     return target
+
+
+def check_not_busy(run_dir: Path) -> None:
+    """Raise RunDirBusyError when the directory's run has a launcher that still runs."""
+    events = run_dir / EVENTS_FILE
+    if not events.exists():
+        return
+    pid = start_of(events).get("launcher_pid")
+    if isinstance(pid, int) and pid_alive(pid) and not _ended(events):
+        raise RunDirBusyError(
+            f"run directory {run_dir} is in use by a running launcher (pid {pid}); "
+            "pick another --run-dir or stop that launcher first"
+        )
 
 
 def _ended(events_path: Path) -> bool:

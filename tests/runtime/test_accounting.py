@@ -190,6 +190,8 @@ def test_a_launcher_killed_hard_leaves_a_run_that_reads_as_interrupted_and_no_bo
     spawn = next(e for e in read_events(events_path) if e["event"] == "spawn")
     board = default_board_path(start["run_id"], owner_pid=proc.pid)
     assert board.exists()
+    busy = argosy("launch", "--nproc-per-node", "1", "--run-dir", str(run), str(sleeper))
+    assert busy.returncode == 2 and "in use by a running launcher" in busy.stderr
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     for pid in spawn["pids"]:  # the orphaned rank: ours to stop
