@@ -20,6 +20,7 @@ machine without any, `slots` CPU slots.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -40,6 +41,15 @@ wait $!
 echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
+WARM_WRAPPER = r"""
+"$@" > /dev/null 2>&1 &
+child=$!
+if ! read -r ARGOSY_ATTEMPT_DIR; then kill $child 2>/dev/null; exit 0; fi
+echo $child > "$ARGOSY_ATTEMPT_DIR/launch.pid"
+wait $child
+echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
+mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
+"""
 JOB_ENV = "ARGOSY_JOB_ID"
 
 
@@ -49,6 +59,9 @@ class LocalOptions:
 
     slots: int = 0
     """CPU slots offered when no accelerator is found; 0 = the number of cores."""
+    warm: bool = False
+    """Keep one warm `argosy` process ready (`argosy.executors.warm`): an attempt then
+    skips the CLI's imports."""
 
 
 @dataclass
@@ -74,6 +87,7 @@ class LocalExecutor:
         self.options = options or LocalOptions()
         self.host = socket.gethostname()
         self._running: dict[str, _Attempt] = {}
+        self._warm = WarmLauncher() if self.options.warm else None
 
     def inventory(self) -> list[NodeInfo]:
         found = [d for d in discover() if d.catalog_id and d.backend != "cpu"]
@@ -94,19 +108,23 @@ class LocalExecutor:
             kill_job_processes(request.job_id)  # ranks, in sessions of their own
         where = attempt_dir(request.run_dir, request.attempt)
         where.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ) | request.env
-        env |= {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
-        proc = subprocess.Popen(
-            ["sh", "-c", WRAPPER, str(where), *launch_command(request)],
-            cwd=request.workdir or None,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        _wait_for_exec(proc, where)
+        extra = request.env | {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
+        command = launch_command(request)
+        if self._warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
+            proc = self._warm.take(command[3:], extra, request.workdir, where)
+        else:
+            proc = subprocess.Popen(
+                ["sh", "-c", WRAPPER, str(where), *command],
+                cwd=request.workdir or None,
+                env=dict(os.environ) | extra,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            _wait_for_exec(proc, where)
         (where / "wrapper.pid").write_text(str(proc.pid))
+        (where / "wrapper.start").write_text(str(_start_time(proc.pid)))
         self._running[request.job_id] = _Attempt(
             request.job_id, request.attempt, where, proc.pid, proc
         )
@@ -141,13 +159,67 @@ class LocalExecutor:
         if a.proc is not None:
             if a.proc.poll() is None:
                 return None
-        elif a.pid > 0 and pid_alive(a.pid) and str(a.dir) in _cmdline(a.pid):
+        elif a.pid > 0 and pid_alive(a.pid) and _same_process(a.pid, a.dir):
             return None
         code = _read_int(a.dir / "exit.code")
         lost = is_lost(code)
         if code != 0:
             kill_job_processes(a.job_id)
         return AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
+
+    def close(self) -> None:
+        """End the warm process, if one waits (running attempts are left alone)."""
+        if self._warm is not None:
+            self._warm.close()
+
+
+class WarmLauncher:
+    """One `argosy.executors.warm` process under a wrapper, importing ahead of time;
+    `take` hands it an attempt and starts the next one."""
+
+    def __init__(self) -> None:
+        self._proc, self._pipe = self._spawn()
+
+    @staticmethod
+    def _spawn() -> tuple[subprocess.Popen, int]:
+        read_fd, write_fd = os.pipe()
+        command = [sys.executable, "-m", "argosy.executors.warm", "--fd", str(read_fd)]
+        proc = subprocess.Popen(
+            ["sh", "-c", WARM_WRAPPER, "warm", *command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(read_fd,),
+            start_new_session=True,
+        )
+        os.close(read_fd)
+        return proc, write_fd
+
+    def take(
+        self, argv: list[str], env: dict[str, str], workdir: str | None, where: Path
+    ) -> subprocess.Popen:
+        """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper."""
+        proc, pipe = self._proc, self._pipe
+        self._proc, self._pipe = self._spawn()
+        request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
+        os.write(pipe, (json.dumps(request) + "\n").encode())
+        os.close(pipe)
+        assert proc.stdin is not None
+        proc.stdin.write(f"{where}\n".encode())
+        proc.stdin.close()
+        deadline = time.monotonic() + 5.0
+        while not (where / "launch.pid").exists() and proc.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+        return proc
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._pipe)
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
 
 
 def launch_command(request: LaunchRequest) -> list[str]:
@@ -188,6 +260,26 @@ def _wait_for_exec(proc: subprocess.Popen, where: Path, timeout_s: float = 5.0) 
         if time.monotonic() > deadline:
             return
         time.sleep(0.002)
+
+
+def _same_process(pid: int, where: Path) -> bool:
+    """Whether `pid` is still the wrapper of the attempt in `where` (not a process that
+    reuses its pid): its command line names the attempt, or it started when recorded."""
+    if str(where) in _cmdline(pid):
+        return True
+    try:
+        recorded = int((where / "wrapper.start").read_text())
+    except (OSError, ValueError):
+        return False
+    return recorded == _start_time(pid)
+
+
+def _start_time(pid: int) -> int:
+    """The process's start time in clock ticks since boot (-1 if it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def _cmdline(pid: int) -> str:

@@ -36,7 +36,7 @@ def make_executor(config: ServerConfig) -> Executor:
         return cls(RayOptions(address=config.ray_address or "auto"))
     from argosy.executors.local import LocalOptions
 
-    return cls(LocalOptions(slots=config.local_slots))
+    return cls(LocalOptions(slots=config.local_slots, warm=config.warm_launcher))
 
 
 def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAPI:
@@ -56,6 +56,9 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             ctl.services.close()
+            close = getattr(ctl.executor, "close", None)  # optional: the local executor's
+            if close is not None:
+                close()
             store.close()
 
     app = FastAPI(

@@ -38,6 +38,9 @@ class ServerConfig(BaseModel):
     """Scheduling policy (argosy, quota, fifo); hot spares are off on the server."""
     local_slots: int = Field(default=0, ge=0)
     """CPU slots of the local executor when no accelerator is found; 0 = CPU cores."""
+    warm_launcher: bool = True
+    """Local executor: keep one `argosy` process warm (its imports done), so a job's
+    `argosy launch` starts without them."""
     cycle_interval_s: float = Field(default=1.0, gt=0)
     """Longest wait between scheduler cycles; a submit or an exit wakes it sooner."""
     min_cycle_gap_s: float = Field(default=0.05, ge=0)

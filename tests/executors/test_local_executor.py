@@ -158,3 +158,70 @@ def stat_state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+ENV_PROBE = (
+    "import os, sys, time\n"
+    "env = os.environ.get\n"
+    "print('env', env('WANT'), env('ARGOSY_JOB_ID'), os.getcwd(), flush=True)\n"
+    "time.sleep(float(sys.argv[1]))\n"
+)
+
+
+def warm_request(tmp_path: Path, job_id: str, seconds: float) -> LaunchRequest:
+    script = tmp_path / "probe.py"
+    script.write_text(ENV_PROBE)
+    (tmp_path / "work").mkdir(exist_ok=True)
+    return LaunchRequest(
+        job_id=job_id,
+        attempt=1,
+        script=str(script),
+        args=(str(seconds),),
+        nproc_per_node=1,
+        run_dir=tmp_path / "runs" / job_id,
+        nodes={"h": 1},
+        chip="cpu",
+        workdir=str(tmp_path / "work"),
+        max_restarts=0,
+        env={"WANT": "yes"},
+    )
+
+
+def test_a_warm_launcher_runs_the_attempt_with_its_environment_and_workdir(
+    tmp_path: Path,
+) -> None:
+    executor = LocalExecutor(LocalOptions(warm=True))
+    try:
+        req = warm_request(tmp_path, "jw", 0.1)
+        executor.start(req)
+        (exit_,) = wait_exits(executor)
+        assert (exit_.exit_code, exit_.lost) == (0, False)
+        log = (req.run_dir / "logs" / "attempt0" / "rank0.log").read_text()
+        assert f"env yes jw {tmp_path / 'work'}" in log
+        assert (attempt_dir(req.run_dir, 1) / "launch.pid").exists()
+    finally:
+        executor.close()
+
+
+def test_a_warm_attempt_is_adopted_and_a_reused_pid_is_not(tmp_path: Path) -> None:
+    executor = LocalExecutor(LocalOptions(warm=True))
+    try:
+        req = warm_request(tmp_path, "jx", 60.0)
+        executor.start(req)
+        assert second_adopts(req) is None  # same wrapper: its start time matches
+        stamp = attempt_dir(req.run_dir, 1) / "wrapper.start"
+        stamp.write_text(str(int(stamp.read_text()) - 1))  # as if the pid were reused
+        exit_ = second_adopts(req)
+        assert exit_ is not None and exit_.lost and exit_.exit_code is None
+        os.kill(int((attempt_dir(req.run_dir, 1) / "launch.pid").read_text()), signal.SIGKILL)
+        (exit_,) = wait_exits(executor)
+        assert exit_.exit_code == 137 and exit_.lost
+    finally:
+        executor.close()
+
+
+def test_closing_ends_the_unused_warm_process(tmp_path: Path) -> None:
+    executor = LocalExecutor(LocalOptions(warm=True))
+    waiting = executor._warm._proc  # noqa: SLF001  # the process under test
+    executor.close()
+    assert waiting.wait(timeout=30) == 0

@@ -1,0 +1,41 @@
+"""A warm `argosy` process: started before its attempt is known, it imports the CLI (most
+of `argosy launch`'s start-up) and then waits for one request on a pipe.
+
+The local executor keeps one warm process ready. When an attempt starts, it writes one
+JSON line to the pipe: the argv after `argosy`, the environment to add, the working
+directory and the output file. The process applies them and runs the command in place,
+so the attempt skips the imports (a second or more on a loaded machine). EOF on the pipe
+(the executor closed or died) ends it quietly.
+
+    python -m argosy.executors.warm --fd 7    # the executor's side: local.WarmLauncher
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def serve_one(fd: int) -> None:
+    """Import the CLI, wait for the request on `fd`, then become that command."""
+    from argosy.cli.app import main  # the slow part, done ahead of time
+
+    with os.fdopen(fd, "rb") as pipe:
+        line = pipe.readline()
+    if not line.strip():
+        return
+    request = json.loads(line)
+    if request.get("cwd"):
+        os.chdir(request["cwd"])
+    os.environ.update(request["env"])
+    out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    sys.argv = ["argosy", *request["argv"]]
+    main()
+
+
+if __name__ == "__main__":
+    serve_one(int(sys.argv[sys.argv.index("--fd") + 1]))
