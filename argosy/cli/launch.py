@@ -99,12 +99,16 @@ def launch(
         spec.extra_env.update(prepare(plan, emulate_chips, world, run_dir))
     elif emulate_chips:
         raise ArgosyError("--emulate-chips needs --plan: the plan gives ranks their chips")
-    checked, config = _preflight(ctx, preflight, emulate_slow, nproc_per_node, config)
-    if checked is not None:
-        spec.extra_env.update(checked.env)
     stopping = (signal.SIGTERM, signal.SIGHUP)  # stop the ranks, clean up, then exit
     previous = {sig: signal.signal(sig, _interrupt) for sig in stopping}
     try:
+        try:
+            checked, config = _preflight(ctx, preflight, emulate_slow, nproc_per_node, config)
+        except KeyboardInterrupt:
+            err_console.print("interrupted during the preflight check; no rank was started")
+            raise typer.Exit(code=130) from None
+        if checked is not None:
+            spec.extra_env.update(checked.env)
         policy = config_of(ctx).health.policy
         summary = _run(spec, injections, config, _total_steps(command), quiet, tee, checked, policy)
     finally:
