@@ -172,7 +172,7 @@ async def queues(ctl: Ctl, who: Who) -> list[QueueInfo]:
 
 @router.get("/nodes")
 async def nodes(ctl: Ctl, who: Who) -> list[NodeView]:
-    return node_views(ctl.scheduling, ctl.cordoned, ctl.lost)
+    return node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())
 
 
 @router.post("/nodes/{name}/cordon", responses={403: {}, 404: {}})
@@ -208,4 +208,5 @@ def _set_cordon(ctl: Control, name: str, cordoned: bool) -> NodeView:
         ctl.set_cordon(name, cordoned)
     except NotFoundError as err:
         raise HTTPException(404, str(err)) from err
-    return next(n for n in node_views(ctl.scheduling, ctl.cordoned, ctl.lost) if n.name == name)
+    views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())
+    return next(n for n in views if n.name == name)

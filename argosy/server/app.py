@@ -23,6 +23,7 @@ from argosy.server.auth import Tokens, ensure_admin_token
 from argosy.server.config import ServerConfig
 from argosy.server.console import mount_console
 from argosy.server.control import Control
+from argosy.server.node_api import router as node_router
 from argosy.server.service_api import router as service_router
 from argosy.server.store import Store
 
@@ -69,6 +70,7 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
     )
     app.include_router(router)
     app.include_router(service_router)
+    app.include_router(node_router)
     mount_console(app)  # the web console at / (pages, forms, /static)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
 

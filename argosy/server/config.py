@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.health.config import NodePolicyConfig
+
 DEFAULT_PORT = 8265
 
 
@@ -41,6 +43,8 @@ class ServerConfig(BaseModel):
     warm_launcher: bool = True
     """Local executor: keep one `argosy` process warm (its imports done), so a job's
     `argosy launch` starts without them."""
+    node_policy: NodePolicyConfig = Field(default_factory=NodePolicyConfig)
+    """How health verdicts reported to the server cordon, quarantine and return nodes."""
     cycle_interval_s: float = Field(default=1.0, gt=0)
     """Longest wait between scheduler cycles; a submit or an exit wakes it sooner."""
     min_cycle_gap_s: float = Field(default=0.05, ge=0)

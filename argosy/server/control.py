@@ -32,6 +32,7 @@ from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import State as WorkloadState
 from argosy.server.config import ServerConfig
+from argosy.server.node_health import NodeHealth
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
 from argosy.server.service_spec import ServiceSpec
@@ -73,6 +74,7 @@ class Control:
             self.clock,
         )
         self.services = Services(store, executor, self.scheduling, config.runs_dir)
+        self.health = NodeHealth(store, config.node_policy)
         self.cordoned: set[str] = set()
         self.lost: set[str] = set()
         self.last_nodes_s = time.monotonic()
@@ -85,6 +87,8 @@ class Control:
     def recover(self) -> None:
         """Rebuild the scheduler's state from the store and the executor."""
         self.cordoned = self.store.cordoned()
+        for name in self.cordoned | self.health.out_of_service():
+            self._sync_node(name)
         self._check_nodes()
         for row in self.store.jobs_in(["pending", *ACTIVE]):
             spec = JobSpec.model_validate(row["spec"])
@@ -163,8 +167,21 @@ class Control:
         self._sync_node(name)
         self.poke()
 
+    def report_health(self, name: str, verdict: str, detail: str) -> None:
+        """Apply a health verdict about a node (the node-record policy); a node the policy
+        takes out of service leaves placement, one it lets back returns."""
+        if name not in self.scheduling.index:
+            raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
+        self.health.report(name, verdict, detail)
+        self._sync_node(name)
+        self.poke()
+
+    def health_states(self) -> dict[str, str]:
+        return {name: r.state.value for name, r in self.health.records.items()}
+
     def _sync_node(self, name: str) -> None:
-        in_service = name not in self.cordoned and name not in self.lost
+        unhealthy = name in self.health.out_of_service()
+        in_service = name not in self.cordoned and name not in self.lost and not unhealthy
         self.scheduling.set_in_service(name, in_service)
 
     def _check_nodes(self) -> None:

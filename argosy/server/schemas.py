@@ -91,6 +91,8 @@ class NodeView(BaseModel):
     cordoned: bool
     up: bool
     jobs: list[str]
+    health: str = "healthy"
+    """The node-record policy's state: healthy, repaired, cordoned or quarantined."""
 
 
 class TokenRequest(BaseModel):
@@ -151,3 +153,38 @@ class Service(BaseModel):
 class ServicePage(BaseModel):
     items: list[Service]
     next_cursor: int | None = None
+
+
+HealthVerdict = Literal[
+    "healthy", "not_applicable", "degraded", "failed", "straggler", "fault", "repair"
+]
+
+
+class HealthReportBody(BaseModel):
+    """A verdict about a node: a health check's, the runtime's, or an operator's repair."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: HealthVerdict
+    detail: str = Field(default="", max_length=2000)
+    """What was seen (e.g. the checks that failed)."""
+
+
+class HealthEvidence(BaseModel):
+    """One verdict reported about a node, and the state it left the node in."""
+
+    kind: str
+    detail: str
+    state: str
+    created_at: str
+
+
+class NodeDetail(NodeView):
+    """A node with its health record and the latest verdicts about it (oldest first)."""
+
+    in_service: bool
+    """Whether new work may be placed there (not cordoned, not lost, healthy enough)."""
+    healthy_streak: int
+    score: float
+    """Weight of negative evidence within the policy's window."""
+    history: list[HealthEvidence]

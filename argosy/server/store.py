@@ -22,7 +22,15 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from argosy.server.tables import events, jobs, nodes, services, tokens
+from argosy.server.tables import (
+    events,
+    jobs,
+    node_evidence,
+    node_health,
+    nodes,
+    services,
+    tokens,
+)
 
 Row = dict[str, Any]
 Event = tuple[str, str]  # (kind, message)
@@ -266,6 +274,35 @@ class Store:
             c.execute(nodes.insert().values(name=name, cordoned=cordoned))
             kind = "cordoned" if cordoned else "uncordoned"
             c.execute(events.insert().values(_event(None, (kind, f"node {name}"), time.time())))
+
+    # ---- node health -----------------------------------------------------------------
+    def health_records(self) -> dict[str, Row]:
+        """Every node's stored policy record (`NodeRecord.to_json`)."""
+        with self.engine.connect() as c:
+            return {r.node: r.record for r in c.execute(select(node_health))}
+
+    def save_health(self, node: str, record: Row, evidence: Row, event: Event | None) -> None:
+        """The node's new record, the evidence that made it, and (on a change of state)
+        the event, in one transaction."""
+        now = time.time()
+        with self.engine.begin() as c:
+            c.execute(node_health.delete().where(node_health.c.node == node))
+            c.execute(node_health.insert().values(node=node, record=record, updated_at=now))
+            c.execute(node_evidence.insert().values(node=node, created_at=now, **evidence))
+            if event is not None:
+                c.execute(events.insert().values(_event(None, event, now)))
+
+    def health_history(self, node: str, limit: int = 100) -> list[Row]:
+        """The node's latest evidence, oldest first."""
+        query = (
+            select(node_evidence)
+            .where(node_evidence.c.node == node)
+            .order_by(node_evidence.c.seq.desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as c:
+            rows = [dict(r) for r in c.execute(query).mappings()]
+        return rows[::-1]
 
 
 def _event(job_id: str | None, event: Event, now: float) -> Row:

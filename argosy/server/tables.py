@@ -86,3 +86,23 @@ services = Table(
     Column("stop_requested", String(16)),
     Index("ix_services_state", "state"),
 )
+
+node_health = Table(
+    "node_health",
+    metadata,
+    Column("node", String(200), primary_key=True),
+    Column("record", JSON, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+node_evidence = Table(
+    "node_evidence",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(200), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_node_evidence_node", "node", "seq"),
+)

@@ -74,7 +74,9 @@ def queue_views(s: Scheduling, counts: dict[tuple[str, str], int]) -> list[Queue
     return out
 
 
-def node_views(s: Scheduling, cordoned: set[str], lost: set[str]) -> list[NodeView]:
+def node_views(
+    s: Scheduling, cordoned: set[str], lost: set[str], health: dict[str, str] | None = None
+) -> list[NodeView]:
     out = []
     for n in s.nodes:
         used = s.used_on(n.name)
@@ -87,6 +89,7 @@ def node_views(s: Scheduling, cordoned: set[str], lost: set[str]) -> list[NodeVi
                 cordoned=n.name in cordoned,
                 up=n.name not in lost,
                 jobs=s.jobs_on(n.name),
+                health=(health or {}).get(n.name, "healthy"),
             )
         )
     return out

@@ -1,0 +1,144 @@
+"""The health feed: verdicts reported to the server go through the health layer's
+node-record policy; a node it cordons or quarantines leaves placement (also across a
+server restart) and returns when the policy lets it; `GET /nodes/{name}` shows the
+record and the history."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from server_helpers import fast_config
+
+from argosy.executors.base import NodeInfo
+from argosy.executors.fake import FakeExecutor
+from argosy.server.app import create_app
+
+NODES = [NodeInfo("n0", "cpu", 2), NodeInfo("n1", "cpu", 2)]
+
+
+def app_client(home: Path, fake: FakeExecutor) -> TestClient:
+    return TestClient(create_app(fast_config(home), executor=fake))
+
+
+@pytest.fixture
+def fake() -> FakeExecutor:
+    return FakeExecutor(NODES)
+
+
+@pytest.fixture
+def api(home: Path, fake: FakeExecutor) -> Iterator[TestClient]:
+    with app_client(home, fake) as c:
+        c.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        yield c
+
+
+def report(api: TestClient, node: str, verdict: str, detail: str = "") -> dict:
+    r = api.post(f"/api/v1/nodes/{node}/health", json={"verdict": verdict, "detail": detail})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def placed_on(api: TestClient, fake: FakeExecutor, nproc: int) -> str:
+    job = api.post("/api/v1/jobs", json={"name": "j", "script": "x.py", "nproc_per_node": nproc})
+    job_id = job.json()["id"]
+    deadline = time.monotonic() + 10
+    while job_id not in fake.running:
+        assert time.monotonic() < deadline, "the job was not placed"
+        time.sleep(0.02)
+    return next(iter(fake.running[job_id].nodes))
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "want_state", "want_in_service"),
+    [
+        (["healthy"], "healthy", True),
+        (["degraded"], "healthy", True),
+        (["degraded", "straggler"], "cordoned", False),
+        (["degraded", "degraded", "healthy", "healthy", "healthy"], "cordoned", False),
+        (["failed"], "quarantined", False),
+        (["failed", "healthy", "healthy", "healthy"], "quarantined", False),
+        (["failed", "repair"], "repaired", True),
+        (["failed", "repair", "healthy", "healthy"], "healthy", True),
+        (["failed", "repair", "fault", "fault"], "quarantined", False),
+    ],
+    ids=[
+        "healthy",
+        "one-degraded",
+        "cordoned",
+        "cordon-holds-while-the-evidence-is-recent",
+        "quarantined",
+        "quarantine-needs-repair",
+        "repaired",
+        "probation-passed",
+        "relapse",
+    ],
+)
+def test_verdicts_move_the_node_as_the_policy_says(
+    api: TestClient, verdicts: list[str], want_state: str, want_in_service: bool
+) -> None:
+    for verdict in verdicts:
+        node = report(api, "n0", verdict, f"{verdict} seen")
+    assert (node["health"], node["in_service"]) == (want_state, want_in_service)
+    detail = api.get("/api/v1/nodes/n0").json()
+    assert [h["kind"] for h in detail["history"]] == verdicts
+    assert detail["history"][-1]["state"] == want_state
+    listed = {n["name"]: n["health"] for n in api.get("/api/v1/nodes").json()}
+    assert listed == {"n0": want_state, "n1": "healthy"}
+
+
+def test_an_out_of_service_node_gets_no_new_work_and_returns_after_repair(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    report(api, "n1", "failed", "gemm x0.31")
+    assert placed_on(api, fake, 2) == "n0"
+    events = api.get("/api/v1/events").json()["items"]
+    assert any(e["kind"] == "node_health" and "quarantined" in e["message"] for e in events)
+    report(api, "n1", "repair")
+    assert placed_on(api, fake, 2) == "n1"
+
+
+def test_a_quarantined_node_stays_out_after_a_server_restart(
+    home: Path, fake: FakeExecutor
+) -> None:
+    with app_client(home, fake) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        report(api, "n0", "failed")
+    with app_client(home, fake) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        detail = api.get("/api/v1/nodes/n0").json()
+        assert detail["health"] == "quarantined" and not detail["in_service"]
+        assert placed_on(api, fake, 2) == "n1"
+        body = {"name": "k", "script": "x.py", "nproc_per_node": 2}
+        second = api.post("/api/v1/jobs", json=body).json()["id"]
+        time.sleep(0.5)  # several cycles
+        assert api.get(f"/api/v1/jobs/{second}").json()["state"] == "pending"
+        assert all("n0" not in r.nodes for r in fake.running.values())
+
+
+@pytest.mark.parametrize(
+    ("node", "body", "token", "want_status"),
+    [
+        ("nope", {"verdict": "failed"}, "admin", 404),
+        ("n0", {"verdict": "sick"}, "admin", 422),
+        ("n0", {"verdict": "failed", "colour": "red"}, "admin", 422),
+        ("n0", {"verdict": "failed"}, "queue", 403),
+        ("n0", {"verdict": "failed"}, "none", 401),
+    ],
+    ids=["unknown-node", "unknown-verdict", "unknown-key", "queue-token", "no-token"],
+)
+def test_bad_health_reports_are_refused(
+    api: TestClient, node: str, body: dict, token: str, want_status: int
+) -> None:
+    headers = {}
+    if token == "queue":
+        made = api.post("/api/v1/tokens", json={"queue": "default"}).json()["token"]
+        headers = {"Authorization": f"Bearer {made}"}
+    elif token == "none":
+        headers = {"Authorization": ""}
+    r = api.post(f"/api/v1/nodes/{node}/health", json=body, headers=headers)
+    assert r.status_code == want_status, r.text
+    assert api.get("/api/v1/nodes/n0").json()["health"] == "healthy"
