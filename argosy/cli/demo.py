@@ -75,7 +75,9 @@ def demo(
         _report(final)
         if service:
             _service_line(client)
-        if keep:
+        if not keep:
+            console.print("the server stops now; `argosy demo --keep` keeps the console up")
+        else:
             console.print(f"\nthe console stays up at {url}/ ; Ctrl-C stops the server")
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
