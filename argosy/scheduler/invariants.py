@@ -7,6 +7,9 @@ Checked: no device in two allocations; free counts, histograms and per-group tot
 on a down node; every gang is whole (min <= devices <= its most, `growth.max_size`) on
 one group of its chip;
 queue usage equals what its workloads hold, and never exceeds an explicit ceiling.
+After a cycle (`spares_short`): under a policy with hot spares every group holds its
+spare target (at least one in a group of two nodes or more) unless it has no whole idle
+node left to hold.
 Costs O(nodes + allocations): for tests and `SimConfig.check_invariants`, not a hot path.
 """
 
@@ -37,6 +40,20 @@ def violations(sched) -> list[str]:  # noqa: ANN001  # a Scheduler (no import cy
     out += _groups(cap)
     out += _queues(sched.tree, usage)
     return out
+
+
+def spares_short(sched) -> list[str]:  # noqa: ANN001  # a Scheduler
+    """Groups holding fewer hot spares than their target while a whole node sits idle
+    (holds right after a cycle; a fault in between may use a spare up)."""
+    if not sched.policy.hot_spares:
+        return []
+    cap: Capacity = sched.cap
+    return [
+        f"group {g}: {cap.spare_count[g]} spares < target {sched.spare_target(g)} with "
+        f"{cap.whole_free_nodes(g)} whole nodes idle"
+        for g in range(len(cap.ranges))
+        if cap.spare_count[g] < sched.spare_target(g) and cap.whole_free_nodes(g) > 0
+    ]
 
 
 def _charge(tree, usage: np.ndarray, queue: str, chip: str | None, devices: int) -> None:

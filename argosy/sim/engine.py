@@ -26,7 +26,7 @@ from argosy.scheduler import growth, recovery
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.decisions import Decision
-from argosy.scheduler.invariants import violations
+from argosy.scheduler.invariants import spares_short, violations
 from argosy.scheduler.policies import Policy
 from argosy.scheduler.queues import QueueTree
 from argosy.scheduler.speed import relative_speed
@@ -189,7 +189,12 @@ class Simulation:
         return False
 
     def _check(self, where: str, t: float) -> None:
-        if self.cfg.check_invariants and (problems := violations(self.sched)):
+        if not self.cfg.check_invariants:
+            return
+        problems = violations(self.sched)
+        if where == "cycle":
+            problems += spares_short(self.sched)
+        if problems:
             raise AssertionError(f"after {where} at t={t:.0f} s: {problems}")
 
     def _arrive(self, r: TraceRecord, t: float) -> bool:

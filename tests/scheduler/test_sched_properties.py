@@ -3,6 +3,7 @@
 - no device is allocated twice, and the free-capacity index stays exact;
 - gangs are never partially placed (min <= devices <= max for every running job);
 - usage never exceeds an explicit queue ceiling;
+- after every cycle each group holds its hot spares (at least one) while a whole node is idle;
 - a guarantee is always reclaimable within one cycle once its nodes are up.
 """
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from sched_helpers import check_invariants, job, make, service
 
 from argosy.scheduler import recovery
+from argosy.scheduler.invariants import spares_short
 
 NODES = 24  # h100:192 -> 24 nodes of 8
 
@@ -59,8 +61,9 @@ def test_invariants_hold_under_any_sequence(policy, steps):
     sched.submit(svc)
     counter = [0]
     for step in steps:
-        apply(sched, clock, svc, step, counter)
+        apply(sched, clock, svc, step, counter)  # ends with a cycle
         check_invariants(sched)
+        assert spares_short(sched) == []
     for node in range(NODES):  # bring every node back, then ask for the whole guarantee
         recovery.release_quarantine(sched, node)
     svc.profile[:] = 1.0
