@@ -112,6 +112,10 @@ def test_kill_exit_and_hang_resume_to_the_same_losses(fault_free: Path, tmp_path
     stacks = (tmp_path / "stacks" / "attempt2-rank0.txt").read_text()
     assert "_hang" in stacks  # the hung rank's Python stack was dumped
     assert set(s["lost_s"]) >= {"detection", "restart", "reload", "redone"}
+    health = json.loads((tmp_path / "node_health.json").read_text())
+    want = [("fault", 1), ("fault", 0)]  # the crash and the hang; the script's exit 3 is not
+    assert [(e["kind"], e["rank"]) for e in health["evidence"]] == want
+    assert health["record"]["state"] == "cordoned"  # two faults within the window
 
 
 def test_straggler_is_reported_with_its_rank_and_factor(tmp_path: Path) -> None:
@@ -123,6 +127,8 @@ def test_straggler_is_reported_with_its_rank_and_factor(tmp_path: Path) -> None:
     assert (fault["kind"], fault["rank"], fault["action"]) == ("straggler", 1, "warn")
     assert fault["slowdown"] > 1.5
     assert s["restarts"] == 0 and s["final_step"] == 40
+    health = json.loads((tmp_path / "node_health.json").read_text())
+    assert [(e["kind"], e["rank"]) for e in health["evidence"]] == [("straggler", 1)]
 
 
 def test_straggler_policy_restart_swaps_it_for_a_spare(fault_free: Path, tmp_path: Path) -> None:
