@@ -90,17 +90,21 @@ def test_a_running_job_is_cancelled_from_its_page(page, server):
     wait_state(page, "cancelled", 60_000)
 
 
-def test_jobs_list_links_each_job_by_name_and_filters_by_state(page, server):
+def test_jobs_list_links_each_job_by_name_and_filters_by_state(page, server, admin_token):
     url, _ = server
+    auth = {"Authorization": f"Bearer {admin_token}"}
+    body = {"name": "list-me", "script": str(STEPS_SCRIPT), "args": ["--fail"]}
+    job = httpx.post(f"{url}/api/v1/jobs", json=body, headers=auth).json()
     page.goto(url + "/jobs")
-    link = page.wait_for_selector("#jobs a:text-is('to-cancel')")
+    page.wait_for_selector("#jobs a:text-is('list-me')")
     shot(page, "jobs")
-    page.select_option("select[name=state]", "cancelled")
-    page.wait_for_url(re.compile(r".*state=cancelled.*"))
-    page.wait_for_function("!document.querySelector('#jobs').innerText.includes('console-gpt')")
-    link = page.wait_for_selector("#jobs a:text-is('to-cancel')")
+    page.select_option("select[name=state]", "failed")
+    page.wait_for_url(re.compile(r".*state=failed.*"))
+    link = page.wait_for_selector("#jobs a:text-is('list-me')", timeout=60_000)  # live table
+    assert all(s == "failed" for s in page.locator("#jobs .state").all_inner_texts())
     link.click()
-    page.wait_for_selector("h1:has-text('to-cancel')")
+    page.wait_for_url(f"{url}/jobs/{job['id']}")
+    page.wait_for_selector("h1:has-text('list-me')")
 
 
 def test_a_node_is_cordoned_and_uncordoned(page, server):
