@@ -25,10 +25,17 @@ def _init(rank: int, world: int, port: int) -> None:
     )
 
 
-def hierarchical_vs_flat(rank: int, world: int, port: int, shapes: list, out) -> None:  # noqa: ANN001
-    """For each group shape: integer tensors must sum exactly as a flat all-reduce does,
-    random ones to float tolerance. Puts (rank, shape index, exact, max abs diff)."""
+def both(rank: int, world: int, port: int, shapes: list, case: dict, out) -> None:  # noqa: ANN001
+    """`hierarchical_vs_flat`, then `weighted_grads`, in one process group."""
     _init(rank, world, port)
+    hierarchical_vs_flat(rank, shapes, out)
+    weighted_grads(rank, case, out)
+    dist.destroy_process_group()
+
+
+def hierarchical_vs_flat(rank: int, shapes: list, out) -> None:  # noqa: ANN001
+    """For each group shape: integer tensors must sum exactly as a flat all-reduce does,
+    random ones to float tolerance. Puts ("sum", rank, shape index, exact, max abs diff)."""
     for index, (group_of_rank, numel, chunk_bytes) in enumerate(shapes):
         ar = HierarchicalAllReduce(group_of_rank, "cpu", chunk_bytes=chunk_bytes)
         g = torch.Generator().manual_seed(1000 * index + rank)
@@ -41,9 +48,8 @@ def hierarchical_vs_flat(rank: int, world: int, port: int, shapes: list, out) ->
         for f in futures:
             f.wait()
         diff = float((reals - want_reals).abs().max()) if numel else 0.0
-        out.put((rank, index, bool(torch.equal(ints, want_ints)), diff))
+        out.put(("sum", rank, index, bool(torch.equal(ints, want_ints)), diff))
         ar.close()
-    dist.destroy_process_group()
 
 
 def _model() -> nn.Module:
@@ -65,10 +71,9 @@ def _reference_grads(global_batch: int) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()]
 
 
-def weighted_grads(rank: int, world: int, port: int, case: dict, out) -> None:  # noqa: ANN001
+def weighted_grads(rank: int, case: dict, out) -> None:  # noqa: ANN001
     """One step with uneven samples per rank, through the DDP hook and through GradSync;
-    puts (rank, path, max abs diff to the single-process full-batch gradient)."""
-    _init(rank, world, port)
+    puts ("grad", rank, path, max abs diff to the single-process full-batch gradient)."""
     samples, groups, mbs = case["samples"], case["groups"], case["micro_batch"]
     total = sum(samples)
     offset = sum(samples[:rank])
@@ -84,15 +89,14 @@ def weighted_grads(rank: int, world: int, port: int, case: dict, out) -> None:  
     ddp.register_comm_hook(HookState(ar, weight), hierarchical_hook)
     # DDP may issue collectives in forward: one forward per rank, uneven sizes
     _accumulate(ddp, x, y, len(x), sync=None)
-    out.put((rank, "ddp", _max_diff(ddp.module, want)))
+    out.put(("grad", rank, "ddp", _max_diff(ddp.module, want)))
 
     model = _model()
     sync = GradSync(model, ar, weight=weight, bucket_bytes=512)
     _accumulate(model, x, y, mbs, sync=sync)
     sync.wait()
-    out.put((rank, "gradsync", _max_diff(model, want)))
+    out.put(("grad", rank, "gradsync", _max_diff(model, want)))
     ar.close()
-    dist.destroy_process_group()
 
 
 def _accumulate(model: nn.Module, x, y, mbs: int, sync: GradSync | None) -> None:  # noqa: ANN001

@@ -43,29 +43,22 @@ def _run(target, world: int, *args) -> list:  # noqa: ANN001
     return results
 
 
+WEIGHTED = {"samples": [21, 8, 7, 4], "groups": [0, 1, 1, 2], "micro_batch": 3}
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("world", [3, 4])
-def test_hierarchical_sum_equals_flat_all_reduce_over_random_group_shapes(world: int) -> None:
-    shapes = mixed_workers.random_shapes(seed=world, world=world, count=6)
-    results = _run(mixed_workers.hierarchical_vs_flat, world, shapes)
-    assert len(results) == world * len(shapes)
-    for rank, index, exact, diff in results:
+def test_hierarchical_sum_and_weighted_gradients_in_gloo_processes() -> None:
+    """One spawn of 4 ranks: the hierarchical sum equals the flat all-reduce over random
+    group shapes, then a step with uneven samples per rank (21/8/7/4 over 3 chip groups)
+    gives the full-batch gradient, through the DDP hook and through GradSync."""
+    shapes = mixed_workers.random_shapes(seed=4, world=4, count=6)
+    results = _run(mixed_workers.both, 4, shapes, WEIGHTED)
+    sums = [r for r in results if r[0] == "sum"]
+    grads = [r for r in results if r[0] == "grad"]
+    assert len(sums) == 4 * len(shapes) and len(grads) == 2 * 4
+    for _, rank, index, exact, diff in sums:
         assert exact, f"rank {rank}, shape {shapes[index]}: integer sums differ"
         assert diff < 1e-4, f"rank {rank}, shape {shapes[index]}: max diff {diff}"
-
-
-CASES = {
-    "2:1 split, two groups": {"samples": [10, 5], "groups": [0, 1], "micro_batch": 2},
-    "3 ranks 21/8/7, group of two": {"samples": [21, 8, 7], "groups": [0, 1, 1], "micro_batch": 3},
-}
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_weighted_gradient_equals_the_full_batch_gradient(case: dict) -> None:
-    world = len(case["samples"])
-    results = _run(mixed_workers.weighted_grads, world, case)
-    assert {path for _, path, _ in results} == {"ddp", "gradsync"}
-    assert len(results) == 2 * world
-    for rank, path, diff in results:
+    assert {path for _, _, path, _ in grads} == {"ddp", "gradsync"}
+    for _, rank, path, diff in grads:
         assert diff < 1e-6, f"rank {rank} via {path}: gradient off by {diff}"

@@ -1,0 +1,117 @@
+"""`argosy launch --plan`: real launches of examples/train_mixed.py (gloo, emulated chips)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import REPO, argosy
+
+SCRIPT = str(REPO / "examples" / "train_mixed.py")
+MODEL = ["--hidden", "64", "--layers", "2", "--dim", "8", "--block", "16", "--micro-batch", "2"]
+CHIPS = "h100:1,a100-80g:2"
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    out = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "step":
+            out[event["step"]] = event["loss"]
+    return out
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real mixed plan from the planner: H100 x1 + A100 x2, 18 sequences per step."""
+    args = ["plan", "-m", "gpt-1.7b", "-c", "h100:1+a100-80g:2", "--global-batch", "18"]
+    done = argosy(*args, "--seq-len", "2048", "--json")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    path.write_text(done.stdout)
+    shares = [g["batch_share"] for g in json.loads(done.stdout)["plans"][0]["groups"]]
+    assert len(set(shares)) > 1, f"want an uneven split to test, got {shares}"
+    return path
+
+
+def _launch(run_dir: Path, *args: str, nproc: int = 3) -> None:
+    head = ["launch", "--quiet", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc), *args]
+    tail = [SCRIPT, "--steps", "6", "--ckpt-every", "2", "--warmup", "1", *MODEL]
+    done = argosy(*head, *tail, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def runs(plan_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A mixed run and the same run killed in the A100 group at step 5. (That a mixed step
+    equals a uniform one is tested on gradients in test_mixed_allreduce and end to end,
+    30 steps, in benchmarks/mixed.py.)"""
+    base = tmp_path_factory.mktemp("mixed-runs")
+    mixed = ["--plan", str(plan_file), "--emulate-chips", CHIPS]
+    _launch(base / "mixed", *mixed)
+    _launch(base / "killed", *mixed, "--inject", "kill:rank=2:step=5")
+    return {name: base / name for name in ("mixed", "killed")}
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_kill_in_one_group_resumes_with_the_same_split(runs: dict) -> None:
+    killed = runs["killed"]
+    summary = _summary(killed)
+    assert summary["status"] == "completed" and summary["restarts"] == 1
+    assert summary["faults"][0]["rank"] == 2
+    want = _losses(runs["mixed"])
+    assert sorted(want) == list(range(1, 7)) and want[6] < want[1]  # it trains
+    assert _losses(killed) == pytest.approx(want, rel=1e-7)
+    for rank in range(3):
+        first = _split_line(killed / "logs" / "attempt0" / f"rank{rank}.log")
+        again = _split_line(killed / "logs" / "attempt1" / f"rank{rank}.log")
+        assert first == again and first is not None
+
+
+def _split_line(path: Path) -> str | None:
+    lines = [ln for ln in path.read_text().splitlines() if " samples " in ln]
+    return lines[0].split("] ", 1)[1] if lines else None
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_summary_reports_measured_and_predicted_throughput(runs: dict) -> None:
+    throughput = _summary(runs["mixed"])["throughput"]
+    assert throughput["measured_samples_per_s"] > 0
+    assert throughput["predicted_samples_per_s"] > 0
+    assert [g["chip"] for g in throughput["by_group"]] == ["h100-sxm", "a100-80g"]
+    assert sum(g["samples_per_step"] for g in throughput["by_group"]) == 18
+    assert 0 < throughput["efficiency_vs_solo_sum"] <= 1.2
+    assert throughput["cross_group_wait_s"] >= 0
+    assert "EMULATED" in throughput["emulated"]["note"]
+    shown = argosy("runs", "show", str(runs["mixed"]), "--no-plot")
+    assert shown.returncode == 0, shown.stderr
+    assert "predicted" in shown.stdout and "EMULATED" in shown.stdout
+
+
+MISMATCHES = {
+    "device count": (["--emulate-chips", CHIPS, "--nproc-per-node", "2"], "needs 3 devices"),
+    "chip types": (["--emulate-chips", "h100:1,910b:2", "--nproc-per-node", "3"], "910b"),
+    "host chips": (["--nproc-per-node", "3"], "this launch has cpu:3"),
+}
+
+
+@pytest.mark.parametrize("args,want", MISMATCHES.values(), ids=MISMATCHES.keys())
+def test_a_plan_that_does_not_fit_the_launch_exits_2(
+    plan_file: Path, tmp_path: Path, args: list, want: str
+) -> None:
+    done = argosy("launch", "--plan", str(plan_file), "--run-dir", str(tmp_path), *args, SCRIPT)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert want in done.stderr and "Traceback" not in done.stderr
+
+
+def test_emulate_chips_without_a_plan_exits_2(tmp_path: Path) -> None:
+    args = ["--emulate-chips", CHIPS, "--nproc-per-node", "3", "--run-dir", str(tmp_path)]
+    done = argosy("launch", *args, SCRIPT)
+    assert done.returncode == 2 and "--plan" in done.stderr
