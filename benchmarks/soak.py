@@ -1,8 +1,18 @@
-"""Fault soak: checkpoint integrity over many injected kills (issue 15 and issue 17 targets).
+"""Fault soak: checkpoint integrity over many injected faults (issue 15 and 17 targets).
 
-    .venv/bin/python benchmarks/soak.py storm --faults 1000          # the >= 1,000-fault soak
-    .venv/bin/python benchmarks/soak.py storm --faults 40 --busy 2   # a short one
+    .venv/bin/python benchmarks/soak.py --faults 1000 --json         # the >= 1,000-fault soak
+    .venv/bin/python benchmarks/soak.py --faults 1000 --storm-faults 10 --json
+    .venv/bin/python benchmarks/soak.py storm --faults 40 --busy 2   # multi-rank kill storm
     .venv/bin/python benchmarks/soak.py launch --runs 16             # the issue's reproduction
+
+default (no mode): `argosy.checkpoint.soak`, the fast soak: one long-lived checkpointer,
+faults injected into its persister (SIGKILL at random moments and at named points, hangs),
+its trainer connection, its file system (full: a small tmpfs when mountable, else injected
+ENOSPC) and its committed files (torn, corrupted shard, torn manifest); every restore
+checked byte for byte. `--storm-faults K` runs K of the faults through the storm below
+(2 real ranks, SIGKILLed; ~30 s per fault) for coverage of the multi-rank path. Prints
+`faults`, `restores`, `torn`, `lost`, `wrong_restores`, `steps_lost_per_fault` (JSON with
+`--json`); exits 1 when any of torn, lost, wrong_restores is not 0.
 
 storm: `argosy.checkpoint.chaos` (the harness of tests/checkpoint/test_ckpt_race.py): 2 real
 gloo ranks with their persisters, one SIGKILL per attempt at a random point of save /
@@ -30,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -159,9 +170,77 @@ def launch(runs: int, busy: int, seed: int) -> int:
     return 1 if failures else 0
 
 
+def fast(faults: int, storm_faults: int, seed: int, as_json: bool) -> int:
+    from rich.progress import Progress
+
+    from argosy.checkpoint.soak import run_soak
+
+    with Progress(transient=as_json) as bar, tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        task = bar.add_task("faults", total=faults)
+        report = run_soak(
+            Path(tmp) / "fast",
+            faults - storm_faults,
+            seed,
+            on_fault=lambda r: bar.update(task, completed=r.faults),
+        )
+        if storm_faults:
+            _merge_storm(report, run_storm(Path(tmp) / "storm", storm_faults, seed, busy=0))
+        bar.update(task, completed=faults)
+    result = report.as_dict()
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        _print_table(result)
+    bad = report.torn + report.lost + report.wrong_restores
+    return 1 if bad else 0
+
+
+def _merge_storm(report: Any, storm: Report) -> None:
+    """The storm's faults and audited restores, its violations sorted into the soak's counts."""
+    report.faults += storm.faults
+    report.restores += storm.restores
+    for kind, count in storm.kinds.items():
+        report.kinds[f"storm:{kind}"] = report.kinds.get(f"storm:{kind}", 0) + count
+    for violation in storm.violations:
+        report.problems.append(f"storm: {violation}")
+        if "older than the newest" in violation:
+            report.lost += 1
+        elif "checksum" in violation or "bytes" in violation or "missing" in violation:
+            report.torn += 1
+        else:
+            report.wrong_restores += 1
+
+
+def _print_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="checkpoint fault soak")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key in ("faults", "restores", "torn", "lost", "wrong_restores", "clear_errors"):
+        table.add_row(key, str(result[key]))
+    table.add_row("steps_lost_per_fault", f"{result['steps_lost_per_fault']:.2f}")
+    table.add_row("disk full by", result["disk_full_by"])
+    table.add_row("wall s (s per fault)", f"{result['wall_s']} ({result['s_per_fault']})")
+    kinds = Table(title="fault kinds")
+    kinds.add_column("kind")
+    kinds.add_column("count", justify="right")
+    for kind, count in sorted(result["kinds"].items()):
+        kinds.add_row(kind, str(count))
+    console = Console()
+    console.print(table, kinds)
+    for problem in result["problems"][:20]:
+        console.print(f"  - {problem}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="mode", required=True)
+    parser.add_argument("--faults", type=int, default=1000, help="faults to inject")
+    parser.add_argument("--storm-faults", type=int, default=0, help="of them, via the storm")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    sub = parser.add_subparsers(dest="mode")
     s = sub.add_parser("storm", help="kill storms through the chaos harness")
     s.add_argument("--faults", type=int, default=1000)
     s.add_argument("--chunk", type=int, default=10, help="faults per checkpoint directory")
@@ -172,6 +251,10 @@ def main() -> int:
     lp.add_argument("--busy", type=int, default=2)
     lp.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    if args.mode is None:
+        if args.faults < 1 or not 0 <= args.storm_faults <= args.faults:
+            parser.error("--faults must be at least 1, --storm-faults between 0 and --faults")
+        return fast(args.faults, args.storm_faults, args.seed, args.json)
     if args.mode == "storm":
         return storm(args.faults, args.chunk, args.busy, args.seed)
     return launch(args.runs, args.busy, args.seed)

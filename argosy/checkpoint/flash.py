@@ -35,6 +35,8 @@ Contract:
   persister and the persister moves (value: bytes copied, written, or arriving from other
   ranks; CPU ticks while it starts): what the runtime's hang detector follows instead of a
   flat grace. Phase "committed" carries the newest committed step.
+- `hang_timeout_s`, when given, bounds every wait on the persister (a copy, a flush):
+  CheckpointError once it passed (a wedged persister), for callers without a watchdog.
 - Errors of the persister (disk full, unwritable directory) are raised by the next `save`
   or `wait`; earlier checkpoints are untouched.
 """
@@ -45,10 +47,8 @@ import atexit
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import pickle
-import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +59,7 @@ import torch
 from argosy.checkpoint import agree, disk, restore
 from argosy.checkpoint.commit import Fence
 from argosy.checkpoint.config import CheckpointConfig
+from argosy.checkpoint.launch import PersisterHandle, cpu_ticks, start_persister
 from argosy.checkpoint.layout import (
     ObjectEntry,
     SnapshotMeta,
@@ -120,6 +121,7 @@ class FlashCheckpointer:
         progress: Callable[[str, int], None] | None = None,
         hold_limit_bytes: int = 1 << 30,
         fence: bool = True,
+        hang_timeout_s: float | None = None,
     ) -> None:
         if keep < 1 or slots < 1:
             raise ArgosyError(f"keep and slots must be at least 1 (got keep={keep}, slots={slots})")
@@ -130,6 +132,9 @@ class FlashCheckpointer:
         self.inline_bytes = inline_bytes
         self.start_timeout_s = start_timeout_s
         self.hold_limit_bytes = hold_limit_bytes
+        self.hang_timeout_s = hang_timeout_s
+        """Longest wait on the persister (a copy, a flush) before CheckpointError; None:
+        no limit (the runtime's watchdog follows `progress` instead)."""
         self._progress = progress
         self.epoch = agree.agree_epoch(self.world_size)
         """This attempt's epoch: its writes are void once a newer attempt raises the fence."""
@@ -153,7 +158,7 @@ class FlashCheckpointer:
             self.epoch,
         )
         self._proc: Any = None
-        self._sockdir = ""
+        self._launch: PersisterHandle | None = None
         self._conn: Any = None
         self._ready = False
         self._pending: int | None = None
@@ -201,72 +206,22 @@ class FlashCheckpointer:
     # -- persister process -------------------------------------------------------------
 
     def _start(self) -> None:
-        """Start the persister as a plain subprocess in its own session.
-
-        Not multiprocessing's spawn: that re-imports the training script's main module.
-        The connection is a Unix socket authenticated with this process's multiprocessing
-        key, which the persister adopts so it can receive shared-memory handles.
-        """
-        import multiprocessing
-        import subprocess
-        import sys
-        import tempfile
-        import threading
-        from multiprocessing.connection import Listener
-
-        import torch.multiprocessing  # noqa: F401  # registers the tensor-sharing reducers
-
-        key = bytes(multiprocessing.current_process().authkey)
-        self._sockdir = tempfile.mkdtemp(prefix="argosy-ckpt-")
-        address = os.path.join(self._sockdir, "persister.sock")
-        listener = Listener(address, family="AF_UNIX", authkey=key)
-        spec = json.dumps(dataclasses.asdict(self._spec))
-        env = dict(os.environ, ARGOSY_PERSISTER_KEY=key.hex(), ARGOSY_PERSISTER_SPEC=spec)
-        log = self._open_log()
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "argosy.checkpoint.persister", address],
-                env=env,
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,  # never the trainer's pipes: an orphan would hold them open
-            )
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()
-
-        def accept() -> None:
-            try:
-                self._conn = listener.accept()
-            except OSError:
-                pass
-            finally:
-                listener.close()
-
-        self._acceptor = threading.Thread(target=accept, daemon=True)
-        self._acceptor.start()
-
-    def _open_log(self) -> Any:
-        """The persister's stderr: `<directory>/.logs/persister-r<rank>.log`, if writable."""
-        import subprocess
-
-        try:
-            logs = self.directory / ".logs"
-            logs.mkdir(parents=True, exist_ok=True)
-            return open(logs / f"persister-r{self.rank}.log", "ab")  # noqa: SIM115
-        except OSError:
-            return subprocess.DEVNULL
+        """Start the persister (launch.py); it connects back while the caller goes on."""
+        self._launch = start_persister(self._spec, self.directory / ".logs")
+        self._proc = self._launch.proc
 
     def _connected(self) -> bool:
         if self._conn is not None:
             return True
-        self._acceptor.join(timeout=0.01)
-        if self._conn is None and self._proc.poll() is not None:
+        if self._launch.poll_connected():
+            self._conn = self._launch.conn
+            return True
+        if self._proc.poll() is not None:
             raise CheckpointError(
                 f"the checkpoint persister exited with code {self._proc.returncode}"
+                f" (its log: {self.directory / '.logs'})"
             )
-        return self._conn is not None
+        return False
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -297,7 +252,7 @@ class FlashCheckpointer:
     def _report_start(self) -> None:
         """While the persister starts, its CPU time is the progress (a stuck start shows
         none, so the watchdog catches it like any other hang)."""
-        ticks = _cpu_ticks(self._proc.pid) if self._proc is not None else None
+        ticks = cpu_ticks(self._proc.pid) if self._proc is not None else None
         if ticks is not None and ticks != self._start_ticks:
             self._start_ticks = ticks
             self._report("start", ticks)
@@ -310,6 +265,7 @@ class FlashCheckpointer:
         """Handle persister messages until `until()` holds; raise if the persister died."""
         import time
 
+        timeout_s = self.hang_timeout_s if timeout_s is None else timeout_s
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not until():
             if not self._ready:
@@ -320,11 +276,7 @@ class FlashCheckpointer:
                         f"the checkpoint persister did not start in {timeout_s} s"
                     )
                 continue
-            if self._conn.poll(0.05):
-                try:
-                    self._handle(self._conn.recv())
-                except EOFError as err:
-                    raise CheckpointError("the checkpoint persister exited unexpectedly") from err
+            if self._receive(0.05):
                 continue
             if self._proc.poll() is not None and not self._conn.poll():
                 raise CheckpointError(
@@ -333,9 +285,24 @@ class FlashCheckpointer:
             if deadline is not None and time.monotonic() > deadline:
                 raise CheckpointError(f"the checkpoint persister did not answer in {timeout_s} s")
 
-    def _drain(self) -> None:
-        while self._conn is not None and self._conn.poll():
+    def _receive(self, wait_s: float = 0.0) -> bool:
+        """Handle one message if one comes within `wait_s`; CheckpointError when the
+        connection broke (EOF, or a reset when the persister was killed mid-message)."""
+        try:
+            if not self._conn.poll(wait_s):
+                return False
             self._handle(self._conn.recv())
+        except (EOFError, OSError) as err:
+            code = self._proc.poll() if self._proc is not None else None
+            raise CheckpointError(
+                f"the checkpoint persister exited unexpectedly (exit code {code}, "
+                f"{type(err).__name__}; its log: {self.directory / '.logs'})"
+            ) from err
+        return True
+
+    def _drain(self) -> None:
+        while self._conn is not None and self._receive():
+            pass
 
     def _raise_errors(self) -> None:
         self._drain()
@@ -473,6 +440,11 @@ class FlashCheckpointer:
         self._raise_errors()
         return self._saved
 
+    @property
+    def persister_pid(self) -> int | None:
+        """The pid of this rank's persister process (None before it started)."""
+        return None if self._proc is None else self._proc.pid
+
     def latest_step(self) -> int | None:
         """The newest step this rank could load (memory or disk), without loading it."""
         steps = [s.step for s in restore.memory_slots(self.job, self.rank)]
@@ -576,10 +548,9 @@ class FlashCheckpointer:
             except Exception:  # subprocess.TimeoutExpired: it would not stop; end it
                 self._proc.kill()
                 self._proc.wait()
-            if self._conn is not None:
-                self._conn.close()
+            if self._launch is not None:
+                self._launch.close()
             self._proc = None
-            shutil.rmtree(self._sockdir, ignore_errors=True)
             if self._stager is not None:
                 self._stager.close()
         self._raise_leftover_errors()
@@ -594,16 +565,6 @@ class FlashCheckpointer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _cpu_ticks(pid: int) -> int | None:
-    """utime + stime of a process, in clock ticks (None when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(") ", 1)[-1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _nbytes(sources: list[Any]) -> int:

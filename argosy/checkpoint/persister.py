@@ -332,6 +332,27 @@ def _owner(seg: Segment) -> int:
     return head.owner_pid if head else 0
 
 
+class _QuietStream:
+    """stderr that never raises: the log sits in the checkpoint directory, whose disk may
+    be full, and a failed log line must not take the writer thread down with it."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(address: str) -> None:
     """Process entry point: `python -m argosy.checkpoint.persister ADDRESS`."""
     import faulthandler
@@ -342,6 +363,7 @@ def main(address: str) -> None:
     import torch.multiprocessing  # noqa: F401  # registers the tensor-sharing reducers
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
+    sys.stderr = _QuietStream(sys.stderr)
     key = bytes.fromhex(os.environ.pop("ARGOSY_PERSISTER_KEY"))
     spec = PersisterSpec(**json.loads(os.environ.pop("ARGOSY_PERSISTER_SPEC")))
     multiprocessing.current_process().authkey = key
