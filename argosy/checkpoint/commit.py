@@ -43,6 +43,7 @@ from argosy.checkpoint.disk import (
     committed_steps,
     fsync_dir,
     step_dir_name,
+    verify,
     write_small,
 )
 
@@ -245,10 +246,21 @@ def commit(
         except OSError:
             if not (final / MANIFEST).exists():
                 raise
-            shutil.rmtree(staging, ignore_errors=True)
-            return None
+            if not verify(final):  # committed already, and intact: ours is a copy
+                shutil.rmtree(staging, ignore_errors=True)
+                return None
+            _replace_torn(directory, final, staging)
         fsync_dir(directory)
     return final
+
+
+def _replace_torn(directory: Path, final: Path, staging: Path) -> None:
+    """A step committed earlier whose files are torn now: this whole copy takes its place
+    (the torn one is renamed away first, so the step is never half of each)."""
+    trash = directory / f"{TRASH_PREFIX}{final.name}-torn-{os.getpid()}-{time.time_ns()}"
+    os.rename(final, trash)
+    os.rename(staging, final)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _dcp_metadata(metas: list[SnapshotMeta], pieces: list[RankPiece]) -> Any:

@@ -131,6 +131,18 @@ def test_a_step_committed_already_is_kept_and_the_copy_dropped(tmp_path):
     assert (first / disk.MANIFEST).read_bytes() == before and not staging.exists()
 
 
+def test_a_torn_step_committed_earlier_is_replaced_whole(tmp_path):
+    staging, metas, pieces = stage(tmp_path, 10, epoch=1)
+    first = cm.commit(tmp_path, 10, 1, metas, pieces, cm.Fence(tmp_path))
+    data = first / disk.data_file(1)
+    data.write_bytes(data.read_bytes()[:-5])  # torn after its commit
+    assert disk.verify(first)
+    staging, metas, pieces = stage(tmp_path, 10, epoch=2)
+    assert cm.commit(tmp_path, 10, 2, metas, pieces, cm.Fence(tmp_path)) == first
+    assert disk.verify(first) == [] and disk.read_manifest(first)["epoch"] == 2
+    assert not staging.exists()
+
+
 def test_staging_names_carry_step_and_epoch():
     name = cm.tmp_dir_name(40, 1795433157516910)
     assert cm.parse_tmp(name) == (40, 1795433157516910)
