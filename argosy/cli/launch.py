@@ -74,7 +74,7 @@ def launch(
     command = [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
     command += list(script_args or [])
     run_dir = writable_dir(run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), "--run-dir")
-    from argosy.runtime.history import check_not_busy
+    from argosy.runtime.history import archive_previous, check_not_busy
 
     check_not_busy(run_dir)  # before a preflight, not after it
     from argosy.runtime.group import GroupSpec
@@ -93,6 +93,7 @@ def launch(
         master_port=master_port,
         max_restarts=config.max_restarts,
     )
+    archive_previous(run_dir)  # before this run writes anything in it
     if plan is not None:  # mixed-chip plan: checked against the launch, ranks assigned
         from argosy.runtime.mixed.launching import prepare
 

@@ -36,7 +36,9 @@ def show(
 
     events_path = run_dir / EVENTS_FILE
     if not events_path.exists():
-        raise ArgosyError(f"{run_dir} is not a run directory (no {EVENTS_FILE})")
+        earlier = [r["path"] for r in list_history(run_dir)]
+        hint = f"; its earlier runs: {', '.join(earlier)}" if earlier else ""
+        raise ArgosyError(f"{run_dir} holds no run (no {EVENTS_FILE}){hint}")
     if plot and not as_json:
         writable_file(run_dir / "timeline.png", "--plot (use --no-plot to skip it)")
     events = read_events(events_path)

@@ -5,6 +5,8 @@ logs/, stacks/, resume/, node_health.json, timeline.png), so every reader of tho
 sees one run, never a mix. Before a new run starts, `archive_previous` moves the earlier
 run's files to `history/<NNN>-<run id>/`; checkpoints stay where they are, so the new run
 resumes from them. A run whose launcher still runs is never moved: that is refused.
+`argosy launch` archives before it writes anything for the new run (a mixed-chip
+assignment, say); `Agent.run` archives too, a no-op when that was done.
 
     archived = archive_previous(run_dir)     # None when the directory held no run
     earlier = list_history(run_dir)          # oldest first: {"path", "run_id", "status", ...}
@@ -31,6 +33,7 @@ RUN_FILES = (
     "logs",
     "stacks",
     "resume",
+    "mixed/throughput.json",  # a mixed-chip run's figures (argosy.runtime.mixed.report)
 )
 """What belongs to one run; everything else in the directory (checkpoints) is shared."""
 
@@ -62,6 +65,7 @@ def archive_previous(run_dir: Path) -> Path | None:
     target.mkdir()
     for name in RUN_FILES:
         if (run_dir / name).exists():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.move(run_dir / name, target / name)
     return target
 
