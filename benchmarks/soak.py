@@ -181,7 +181,7 @@ def fast(faults: int, storm_faults: int, seed: int, as_json: bool) -> int:
             Path(tmp) / "fast",
             faults - storm_faults,
             seed,
-            on_fault=lambda r: bar.update(task, completed=r.faults),
+            on_fault=lambda r: _progress(bar, task, r),
         )
         if storm_faults:
             _merge_storm(report, run_storm(Path(tmp) / "storm", storm_faults, seed, busy=0))
@@ -193,6 +193,14 @@ def fast(faults: int, storm_faults: int, seed: int, as_json: bool) -> int:
         _print_table(result)
     bad = report.torn + report.lost + report.wrong_restores
     return 1 if bad else 0
+
+
+def _progress(bar: Any, task: Any, report: Any) -> None:
+    bar.update(task, completed=report.faults)
+    if not sys.stderr.isatty() and report.faults % 25 == 0:  # a log, when not on a terminal
+        done = {k: getattr(report, k) for k in ("faults", "restores", "torn", "lost")}
+        print(f"{time.strftime('%H:%M:%S')} {done} wrong {report.wrong_restores}",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _merge_storm(report: Any, storm: Report) -> None:
