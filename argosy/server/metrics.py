@@ -69,17 +69,12 @@ class ServerCollector(Collector):
         yield node
 
     def _goodput(self) -> Metric:
-        rows, _ = self.control.store.list_jobs(states=["succeeded", "failed"], limit=100_000)
-        values = [
-            float(r["summary"]["effective_training_time"])
-            for r in rows
-            if isinstance(r["summary"], dict) and "effective_training_time" in r["summary"]
-        ]
+        mean = self.control.store.mean_effective_training_time()
         g = GaugeMetricFamily(
             "argosy_effective_training_time",
             "Mean effective training time (runtime goodput) of finished jobs",
         )
-        g.add_metric([], sum(values) / len(values) if values else 0.0)
+        g.add_metric([], mean or 0.0)
         return g
 
 

@@ -233,6 +233,19 @@ class Store:
             if event is not None:
                 c.execute(events.insert(), _event(service_id, event, now))
 
+    def mean_effective_training_time(self) -> float | None:
+        """Mean effective training time in the summaries of finished jobs, computed in
+        SQL (a scrape never loads the finished jobs' rows)."""
+        value = jobs.c.summary["effective_training_time"].as_float()
+        query = (
+            select(func.avg(value))
+            .where(jobs.c.state.in_(["succeeded", "failed"]))
+            .where(value.is_not(None))
+        )
+        with self.engine.connect() as c:
+            mean = c.execute(query).scalar()
+        return None if mean is None else float(mean)
+
     # ---- events ----------------------------------------------------------------------
     def add_event(self, job_id: str | None, kind: str, message: str) -> None:
         with self.engine.begin() as c:

@@ -51,3 +51,24 @@ def test_only_a_final_summary_written_during_the_attempt_counts(
         assert got == FINAL | {"attempt": 2}
     kept = json.loads((tmp_path / "server" / "attempt2" / "summary.json").read_text())
     assert kept == got
+
+
+def test_the_goodput_gauge_averages_finished_jobs_with_a_figure_only(tmp_path: Path) -> None:
+    import time
+
+    from argosy.server.spec import JobSpec
+    from argosy.server.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    assert store.mean_effective_training_time() is None
+    finished = [
+        ("succeeded", {"effective_training_time": 0.8}),
+        ("failed", {"effective_training_time": 0.4}),
+        ("failed", {"status": "missing", "attempt": 1}),  # no figure: left out
+        ("running", {"effective_training_time": 0.0}),  # not finished: left out
+    ]
+    for state, summary in finished:
+        row, _ = store.insert_job(JobSpec(name="a", script="x").model_dump(), now=time.time())
+        store.update_job(row["id"], {"state": state, "summary": summary})
+    assert store.mean_effective_training_time() == pytest.approx(0.6)
+    store.close()
