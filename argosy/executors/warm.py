@@ -12,6 +12,7 @@ so the attempt skips the imports (a second or more on a loaded machine). EOF on 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -19,7 +20,9 @@ import sys
 
 def serve_one(fd: int) -> None:
     """Import the CLI, wait for the request on `fd`, then become that command."""
-    from argosy.cli.app import main  # the slow part, done ahead of time
+    # The `argosy` command's entry point, as `python -m argosy` runs it: the executor
+    # depends on the command (as for every attempt), not on the cli package's code.
+    main = importlib.import_module("argosy.__main__").main  # the slow part, done ahead
 
     with os.fdopen(fd, "rb") as pipe:
         line = pipe.readline()
