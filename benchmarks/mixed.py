@@ -197,7 +197,10 @@ def show(result: dict, console: Console) -> None:
     ):
         detail.add_column(column)
     for name, summary in result["runs"].items():
-        t = summary["throughput"]
+        t = summary.get("throughput") or {}
+        if "by_group" not in t:
+            detail.add_row(name, "-", "-", "-", "-", "-", "no throughput section")
+            continue
         pred = t.get("predicted_samples_per_s")
         busy = " / ".join(f"{g['chip']} {g['busy_s_per_step']:.3f}" for g in t["by_group"])
         detail.add_row(
@@ -231,9 +234,9 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     result = run(args.steps, args.mib)
     result["load_average"] = os.getloadavg()
-    show(result, Console())
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
+    show(result, Console())
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """Chip emulation: give CPU ranks chip identities and throttle them to their chip's speed.
 
-EMULATION, not a measurement of the chips: every rank computes on the host CPU; a rank
-that plays a chip with a lower dense bf16 peak (catalog `bf16_tflops`) than the fastest
-chip of the launch sleeps, after each throttled block, the block's measured time times
-(fastest peak / its peak - 1). So a rank playing an A100 (312 TFLOPs) beside an H100
-(989) takes 3.17x as long per micro-batch as the H100 rank. Everything else (memory,
-links, MFU differences between chips) is not emulated. Each report that carries
-emulated figures says so (`describe()`).
+EMULATION, not a measurement of the chips: every rank computes on the host CPU and, after
+each throttled block, sleeps the block's measured time x (slowdown - 1), where slowdown =
+HEADROOM x (fastest peak of the launch / its chip's dense bf16 peak, catalog
+`bf16_tflops`). So a rank playing an A100 (312 TFLOPs) beside an H100 (989) takes 3.17x as
+long per micro-batch as the H100 rank. HEADROOM (2) slows every rank, the fastest too, by
+the same factor: each rank then leaves the CPU idle part of the time, so ranks sharing a
+few cores do not slow the unthrottled one by contention alone (the OS scheduler favours
+tasks that sleep, which would skew the ratios); the ratios stay the catalog's. Nothing
+else (memory, links, MFU differences between chips) is emulated. Each report that
+carries emulated figures says so (`describe()`).
 
     speeds = emulated_speeds([("h100", 1), ("a100-80g", 2)], catalog)   # per rank
     throttle = Throttle(speeds[rank].slowdown)
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 
 from argosy.hardware.catalog import Catalog
 
+HEADROOM = 2.0
+"""Common slowdown of every emulated rank (see the module docstring)."""
 ENV_EMULATE = "ARGOSY_EMULATE_CHIPS"
 """The --emulate-chips spec as the ranks see it."""
 
@@ -35,17 +40,19 @@ class EmulatedChip:
     chip: str
     peak_tflops: float
     slowdown: float
-    """fastest peak / this chip's peak (>= 1)."""
+    """headroom x fastest peak / this chip's peak (>= 1)."""
 
 
-def emulated_speeds(chips: list[tuple[str, int]], catalog: Catalog) -> list[EmulatedChip]:
+def emulated_speeds(
+    chips: list[tuple[str, int]], catalog: Catalog, headroom: float = HEADROOM
+) -> list[EmulatedChip]:
     """One entry per rank, in the order of `chips` (names resolved by the catalog)."""
     resolved = [(catalog.get(name), count) for name, count in chips]
     fastest = max(chip.peak_tflops("bf16") for chip, _ in resolved)
     out: list[EmulatedChip] = []
     for chip, count in resolved:
         peak = chip.peak_tflops("bf16")
-        out += [EmulatedChip(chip.id, peak, fastest / peak)] * count
+        out += [EmulatedChip(chip.id, peak, headroom * fastest / peak)] * count
     return out
 
 
@@ -69,8 +76,13 @@ class Throttle:
         """Real compute inside the blocks."""
         self.slept_s = 0.0
         """Sleep taken (asked + oversleep)."""
+        self.asked_s = 0.0
+        """Sleep the emulation asked for: compute x (slowdown - 1)."""
         self.oversleep_s = 0.0
-        """Sleep beyond what was asked: the emulation's own overhead."""
+        """Sleep taken beyond what was asked, in total: the emulation's own overhead. The
+        sleep after a block is shortened by the previous blocks' oversleep, so this stays
+        about one sleep's overshoot instead of growing with every block."""
+        self._debt_s = 0.0
 
     @contextmanager
     def block(self) -> Iterator[None]:
@@ -79,15 +91,20 @@ class Throttle:
         elapsed = time.perf_counter() - start
         self.compute_s += elapsed
         want = elapsed * (self.slowdown - 1.0)
-        if want > 0:
-            t0 = time.perf_counter()
-            time.sleep(want)
-            slept = time.perf_counter() - t0
-            self.slept_s += slept
-            self.oversleep_s += max(0.0, slept - want)
+        self.asked_s += want
+        ask = want - self._debt_s  # sleep already taken beyond an earlier ask counts here
+        if ask <= 0:
+            self._debt_s = -ask
+            return
+        t0 = time.perf_counter()
+        time.sleep(ask)
+        slept = time.perf_counter() - t0
+        self.slept_s += slept
+        self._debt_s = max(0.0, slept - ask)
+        self.oversleep_s = max(0.0, self.slept_s - self.asked_s)
 
     def describe(self) -> str:
         return (
             f"emulated: host CPU throttled {self.slowdown:.2f}x by sleeping after each "
-            "micro-batch (catalog dense bf16 peak ratio)"
+            f"micro-batch (catalog dense bf16 peak ratio x headroom {HEADROOM:g})"
         )

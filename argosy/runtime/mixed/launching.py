@@ -18,7 +18,7 @@ from typing import Any
 
 from argosy.core.errors import ArgosyError
 from argosy.hardware.catalog import default_catalog
-from argosy.runtime.mixed.emulate import ENV_EMULATE, canonical_counts
+from argosy.runtime.mixed.emulate import ENV_EMULATE, HEADROOM, canonical_counts, emulated_speeds
 from argosy.runtime.mixed.plan import (
     ENV_MIXED,
     RankAssignment,
@@ -32,7 +32,8 @@ from argosy.runtime.mixed.plan import (
 ASSIGNMENT_FILE = "mixed/assignment.json"
 EMULATION_NOTE = (
     "EMULATED chips: every rank computes on the host CPU and sleeps after each micro-batch "
-    "its measured time x (fastest chip's dense bf16 peak / its chip's - 1)"
+    "its measured time x (slowdown - 1), slowdown = 2 x fastest chip's dense bf16 peak / "
+    "its chip's (catalog)"
 )
 
 
@@ -76,12 +77,12 @@ def _host_chip() -> str:
 def _emulation(ranks: list[RankAssignment], emulate: str | None, catalog: Any) -> dict | None:
     if not emulate:
         return None
-    peaks = [catalog.get(r.chip).peak_tflops("bf16") for r in ranks]
-    fastest = max(peaks)
+    speeds = emulated_speeds([(r.chip, 1) for r in ranks], catalog)
     return {
         "spec": emulate,
         "chips": [r.chip for r in ranks],
-        "peak_tflops": peaks,
-        "slowdown": [fastest / p for p in peaks],
+        "peak_tflops": [s.peak_tflops for s in speeds],
+        "headroom": HEADROOM,
+        "slowdown": [s.slowdown for s in speeds],
         "note": EMULATION_NOTE,
     }

@@ -100,9 +100,11 @@ def _by_group(layout: dict, ranks: list[dict], kept: list[list[dict]]) -> list[d
 def _reference_group(layout: dict, ranks: list[dict], emulation: dict | None) -> int:
     """The group the prediction is scaled by: the unthrottled (fastest) chip's."""
     if emulation:
-        slowdowns = emulation["slowdown"]
+        slowdowns = emulation["slowdown"]  # the least throttled rank's group
         best = min(range(len(ranks)), key=lambda r: slowdowns[r])
         return int(ranks[best]["group"])
+    if layout["predicted_step_s"] <= 0:  # no plan: a uniform run, any group will do
+        return 0
     rates = [g["samples"] / g["predicted_step_s"] / g["devices"] for g in layout["groups"]]
     return max(range(len(rates)), key=rates.__getitem__)
 
