@@ -65,8 +65,10 @@ def test_a_submitted_job_runs_through_an_injected_fault_and_resumes(page, server
         assert time.monotonic() < deadline, "the job never passed step 6"
         time.sleep(0.2)
     page.wait_for_selector("#timeline tr.ev.fault:has-text('killed by signal 9')")
-    resumed = page.wait_for_selector("#timeline tr.ev.resume:has-text('attempt 1 resumed')")
-    want_step = int(re.search(r"resumed at step (\d+)", resumed.inner_text()).group(1))
+    resumed = "#timeline tr.ev.resume:has-text('attempt 1 resumed')"
+    page.wait_for_selector(resumed)
+    text = page.locator(resumed).first.inner_text()  # re-read: the timeline is re-rendered
+    want_step = int(re.search(r"resumed at step (\d+)", text).group(1))
     assert want_step >= 4  # from a checkpoint, not from scratch
     wait_state(page, "succeeded")
     goodput = page.inner_text("#goodput")
@@ -100,10 +102,10 @@ def test_jobs_list_links_each_job_by_name_and_filters_by_state(page, server, adm
     shot(page, "jobs")
     page.select_option("select[name=state]", "failed")
     page.wait_for_url(re.compile(r".*state=failed.*"))
-    link = page.wait_for_selector("#jobs a:text-is('list-me')", timeout=60_000)  # live table
+    page.wait_for_selector("#jobs a:text-is('list-me')", timeout=60_000)  # live table
     page.wait_for_timeout(3500)  # one live refresh later the table still holds the filter
     assert all(s == "failed" for s in page.locator("#jobs .state").all_inner_texts())
-    link.click()
+    page.locator("#jobs a:text-is('list-me')").click()  # a locator: the table is re-rendered
     page.wait_for_url(f"{url}/jobs/{job['id']}")
     page.wait_for_selector("h1:has-text('list-me')")
 
