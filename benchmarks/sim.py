@@ -73,7 +73,7 @@ def isolation_part(args) -> dict:
     print("| isolation | effective training time | allocation | product | faults | "
           "quarantined nodes | sim CPU s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    for how in ("off", "scheduler", "health"):
+    for how in args.isolations.split(","):
         start = time.process_time()
         r = _run(cluster, gen, "argosy", args.seed, isolation=how)
         cpu = time.process_time() - start
@@ -269,6 +269,8 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--isolations", default="off,scheduler,health",
+                        help="isolation part: which of off, scheduler, health to run")  # fmt: skip
     parser.add_argument(
         "--quota-heads", type=int, default=None, help="quota's admissions per queue per cycle"
     )
