@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, Text, cast, create_engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from argosy.server.tables import (
@@ -33,6 +33,7 @@ from argosy.server.tables import (
 )
 
 Row = dict[str, Any]
+JSON_COLUMNS = frozenset({"spec", "placement", "summary"})
 Event = tuple[str, str]  # (kind, message)
 
 
@@ -139,9 +140,14 @@ class Store:
         name: str | None = None,
         cursor: int = 0,
         limit: int = 100,
+        raw_json: bool = False,
     ) -> tuple[list[Row], int | None]:
-        """One page of jobs in submit order after `cursor`; the next cursor or None."""
-        query = select(jobs).where(jobs.c.seq > cursor).order_by(jobs.c.seq).limit(limit + 1)
+        """One page of jobs in submit order after `cursor`; the next cursor or None. With
+        `raw_json` the JSON columns (spec, placement, summary) come as their JSON text,
+        for a page written out without decoding and encoding them again."""
+        columns = [cast(c, Text).label(c.name) if c.name in JSON_COLUMNS else c for c in jobs.c]
+        query = select(*columns) if raw_json else select(jobs)
+        query = query.where(jobs.c.seq > cursor).order_by(jobs.c.seq).limit(limit + 1)
         states = list(states)
         if states:
             query = query.where(jobs.c.state.in_(states))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from argosy.server.scheduling import Scheduling
@@ -35,6 +36,22 @@ def job_view(row: Row) -> Job:
         placement=Placement.model_construct(**placement) if placement else None,
         spec=JobSpec.model_construct(**row["spec"]),
         summary=row["summary"],
+    )
+
+
+def job_json(row: Row) -> str:
+    """The job as `job_view(...).model_dump_json()` writes it, from a row whose JSON
+    columns are still text (`list_jobs(raw_json=True)`): a page of 100 jobs is built
+    without decoding and encoding every spec again."""
+    text = json.dumps
+    return (
+        f'{{"id":{text(row["id"])},"name":{text(row["name"])},"queue":{text(row["queue"])},'
+        f'"state":{text(row["state"])},"attempts":{int(row["attempts"])},'
+        f'"created_at":{text(iso(row["created_at"]) or "")},'
+        f'"started_at":{text(iso(row["started_at"]))},'
+        f'"finished_at":{text(iso(row["finished_at"]))},"reason":{text(row["reason"] or "")},'
+        f'"exit_code":{text(row["exit_code"])},"placement":{row["placement"] or "null"},'
+        f'"spec":{row["spec"]},"summary":{row["summary"] or "null"}}}'
     )
 
 

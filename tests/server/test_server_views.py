@@ -1,0 +1,65 @@
+"""The job page written out directly (`job_json` over raw JSON columns) says exactly what
+the pydantic view says, for any job the store can hold."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from argosy.server.spec import JobSpec
+from argosy.server.store import Store
+from argosy.server.views import job_json, job_view
+
+text = st.text(max_size=20)
+summaries = st.none() | st.dictionaries(st.sampled_from(["status", "cause", "x"]), text)
+placements = st.none() | st.fixed_dictionaries(
+    {
+        "chip": st.sampled_from(["cpu", "h100-sxm"]),
+        "nodes": st.dictionaries(text, st.integers(1, 8)),
+    }
+)
+updates = st.fixed_dictionaries(
+    {
+        "state": st.sampled_from(["pending", "running", "failed", "succeeded"]),
+        "attempts": st.integers(0, 5),
+        "reason": text,
+        "exit_code": st.none() | st.integers(0, 255),
+        "started_at": st.none() | st.floats(1e9, 2e9),
+        "finished_at": st.none() | st.floats(1e9, 2e9),
+        "placement": placements,
+        "summary": summaries,
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[Store]:
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Store(f"sqlite:///{Path(tmp) / 'a.db'}")
+        yield s
+        s.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    name=st.from_regex(r"[a-z][a-z0-9._-]{0,10}", fullmatch=True),
+    args=st.lists(text, max_size=3),
+    values=updates,
+)
+def test_the_direct_page_matches_the_pydantic_view(
+    store: Store, name: str, args: list, values: dict
+) -> None:
+    spec = JobSpec(name=name, script="/bin/true", args=args).model_dump()
+    row, _ = store.insert_job(spec, now=time.time())
+    store.update_job(row["id"], values)
+    (decoded,), _ = store.list_jobs(cursor=row["seq"] - 1, limit=1)
+    (raw,), _ = store.list_jobs(cursor=row["seq"] - 1, limit=1, raw_json=True)
+    assert raw["spec"] != decoded["spec"]  # text, not yet decoded
+    assert json.loads(job_json(raw)) == json.loads(job_view(decoded).model_dump_json())
