@@ -22,6 +22,9 @@ class EngineConfig(BaseModel):
     num_speculative_tokens: int = Field(default=8, ge=1, le=32)
     """Most tokens a proposer drafts for one verify pass."""
 
+    max_batch_size: int = Field(default=32, ge=1, le=256)
+    """Most requests decoded together; more wait in the queue."""
+
     num_threads: int = Field(default=0, ge=0)
     """torch intra-op threads; 0 keeps torch's default."""
 

@@ -56,20 +56,35 @@ class Decoder:
         )
 
     def __iter__(self) -> Iterator[tuple[list[int], str | None]]:
-        # 1. prefill: the whole prompt in one pass gives the first token
+        yield self.prefill()
+        while not self.finished:
+            yield self.advance()
+
+    def prefill(self) -> tuple[list[int], str | None]:
+        """The whole prompt in one pass; gives the first token."""
         logits = self.forward(self.tokens, self.cache, 1)
-        first = self._pick(logits[-1:])
-        yield self._emit([first])
-        # 2. decode until a stop token or max_tokens
-        while not self._finished():
-            yield self._emit(self._step())
+        return self._emit([self.pick(logits[-1:])])
+
+    def advance(self) -> tuple[list[int], str | None]:
+        """One plain or draft-and-verify step on this request's own cache."""
+        return self._emit(self._step())
+
+    def take(self, logits: torch.Tensor) -> tuple[list[int], str | None]:
+        """One plain step whose logits (one row) a batched forward pass computed."""
+        self.counters.plain_steps += 1
+        return self._emit([self.pick(logits)])
+
+    @property
+    def finished(self) -> bool:
+        """A stop token was produced or max_tokens reached."""
+        return self.stopped or self.num_generated >= self.params.max_tokens
 
     def _step(self) -> list[int]:
         remaining = self.params.max_tokens - self.num_generated
         draft: list[int] = []
+        start = time.perf_counter()  # a draft model's time counts in the step's cost
         if self.proposer is not None and remaining > 1:
             draft = self.proposer.propose(self.tokens, remaining - 1)[: remaining - 1]
-        start = time.perf_counter()
         # the cache holds every token but the last; feed the last plus the draft
         logits = self.forward([self.tokens[-1], *draft], self.cache, len(draft) + 1)
         new = self._accept(draft, logits)
@@ -95,7 +110,8 @@ class Decoder:
         bonus = int(torch.multinomial(probs[len(draft)], 1, generator=self.rng).item())
         return [*draft, bonus]
 
-    def _pick(self, logits: torch.Tensor) -> int:
+    def pick(self, logits: torch.Tensor) -> int:
+        """The next token from the last row of `logits` (argmax, or sampled)."""
         if self.params.greedy:
             return int(logits[-1].argmax().item())
         probs = _probs(logits[-1:], self.params)[0]
@@ -128,9 +144,6 @@ class Decoder:
         self.tokens.extend(new)
         self.num_generated += len(new)
         self.stopped = True
-
-    def _finished(self) -> bool:
-        return self.stopped or self.num_generated >= self.params.max_tokens
 
 
 def _probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

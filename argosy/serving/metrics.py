@@ -23,6 +23,13 @@ def render_metrics(stats: EngineStats) -> str:
             (spec.accepted + passes) / passes if passes else 0.0,
         ),
         _metric("argosy_serving_asleep", "gauge", int(stats.asleep)),
+        _metric("argosy_serving_running_requests", "gauge", stats.running),
+        _metric("argosy_serving_queue_depth", "gauge", stats.waiting),
+        _metric(
+            "argosy_serving_mean_batch_size",
+            "gauge",
+            stats.batched_tokens / stats.batched_steps if stats.batched_steps else 1.0,
+        ),
         _quantiles("argosy_serving_ttft_seconds", stats.ttft_s),
         _quantiles("argosy_serving_tpot_seconds", stats.tpot_s),
     ]

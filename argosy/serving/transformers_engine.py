@@ -1,7 +1,8 @@
 """The `transformers` engine: an HF causal LM on CPU or one accelerator, embedded in-process.
 
-Each request decodes with its own DynamicCache through `decoding.Decoder`; forward passes of
-concurrent requests are serialized by one lock (no continuous batching yet). `sleep` drops
+Each request decodes with its own DynamicCache through `decoding.Decoder`; concurrent
+requests are continuously batched by `batching.BatchLoop` (admitted between decode steps,
+one batched forward pass per step, speculation only while one request runs). `sleep` drops
 the weights and returns freed pages to the OS; `wake` reloads them from the converted
 checkpoint (memory-mapped safetensors), which takes a fraction of a second for 135M.
 """
@@ -16,11 +17,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from argosy.serving import models
+from argosy.serving.batching import BatchLoop
 from argosy.serving.config import EngineConfig
 from argosy.serving.decoding import Decoder
 from argosy.serving.errors import EngineAsleepError
-from argosy.serving.speculative import PROPOSERS
-from argosy.serving.speculative.base import OFF, Proposer
+from argosy.serving.speculative import PROPOSERS, check_name, split_spec
+from argosy.serving.speculative.base import OFF, Proposer, ProposerContext
 from argosy.serving.speculative.costs import StepCosts
 from argosy.serving.types import (
     EngineStats,
@@ -43,8 +45,8 @@ class TransformersEngine:
         self._tokenizer: Any = None
         self._stats = EngineStats()
         self._costs = StepCosts()
-        if config.speculative != OFF:
-            PROPOSERS.canonical(config.speculative)  # unknown names fail at construction
+        self._loop: BatchLoop | None = None
+        check_name(config.speculative)  # unknown names fail at construction
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -61,6 +63,10 @@ class TransformersEngine:
                 self._model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32)
                 self._model.eval()
             self._stats.asleep = False
+            if self._loop is None:
+                self._loop = BatchLoop(
+                    self._batched_forward, _make_cache, self.config.max_batch_size
+                )
 
     def sleep(self, level: int = 1) -> None:
         """Drop the weights and hand freed memory back to the OS (every level: in-process)."""
@@ -77,7 +83,12 @@ class TransformersEngine:
         self._stats.last_wake_s = time.perf_counter() - start
 
     def stats(self) -> EngineStats:
-        """Counters since load."""
+        """Counters since load, with the batch loop's running and waiting requests."""
+        if self._loop is not None:
+            self._stats.running = self._loop.running
+            self._stats.waiting = self._loop.waiting.qsize()
+            self._stats.batched_steps = self._loop.batch_steps
+            self._stats.batched_tokens = self._loop.batched_tokens
         return self._stats
 
     # -- tokenization ------------------------------------------------------------------
@@ -114,7 +125,8 @@ class TransformersEngine:
     # -- generation --------------------------------------------------------------------
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Yield chunks as tokens are decided; text deltas never split a character."""
-        yield from self._run(self._decoder(request), request)
+        decoder = self._decoder(request)
+        yield from self._run(self._submit(decoder), decoder, request)
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
         """Run to completion and return text, tokens, timings and speculation counters."""
@@ -123,7 +135,7 @@ class TransformersEngine:
         ids: list[int] = []
         finish = "length"
         decoder = self._decoder(request)
-        for chunk in self._run(decoder, request):
+        for chunk in self._run(self._submit(decoder), decoder, request):
             ttft = ttft if ttft is not None else time.perf_counter() - start
             ids.extend(chunk.token_ids)
             finish = chunk.finish_reason or finish
@@ -154,12 +166,22 @@ class TransformersEngine:
             self._costs,
         )
 
-    def _run(self, decoder: Decoder, request: GenerationRequest) -> Iterator[GenerationChunk]:
+    def _submit(self, decoder: Decoder) -> Iterator[tuple[list[int], str | None]]:
+        if self._loop is None:
+            raise EngineAsleepError("engine not loaded: call load()")
+        return self._loop.submit(decoder).chunks()
+
+    def _run(
+        self,
+        steps: Iterator[tuple[list[int], str | None]],
+        decoder: Decoder,
+        request: GenerationRequest,
+    ) -> Iterator[GenerationChunk]:
         start = last = time.perf_counter()
         ids: list[int] = []
         text = ""
         try:
-            for new, finish in decoder:
+            for new, finish in steps:
                 now = time.perf_counter()
                 self._sample_time(now - start if not ids else None, now - last, len(new))
                 last = now
@@ -169,6 +191,7 @@ class TransformersEngine:
                 delta, text = ("", text) if hold else (full[len(text) :], full)
                 yield GenerationChunk(tuple(new), delta, finish)
         finally:
+            getattr(steps, "close", lambda: None)()
             self._finish(request, decoder, len(ids))
 
     # -- internals ---------------------------------------------------------------------
@@ -196,11 +219,27 @@ class TransformersEngine:
             )
             return out.logits[0]
 
-    def _proposer(self, name: str | None) -> Proposer | None:
-        name = name or self.config.speculative
+    def _batched_forward(self, ids: Any, cache: Any, attention_mask: Any, position_ids: Any) -> Any:
+        import torch
+
+        with self._lock, torch.inference_mode():
+            out = self._require_model()(
+                input_ids=ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            return out.logits[:, -1, :]
+
+    def _proposer(self, spec: str | None) -> Proposer | None:
+        name, arg = split_spec(spec or self.config.speculative)
         if name == OFF:
             return None
-        return PROPOSERS.get(name)(max_draft_tokens=self.config.num_speculative_tokens)
+        context = ProposerContext(target=self._require_model(), arg=arg)
+        factory = PROPOSERS.get(name)
+        return factory(max_draft_tokens=self.config.num_speculative_tokens, context=context)
 
     def _check_length(self, request: GenerationRequest) -> None:
         total = len(request.prompt_ids) + request.params.max_tokens
@@ -221,6 +260,12 @@ class TransformersEngine:
         if self._tokenizer is None:
             raise RuntimeError("engine not loaded: call load()")
         return self._tokenizer
+
+
+def _make_cache(layers: list[tuple[Any, Any]]) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=layers)
 
 
 def _crop(cache: Any, num_tokens: int) -> None:

@@ -99,3 +99,11 @@ class EngineStats:
     tpot_s: list[float] = field(default_factory=list)
     asleep: bool = False
     last_wake_s: float | None = None
+    running: int = 0
+    """Requests being decoded now."""
+    waiting: int = 0
+    """Requests queued for admission (the queue depth)."""
+    batched_steps: int = 0
+    """Decode steps that ran several requests in one forward pass."""
+    batched_tokens: int = 0
+    """Tokens those batched steps produced."""

@@ -141,3 +141,38 @@ def test_cli_usage_errors_exit_2_with_one_line(args):
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_32_concurrent_streaming_clients_all_finish(base_url, smol_engine):
+    num_clients = 32
+    results: list = [None] * num_clients
+
+    def client(i):
+        body = _chat(
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+            messages=[{"role": "user", "content": f"Say the number {i}."}],
+        )
+        start = time.perf_counter()
+        first = None
+        with httpx.stream(
+            "POST", f"{base_url}/v1/chat/completions", json=body, timeout=300
+        ) as resp:
+            lines = []
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    first = first or time.perf_counter() - start
+                    lines.append(line[6:])
+        results[i] = (resp.status_code, lines, first)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(num_clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert all(r is not None and r[0] == 200 for r in results), results
+    assert all(r[1][-1] == "[DONE]" and len(r[1]) >= 2 for r in results)
+    ttfts = sorted(r[2] for r in results)
+    print(f"32 clients: TTFT p50 {ttfts[15]:.2f} s, p99 {ttfts[-1]:.2f} s")
+    assert smol_engine.stats().batched_steps > 0  # they were decoded together

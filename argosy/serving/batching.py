@@ -1,0 +1,209 @@
+"""Continuous batching: one scheduler loop admits requests between decode steps.
+
+Each request is a `Decoder` (its tokens, sampling state and KV cache). The loop, on its own
+thread, repeats:
+1. admit waiting requests (up to `max_batch_size` running): prefill each one alone, which
+   gives its first token at once (time to first token does not wait for a batch to end);
+2. drop finished and cancelled requests;
+3. decode one step for everyone: with one request running it takes that request's own
+   step, speculative drafts included; with several it runs one batched forward pass over
+   all of them (speculation is turned off at batch > 1: on a CPU, or at large batch on a
+   GPU, verifying drafts for many rows costs more than it gains).
+
+The batched KV cache is left-padded: row i holds its `lengths[i]` cached positions at the
+right end, the attention mask hides the padding and `position_ids` give each row its own
+positions. It is built when the set of running requests grows to two or more, and split
+back into per-request caches when a request joins or only one remains; a request that
+leaves is removed with `batch_select_indices` (no copy of the others). Every request's
+output is exactly what it would be alone, up to floating-point summation order.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from argosy.serving.decoding import Decoder
+
+BatchedForward = Callable[[torch.Tensor, Any, torch.Tensor, torch.Tensor], torch.Tensor]
+"""(input_ids [B, 1], cache, attention_mask [B, T+1], position_ids [B, 1]) -> logits [B, V]."""
+
+Step = tuple[list[int], str | None]
+
+
+class Slot:
+    """One request in the loop: its decoder and the queue its steps are delivered to."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+        self.out: queue.Queue[Step | BaseException] = queue.Queue()
+        self.cancelled = False
+        self.done = False
+
+    def chunks(self) -> Iterator[Step]:
+        """The request's steps as the loop decides them; closing cancels the request."""
+        try:
+            while True:
+                item = self.out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item[1] is not None:
+                    return
+        finally:
+            self.cancelled = True
+
+
+class BatchLoop:
+    """Runs every admitted request's decode steps, batching them when several run."""
+
+    def __init__(
+        self, batched_forward: BatchedForward, make_cache: Callable[..., Any], max_batch_size: int
+    ) -> None:
+        self.batched_forward = batched_forward
+        self.make_cache = make_cache
+        self.max_batch_size = max_batch_size
+        self.waiting: queue.Queue[Slot] = queue.Queue()
+        self.rows: list[Slot] = []
+        self.batch_steps = 0
+        self.batched_tokens = 0
+        self._cache: Any = None  # the batched cache while two or more rows run
+        self._mask: torch.Tensor | None = None
+        self._lengths: list[int] = []
+        self._thread = threading.Thread(target=self._run, name="argosy-batch-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, decoder: Decoder) -> Slot:
+        """Queue a request; its steps arrive on the returned slot."""
+        slot = Slot(decoder)
+        self.waiting.put(slot)
+        return slot
+
+    @property
+    def running(self) -> int:
+        """Requests being decoded now."""
+        return len(self.rows)
+
+    # -- the loop ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._admit(block=not self.rows)
+            self._drop_done()
+            if not self.rows:
+                continue
+            try:
+                if len(self.rows) == 1:
+                    self._deliver(self.rows[0], self.rows[0].decoder.advance())
+                else:
+                    self._batched_step()
+            except Exception as err:  # every running request learns why it stopped
+                self._fail_all(err)
+
+    def _admit(self, block: bool) -> None:
+        new: list[Slot] = [self.waiting.get()] if block else []
+        while len(self.rows) + len(new) < self.max_batch_size:
+            try:
+                new.append(self.waiting.get_nowait())
+            except queue.Empty:
+                break
+        new = [slot for slot in new if not slot.cancelled]
+        if not new:
+            return
+        self._unbatch()
+        for slot in new:
+            try:
+                self._deliver(slot, slot.decoder.prefill())
+            except Exception as err:  # a bad request fails alone
+                slot.out.put(err)
+                continue
+            if not slot.done:
+                self.rows.append(slot)
+        self._rebatch()
+
+    def _drop_done(self) -> None:
+        keep = [i for i, slot in enumerate(self.rows) if not (slot.done or slot.cancelled)]
+        if len(keep) == len(self.rows):
+            return
+        if self._cache is not None and len(keep) >= 2:
+            self._cache.batch_select_indices(torch.tensor(keep))
+            assert self._mask is not None
+            self._mask = self._mask[keep]
+            self._lengths = [self._lengths[i] for i in keep]
+            self.rows = [self.rows[i] for i in keep]
+            return
+        self._unbatch()
+        self.rows = [self.rows[i] for i in keep]
+
+    def _batched_step(self) -> None:
+        assert self._cache is not None and self._mask is not None
+        ids = torch.tensor([[slot.decoder.tokens[-1]] for slot in self.rows])
+        mask = torch.cat([self._mask, torch.ones(len(self.rows), 1, dtype=torch.long)], dim=1)
+        positions = torch.tensor(self._lengths).unsqueeze(1)
+        logits = self.batched_forward(ids, self._cache, mask, positions)
+        self._mask = mask
+        self._lengths = [n + 1 for n in self._lengths]
+        self.batch_steps += 1
+        self.batched_tokens += len(self.rows)
+        for i, slot in enumerate(self.rows):
+            self._deliver(slot, slot.decoder.take(logits[i : i + 1]))
+
+    def _deliver(self, slot: Slot, step: Step) -> None:
+        slot.out.put(step)
+        if step[1] is not None:
+            slot.done = True
+
+    def _fail_all(self, err: Exception) -> None:
+        for slot in self.rows:
+            slot.out.put(err)
+            slot.done = True
+        self._cache, self._mask, self._lengths, self.rows = None, None, [], []
+
+    # -- the batched cache -------------------------------------------------------------
+    def _unbatch(self) -> None:
+        """Give each running request its own unpadded cache again."""
+        if self._cache is None:
+            return
+        width = self._mask.shape[1] if self._mask is not None else 0
+        for i, slot in enumerate(self.rows):
+            start = width - self._lengths[i]
+            layers = [
+                (_row(layer.keys, i, start), _row(layer.values, i, start))
+                for layer in self._cache.layers
+            ]
+            slot.decoder.cache = self.make_cache(layers)
+        self._cache, self._mask, self._lengths = None, None, []
+
+    def _rebatch(self) -> None:
+        """Left-pad the running requests' caches into one batch (two or more rows)."""
+        if len(self.rows) < 2:
+            return
+        caches = [slot.decoder.cache for slot in self.rows]
+        self._lengths = [int(cache.get_seq_length()) for cache in caches]
+        width = max(self._lengths)
+        layers = []
+        for index in range(len(caches[0].layers)):
+            keys = [_left_pad(c.layers[index].keys, width) for c in caches]
+            values = [_left_pad(c.layers[index].values, width) for c in caches]
+            layers.append((torch.cat(keys), torch.cat(values)))
+        self._cache = self.make_cache(layers)
+        self._mask = torch.zeros(len(caches), width, dtype=torch.long)
+        for i, length in enumerate(self._lengths):
+            self._mask[i, width - length :] = 1
+
+
+def _row(tensor: torch.Tensor, row: int, start: int) -> torch.Tensor:
+    """Row `row` of a batched [B, heads, T, dim] tensor from position `start`, as [1, ...]."""
+    return tensor[row : row + 1, :, start:].clone()
+
+
+def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """[1, heads, length, dim] -> [1, heads, width, dim], zeros on the left."""
+    missing = width - tensor.shape[2]
+    if missing == 0:
+        return tensor
+    pad = tensor.new_zeros(tensor.shape[0], tensor.shape[1], missing, tensor.shape[3])
+    return torch.cat([pad, tensor], dim=2)

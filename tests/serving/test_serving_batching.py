@@ -1,0 +1,144 @@
+"""Continuous batching: requests admitted at any time between steps decode to exactly what
+they decode to alone, and the loop really batches (several rows in one forward pass)."""
+
+import threading
+
+import pytest
+import torch
+import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from argosy.serving.batching import BatchLoop
+from argosy.serving.decoding import Decoder
+from argosy.serving.speculative import PROPOSERS
+from argosy.serving.types import SamplingParams
+
+VOCAB = 48
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _decoder(model, prompt, max_tokens, proposer=None, eos=frozenset()):
+    def forward(ids, cache, num_logits):
+        with torch.inference_mode():
+            out = model(
+                input_ids=torch.tensor([list(ids)]),
+                past_key_values=cache,
+                logits_to_keep=num_logits,
+            )
+            return out.logits[0]
+
+    def crop(cache, n):
+        if n:
+            cache.crop(-n)
+
+    draft = PROPOSERS.get(proposer)(max_draft_tokens=4) if proposer else None
+    params = SamplingParams(max_tokens=max_tokens)
+    return Decoder(forward, crop, transformers.DynamicCache(), prompt, params, eos, draft)
+
+
+def _loop(model, max_batch_size=8):
+    def batched(ids, cache, mask, positions):
+        with torch.inference_mode():
+            out = model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                logits_to_keep=1,
+            )
+            return out.logits[:, -1, :]
+
+    return BatchLoop(
+        batched, lambda layers: transformers.DynamicCache(ddp_cache_data=layers), max_batch_size
+    )
+
+
+def _solo(model, prompt, max_tokens, eos=frozenset()):
+    return [t for new, _ in _decoder(model, prompt, max_tokens, eos=eos) for t in new]
+
+
+requests_strategy = st.lists(
+    st.tuples(
+        st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12),  # prompt
+        st.integers(1, 12),  # max_tokens
+        st.integers(0, 6),  # tokens the previous request has produced before this one joins
+        st.sampled_from([None, "ngram", "auto"]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
+@given(requests=requests_strategy, max_batch_size=st.integers(1, 4))
+def test_requests_joining_mid_flight_decode_exactly_as_alone(tiny_model, requests, max_batch_size):
+    loop = _loop(tiny_model, max_batch_size)
+    eos = frozenset({7})
+    streams, outputs = [], []
+    for prompt, max_tokens, join_after, proposer in requests:
+        if streams:  # the previous request makes progress before this one joins
+            for _ in range(join_after):
+                step = next(streams[-1], None)
+                if step is None:
+                    break
+                outputs[-1].extend(step[0])
+                assert loop.running <= max_batch_size
+        streams.append(
+            loop.submit(_decoder(tiny_model, prompt, max_tokens, proposer, eos)).chunks()
+        )
+        outputs.append([])
+    for steps, out in zip(streams, outputs, strict=True):
+        for new, _ in steps:
+            out.extend(new)
+    for (prompt, max_tokens, _, _), out in zip(requests, outputs, strict=True):
+        assert out == _solo(tiny_model, prompt, max_tokens, eos)
+
+
+@pytest.mark.slow
+def test_concurrent_requests_are_batched_and_equal_their_solo_outputs(tiny_model):
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, VOCAB, (3 + i % 7,), generator=gen).tolist() for i in range(12)]
+    want = [_solo(tiny_model, p, 16) for p in prompts]
+    loop = _loop(tiny_model, max_batch_size=5)
+    got: list = [None] * len(prompts)
+
+    def run(i):
+        slot = loop.submit(_decoder(tiny_model, prompts[i], 16))
+        got[i] = [t for new, _ in slot.chunks() for t in new]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert got == want
+    assert loop.batch_steps > 0 and loop.batched_tokens / loop.batch_steps > 1.5
+
+
+@pytest.mark.slow
+def test_a_cancelled_request_leaves_the_others_running(tiny_model):
+    loop = _loop(tiny_model)
+    keep = loop.submit(_decoder(tiny_model, [1, 2, 3], 20))
+    drop = loop.submit(_decoder(tiny_model, [4, 5, 6], 200))
+    dropped = drop.chunks()
+    next(dropped)
+    dropped.close()  # a client hanging up
+    got = [t for new, _ in keep.chunks() for t in new]
+    assert got == _solo(tiny_model, [1, 2, 3], 20)
