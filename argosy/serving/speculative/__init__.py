@@ -8,7 +8,14 @@ changes greedy output. Proposers are built per request (they may keep per-reques
     draft = proposer.propose(context_ids, 8)
 """
 
-from argosy.serving.speculative.base import OFF, PROPOSERS, ObservesSteps, Proposer, StepRecord
+from argosy.serving.speculative.base import (
+    OFF,
+    PROPOSERS,
+    ObservesSteps,
+    Proposer,
+    ProposerContext,
+    StepRecord,
+)
 
 PROPOSERS.register(
     "ngram", "argosy.serving.speculative.ngram:NgramProposer", aliases=("prompt-lookup",)
@@ -16,6 +23,10 @@ PROPOSERS.register(
 PROPOSERS.register(
     "auto", "argosy.serving.speculative.adaptive:AdaptiveProposer", aliases=("adaptive",)
 )
+PROPOSERS.register(
+    "self", "argosy.serving.speculative.draft:SelfDraftProposer", aliases=("early-exit",)
+)
+PROPOSERS.register("draft", "argosy.serving.speculative.draft:DraftModelProposer")
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
@@ -36,6 +47,7 @@ __all__ = [
     "PROPOSERS",
     "ObservesSteps",
     "Proposer",
+    "ProposerContext",
     "StepRecord",
     "check_name",
     "split_spec",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from argosy.serving.speculative.base import StepRecord
+from argosy.serving.speculative.base import ProposerContext, StepRecord
 from argosy.serving.speculative.costs import DEFAULT_DRAFT_TOKEN_COST
 from argosy.serving.speculative.ngram import NgramProposer
 
@@ -34,6 +34,7 @@ class AdaptiveProposer:
         min_backoff_steps: int = 8,
         max_backoff_steps: int = 128,
         probe_tokens: int = 2,
+        context: ProposerContext | None = None,
     ) -> None:
         self.inner = NgramProposer(max_draft_tokens=max_draft_tokens)
         self.max_draft_tokens = max_draft_tokens

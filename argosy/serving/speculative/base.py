@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from argosy.plugins.registry import Registry
 
@@ -44,3 +44,13 @@ class ObservesSteps(Protocol):
 ProposerFactory = Callable[..., Proposer]
 
 PROPOSERS: Registry[ProposerFactory] = Registry("speculative proposer")
+
+
+@dataclass(frozen=True)
+class ProposerContext:
+    """What an engine offers a proposer when it builds one for a request."""
+
+    target: Any = None
+    """The served model (an HF causal LM for the transformers engine); None if not exposed."""
+    arg: str | None = None
+    """The text after the colon in the proposer spec (`draft:PATH` -> `PATH`)."""

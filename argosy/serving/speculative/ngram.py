@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from argosy.serving.speculative.base import ProposerContext
+
 
 class NgramProposer:
     """Drafts by suffix matching over prompt and generated tokens."""
 
-    def __init__(self, max_draft_tokens: int = 8, min_ngram: int = 2, max_ngram: int = 4) -> None:
+    def __init__(
+        self,
+        max_draft_tokens: int = 8,
+        min_ngram: int = 2,
+        max_ngram: int = 4,
+        context: ProposerContext | None = None,
+    ) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_draft_tokens = max_draft_tokens
