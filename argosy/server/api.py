@@ -85,7 +85,10 @@ async def submit(
     (200) instead of a new one; with a different body it is a 409."""
     if not who.may_change(spec.queue):
         raise HTTPException(403, f"this token may submit only to queue '{who.queue}'")
-    digest = hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
+    digest = ""  # what a repeated Idempotency-Key is compared by
+    if idempotency_key is not None:
+        body = json.dumps(spec.model_dump(), sort_keys=True).encode()
+        digest = hashlib.sha256(body).hexdigest()
     try:
         row, created = ctl.submit(spec, idempotency_key, digest)
     except IdempotencyConflictError as err:

@@ -149,7 +149,9 @@ class Store:
         query = select(*columns) if raw_json else select(jobs)
         query = query.where(jobs.c.seq > cursor).order_by(jobs.c.seq).limit(limit + 1)
         states = list(states)
-        if states:
+        if len(states) == 1:  # an equality is compiled once; an IN list on every call
+            query = query.where(jobs.c.state == states[0])
+        elif states:
             query = query.where(jobs.c.state.in_(states))
         if queue:
             query = query.where(jobs.c.queue == queue)
