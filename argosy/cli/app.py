@@ -72,6 +72,7 @@ app.add_typer(ckpt.app, name="ckpt")
 app.add_typer(health.app, name="health")
 app.command("server")(server.server)
 app.command("serve")(serve.serve)
+app.command("train-draft")(serve.train_draft)
 for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon"):
     app.command(_name)(getattr(jobs, _name))
 app.add_typer(jobs.token_app, name="token")
