@@ -91,7 +91,11 @@ def worker(directory: Path, rank: int, world: int, attempt: int, steps: int) -> 
         decision=ckpt.last_decision,
     )
     beat = torch.zeros(1)
+    ready = False
     for step in range(start + 1, start + steps + 1):
+        if not ready and ckpt._is_ready():  # the driver's backstop counts from here
+            ready = True
+            _record(directory, kind="ready", attempt=attempt, rank=rank, step=step)
         dist.all_reduce(beat)  # ranks step in lockstep, as data-parallel training does
         ckpt.before_optimizer_step()
         big, small = expected(step, rank)
@@ -225,16 +229,21 @@ class Storm:
         resumed_at = self._wait_resumed(attempt, procs, timeout_s)
         kill_at = (resumed_at or time.monotonic()) + delay
         deadline = time.monotonic() + timeout_s
+        waits_ready = crash is not None
         while time.monotonic() < deadline:
             codes = [p.poll() for p in procs]
             if all(c == 0 for c in codes) or any(c not in (None, 0) for c in codes):
                 break
-            if kind != "none" and time.monotonic() >= kill_at:
+            if waits_ready and self._ready(attempt, victim):  # a persister crash point is
+                waits_ready, kill_at = False, time.monotonic() + delay  # reachable from now
+            if kind != "none" and not waits_ready and time.monotonic() >= kill_at:
                 if kind != "trainer":
                     kind = f"{kind} (not reached; trainer)"
                 procs[victim].send_signal(signal.SIGKILL)
                 break
             time.sleep(0.02)
+        if waits_ready and kind != "none" and all(p.poll() is None for p in procs):
+            kind = f"{kind} (persister never ready; trainers killed)"
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
@@ -250,6 +259,14 @@ class Storm:
             self.report.faults += 1
             self.report.kinds[kind] = self.report.kinds.get(kind, 0) + 1
         return not done
+
+    def _ready(self, attempt: int, rank: int) -> bool:
+        """Whether `rank`'s persister answered ready in `attempt` (it may start slowly: the
+        backstop of a persister fault counts from then, not from the resume)."""
+        return any(
+            r["kind"] == "ready" and r["attempt"] == attempt and r["rank"] == rank
+            for r in _records(self.directory)
+        )
 
     def _wait_resumed(self, attempt: int, procs: list, timeout_s: float) -> float | None:
         deadline = time.monotonic() + timeout_s

@@ -192,3 +192,31 @@ def test_an_unwritable_directory_fails_on_wait(tmp_path, job):
             ckpt.wait()
         step, _ = ckpt.load()  # still restorable from memory
         assert step == 1
+
+
+class _ResetConnection:
+    """A connection whose peer was SIGKILLed mid-message: a reset, not an EOF."""
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def recv(self) -> None:
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_reset_connection_is_a_checkpoint_error_naming_the_log(tmp_path, job, ck):
+    ckpt = FlashCheckpointer(tmp_path, job_id=job)
+    try:
+        ckpt.save(1, ck.small_state())
+        ckpt.wait()
+        live = ckpt._conn
+        ckpt._conn = _ResetConnection()
+        ckpt._pending = 2
+        with pytest.raises(CheckpointError, match=r"exited unexpectedly.*ConnectionResetError"):
+            ckpt.before_optimizer_step()
+    finally:
+        ckpt._conn, ckpt._pending = live, None
+        ckpt.close()

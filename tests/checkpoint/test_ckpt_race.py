@@ -53,3 +53,15 @@ def test_the_audit_names_each_violation(resumes, newest_before, want):
 
 def test_crash_points_are_the_documented_ones():
     assert set(faultpoints.POINTS) == {"copy", "write", "publish", "commit", "renamed"}
+
+
+def test_a_persister_fault_waits_for_the_victims_persister_to_be_ready(tmp_path):
+    from argosy.checkpoint.chaos import Storm, _record
+
+    storm = Storm(tmp_path, seed=1)
+    _record(tmp_path, kind="resume", attempt=2, rank=1, step=5)
+    assert not storm._ready(2, 1)  # resumed, persister still starting: no backstop yet
+    _record(tmp_path, kind="ready", attempt=2, rank=0, step=6)
+    assert not storm._ready(2, 1)
+    _record(tmp_path, kind="ready", attempt=2, rank=1, step=7)
+    assert storm._ready(2, 1) and not storm._ready(3, 1)
