@@ -192,14 +192,15 @@ def show(result: dict, console: Console) -> None:
         "predicted",
         "eff. vs solo",
         "wait ms/step",
-        "oversleep ms/step",
+        "lost ms/step: imbalance / sync",
+        "emulation oversleep / overrun ms/step",
         "busy s/step by group",
     ):
         detail.add_column(column)
     for name, summary in result["runs"].items():
         t = summary.get("throughput") or {}
         if "by_group" not in t:
-            detail.add_row(name, "-", "-", "-", "-", "-", "no throughput section")
+            detail.add_row(name, "-", "-", "-", "-", "-", "-", "no throughput section")
             continue
         pred = t.get("predicted_samples_per_s")
         busy = " / ".join(f"{g['chip']} {g['busy_s_per_step']:.3f}" for g in t["by_group"])
@@ -209,10 +210,17 @@ def show(result: dict, console: Console) -> None:
             f"{pred:.1f}" if pred else "-",
             f"{t['efficiency_vs_solo_sum']:.1%}",
             f"{t['cross_group_wait_s_per_step'] * 1e3:.1f}",
-            f"{t['emulation_oversleep_s_per_step'] * 1e3:.2f}",
+            " / ".join(f"{v * 1e3:.1f}" for v in t["lost_s_per_step"].values()),
+            f"{t['emulation_oversleep_s_per_step'] * 1e3:.2f} / "
+            f"{t['emulation_overrun_s_per_step'] * 1e3:.2f}",
             busy,
         )
     console.print(detail)
+    for name in ("mixed3", "planned2", "even2"):
+        t = result["runs"][name].get("throughput", {})
+        if t.get("emulated"):
+            console.print(f"{name}: {t['emulated']['note']}", highlight=False, markup=False)
+            break
     ar = result["allreduce"]
     console.print(
         f"all-reduce {ar['mib']:.0f} MiB over groups {ar['groups']}: "

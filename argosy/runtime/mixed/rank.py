@@ -80,6 +80,7 @@ class MixedRank:
                 "wait_s": wait_s,
                 "end_s": time.monotonic(),
                 "oversleep_s": self.throttle.oversleep_s,
+                "overrun_s": self.throttle.overrun_s,
             }
         )
 
@@ -101,8 +102,10 @@ class MixedRank:
 
 
 def _per_step_oversleep(records: list[dict[str, float]]) -> None:
-    """Records carry the running oversleep total; make it per step."""
-    before = 0.0
-    for r in records:
-        total = r["oversleep_s"]
-        r["oversleep_s"], before = total - before, total
+    """Records carry running totals of the throttle's oversleep and overrun; make them
+    per step."""
+    for key in ("oversleep_s", "overrun_s"):
+        before = 0.0
+        for r in records:
+            total = r[key]
+            r[key], before = total - before, total

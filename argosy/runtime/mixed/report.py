@@ -13,7 +13,8 @@ cross-group all-reduce, and the step's end time. Rank 0 gathers the records and
   alone at this speed, never waiting), and median wait per step.
 - efficiency_vs_solo_sum: measured / sum of the groups' solo throughputs.
 - cross_group_wait_s: time blocked at the cross-group all-reduce, summed over measured
-  steps (mean over ranks), and per step.
+  steps (mean over ranks), and per step; lost_s_per_step splits a step's loss against
+  the busiest rank into imbalance (busiest - mean busy) and sync (step - busiest).
 - predicted_samples_per_s: the planner's throughput for this plan, scaled to the run:
   planner rate x (measured solo rate / planner rate) of the reference group (the fastest
   chip's group; on an emulated run, the unthrottled one). One scale for the whole plan,
@@ -54,6 +55,7 @@ def throughput_summary(
     scale = groups[ref]["solo_samples_per_s"] / planned_ref if planned_ref else 0.0
     waits = [sum(r["wait_s"] for r in rank) for rank in kept]
     oversleep = [sum(r.get("oversleep_s", 0.0) for r in rank) for rank in kept]
+    overrun = [sum(r.get("overrun_s", 0.0) for r in rank) for rank in kept]
     return {
         "measured_samples_per_s": round(measured, 3),
         "predicted_samples_per_s": round(planner_rate * scale, 3) if planned else None,
@@ -67,9 +69,28 @@ def throughput_summary(
         "measured_steps": last - first,
         "emulated": doc.get("emulation"),
         "emulation_oversleep_s_per_step": round(max(oversleep) / len(kept[0]), 6),
+        "emulation_overrun_s_per_step": round(max(overrun) / len(kept[0]), 6),
+        "lost_s_per_step": _lost_per_step(kept, ends, first),
         "how": "argosy.runtime.mixed.report (module docstring): measured over the last "
         f"attempt's steps {first + 1}..{last}; predicted = planner rate scaled by the "
         f"reference group {ref}'s measured/planned solo rate",
+    }
+
+
+def _lost_per_step(kept: list[list[dict]], ends: dict[int, float], first: int) -> dict:
+    """Medians over steps: imbalance = slowest rank's busy time - mean busy time (ranks
+    that finished early, by plan or by jitter); sync = step time - slowest busy time (the
+    all-reduce not hidden, the optimizer, the loss reduction)."""
+    imbalance, sync = [], []
+    for i, record in enumerate(kept[0]):
+        step = int(record["step"])
+        busy = [rank[i]["compute_s"] for rank in kept]
+        duration = ends[step] - ends.get(step - 1, ends[first])
+        imbalance.append(max(busy) - statistics.fmean(busy))
+        sync.append(duration - max(busy))
+    return {
+        "imbalance": round(statistics.median(imbalance), 5),
+        "sync": round(statistics.median(sync), 5),
     }
 
 
