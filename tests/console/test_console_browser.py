@@ -13,10 +13,21 @@ import pytest
 from console_helpers import ROOT, login, shot
 
 from argosy.cli.demo import FaultInjector, read_progress
+from argosy.server.store import Store
 
 pytestmark = pytest.mark.integration
 TRAIN = ROOT / "examples" / "train_gpt.py"
 STEPS_SCRIPT = ROOT / "tests" / "server" / "scripts" / "steps.py"
+
+
+def add_service_history(home: Path) -> None:
+    """A service row and its replica events, written into the server's store as another
+    process would (SQLite in WAL mode), for the services page to chart."""
+    store = Store(f"sqlite:///{home}/argosy.db")
+    sid = store.insert_service({"name": "chat-history", "queue": "default"}, now=time.time())["id"]
+    store.add_event(sid, "replica_started", "replica 0 on vm port 1")
+    store.add_event(sid, "replica_ready", "replica 0 healthy")
+    store.close()
 
 
 def job_id_of(pg) -> str:  # noqa: ANN001
@@ -153,8 +164,10 @@ def test_overview_queues_services_and_a_simulator_report(page, server, sim_repor
     page.goto(url + "/queues")
     page.wait_for_selector("#queues td a:text-is('default')")
     shot(page, "queues")
+    add_service_history(server[1])
     page.goto(url + "/services")
-    page.wait_for_selector("#services")
+    page.wait_for_selector("#services td:text-is('chat-history')")
+    page.wait_for_selector(".chart .uplot canvas")  # ready replicas over the day
     shot(page, "services")
     page.goto(url + "/sim")
     page.set_input_files("input[name=report]", str(sim_report))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from argosy.server.console.overview import wait_reason
-from argosy.server.console.reads import allocation_series
+from argosy.server.console.reads import allocation_series, ready_replicas
 from argosy.server.console.simreports import ReportError, list_reports, load_report, save_report
 from argosy.server.schemas import QueueInfo
 from argosy.server.store import Store
@@ -127,3 +128,27 @@ def test_a_failed_write_leaves_the_old_report_and_no_partial_file(
         save_report(tmp_path, "a.json", json.dumps(newer).encode())
     assert load_report(tmp_path, "a.json").runs[0]["policy"] == "fifo"
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_ready_replicas_replay_the_replica_events(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    svc = store.insert_service({"name": "chat", "queue": "a"}, now=time.time())["id"]
+    other = store.insert_service({"name": "idle", "queue": "a"}, now=time.time())["id"]
+    story = [
+        ("replica_started", "replica 0 on n0 port 1"),
+        ("replica_ready", "replica 0 healthy"),
+        ("replica_started", "replica 1 on n1 port 2"),
+        ("replica_ready", "replica 1 healthy"),
+        ("replica_ready", "replica 1 healthy"),  # no change: already counted
+        ("replica_unhealthy", "replica 1 failed 3 health probes in a row; restarting it"),
+        ("replica_exited", "replica 1 attempt 1: killed; restarting"),
+        ("replica_started", "replica 1 on n1 port 2"),
+    ]
+    for kind, message in story:
+        store.add_event(svc, kind, message)
+    series = ready_replicas(store, [svc, other], time.time() + 1, 3600.0)
+    store.close()
+    times, counts = series[svc]
+    assert counts == [0, 1, 2, 1, 1]  # window start, three changes, now
+    assert times == sorted(times)
+    assert series[other][1] == [0, 0]

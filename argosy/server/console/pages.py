@@ -17,7 +17,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from argosy.server.console.overview import chips_by_vendor, five_factors, queue_rows
-from argosy.server.console.reads import JobFilter, allocation_series, job_page, service_page
+from argosy.server.console.reads import (
+    JobFilter,
+    allocation_series,
+    job_page,
+    ready_replicas,
+    service_page,
+)
 from argosy.server.console.timeline import job_story
 from argosy.server.console.web import ConsoleError, ConsoleRoute, Ctl, Viewer, is_htmx, render
 from argosy.server.control import NotFoundError
@@ -28,6 +34,7 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 WINDOWS_H = (1, 6, 24, 168)
 """Chart windows the overview offers (hours)."""
 BUCKETS = 72
+SERVICE_WINDOW_S = 24 * 3600.0
 LOG_CHUNK_BYTES = 64 << 10
 States = ("", "pending", "admitted", "running", "succeeded", "failed", "cancelled")
 Before = Annotated[int | None, Query(ge=0, le=2**62)]
@@ -159,8 +166,10 @@ async def job_log(
 async def services(request: Request, who: Viewer, ctl: Ctl, before: Before = None) -> HTMLResponse:
     rows, older = service_page(ctl.store, before, 50)
     views = [service_view(r) for r in rows]
+    series = ready_replicas(ctl.store, [v.id for v in views], time.time(), SERVICE_WINDOW_S)
+    chart = {"names": [v.name for v in views], "series": [series[v.id] for v in views]}
     template = "_services.html" if is_htmx(request) else "services.html"
-    return render(request, template, who, services=views, older=older)
+    return render(request, template, who, services=views, older=older, chart=chart)
 
 
 @router.get("/nodes", response_class=HTMLResponse)

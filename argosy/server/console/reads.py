@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Select, and_, func, or_, select
 
 from argosy.server.store import Row, Store
-from argosy.server.tables import jobs, services
+from argosy.server.tables import events, jobs, services
 
 PAGE_COLUMNS = (
     jobs.c.seq,
@@ -154,3 +154,46 @@ def service_page(store: Store, before: int | None, limit: int) -> tuple[list[Row
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (rows[-1]["seq"] if more and rows else None)
+
+
+REPLICA_UP = ("replica_ready",)
+REPLICA_DOWN = (
+    "replica_started",
+    "replica_exited",
+    "replica_stopped",
+    "replica_failed",
+    "replica_unhealthy",
+)
+MAX_REPLICA_EVENTS = 20_000
+
+
+def ready_replicas(
+    store: Store, service_ids: list[str], now_s: float, window_s: float
+) -> dict[str, tuple[list[float], list[int]]]:
+    """Ready replicas of each service over the last `window_s`, as step points replayed
+    from its replica events (`replica_ready` adds one; a start, exit, stop, failure or
+    failed probe takes that replica out)."""
+    start_s = now_s - window_s
+    query = (
+        select(events.c.job_id, events.c.kind, events.c.message, events.c.created_at)
+        .where(events.c.job_id.in_(service_ids), events.c.kind.in_(REPLICA_UP + REPLICA_DOWN))
+        .order_by(events.c.seq)
+        .limit(MAX_REPLICA_EVENTS)
+    )
+    ready: dict[str, set[str]] = {sid: set() for sid in service_ids}
+    out = {sid: ([start_s], [0]) for sid in service_ids}
+    with store.engine.connect() as c:
+        for sid, kind, message, at_s in c.execute(query):
+            replicas = ready[sid]
+            index = message.split()[1] if message.startswith("replica ") else message
+            (replicas.add if kind in REPLICA_UP else replicas.discard)(index)
+            times, counts = out[sid]
+            if at_s <= start_s:
+                counts[0] = len(replicas)
+            elif len(replicas) != counts[-1]:
+                times.append(at_s)
+                counts.append(len(replicas))
+    for sid, (times, counts) in out.items():
+        times.append(now_s)
+        counts.append(len(ready[sid]))
+    return out

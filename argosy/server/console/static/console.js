@@ -40,7 +40,15 @@ function factorChart(el, d) { return categories(el, d.factors, d.policies, true)
 
 function jctChart(el, d) { return categories(el, d.jct, d.policies, false); }
 
-const CHARTS = {utilization: timeChart, loss: lossChart, factors: factorChart, jct: jctChart};
+function replicaChart(el, d) {
+  if (!d.series.length) return null;
+  const data = uPlot.join(d.series.map(([t, n]) => [t, n]));
+  const series = [{}].concat(d.names.map((n, i) => ({label: n, stroke: COLORS[i % COLORS.length], width: 2,
+    spanGaps: true, points: {show: false}, paths: uPlot.paths.stepped({align: 1})})));
+  return new uPlot({width: width(el), height: 200, series, scales: {y: {range: (u, lo, hi) => [0, Math.max(1, hi + 1)]}}}, data, el);
+}
+
+const CHARTS = {replicas: replicaChart, utilization: timeChart, loss: lossChart, factors: factorChart, jct: jctChart};
 
 function drawCharts(root) {
   root.querySelectorAll(".chart[data-chart]").forEach(el => {
