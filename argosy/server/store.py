@@ -12,7 +12,9 @@ disagrees with the state.
 
 from __future__ import annotations
 
+import json
 import secrets
+import sqlite3
 import threading
 import time
 from collections.abc import Iterable
@@ -56,6 +58,30 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.execute("PRAGMA wal_autocheckpoint=0")  # a background thread checkpoints
     cursor.close()
+
+
+JOB_INSERT_COLUMNS = (
+    "id",
+    "name",
+    "queue",
+    "state",
+    "attempts",
+    "spec",
+    "created_at",
+    "updated_at",
+    "reason",
+    "idempotency_key",
+    "request_hash",
+)
+JOB_INSERT_SQL = (
+    f"INSERT INTO jobs ({', '.join(JOB_INSERT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(JOB_INSERT_COLUMNS))})"
+)
+EVENT_INSERT_COLUMNS = ("job_id", "kind", "message", "created_at")
+EVENT_INSERT_SQL = (
+    f"INSERT INTO events ({', '.join(EVENT_INSERT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(EVENT_INSERT_COLUMNS))})"
+)
 
 
 class IdempotencyConflictError(Exception):
@@ -107,11 +133,16 @@ class Store:
             "idempotency_key": idempotency_key,
             "request_hash": request_hash,
         }
+        event = _event(job_id, ("submitted", "queued"), now)
         try:
-            with self.engine.begin() as c:
-                result = c.execute(jobs.insert(), values)  # parameters apart: cached SQL
-                c.execute(events.insert(), _event(job_id, ("submitted", "queued"), now))
-        except IntegrityError:
+            if self.engine.dialect.name == "sqlite":
+                seq = self._insert_job_sqlite(values, event)
+            else:
+                with self.engine.begin() as c:
+                    result = c.execute(jobs.insert(), values)  # parameters apart: cached SQL
+                    c.execute(events.insert(), event)
+                seq = result.inserted_primary_key[0]
+        except (IntegrityError, sqlite3.IntegrityError):
             if idempotency_key is None:
                 raise
             first = self._by_key(idempotency_key)
@@ -120,7 +151,26 @@ class Store:
             return first, False
         blank = {"started_at": None, "finished_at": None, "exit_code": None, "placement": None}
         blank |= {"summary": None, "stop_requested": None}
-        return {"seq": result.inserted_primary_key[0], **values, **blank}, True
+        return {"seq": seq, **values, **blank}, True
+
+    def _insert_job_sqlite(self, values: Row, event: Row) -> int:
+        """The submit's two inserts on the driver itself: SQLAlchemy's per-statement work
+        was a third of a submit's CPU. Same SQL, same JSON text, one transaction."""
+        job = [values[k] for k in JOB_INSERT_COLUMNS]
+        job[JOB_INSERT_COLUMNS.index("spec")] = json.dumps(values["spec"])
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            cursor.execute(JOB_INSERT_SQL, job)
+            seq = int(cursor.lastrowid or 0)
+            cursor.execute(EVENT_INSERT_SQL, [event[k] for k in EVENT_INSERT_COLUMNS])
+            connection.commit()
+        except BaseException:
+            connection.rollback()
+            raise
+        finally:
+            connection.close()  # back to the pool
+        return seq
 
     def _by_key(self, key: str) -> Row | None:
         with self.engine.connect() as c:
