@@ -208,3 +208,33 @@ def test_a_launcher_killed_hard_leaves_a_run_that_reads_as_interrupted_and_no_bo
 
 def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_a_stopped_launcher_leaves_an_interrupted_summary_and_nothing_running(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    sleeper = tmp_path / "sleep.py"
+    sleeper.write_text("import time\ntime.sleep(60)\n")
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "argosy", "launch", "--quiet", "--nproc-per-node", "1"]
+    proc = subprocess.Popen(
+        [*cmd, "--run-dir", str(run), str(sleeper)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    events_path = run / "events.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and '"spawn"' not in _text(events_path):
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 130
+    s = summary(run)
+    assert s["status"] == "interrupted" and s["cause"]["kind"] == "interrupted"
+    events = read_events(events_path)
+    spawn = next(e for e in events if e["event"] == "spawn")
+    with pytest.raises(ProcessLookupError):
+        os.kill(spawn["pids"][0], 0)
+    board = default_board_path(events[0]["run_id"], owner_pid=proc.pid)
+    assert not board.exists()
