@@ -65,9 +65,7 @@ def choose_devices(report: HealthReport, need: int) -> PreflightDecision:
     node_failed = [_describe(c) for c in node_checks if c.verdict is Verdict.FAILED]
     warnings = tuple(_describe(c) for c in node_checks if c.verdict is Verdict.DEGRADED)
     problems = device_problems(report.checks)
-    excluded = tuple(
-        {"device": d, "why": "; ".join(why)} for d, why in sorted(problems.items())
-    )
+    excluded = tuple({"device": d, "why": "; ".join(why)} for d, why in sorted(problems.items()))
     healthy = [d for d in range(report.node.num_ranks) if d not in problems]
     if node_failed:
         refused = f"the node failed its health check: {'; '.join(node_failed)}"

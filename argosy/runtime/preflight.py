@@ -56,8 +56,7 @@ def run_preflight(
         "checked": report.node.num_ranks,
         **decision.to_json(),
         "checks": [
-            {"name": c.name, "verdict": c.verdict.value, "factor": c.factor}
-            for c in report.checks
+            {"name": c.name, "verdict": c.verdict.value, "factor": c.factor} for c in report.checks
         ],
         "emulated_slow": {str(r): f for r, f in sorted((slow or {}).items())},
     }
