@@ -121,7 +121,7 @@ def test_throttle_stretches_a_block_by_its_slowdown() -> None:
     throttle = Throttle(3.0)
     with throttle.block():
         sum(range(200_000))
-    assert throttle.compute_s + throttle.slept_s >= 3.0 * throttle.cpu_s * 0.99
+    assert throttle.slept_s >= 2.0 * throttle.compute_s * 0.99
     assert throttle.cpu_s > 0
     with pytest.raises(ValueError, match="slowdown"):
         Throttle(0.5)

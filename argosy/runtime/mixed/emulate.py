@@ -1,16 +1,17 @@
 """Chip emulation: give CPU ranks chip identities and throttle them to their chip's speed.
 
 EMULATION, not a measurement of the chips: every rank computes on the host CPU and, after
-each throttled block, sleeps until the block has lasted its thread CPU time x slowdown
-(CPU time: time a rank spends descheduled by co-tenants is not charged to its chip), where
-slowdown = HEADROOM x (fastest peak of the launch / its chip's dense bf16 peak, catalog
+each throttled block, sleeps the block's wall time x (slowdown - 1), where slowdown =
+HEADROOM x (fastest peak of the launch / its chip's dense bf16 peak, catalog
 `bf16_tflops`). So a rank playing an A100 (312 TFLOPs) beside an H100 (989) takes 3.17x as
-long per unit of work as the H100 rank. HEADROOM (2) slows every rank, the fastest too, by
-the same factor, which leaves each block room to be descheduled up to 2x its CPU time
-without running late, and leaves the CPU idle part of the time for ranks sharing cores;
-the ratios stay the catalog's. `overrun_s` counts where that room was not enough. Nothing
-else (memory, links, MFU differences between chips) is emulated. Each report that
-carries emulated figures says so (`describe()`).
+long per micro-batch as the H100 rank. HEADROOM (2) slows every rank, the fastest too, by
+the same factor, so that every rank leaves the CPU idle part of the time: three ranks on
+two shared cores otherwise slow the unthrottled rank by contention more than the others
+(the OS scheduler favours tasks that sleep), which skews the ratios. The sleep after a
+block is shortened by earlier oversleep. (Stretching to thread CPU time x slowdown instead
+was tried: under a load average of 20 on 2 cores, blocks outlasted that target by 260 ms
+per step and the ratios broke worse.) Nothing else (memory, links, MFU differences between
+chips) is emulated. Each report that carries emulated figures says so (`describe()`).
 
     speeds = emulated_speeds([("h100", 1), ("a100-80g", 2)], catalog)   # per rank
     throttle = Throttle(speeds[rank].slowdown)
@@ -76,14 +77,11 @@ class Throttle:
         self.compute_s = 0.0
         """Wall time of the blocks' real compute."""
         self.cpu_s = 0.0
-        """Thread CPU time of the blocks: the work the emulated chip is charged for."""
-        self.overrun_s = 0.0
-        """Wall time by which blocks outlasted cpu x slowdown (contention beyond headroom):
-        where this is not ~0, the emulated chip ran slower than its catalog ratio."""
+        """Thread CPU time of the blocks (wall / cpu says how much co-tenants took)."""
         self.slept_s = 0.0
         """Sleep taken (asked + oversleep)."""
         self.asked_s = 0.0
-        """Sleep the emulation asked for: cpu x slowdown - wall, per block."""
+        """Sleep the emulation asked for: wall x (slowdown - 1), per block."""
         self.oversleep_s = 0.0
         """Sleep taken beyond what was asked, in total: the emulation's own overhead. The
         sleep after a block is shortened by the previous blocks' oversleep, so this stays
@@ -92,16 +90,13 @@ class Throttle:
 
     @contextmanager
     def block(self) -> Iterator[None]:
-        """The block lasts its thread CPU time x slowdown in all (compute, then sleep)."""
+        """The block lasts its wall time x slowdown in all (compute, then sleep)."""
         wall_start, cpu_start = time.perf_counter(), time.thread_time()
         yield
         wall = time.perf_counter() - wall_start
-        cpu = time.thread_time() - cpu_start
         self.compute_s += wall
-        self.cpu_s += cpu
-        target = cpu * self.slowdown
-        self.overrun_s += max(0.0, wall - target)
-        want = max(0.0, target - wall)
+        self.cpu_s += time.thread_time() - cpu_start
+        want = wall * (self.slowdown - 1.0)
         self.asked_s += want
         ask = want - self._debt_s  # sleep already taken beyond an earlier ask counts here
         if ask <= 0:

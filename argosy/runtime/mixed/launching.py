@@ -32,8 +32,8 @@ from argosy.runtime.mixed.plan import (
 ASSIGNMENT_FILE = "mixed/assignment.json"
 EMULATION_NOTE = (
     "EMULATED chips: every rank computes on the host CPU; each micro-batch is stretched by "
-    "sleep to its thread CPU time x slowdown, slowdown = 2 x fastest chip's dense bf16 "
-    "peak / its chip's (catalog)"
+    "sleep to its wall time x slowdown, slowdown = 2 x fastest chip's dense bf16 peak / "
+    "its chip's (catalog)"
 )
 
 

@@ -80,7 +80,7 @@ class MixedRank:
                 "wait_s": wait_s,
                 "end_s": time.monotonic(),
                 "oversleep_s": self.throttle.oversleep_s,
-                "overrun_s": self.throttle.overrun_s,
+                "cpu_s": self.throttle.cpu_s,
             }
         )
 
@@ -102,9 +102,9 @@ class MixedRank:
 
 
 def _per_step_oversleep(records: list[dict[str, float]]) -> None:
-    """Records carry running totals of the throttle's oversleep and overrun; make them
+    """Records carry running totals of the throttle's oversleep and CPU time; make them
     per step."""
-    for key in ("oversleep_s", "overrun_s"):
+    for key in ("oversleep_s", "cpu_s"):
         before = 0.0
         for r in records:
             total = r[key]

@@ -55,7 +55,6 @@ def throughput_summary(
     scale = groups[ref]["solo_samples_per_s"] / planned_ref if planned_ref else 0.0
     waits = [sum(r["wait_s"] for r in rank) for rank in kept]
     oversleep = [sum(r.get("oversleep_s", 0.0) for r in rank) for rank in kept]
-    overrun = [sum(r.get("overrun_s", 0.0) for r in rank) for rank in kept]
     return {
         "measured_samples_per_s": round(measured, 3),
         "predicted_samples_per_s": round(planner_rate * scale, 3) if planned else None,
@@ -69,7 +68,6 @@ def throughput_summary(
         "measured_steps": last - first,
         "emulated": doc.get("emulation"),
         "emulation_oversleep_s_per_step": round(max(oversleep) / len(kept[0]), 6),
-        "emulation_overrun_s_per_step": round(max(overrun) / len(kept[0]), 6),
         "lost_s_per_step": _lost_per_step(kept, ends, first),
         "how": "argosy.runtime.mixed.report (module docstring): measured over the last "
         f"attempt's steps {first + 1}..{last}; predicted = planner rate scaled by the "
