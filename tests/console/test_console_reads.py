@@ -103,10 +103,11 @@ def test_a_saved_report_is_listed_and_charted(tmp_path: Path) -> None:
         ("x.json", b'{"runs": []}', "non-empty list"),
         ("x.json", b'{"runs": [{"five_factor": {}}]}', "'policy'"),
         ("x.json", b'{"runs": [{"policy": "fifo"}]}', "missing 'five_factor'"),
+        ("x.json", json.dumps(REPORT | {"ratios": {"a": "x"}}).encode(), "map names to numbers"),
         ("../x.json", json.dumps(REPORT).encode(), "use letters"),
         ("x.txt", json.dumps(REPORT).encode(), "end in .json"),
     ],
-    ids=["not-json", "no-runs", "no-policy", "no-factors", "path", "suffix"],
+    ids=["not-json", "no-runs", "no-policy", "no-factors", "bad-ratio", "path", "suffix"],
 )
 def test_a_bad_report_is_refused_and_leaves_no_file(tmp_path: Path, name, body, want) -> None:
     with pytest.raises(ReportError, match=want.replace("(", r"\(")):

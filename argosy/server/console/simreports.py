@@ -67,8 +67,10 @@ def parse_report(name: str, data: Any) -> Report:
             raise ReportError(f"runs[{i}]: a report needs a 'policy' name")
         if not isinstance(run.get("five_factor"), dict):
             raise ReportError(f"runs[{i}] ({run['policy']}): missing 'five_factor'")
-    if not isinstance(ratios, dict):
-        raise ReportError("'ratios' must be a mapping")
+    if not isinstance(ratios, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in ratios.values()
+    ):
+        raise ReportError("'ratios' must map names to numbers")
     return Report(name, runs, {str(k): float(v) for k, v in ratios.items()})
 
 
