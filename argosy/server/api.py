@@ -39,11 +39,14 @@ router = APIRouter(prefix="/api/v1", responses=COMMON)
 LOG_CHUNK_BYTES = 1 << 20
 
 
-def control(request: Request) -> Control:
+async def control(request: Request) -> Control:
+    """The control loop (async: a plain function would cost a thread hop per request)."""
     return request.app.state.control
 
 
-def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+async def principal(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
     scheme, _, token = (authorization or "").partition(" ")
     found = (
         request.app.state.tokens.principal(token.strip()) if scheme.lower() == "bearer" else None
@@ -53,7 +56,7 @@ def principal(request: Request, authorization: Annotated[str | None, Header()] =
     return found
 
 
-def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
+async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
     if not who.is_admin:
         raise HTTPException(403, "needs an admin token")
     return who
@@ -118,9 +121,10 @@ async def list_jobs(
     return Response(body, media_type="application/json")
 
 
-@router.get("/jobs/{job_id}", responses={404: {}})
-async def get_job(job_id: str, ctl: Ctl, who: Who) -> Job:
-    return job_view(_job(ctl, job_id))
+@router.get("/jobs/{job_id}", response_model=Job, responses={404: {}})
+async def get_job(job_id: str, ctl: Ctl, who: Who) -> Response:
+    body = job_view(_job(ctl, job_id)).model_dump_json()  # built once, not validated again
+    return Response(body, media_type="application/json")
 
 
 @router.post("/jobs/{job_id}/cancel", responses={403: {}, 404: {}})

@@ -87,7 +87,7 @@ async def _metrics(request: Request) -> Response:
     from argosy.server.api import principal
     from argosy.server.metrics import make_registry
 
-    principal(request, request.headers.get("authorization"))
+    await principal(request, request.headers.get("authorization"))
     state = request.app.state
     if not hasattr(state, "registry"):
         state.registry = make_registry(state.control)
