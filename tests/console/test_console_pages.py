@@ -218,3 +218,16 @@ def test_the_job_page_shows_server_events_and_its_log_endpoint_pages(admin, app_
     newer.write_text("resumed\n")
     moved = admin.get(f"/jobs/{job['id']}/log", params={"offset": 21, "file": "attempt2"}).json()
     assert moved == {"text": "resumed\n", "next": 8, "file": "attempt10"}
+
+
+def test_an_unexpected_error_is_a_plain_message_not_a_traceback(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sim-reports").write_text("a file where the report folder should be")
+    config = ServerConfig(home=home)
+    with TestClient(create_app(config, FakeExecutor([NodeInfo("n0", "cpu", 1)]))) as client:
+        client.cookies.set(COOKIE, (home / "admin.token").read_text().strip())
+        files = {"report": ("r.json", b'{"policy": "x", "five_factor": {}}', "application/json")}
+        r = client.post("/sim", files=files)
+    assert r.status_code == 500
+    assert message(r.text).startswith("internal error (FileExistsError)")
