@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii as _quote  # C: a JSON string
 
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo, Replica, Service
@@ -43,16 +43,21 @@ def job_json(row: Row) -> str:
     """The job as `job_view(...).model_dump_json()` writes it, from a row whose JSON
     columns are still text (`list_jobs(raw_json=True)`): a page of 100 jobs is built
     without decoding and encoding every spec again."""
-    text = json.dumps
+    exit_code = row["exit_code"]
     return (
-        f'{{"id":{text(row["id"])},"name":{text(row["name"])},"queue":{text(row["queue"])},'
-        f'"state":{text(row["state"])},"attempts":{int(row["attempts"])},'
-        f'"created_at":{text(iso(row["created_at"]) or "")},'
-        f'"started_at":{text(iso(row["started_at"]))},'
-        f'"finished_at":{text(iso(row["finished_at"]))},"reason":{text(row["reason"] or "")},'
-        f'"exit_code":{text(row["exit_code"])},"placement":{row["placement"] or "null"},'
-        f'"spec":{row["spec"]},"summary":{row["summary"] or "null"}}}'
+        f'{{"id":{_quote(row["id"])},"name":{_quote(row["name"])},'
+        f'"queue":{_quote(row["queue"])},"state":{_quote(row["state"])},'
+        f'"attempts":{int(row["attempts"])},"created_at":{_quote(iso(row["created_at"]) or "")},'
+        f'"started_at":{_text(iso(row["started_at"]))},'
+        f'"finished_at":{_text(iso(row["finished_at"]))},"reason":{_quote(row["reason"] or "")},'
+        f'"exit_code":{"null" if exit_code is None else int(exit_code)},'
+        f'"placement":{row["placement"] or "null"},"spec":{row["spec"]},'
+        f'"summary":{row["summary"] or "null"}}}'
     )
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else _quote(value)
 
 
 def event_view(row: Row) -> Event:
