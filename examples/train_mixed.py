@@ -175,15 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(start + 1, args.steps + 1):
         rt.step_begin(step)
         loss_sum, compute_s = train_step(model, steps, step, mixed, sync, rt)
+        total = torch.tensor([loss_sum], dtype=torch.float64)
+        rt.enter_collective()  # the loss sum overlaps the gradient sync and the update
+        loss_work = dist.all_reduce(total, async_op=True)
         with rt.collective():
             wait_s = sync.wait()
         with rt.checkpoint_fence():
             ckpt.before_optimizer_step()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        total = torch.tensor([loss_sum], dtype=torch.float64)
-        with rt.collective():
-            dist.all_reduce(total)
+        loss_work.wait()
+        rt.exit_collective()
         mean_loss = total.item() / mine.global_batch
         rt.step_end(step, mean_loss)
         mixed.record(step, compute_s, wait_s)

@@ -67,7 +67,7 @@ def throughput_summary(
         "cross_group_wait_s_per_step": round(statistics.fmean(waits) / len(kept[0]), 5),
         "measured_steps": last - first,
         "emulated": doc.get("emulation"),
-        "emulation_oversleep_s_per_step": round(max(oversleep) / len(kept[0]), 6),
+        "emulation_oversleep_s_per_step": round(max(0.0, max(oversleep)) / len(kept[0]), 6),
         "lost_s_per_step": _lost_per_step(kept, ends, first),
         "how": "argosy.runtime.mixed.report (module docstring): measured over the last "
         f"attempt's steps {first + 1}..{last}; predicted = planner rate scaled by the "
