@@ -99,6 +99,8 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         migrate(self.engine)
         self._stop = threading.Event()
+        self._jobs_version = 0  # bumped by every write of jobs through this store
+        self._counts: tuple[int, dict[tuple[str, str], int]] = (-1, {})
         if self.engine.dialect.name == "sqlite":
             threading.Thread(target=self._checkpoints, name="wal-checkpoint", daemon=True).start()
 
@@ -134,6 +136,7 @@ class Store:
             "request_hash": request_hash,
         }
         event = _event(job_id, ("submitted", "queued"), now)
+        self._jobs_version += 1
         try:
             if self.engine.dialect.name == "sqlite":
                 seq = self._insert_job_sqlite(values, event)
@@ -222,18 +225,26 @@ class Store:
     def update_job(self, job_id: str, values: Row, *, event: Event | None = None) -> None:
         """Change a job and log why, in one transaction."""
         now = time.time()
+        self._jobs_version += 1
         with self.engine.begin() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(updated_at=now, **values))
             if event is not None:
                 c.execute(events.insert(), _event(job_id, event, now))
 
     def count_jobs(self) -> dict[tuple[str, str], int]:
-        """Jobs per (queue, state)."""
+        """Jobs per (queue, state); counted again only after a write (the server is the
+        store's one writer), so reads between writes do not scan every job."""
+        version, counts = self._counts
+        if version == self._jobs_version:
+            return dict(counts)
+        version = self._jobs_version
         query = select(jobs.c.queue, jobs.c.state, func.count()).group_by(
             jobs.c.queue, jobs.c.state
         )
         with self.engine.connect() as c:
-            return {(q, s): int(n) for q, s, n in c.execute(query)}
+            counts = {(q, s): int(n) for q, s, n in c.execute(query)}
+        self._counts = (version, counts)
+        return dict(counts)
 
     # ---- services --------------------------------------------------------------------
     def insert_service(self, spec: Row, *, now: float) -> Row:

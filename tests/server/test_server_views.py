@@ -63,3 +63,25 @@ def test_the_direct_page_matches_the_pydantic_view(
     (raw,), _ = store.list_jobs(cursor=row["seq"] - 1, limit=1, raw_json=True)
     assert raw["spec"] != decoded["spec"]  # text, not yet decoded
     assert json.loads(job_json(raw)) == json.loads(job_view(decoded).model_dump_json())
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=st.lists(st.sampled_from(["insert", "run", "fail", "count"]), max_size=12))
+def test_cached_counts_always_equal_a_fresh_count(store: Store, steps: list[str]) -> None:
+    from sqlalchemy import func, select
+
+    from argosy.server.tables import jobs
+
+    ids: list[str] = []
+    for step in steps:
+        if step == "insert" or not ids:
+            spec = JobSpec(name="c", script="/bin/true").model_dump()
+            ids.append(store.insert_job(spec, now=time.time())[0]["id"])
+        elif step in ("run", "fail"):
+            store.update_job(ids[-1], {"state": "running" if step == "run" else "failed"})
+        query = select(jobs.c.queue, jobs.c.state, func.count()).group_by(
+            jobs.c.queue, jobs.c.state
+        )
+        with store.engine.connect() as c:
+            want = {(q, s): n for q, s, n in c.execute(query)}
+        assert store.count_jobs() == want
