@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/server.py                 # about 2 minutes on 2 cores
     .venv/bin/python benchmarks/server.py --jobs 2000     # a shorter run
+    .venv/bin/python benchmarks/server.py --only service --services 3
 
 Runs a real `argosy server` process (SQLite, local executor) and drives it over HTTP:
 
@@ -14,6 +15,9 @@ Runs a real `argosy server` process (SQLite, local executor) and drives it over 
 3. Start: the node uncordoned, a one-rank CPU job is submitted; the figure is the time
    from the submit call to the script's first line. The peer is `argosy launch` of the
    same script run directly; the difference is what the server adds.
+
+4. Services (`--services N`): a one-replica service from the create call to its first
+   healthy probe, beside `argosy serve` started directly until `/health` answers.
 
 Prints a table and the ratios to the issue's targets (200 jobs/s, p99 < 100 ms, start
 < 2 s). The server's CPU seconds are read from /proc, because wall time on a shared
@@ -85,7 +89,10 @@ async def drive(url: str, token: str, total: int, clients: int, submit: bool) ->
     return total / (time.perf_counter() - t0)
 
 
-def latencies(c: httpx.Client, samples: int, job_ids: list[str]) -> dict[str, tuple[float, float]]:
+def latencies(
+    c: httpx.Client, samples: int, job_ids: list[str], pid: int
+) -> dict[str, tuple[float, float, float]]:
+    """(p50 ms, p99 ms, server CPU ms per call) of each endpoint."""
     calls = {
         "GET /jobs?limit=100": lambda i: c.get("/api/v1/jobs", params={"limit": 100}),
         "GET /jobs?state&queue (page 50)": lambda i: c.get(
@@ -103,13 +110,16 @@ def latencies(c: httpx.Client, samples: int, job_ids: list[str]) -> dict[str, tu
     out = {}
     for label, call in calls.items():
         times = []
+        cpu0 = cpu_s(pid)
         for i in range(samples):
             t0 = time.perf_counter()
             r = call(i)
             times.append((time.perf_counter() - t0) * 1000)
             assert r.status_code < 300, r.text
+        cpu_ms = (cpu_s(pid) - cpu0) / samples * 1000
         times.sort()
-        out[label] = (statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))])
+        p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
+        out[label] = (statistics.median(times), p99, cpu_ms)
     return out
 
 
@@ -153,11 +163,17 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=1000, help="concurrent submitting clients")
     p.add_argument("--samples", type=int, default=200, help="calls per endpoint")
     p.add_argument("--starts", type=int, default=5, help="job starts timed")
+    p.add_argument("--services", type=int, default=0, help="service starts timed (0: none)")
+    p.add_argument("--only", choices=["load", "start", "service"], help="run one phase")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        load_phase(args, work / "home")
-        start_phase(args, work)
+        if args.only in (None, "load"):
+            load_phase(args, work / "home")
+        if args.only in (None, "start"):
+            start_phase(args, work)
+        if args.services and args.only in (None, "service"):
+            service_phase(args, work)
 
 
 def load_phase(args: argparse.Namespace, home: Path) -> None:
@@ -178,13 +194,13 @@ def load_phase(args: argparse.Namespace, home: Path) -> None:
         print(f"  GET /health  {floor:8.0f} req/s    (submit: {rate / floor:.2f}x this floor)")
         print(f"  server CPU per submit: {cpu_per_job_ms:.2f} ms", flush=True)
         ids = [j["id"] for j in c.get("/api/v1/jobs", params={"limit": 500}).json()["items"]]
-        lat = latencies(c, args.samples, ids)
+        lat = latencies(c, args.samples, ids, pid)
     server.kill()
     print(f"\nAPI latency with {args.jobs}+ stored jobs, {args.samples} calls each:")
-    print(f"  {'endpoint':34} {'p50 ms':>8} {'p99 ms':>8}")
-    for label, (p50, p99) in lat.items():
-        print(f"  {label:34} {p50:8.1f} {p99:8.1f}")
-    worst = max(p99 for _, p99 in lat.values())
+    print(f"  {'endpoint':34} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms':>8}")
+    for label, (p50, p99, cpu_ms) in lat.items():
+        print(f"  {label:34} {p50:8.1f} {p99:8.1f} {cpu_ms:8.2f}")
+    worst = max(p99 for _, p99, _ in lat.values())
     print(
         f"  worst p99 {worst:.1f} ms ({worst / TARGET_P99_MS:.2f}x the 100 ms target)", flush=True
     )
@@ -206,6 +222,52 @@ def start_phase(args: argparse.Namespace, work: Path) -> None:
           f"({med / TARGET_START_S:.2f}x the 2 s target)")  # fmt: skip
     print(f"  argosy launch  median {med_direct:.2f} s (direct; the server adds "
           f"{med - med_direct:+.2f} s)")  # fmt: skip
+
+
+def service_phase(args: argparse.Namespace, work: Path) -> None:
+    """A one-replica service (smollm2-135m, from its local cache) from the create call to
+    its first healthy probe, beside `argosy serve` started directly until /health answers."""
+    server = ServerProcess(work / "home-service")
+    server.start()
+    via_server = []
+    with server.client() as c:
+        for k in range(args.services):
+            t0 = time.time()
+            body = {"name": f"s{k}", "replicas": 1, "speculative": "off", "threads": 1}
+            sid = c.post("/api/v1/services", json=body).json()["id"]
+            while c.get(f"/api/v1/services/{sid}").json()["state"] != "running":
+                assert time.time() - t0 < 300, "the service did not become ready"
+                time.sleep(0.05)
+            via_server.append(time.time() - t0)
+            c.delete(f"/api/v1/services/{sid}")
+            while c.get(f"/api/v1/services/{sid}").json()["state"] != "deleted":
+                time.sleep(0.1)
+    server.kill()
+    direct = [serve_alone(work, 18000 + k) for k in range(args.services)]
+    med, med_direct = statistics.median(via_server), statistics.median(direct)
+    print(f"\nservice ready, create -> replica healthy ({args.services} runs, smollm2-135m):")
+    print(f"  via server     median {med:.2f} s, max {max(via_server):.2f} s")
+    print(f"  argosy serve   median {med_direct:.2f} s (direct; the server adds "
+          f"{med - med_direct:+.2f} s)")  # fmt: skip
+
+
+def serve_alone(work: Path, port: int) -> float:
+    command = [sys.executable, "-m", "argosy", "serve", "--port", str(port)]
+    command += ["--speculative", "off", "--threads", "1"]
+    t0 = time.time()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            assert proc.poll() is None and time.time() - t0 < 300, "argosy serve did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return time.time() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ class Services:
         row = self.store.insert_service(spec.model_dump(), now=now)
         reason = self.scheduling.submit_service(row["id"], spec, now)
         if reason:
-            self.store.update_service(row["id"], {"state": "failed", "reason": reason})
+            values = {"state": "failed", "reason": reason}
+            self.store.update_service(row["id"], values, event=("failed", reason))
             return self.store.get_service(row["id"]) or row
         self.active[row["id"]] = row
         return row
