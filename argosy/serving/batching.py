@@ -2,8 +2,9 @@
 
 Each request is a `Decoder` (its tokens, sampling state and KV cache). The loop, on its own
 thread, repeats:
-1. admit waiting requests (up to `max_batch_size` running): prefill each one alone, which
-   gives its first token at once (time to first token does not wait for a batch to end);
+1. admit waiting requests (up to `max_batch_size` running): the newcomers' prompts are
+   prefilled in one left-padded pass (one alone when it comes alone), which gives their
+   first tokens at once (time to first token does not wait for a batch to end);
 2. drop finished and cancelled requests;
 3. decode one step for everyone: with one request running it takes that request's own
    step, speculative drafts included; with several it runs one batched forward pass over
@@ -114,15 +115,45 @@ class BatchLoop:
         if not new:
             return
         self._unbatch()
-        for slot in new:
+        if len(new) >= 2:
             try:
-                self._deliver(slot, slot.decoder.prefill())
-            except Exception as err:  # a bad request fails alone
-                slot.out.put(err)
-                continue
+                self._prefill_together(new)
+            except Exception as err:  # every newcomer learns why it stopped
+                for slot in new:
+                    slot.out.put(err)
+                new = []
+        for slot in new:
             if not slot.done:
                 self.rows.append(slot)
+        if len(new) == 1:
+            self._prefill_alone(new[0])
         self._rebatch()
+
+    def _prefill_alone(self, slot: Slot) -> None:
+        try:
+            self._deliver(slot, slot.decoder.prefill())
+        except Exception as err:  # a bad request fails alone
+            slot.out.put(err)
+            slot.done = True
+        if slot.done:
+            self.rows.remove(slot)
+
+    def _prefill_together(self, slots: list[Slot]) -> None:
+        """One left-padded forward pass over the newcomers' prompts; each gets its own cache."""
+        prompts = [slot.decoder.tokens for slot in slots]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        cache = self.make_cache([])
+        logits = self.batched_forward(ids, cache, mask, positions)
+        for i, slot in enumerate(slots):
+            start = width - len(prompts[i])
+            layers = [
+                (_row(lay.keys, i, start), _row(lay.values, i, start)) for lay in cache.layers
+            ]
+            slot.decoder.cache = self.make_cache(layers)
+            self._deliver(slot, slot.decoder.first(logits[i : i + 1]))
 
     def _drop_done(self) -> None:
         keep = [i for i, slot in enumerate(self.rows) if not (slot.done or slot.cancelled)]

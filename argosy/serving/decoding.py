@@ -65,6 +65,10 @@ class Decoder:
         logits = self.forward(self.tokens, self.cache, 1)
         return self._emit([self.pick(logits[-1:])])
 
+    def first(self, logits: torch.Tensor) -> tuple[list[int], str | None]:
+        """The first token from prefill logits that a batched pass computed (cache filled)."""
+        return self._emit([self.pick(logits)])
+
     def advance(self) -> tuple[list[int], str | None]:
         """One plain or draft-and-verify step on this request's own cache."""
         return self._emit(self._step())
