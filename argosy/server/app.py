@@ -49,6 +49,9 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
         ctl.recover()
         app.state.control = ctl
         app.state.tokens = Tokens(store)
+        from argosy.server.metrics import make_registry
+
+        app.state.registry = make_registry(ctl)  # the first scrape pays no import
         task = asyncio.create_task(ctl.run())
         try:
             yield
