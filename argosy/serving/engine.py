@@ -66,3 +66,4 @@ ENGINES: Registry[EngineFactory] = Registry("serving engine")
 ENGINES.register(
     "transformers", "argosy.serving.transformers_engine:TransformersEngine", aliases=("hf",)
 )
+ENGINES.register("vllm", "argosy.serving.vllm_engine:VllmEngine")
