@@ -25,8 +25,6 @@ import statistics
 import time
 from collections import defaultdict
 
-import torch
-
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
 
 PARAGRAPH = (
@@ -74,6 +72,8 @@ def run_hf(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float,
     """Seconds and tokens of one `model.generate()` call on the engine's own weights."""
     model = engine._model  # the same weights; the peer runs on them directly
     extra = {"prompt_lookup_num_tokens": 10} if method == "hf-prompt-lookup" else {}
+    import torch
+
     input_ids = torch.tensor([ids])
     start = time.perf_counter()
     with torch.inference_mode():
@@ -101,9 +101,10 @@ def measure(
             ids = engine.encode_chat([{"role": "user", "content": text}])
             order = methods[rep % len(methods) :] + methods[: rep % len(methods)]
             for method in order:
-                runner = run_argosy if method in ARGOSY else run_hf
+                ours = not method.startswith("hf-")
+                runner = run_argosy if ours else run_hf
                 seconds, tokens = runner(engine, ids, method, max_tokens)
-                passes, rejected = PASSES.pop() if method in ARGOSY else (None, None)
+                passes, rejected = PASSES.pop() if ours else (None, None)
                 rows.append(
                     {
                         "prompt": name,
@@ -162,7 +163,7 @@ def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
         "| target passes / token | rejected draft tokens |"
     )
     print("|---|---|---|---|---|---|")
-    for method in [m for m in (*ARGOSY, *HF) if m in table]:
+    for method in table:
         row = table[method]
         passes = "-" if row["passes_per_token"] is None else f"{row['passes_per_token']:.2f}"
         rejected = "-" if row["rejected"] is None else str(row["rejected"])
@@ -208,6 +209,150 @@ def sleep_wake(engine, repeats: int) -> None:
         )
 
 
+MIXED = [*COPY_HEAVY.values(), *OPEN_ENDED.values()]
+CURVE_METHODS = ("argosy-off", "argosy-auto", "hf-plain", "hf-prompt-lookup")
+
+
+def batch_curves(engine, sizes: list[int], repeats: int, max_tokens: int) -> None:
+    """Aggregate tok/s at batch sizes `sizes`: B requests (copy-heavy and open-ended mixed)."""
+    print(f"\nbatch curves ({max_tokens} tokens max, greedy, prompts mixed copy/open)")
+    table: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for size in sizes:
+        prompts = [
+            engine.encode_chat([{"role": "user", "content": MIXED[i % len(MIXED)]}])
+            for i in range(size)
+        ]
+        for rep in range(repeats):
+            order = CURVE_METHODS[rep % 4 :] + CURVE_METHODS[: rep % 4]
+            for method in order:
+                tokens, seconds = _run_batch(engine, prompts, method, max_tokens)
+                table[(size, method)].append(tokens / seconds)
+                print(
+                    f"  batch {size:2d} rep {rep} {method:17s} {tokens / seconds:6.1f} tok/s",
+                    flush=True,
+                )
+    print(
+        "\n| batch | "
+        + " | ".join(f"{m} tok/s" for m in CURVE_METHODS)
+        + " | auto x off | HF lookup x HF plain |"
+    )
+    print("|---" * (len(CURVE_METHODS) + 3) + "|")
+    for size in sizes:
+        rates = {m: statistics.median(table[(size, m)]) for m in CURVE_METHODS}
+        cells = " | ".join(f"{rates[m]:.1f}" for m in CURVE_METHODS)
+        auto_ratio = rates["argosy-auto"] / rates["argosy-off"]
+        hf_ratio = rates["hf-prompt-lookup"] / rates["hf-plain"]
+        print(f"| {size} | {cells} | {auto_ratio:.2f} | {hf_ratio:.2f} |")
+
+
+def _run_batch(engine, prompts: list[list[int]], method: str, max_tokens: int) -> tuple[int, float]:
+    """(tokens, seconds) for all `prompts` at once; HF prompt lookup runs them one by one
+    (HF assisted generation takes batch 1 only)."""
+    import threading
+
+    start = time.perf_counter()
+    if method.startswith("argosy-"):
+        counts = [0] * len(prompts)
+
+        def one(i: int) -> None:
+            request = GenerationRequest(
+                tuple(prompts[i]), SamplingParams(max_tokens=max_tokens), method[7:]
+            )
+            counts[i] = engine.generate(request).completion_tokens
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return sum(counts), time.perf_counter() - start
+    if method == "hf-prompt-lookup":
+        total = sum(len(run_hf(engine, ids, method, max_tokens)[1]) for ids in prompts)
+        return total, time.perf_counter() - start
+    return _hf_batched(engine, prompts, max_tokens), time.perf_counter() - start
+
+
+def _hf_batched(engine, prompts: list[list[int]], max_tokens: int) -> int:
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[2] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.inference_mode():
+        out = engine._model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
+            eos_token_id=sorted(engine.eos_ids), pad_token_id=2,
+        )  # fmt: skip
+    new = out[:, width:]
+    return sum(sum(1 for t in row.tolist() if t not in engine.eos_ids and t != 2) for row in new)
+
+
+def service_sleep_wake(repeats: int, threads: int) -> None:
+    """`argosy serve` as a control plane drives it: RSS of the HTTP process plus its worker
+    before and after POST /admin/sleep (levels 1 and 2), and wake to first streamed token."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "ARGOSY_ADMIN_TOKEN": "bench"}
+    cmd = [sys.executable, "-m", "argosy", "serve", "--port", str(port), "--speculative", "off"]
+    server = subprocess.Popen([*cmd, "--threads", str(threads)], env=env, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    auth = {"authorization": "Bearer bench"}
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 1, "temperature": 0, "stream": True}  # fmt: skip
+    try:
+        _wait_ready(base)
+        httpx.post(f"{base}/v1/chat/completions", json={**body, "stream": False}, timeout=600)
+        print("\nargosy serve sleep/wake (HTTP process + worker, resident memory)")
+        print(
+            "| level | repeat | RSS awake MiB | RSS asleep MiB | freed | sleep s | wake s "
+            "| wake to first token s |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for level in (1, 2):
+            for rep in range(repeats):
+                slept = httpx.post(
+                    f"{base}/admin/sleep", json={"level": level}, headers=auth, timeout=600
+                ).json()
+                start = time.perf_counter()
+                woke = httpx.post(f"{base}/admin/wake", headers=auth, timeout=600).json()
+                with httpx.stream(
+                    "POST", f"{base}/v1/chat/completions", json=body, timeout=600
+                ) as resp:
+                    next(resp.iter_lines())
+                first_s = time.perf_counter() - start
+                awake, asleep = slept["resident_bytes_before"], slept["resident_bytes"]
+                print(
+                    f"| {level} | {rep} | {awake / 2**20:.0f} | {asleep / 2**20:.0f} | "
+                    f"{(awake - asleep) / awake:.0%} | {slept['seconds']:.2f} | "
+                    f"{woke['seconds']:.2f} | {first_s:.2f} |",
+                    flush=True,
+                )
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def _wait_ready(base: str) -> None:
+    import httpx
+
+    deadline = time.time() + 900
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(1)
+    raise RuntimeError("argosy serve did not become ready")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
@@ -218,12 +363,23 @@ def main() -> None:
     parser.add_argument("--suites", default="copy-heavy,open-ended", help="comma-separated")
     parser.add_argument("--methods", default=",".join((*ARGOSY, *HF)), help="comma-separated")
     parser.add_argument("--no-sleep", action="store_true", help="skip the sleep/wake part")
+    parser.add_argument("--batch-sizes", default="", help="e.g. 1,2,4,8,16: batch curves only")
+    parser.add_argument("--service", action="store_true", help="only argosy serve's sleep/wake")
     args = parser.parse_args()
+    if args.service:
+        service_sleep_wake(args.repeats, args.threads)
+        return
+    import torch
+
     torch.set_num_threads(args.threads)
     engine = ENGINES.get("transformers")(EngineConfig(speculative="off", num_threads=args.threads))
     engine.load()
     run_argosy(engine, engine.encode("warm up"), "off", 4)
     results = {}
+    if args.batch_sizes:
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+        batch_curves(engine, sizes, args.repeats, args.max_tokens)
+        return
     if args.only_sleep:
         sleep_wake(engine, args.repeats)
         return

@@ -56,3 +56,56 @@ def serve(
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         instance.close()
+
+
+def train_draft(
+    model: str = typer.Option("smollm2-135m", "--model", help="Catalog name or checkpoint dir."),
+    out: str = typer.Option("", "--out", help="Output dir; default: <model cache>-draft."),
+    layers: int = typer.Option(2, "--layers", min=1, help="Decoder layers in the draft."),
+    prompts: int = typer.Option(64, "--prompts", min=2, help="Generated training prompts."),
+    tokens: int = typer.Option(48, "--tokens", min=1, help="Target tokens per prompt."),
+    minutes: float = typer.Option(3.0, "--minutes", min=0.05, help="Training time budget."),
+    threads: int = typer.Option(0, "--threads", min=0, help="torch threads; 0: default."),
+) -> None:
+    """Train a draft model from the served model's own outputs (for --speculative draft:PATH)."""
+    from pathlib import Path
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from argosy.cli.common import err_console
+    from argosy.serving import models
+
+    models.resolve_name_only(model)
+    import torch
+
+    from argosy.serving.draft_training import train_draft as run
+
+    if threads:
+        torch.set_num_threads(threads)
+    target = models.resolve(model, None)
+    where = Path(out) if out else target.with_name(f"{target.name}-draft")
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console) as progress:
+        tasks: dict[str, int] = {}
+
+        def report(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                label = "generating from the target" if phase == "generate" else "training (s)"
+                tasks[phase] = progress.add_task(label, total=total)
+            progress.update(tasks[phase], completed=done, total=total)
+
+        try:
+            result = run(target, where, layers, prompts, tokens, minutes * 60, report)
+        except ValueError as err:
+            raise ArgosyError(str(err)) from err
+    typer.echo(
+        f"draft: {where}\n{result.layers} layers, {result.steps} steps on {result.sequences} "
+        f"sequences in {result.seconds:.0f} s; held-out agreement with the target "
+        f"{result.heldout_agreement:.1%} (loss {result.final_loss:.3f})\n"
+        f"serve with: argosy serve --model {model} --speculative draft:{where}"
+    )
