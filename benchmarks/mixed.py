@@ -45,8 +45,11 @@ MIX3 = ("h100:1+a100-80g:2", "h100:1,a100-80g:2")
 MIX2 = ("a100-80g:1+h20:1", "a100-80g:1,h20:1")
 
 
+HEADROOM = {"value": "2"}
+
+
 def argosy(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "120"}
+    env = {**os.environ, "COLUMNS": "120", "ARGOSY_EMULATE_HEADROOM": HEADROOM["value"]}
     cmd = [sys.executable, "-m", "argosy", *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, check=False)
 
@@ -193,7 +196,8 @@ def figures(result: dict) -> list[tuple[str, str, str, str, bool]]:
 
 
 def show(result: dict, console: Console) -> None:
-    table = Table(title=f"mixed-chip training, CPU, EMULATED chips ({result['steps']} steps)")
+    title = f"mixed-chip training, CPU, EMULATED chips ({result['steps']} steps, "
+    table = Table(title=title + f"headroom {result['headroom']})")
     for column in ("figure", "measured", "target / peer", "ratio", "met"):
         table.add_column(column)
     for name, measured, target, ratio, met in figures(result):
@@ -252,10 +256,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--mib", type=float, default=16.0, help="all-reduce tensor size")
     p.add_argument("--repeats", type=int, default=3, help="planned/even pairs, interleaved")
+    p.add_argument("--headroom", default="2", help="emulation's common slowdown (>= 1)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
+    HEADROOM["value"] = args.headroom
     result = run(args.steps, args.mib, args.repeats)
+    result["headroom"] = args.headroom
     result["load_average"] = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))

@@ -13,6 +13,7 @@ one per rank. With it, ranks take the plan's chip identities and a throttle
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from argosy.runtime.mixed.plan import (
 )
 
 ASSIGNMENT_FILE = "mixed/assignment.json"
+ENV_HEADROOM = "ARGOSY_EMULATE_HEADROOM"
+"""Overrides the emulation's common slowdown (`emulate.HEADROOM`) for one launch."""
 EMULATION_NOTE = (
     "EMULATED chips: every rank computes on the host CPU; each micro-batch is stretched by "
     "sleep to its wall time x slowdown, slowdown = 2 x fastest chip's dense bf16 peak / "
@@ -77,12 +80,27 @@ def _host_chip() -> str:
 def _emulation(ranks: list[RankAssignment], emulate: str | None, catalog: Any) -> dict | None:
     if not emulate:
         return None
-    speeds = emulated_speeds([(r.chip, 1) for r in ranks], catalog)
+    headroom = _headroom()
+    speeds = emulated_speeds([(r.chip, 1) for r in ranks], catalog, headroom)
     return {
         "spec": emulate,
         "chips": [r.chip for r in ranks],
         "peak_tflops": [s.peak_tflops for s in speeds],
-        "headroom": HEADROOM,
+        "headroom": headroom,
         "slowdown": [s.slowdown for s in speeds],
-        "note": EMULATION_NOTE,
+        "note": EMULATION_NOTE.replace("slowdown = 2 x", f"slowdown = {headroom:g} x"),
     }
+
+
+def _headroom() -> float:
+    """`ARGOSY_EMULATE_HEADROOM` (>= 1) when set, else `emulate.HEADROOM`."""
+    text = os.environ.get(ENV_HEADROOM)
+    if text is None:
+        return HEADROOM
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value < 1.0:
+        raise ArgosyError(f"{ENV_HEADROOM}={text!r}: expected a number >= 1")
+    return value
