@@ -54,6 +54,8 @@ class Scheduler:
         self.hold_s: dict[int, tuple[float, float]] = {}  # group -> (mean hold, when seen)
         self.waited: dict[str, float] = {}  # chip -> device-seconds its pending work waited
         self._demand: dict[str, int] | None = None
+        self.peak_ahead: dict[tuple[str, int, int], float] = {}
+        """(service, profile step, steps ahead) -> peak load (`growth.service_need`)."""
 
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
@@ -79,6 +81,7 @@ class Scheduler:
 
     def forecast_changed(self) -> None:
         """A service's load profile changed: recompute every target at the next cycle."""
+        self.peak_ahead.clear()
         for w in self.services:
             w.target_cache = (-1, 0)
         self.services_settled = -1

@@ -145,10 +145,14 @@ def grow(sched, now: float) -> None:
         return
     gap = sched.config.min_resize_interval_s
     demand = growth.pending_demand(sched)
-    cands = [
+    dpn = cap.dpn
+    cands = [  # `_grow_one`'s cheap refusals first: room only shrinks during this loop
         w
         for w in sched.elastic_running.values()
-        if w.devices < growth.max_size(sched, w) and now - w.last_resize_s >= gap
+        if room_for[w.alloc.group] >= dpn[w.alloc.group]
+        and now - w.last_resize_s >= gap
+        and w.devices < growth.max_size(sched, w)
+        and growth.within_budget(sched, w, now, 2)
     ]
     cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
     need: dict[str, int] = {}

@@ -101,8 +101,12 @@ def service_need(sched, chip: str, now: float, horizon_s: float) -> int:
         if s.chips[0] != chip or s.profile is None:
             continue
         step = s.profile_step_s
-        first = int(now // step)
-        ahead = np.arange(first, first + int(np.ceil(horizon_s / step)) + 1)
-        peak = float(s.profile[ahead % len(s.profile)].max())
+        first = int(now // step) % len(s.profile)  # the profile repeats every day
+        steps = int(np.ceil(horizon_s / step)) + 1
+        key = (s.id, first, steps)
+        peak = sched.peak_ahead.get(key)
+        if peak is None:
+            ahead = np.arange(first, first + steps)
+            peak = sched.peak_ahead[key] = float(s.profile[ahead % len(s.profile)].max())
         need += max(0, int(np.ceil(s.max_devices * peak - 1e-9)) - s.devices)
     return need
