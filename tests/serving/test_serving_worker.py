@@ -107,3 +107,16 @@ def test_unknown_names_fail_before_a_worker_starts():
         WorkerEngine(EngineConfig(model="no-such-model"))
     with pytest.raises(UnknownNameError, match="transformers"):
         WorkerEngine(EngineConfig(engine="nope"))
+
+
+def test_the_http_side_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import argosy.serving.api, argosy.serving.worker, argosy.cli.serve\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
