@@ -287,28 +287,35 @@ def _hf_batched(engine, prompts: list[list[int]], max_tokens: int) -> int:
     return sum(sum(1 for t in row.tolist() if t not in engine.eos_ids and t != 2) for row in new)
 
 
-def service_sleep_wake(repeats: int, threads: int) -> None:
-    """`argosy serve` as a control plane drives it: RSS of the HTTP process plus its worker
-    before and after POST /admin/sleep (levels 1 and 2), and wake to first streamed token."""
+def _start_server(threads: int, speculative: str = "off"):
+    """`argosy serve` on a free port with admin token `bench`: (process, base url)."""
     import os
     import socket
     import subprocess
     import sys
 
-    import httpx
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "ARGOSY_ADMIN_TOKEN": "bench"}
-    cmd = [sys.executable, "-m", "argosy", "serve", "--port", str(port), "--speculative", "off"]
-    server = subprocess.Popen([*cmd, "--threads", str(threads)], env=env, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, "-m", "argosy", "serve", "--port", str(port)]
+    cmd += ["--speculative", speculative, "--threads", str(threads)]
+    server = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
+    _wait_ready(base)
+    return server, base
+
+
+def service_sleep_wake(repeats: int, threads: int) -> None:
+    """`argosy serve` as a control plane drives it: RSS of the HTTP process plus its worker
+    before and after POST /admin/sleep (levels 1 and 2), and wake to first streamed token."""
+    import httpx
+
+    server, base = _start_server(threads)
     auth = {"authorization": "Bearer bench"}
     body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Say hello."}],
             "max_tokens": 1, "temperature": 0, "stream": True}  # fmt: skip
     try:
-        _wait_ready(base)
         httpx.post(f"{base}/v1/chat/completions", json={**body, "stream": False}, timeout=600)
         print("\nargosy serve sleep/wake (HTTP process + worker, resident memory)")
         print(
@@ -340,6 +347,56 @@ def service_sleep_wake(repeats: int, threads: int) -> None:
         server.wait(timeout=60)
 
 
+def concurrent_clients(num_clients: int, max_tokens: int, threads: int) -> None:
+    """N streaming chat clients at once against `argosy serve`: errors and TTFT quantiles."""
+    import threading
+
+    import httpx
+
+    server, base = _start_server(threads, speculative="auto")
+    results: list = [None] * num_clients
+
+    def client(i: int) -> None:
+        text = MIXED[i % len(MIXED)]
+        body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": text}],
+                "max_tokens": max_tokens, "temperature": 0, "stream": True}  # fmt: skip
+        start, first, done = time.perf_counter(), None, False
+        try:
+            with httpx.stream(
+                "POST", f"{base}/v1/chat/completions", json=body, timeout=1800
+            ) as resp:
+                for line in resp.iter_lines():
+                    first = first or time.perf_counter() - start
+                    done = done or line == "data: [DONE]"
+            results[i] = (resp.status_code == 200 and done, first, time.perf_counter() - start)
+        except httpx.HTTPError:
+            results[i] = (False, None, time.perf_counter() - start)
+
+    try:
+        httpx.post(f"{base}/v1/chat/completions", json={"model": "smollm2-135m",
+                   "prompt": "warm up", "max_tokens": 2}, timeout=600)  # fmt: skip
+        workers = [threading.Thread(target=client, args=(i,)) for i in range(num_clients)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        metrics = httpx.get(f"{base}/metrics", timeout=60).text
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    ok = [r for r in results if r and r[0]]
+    ttfts = sorted(r[1] for r in ok)
+    total = max(r[2] for r in results if r)
+    batch = [line for line in metrics.splitlines() if line.startswith("argosy_serving_mean_batch")]
+    print(f"\n{num_clients} streaming clients, {max_tokens} tokens max, --speculative auto")
+    print("| clients | ok | TTFT p50 s | TTFT p99 s | wall s | mean batch size |")
+    print("|---|---|---|---|---|---|")
+    p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else float("nan")
+    p50 = ttfts[len(ttfts) // 2] if ttfts else float("nan")
+    mean_batch = batch[0].split()[-1] if batch else "-"
+    print(f"| {num_clients} | {len(ok)} | {p50:.2f} | {p99:.2f} | {total:.1f} | {mean_batch} |")
+
+
 def _wait_ready(base: str) -> None:
     import httpx
 
@@ -365,7 +422,11 @@ def main() -> None:
     parser.add_argument("--no-sleep", action="store_true", help="skip the sleep/wake part")
     parser.add_argument("--batch-sizes", default="", help="e.g. 1,2,4,8,16: batch curves only")
     parser.add_argument("--service", action="store_true", help="only argosy serve's sleep/wake")
+    parser.add_argument("--clients", type=int, default=0, help="N concurrent streaming clients")
     args = parser.parse_args()
+    if args.clients:
+        concurrent_clients(args.clients, args.max_tokens, args.threads)
+        return
     if args.service:
         service_sleep_wake(args.repeats, args.threads)
         return
