@@ -45,7 +45,7 @@ MIX3 = ("h100:1+a100-80g:2", "h100:1,a100-80g:2")
 MIX2 = ("a100-80g:1+h20:1", "a100-80g:1,h20:1")
 
 
-HEADROOM = {"value": "2"}
+HEADROOM = {"value": "4"}
 
 
 def argosy(*args: str) -> subprocess.CompletedProcess[str]:
@@ -256,7 +256,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--mib", type=float, default=16.0, help="all-reduce tensor size")
     p.add_argument("--repeats", type=int, default=3, help="planned/even pairs, interleaved")
-    p.add_argument("--headroom", default="2", help="emulation's common slowdown (>= 1)")
+    p.add_argument("--headroom", default="4", help="emulation's common slowdown (>= 1)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))

@@ -111,7 +111,7 @@ def test_emulated_speeds_follow_the_catalog_peaks() -> None:
     catalog = default_catalog()
     speeds = emulated_speeds(parse_chip_counts("h100:1,a100-80g:2"), catalog)
     want = catalog.get("h100").bf16_tflops / catalog.get("a100-80g").bf16_tflops
-    assert [s.slowdown for s in speeds] == [2.0, 2.0 * want, 2.0 * want]
+    assert [s.slowdown for s in speeds] == [4.0, 4.0 * want, 4.0 * want]
     assert canonical_counts([("h100", 1), ("h100-sxm", 1)], catalog) == {"h100-sxm": 2}
     with pytest.raises(ArgosyError, match="CHIP:N"):
         parse_chip_counts("h100")

@@ -35,7 +35,7 @@ ENV_HEADROOM = "ARGOSY_EMULATE_HEADROOM"
 """Overrides the emulation's common slowdown (`emulate.HEADROOM`) for one launch."""
 EMULATION_NOTE = (
     "EMULATED chips: every rank computes on the host CPU; each micro-batch is stretched by "
-    "sleep to its wall time x slowdown, slowdown = 2 x fastest chip's dense bf16 peak / "
+    "sleep to its wall time x slowdown, slowdown = HEADROOM x fastest chip's dense bf16 peak / "
     "its chip's (catalog)"
 )
 
@@ -88,7 +88,7 @@ def _emulation(ranks: list[RankAssignment], emulate: str | None, catalog: Any) -
         "peak_tflops": [s.peak_tflops for s in speeds],
         "headroom": headroom,
         "slowdown": [s.slowdown for s in speeds],
-        "note": EMULATION_NOTE.replace("slowdown = 2 x", f"slowdown = {headroom:g} x"),
+        "note": EMULATION_NOTE.replace("HEADROOM", f"{headroom:g}"),
     }
 
 
