@@ -100,7 +100,7 @@ def continue_greedily(
 
 def teacher_labels(model: Any, sequence: list[int]) -> torch.Tensor:
     """The target's argmax next token at every position of `sequence`."""
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: the labels enter an autograd graph
         return model(input_ids=torch.tensor([sequence])).logits[0].argmax(-1)
 
 
