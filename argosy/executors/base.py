@@ -41,6 +41,8 @@ class LaunchRequest:
     workdir: str | None = None
     max_restarts: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    inject: tuple[str, ...] = ()
+    """`argosy launch --inject` values for this attempt."""
     command: tuple[str, ...] = ()
     """A command to run instead of `argosy launch` (a service replica's `argosy serve`);
     single node, one process."""

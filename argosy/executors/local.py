@@ -232,6 +232,8 @@ def launch_command(request: LaunchRequest) -> list[str]:
     command += ["--run-dir", str(request.run_dir)]
     if request.max_restarts is not None:
         command += ["--max-restarts", str(request.max_restarts)]
+    for entry in request.inject:
+        command += ["--inject", entry]
     return [*command, request.script, *request.args]
 
 

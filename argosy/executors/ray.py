@@ -268,4 +268,6 @@ def node_command(
         command += ["--master-addr", addr, "--master-port", str(port)]
     if request.max_restarts is not None:
         command += ["--max-restarts", str(request.max_restarts)]
+    for entry in request.inject:
+        command += ["--inject", entry]
     return [*command, request.script, *request.args]

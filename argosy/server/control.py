@@ -336,6 +336,7 @@ class Control:
             workdir=spec.workdir,
             max_restarts=spec.max_restarts,
             env=env,
+            inject=tuple(spec.inject) if attempt == 1 else (),
         )
 
     def run_dir(self, job_id: str) -> Path:

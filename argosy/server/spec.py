@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from argosy.core.documents import load_yaml, validate
-from argosy.core.errors import ConfigError
+from argosy.core.errors import ArgosyError, ConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
@@ -48,6 +48,9 @@ class JobSpec(BaseModel):
     """Higher runs first within the fair-share order."""
     workdir: str | None = Field(default=None, max_length=4096)
     """Directory the job runs in; the CLI sends the submitting directory."""
+    inject: list[str] = Field(default_factory=list, max_length=16)
+    """Faults injected into the job's first attempt, in `argosy launch --inject` form
+    (`kill:rank=1:step=30`, `hang:rank=0:step=20`, ...): to rehearse recovery."""
 
     @field_validator("args", mode="before")
     @classmethod
@@ -59,6 +62,18 @@ class JobSpec(BaseModel):
                 for v in value
             ]
         return value
+
+    @model_validator(mode="after")
+    def _injections_parse(self) -> JobSpec:
+        """Every `inject` entry is a valid injection for this job's ranks."""
+        from argosy.runtime.inject import parse_injection
+
+        for entry in self.inject:
+            try:
+                parse_injection(entry, self.devices)
+            except ArgosyError as err:
+                raise ValueError(f"inject: {err}") from None
+        return self
 
     @property
     def devices(self) -> int:
