@@ -28,7 +28,14 @@ from argosy.server.schemas import (
 )
 from argosy.server.spec import JobSpec
 from argosy.server.store import IdempotencyConflictError
-from argosy.server.views import event_view, job_json, job_view, node_views, queue_views
+from argosy.server.views import (
+    event_view,
+    job_json,
+    job_view,
+    latest_rank_log,
+    node_views,
+    queue_views,
+)
 
 COMMON = {  # what any route may answer besides its own codes
     400: {"model": ErrorBody, "description": "Malformed request (e.g. a body that is not JSON)"},
@@ -156,10 +163,10 @@ async def job_logs(
     """Output of one rank of the job's latest attempt from byte `offset`; the header
     `X-Next-Offset` is where to continue (`argosy logs -f`)."""
     _job(ctl, job_id)
-    logs = sorted((ctl.run_dir(job_id) / "logs").glob(f"attempt*/rank{rank}.log"))
+    log = latest_rank_log(ctl.run_dir(job_id), rank)
     data = b""
-    if logs:
-        with logs[-1].open("rb") as f:
+    if log is not None:
+        with log.open("rb") as f:
             f.seek(offset)
             data = f.read(LOG_CHUNK_BYTES)
     headers = {"X-Next-Offset": str(offset + len(data))}

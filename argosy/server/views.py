@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _quote  # C: a JSON string
+from pathlib import Path
 
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo, Replica, Service
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import JobSpec
 from argosy.server.store import Row
+
+
+def latest_rank_log(run_dir: Path, rank: int) -> Path | None:
+    """The log of `rank` in the newest attempt under `run_dir/logs` (attempt10 after 9)."""
+    logs = (run_dir / "logs").glob(f"attempt*/rank{rank}.log")
+    return max(logs, key=lambda p: int(p.parent.name.removeprefix("attempt") or 0), default=None)
 
 
 def iso(t: float | None) -> str | None:

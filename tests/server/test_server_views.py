@@ -85,3 +85,16 @@ def test_cached_counts_always_equal_a_fresh_count(store: Store, steps: list[str]
         with store.engine.connect() as c:
             want = {(q, s): n for q, s, n in c.execute(query)}
         assert store.count_jobs() == want
+
+
+def test_the_latest_rank_log_is_the_highest_attempt_number(tmp_path) -> None:
+    from argosy.server.views import latest_rank_log
+
+    assert latest_rank_log(tmp_path, 0) is None
+    for n in (1, 2, 9, 10):
+        d = tmp_path / "logs" / f"attempt{n}"
+        d.mkdir(parents=True)
+        (d / "rank0.log").write_text(str(n))
+    (tmp_path / "logs" / "attempt9" / "rank1.log").write_text("9")
+    assert latest_rank_log(tmp_path, 0).parent.name == "attempt10"
+    assert latest_rank_log(tmp_path, 1).parent.name == "attempt9"

@@ -28,7 +28,7 @@ from argosy.server.console.timeline import job_story
 from argosy.server.console.web import ConsoleError, ConsoleRoute, Ctl, Viewer, is_htmx, render
 from argosy.server.control import NotFoundError
 from argosy.server.schemas import ACTIVE
-from argosy.server.views import node_views, service_view
+from argosy.server.views import latest_rank_log, node_views, service_view
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 WINDOWS_H = (1, 6, 24, 168)
@@ -146,16 +146,13 @@ async def job_log(
     """New output of one rank of the latest attempt from `offset` (the page polls it);
     when a newer attempt's log has appeared since `file`, it is read from its start."""
     _job(ctl, job_id)
-    logs = sorted(
-        (ctl.run_dir(job_id) / "logs").glob(f"attempt*/rank{rank}.log"),
-        key=lambda p: int(p.parent.name.removeprefix("attempt") or 0),
-    )
+    log = latest_rank_log(ctl.run_dir(job_id), rank)
     data, name = b"", ""
-    if logs:
-        name = logs[-1].parent.name
+    if log is not None:
+        name = log.parent.name
         if name != file:
             offset = 0
-        with logs[-1].open("rb") as f:
+        with log.open("rb") as f:
             f.seek(offset)
             data = f.read(LOG_CHUNK_BYTES)
     text = data.decode(errors="replace")
