@@ -59,11 +59,11 @@ import torch
 from argosy.checkpoint import agree, disk, restore
 from argosy.checkpoint.commit import Fence
 from argosy.checkpoint.config import CheckpointConfig
+from argosy.checkpoint.held import HeldSlots
 from argosy.checkpoint.launch import PersisterHandle, cpu_ticks, start_persister
 from argosy.checkpoint.layout import (
     ObjectEntry,
     SnapshotMeta,
-    align,
     data_len,
     encode_object,
     flatten,
@@ -71,16 +71,13 @@ from argosy.checkpoint.layout import (
 )
 from argosy.checkpoint.persister import PersisterSpec
 from argosy.checkpoint.segment import (
-    HEADER_BYTES,
-    HELD_SLOTS,
     SHM_DIR,
     Segment,
     SlotState,
-    held_name,
     job_segments,
     segment_paths,
 )
-from argosy.checkpoint.staging import DeviceStager, share_sources, slot_data, write_snapshot
+from argosy.checkpoint.staging import DeviceStager, share_sources
 from argosy.core.errors import ArgosyError
 
 
@@ -171,9 +168,8 @@ class FlashCheckpointer:
         self._staged: tuple[int, bytes, dict[int, bytes]] | None = None
         self._closed = False
         self._flushed: tuple[int, str | None] | None = None
-        self._held: dict[int, int] = {}
-        """Steps of the snapshots in our own slots, by slot, waiting for the persister."""
-        self._held_segs: dict[int, Segment] = {}
+        self._held = HeldSlots(self.job, self.rank)
+        """Snapshots in our own slots, waiting for the persister (held.py)."""
         self._start_ticks: int | None = None
         self._forget: int | None = None
         self._maps = restore.MappingCache()
@@ -340,7 +336,7 @@ class FlashCheckpointer:
             sources, inline = share_sources(tensors, self.inline_bytes)
         self._saved = step
         if not on_device and not self._is_ready() and _nbytes(sources) <= self.hold_limit_bytes:
-            self._hold(step, pickle.dumps(meta), inline, sources)
+            self._held.hold(step, pickle.dumps(meta), inline, sources)
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
         self._send_forget()
@@ -368,36 +364,13 @@ class FlashCheckpointer:
             self._drain()
         return self._ready
 
-    def _hold(self, step: int, meta: bytes, inline: dict[int, bytes], sources: list) -> None:
-        """The persister is still starting: copy the snapshot into a slot of our own (the
-        step goes on at once, and the copy outlives a SIGKILL of this process) and hand
-        the slots over once the persister is ready. Two slots, the older one overwritten."""
-        snapshot = pickle.loads(meta)
-        size = HEADER_BYTES + align(snapshot.data_len + 2 * len(meta) + (1 << 20))
-        index = min(range(HELD_SLOTS), key=lambda i: self._held.get(i, -1))
-        seg = self._held_segs.get(index)
-        if seg is None or seg.size < size:
-            if seg is not None:
-                seg.close()
-            path = SHM_DIR / held_name(self.job, self.rank, index)
-            path.unlink(missing_ok=True)
-            seg = self._held_segs[index] = Segment.create(path, size)
-        self._held.pop(index, None)
-        data = slot_data(seg)
-        write_snapshot(seg, data, snapshot, meta, inline, sources)
-        del data
-        self._held[index] = step
-
     def _send_held(self, block: bool) -> None:
-        if not self._held_segs or not (block or self._is_ready()):
+        if not self._held or not (block or self._is_ready()):
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
         self._send_forget()
-        for index in sorted(self._held_segs, key=lambda i: self._held.get(i, -1)):
-            seg = self._held_segs[index]
-            self._conn.send(("held", str(seg.path)))
-            seg.close()  # the persister owns it now
-        self._held_segs, self._held = {}, {}
+        for path in self._held.hand_over():
+            self._conn.send(("held", path))
 
     def before_optimizer_step(self) -> None:
         """Fence: returns once the last snapshot no longer reads the live tensors."""
@@ -535,7 +508,7 @@ class FlashCheckpointer:
             return
         try:
             self.before_optimizer_step()
-            if self._held_segs and self._proc.poll() is None:
+            if self._held and self._proc.poll() is None:
                 self._send_held(block=True)
             self._wait_copied()
             if self._proc.poll() is None and self._connected():
