@@ -61,9 +61,12 @@ def run_argosy(engine, ids: list[int], method: str, max_tokens: int) -> tuple[fl
     result = engine.generate(request)
     spec = result.spec
     PASSES.append((spec.verify_passes + spec.plain_steps + 1, spec.drafted - spec.accepted))
+    DRAFTED.append((spec.drafted, spec.accepted))
     return result.total_s, list(result.token_ids)
 
 
+DRAFTED: list[tuple[int, int]] = []
+"""(drafted, accepted) tokens of argosy runs, in run order."""
 PASSES: list[tuple[int, int]] = []
 """(target forward passes incl. prefill, rejected draft tokens) of the latest argosy run."""
 
@@ -132,15 +135,8 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
     table = {}
     for method, runs in by_method.items():
         rates = [len(r["tokens"]) / r["seconds"] for r in runs]
-        ratios = [
-            (len(r["tokens"]) / r["seconds"])
-            / (
-                len(base[(r["prompt"], r["repeat"])]["tokens"])
-                / base[(r["prompt"], r["repeat"])]["seconds"]
-            )
-            for r in runs
-        ]
-        same = sum(r["tokens"] == base[(r["prompt"], r["repeat"])]["tokens"] for r in runs)
+        ratios = [rate / _base_rate(base, r) for rate, r in zip(rates, runs, strict=True)]
+        same = sum(r["tokens"] == base[(r["prompt"], r["repeat"])]["tokens"] for r in runs if base)
         counted = [r for r in runs if r["passes"] is not None]
         table[method] = {
             "passes_per_token": sum(r["passes"] for r in counted)
@@ -154,6 +150,12 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
             "runs": len(runs),
         }
     return table
+
+
+def _base_rate(base: dict, row: dict) -> float:
+    """tok/s of the `off` run on the same prompt and repeat (NaN when `off` did not run)."""
+    ref = base.get((row["prompt"], row["repeat"]))
+    return len(ref["tokens"]) / ref["seconds"] if ref else float("nan")
 
 
 def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
@@ -452,6 +454,9 @@ def main() -> None:
         rows = measure(engine, prompts, args.repeats, args.max_tokens, methods)
         results[title] = rows
         print_table(f"{title} (batch 1, {args.max_tokens} tokens max, greedy)", summarize(rows))
+    if DRAFTED:
+        drafted, accepted = sum(d for d, _ in DRAFTED), sum(a for _, a in DRAFTED)
+        print(f"\nall argosy runs: {accepted}/{drafted} draft tokens accepted")
     if not args.no_sleep:
         sleep_wake(engine, args.repeats)
     if args.json:
