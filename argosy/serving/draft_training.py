@@ -57,7 +57,7 @@ class DraftReport:
     seconds: float
     final_loss: float
     heldout_agreement: float
-    """Share of held-out positions where the draft's argmax equals the target's."""
+    """Share of held-out continuation positions where the draft's argmax is the target's."""
 
 
 def make_prompts(tokenizer: Any, count: int) -> list[list[int]]:
@@ -132,13 +132,15 @@ def train_draft(
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).eval()
     if not 1 <= layers < target.config.num_hidden_layers:
         raise ValueError(f"layers must be 1 to {target.config.num_hidden_layers - 1}")
-    sequences = continue_greedily(target, make_prompts(tokenizer, num_prompts), new_tokens, report)
+    prompts = make_prompts(tokenizer, num_prompts)
+    sequences = continue_greedily(target, prompts, new_tokens, report)
     labels = [teacher_labels(target, seq) for seq in sequences]
     heldout = max(1, len(sequences) // 8)
     draft = build_draft(target, layers)
     deadline = time.perf_counter() + max_seconds
     steps, loss = _fit(draft, sequences[heldout:], labels[heldout:], deadline, report)
-    agreement = _agreement(draft, sequences[:heldout], labels[:heldout])
+    starts = [len(p) - 1 for p in prompts[:heldout]]  # score generated positions only
+    agreement = _agreement(draft, sequences[:heldout], labels[:heldout], starts)
     result = DraftReport(
         str(target_path),
         layers,
@@ -178,13 +180,17 @@ def _fit(
     return steps, loss_value
 
 
-def _agreement(draft: Any, sequences: list[list[int]], labels: list[torch.Tensor]) -> float:
+def _agreement(
+    draft: Any, sequences: list[list[int]], labels: list[torch.Tensor], starts: list[int]
+) -> float:
+    """Share of positions from `starts` on (the continuation, not the chat template, whose
+    fixed system prompt a tiny draft learns by heart) where the draft's argmax is the label."""
     agree = total = 0
     with torch.inference_mode():
-        for seq, want in zip(sequences, labels, strict=True):
+        for seq, want, start in zip(sequences, labels, starts, strict=True):
             got = draft(input_ids=torch.tensor([seq])).logits[0].argmax(-1)
-            agree += int((got == want).sum())
-            total += len(seq)
+            agree += int((got[start:] == want[start:]).sum())
+            total += len(seq) - start
     return agree / max(1, total)
 
 
