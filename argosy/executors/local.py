@@ -2,7 +2,8 @@
 
 Each attempt is a small shell wrapper in its own session that runs
 `python -m argosy launch --quiet --run-dir <run dir> ...` and writes the launcher's pid
-and, at the end, its exit status into `<run dir>/server/attempt<N>/`. Nothing about a
+and, at the end, its exit status into `<run dir>/server/attempt<N>/` (each renamed into
+place, so a file that exists is complete). Nothing about a
 running attempt lives only in the server's memory, so a restarted server adopts the
 attempts that still run (same pid, same command line) and reads the exit status of
 those that ended while it was down: no attempt is started twice.
@@ -36,7 +37,8 @@ from argosy.hardware.discovery import discover
 
 WRAPPER = r"""
 "$@" > "$ARGOSY_ATTEMPT_DIR/output.log" 2>&1 &
-echo $! > "$ARGOSY_ATTEMPT_DIR/launch.pid"
+echo $! > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
+mv "$ARGOSY_ATTEMPT_DIR/launch.tmp" "$ARGOSY_ATTEMPT_DIR/launch.pid"
 wait $!
 echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
@@ -45,7 +47,8 @@ WARM_WRAPPER = r"""
 "$@" > /dev/null 2>&1 &
 child=$!
 if ! read -r ARGOSY_ATTEMPT_DIR; then kill $child 2>/dev/null; exit 0; fi
-echo $child > "$ARGOSY_ATTEMPT_DIR/launch.pid"
+echo $child > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
+mv "$ARGOSY_ATTEMPT_DIR/launch.tmp" "$ARGOSY_ATTEMPT_DIR/launch.pid"
 wait $child
 echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
