@@ -28,7 +28,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from argosy.cli.sim import HealthPolicyIsolation
 from argosy.core.clock import FakeClock
 from argosy.hardware.loader import load_cluster
 from argosy.scheduler.config import SchedulerConfig
@@ -39,7 +38,7 @@ from argosy.scheduler.workload import Workload
 from argosy.sim.config import SimConfig
 from argosy.sim.engine import Simulation
 from argosy.sim.generate import generate
-from argosy.sim.isolation import NoIsolation
+from argosy.sim.isolation import HealthPolicyIsolation, NoIsolation
 
 
 def _trace(spec: str, days: float, seed: int):

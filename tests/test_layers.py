@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": BASE | {"hardware", "checkpoint", "health"},
     "serving": BASE | {"hardware", "planner"},
     "executors": BASE | {"hardware", "scheduler", "runtime"},
-    "sim": BASE | {"hardware", "planner", "scheduler"},
+    "sim": BASE | {"hardware", "planner", "scheduler", "health"},
 }
 
 

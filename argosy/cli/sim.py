@@ -13,16 +13,11 @@ Only typer and rich load at import time; the simulator is imported inside the co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from argosy.cli.common import config_of, console, err_console, print_json
-
-if TYPE_CHECKING:
-    from argosy.health.policy import Evidence, NodeRecord
-    from argosy.scheduler.config import SchedulerConfig
 from argosy.cli.paths import writable_dir, writable_file
 
 app = typer.Typer(help="Cluster simulator: calibrated traces, policies side by side.",
@@ -88,6 +83,8 @@ def run(
     names = list(COMPARED) if compare else [policy]
     config = config_of(ctx)
     kwargs = {"seed": seed, "on_error": on_error, "scheduler": config.scheduler}
+    from argosy.sim.isolation import HealthPolicyIsolation
+
     kwargs["isolation"] = lambda: HealthPolicyIsolation(config.scheduler)
     kwargs["sim"] = config.sim.model_copy(update={"plans": plans})
     if as_json or not console.is_terminal:
@@ -128,44 +125,6 @@ def _why_table(report: dict) -> Table:
     for row in format_rows(idle):
         table.add_row(*row)
     return table
-
-
-class HealthPolicyIsolation:
-    """The simulator's node isolation decided by the health layer's node-record policy
-    (`argosy.health.policy`): every fault the runtime pins on a node is fault evidence, a
-    replaced node is a repair (on probation), and a node is quarantined when the policy
-    says so. Thresholds come from the scheduler config so the rule reads the same:
-    `quarantine_failures` faults within `quarantine_window_s` (transient faults count
-    too, which the scheduler's own rule does not see)."""
-
-    def __init__(self, scheduler: SchedulerConfig) -> None:
-        from argosy.health.config import NodePolicyConfig
-
-        score = float(scheduler.quarantine_failures)
-        self.config = NodePolicyConfig(window_s=scheduler.quarantine_window_s,
-                                       cordon_score=score, quarantine_score=score,
-                                       fault_weight=1.0)  # fmt: skip
-        self.records: dict[int, NodeRecord] = {}
-
-    def observe_fault(self, node: int, at_s: float, *, hardware: bool) -> bool:
-        from argosy.health.policy import Evidence, EvidenceKind
-
-        detail = "hardware fault" if hardware else "transient fault"
-        record = self._decide(node, Evidence(EvidenceKind.FAULT, at_s, detail))
-        return not record.state.in_service
-
-    def observe_replaced(self, node: int, at_s: float) -> None:
-        from argosy.health.policy import Evidence, EvidenceKind
-
-        self._decide(node, Evidence(EvidenceKind.REPAIR, at_s, "replaced"))
-
-    def _decide(self, node: int, evidence: Evidence) -> NodeRecord:
-        from argosy.health.policy import NodeRecord, decide
-
-        record = self.records.get(node) or NodeRecord(f"node-{node}")
-        record, _ = decide(record, evidence, self.config)
-        self.records[node] = record
-        return record
 
 
 def _with_progress(cluster, queues, trace, names, kwargs):

@@ -4,7 +4,6 @@ time."""
 
 import pytest
 
-from argosy.cli.sim import HealthPolicyIsolation
 from argosy.hardware.loader import load_cluster
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.policies import policies
@@ -12,7 +11,7 @@ from argosy.scheduler.queues import QueuesFile, build_tree
 from argosy.sim.config import SimConfig
 from argosy.sim.engine import Simulation
 from argosy.sim.generate import generate
-from argosy.sim.isolation import NodeIsolation, NoIsolation
+from argosy.sim.isolation import HealthPolicyIsolation, NodeIsolation, NoIsolation
 
 DAY = 86400.0
 IMPLEMENTATIONS = {
