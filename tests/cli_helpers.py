@@ -9,6 +9,7 @@ the same way on every machine.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,3 +35,18 @@ def argosy(
         timeout=timeout,
         env=full_env,
     )
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """Loss per step as a run finally kept it (a redone step's last value wins)."""
+    out = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "step":
+            out[event["step"]] = event["loss"]
+    return out
+
+
+def summary(run_dir: Path) -> dict:
+    """The run's summary.json."""
+    return json.loads((run_dir / "summary.json").read_text())

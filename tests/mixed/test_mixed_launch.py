@@ -6,24 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import REPO, argosy
+from cli_helpers import REPO, argosy, losses
+from cli_helpers import summary as read_summary
 
 SCRIPT = str(REPO / "examples" / "train_mixed.py")
 MODEL = ["--hidden", "64", "--layers", "2", "--dim", "8", "--block", "16", "--micro-batch", "2"]
 CHIPS = "h100:1,a100-80g:2"
-
-
-def _losses(run_dir: Path) -> dict[int, float]:
-    out = {}
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        if event["event"] == "step":
-            out[event["step"]] = event["loss"]
-    return out
-
-
-def _summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +50,12 @@ def runs(plan_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 @pytest.mark.slow
 def test_kill_in_one_group_resumes_with_the_same_split(runs: dict) -> None:
     killed = runs["killed"]
-    summary = _summary(killed)
+    summary = read_summary(killed)
     assert summary["status"] == "completed" and summary["restarts"] == 1
     assert summary["faults"][0]["rank"] == 2
-    want = _losses(runs["mixed"])
+    want = losses(runs["mixed"])
     assert sorted(want) == list(range(1, 7)) and want[6] < want[1]  # it trains
-    assert _losses(killed) == pytest.approx(want, rel=1e-7)
+    assert losses(killed) == pytest.approx(want, rel=1e-7)
     for rank in range(3):
         first = _split_line(killed / "logs" / "attempt0" / f"rank{rank}.log")
         again = _split_line(killed / "logs" / "attempt1" / f"rank{rank}.log")
@@ -82,7 +70,7 @@ def _split_line(path: Path) -> str | None:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_summary_reports_measured_and_predicted_throughput(runs: dict) -> None:
-    throughput = _summary(runs["mixed"])["throughput"]
+    throughput = read_summary(runs["mixed"])["throughput"]
     assert throughput["measured_samples_per_s"] > 0
     assert throughput["predicted_samples_per_s"] > 0
     assert [g["chip"] for g in throughput["by_group"]] == ["h100-sxm", "a100-80g"]
