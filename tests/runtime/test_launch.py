@@ -142,7 +142,10 @@ def test_straggler_policy_restart_swaps_it_for_a_spare(fault_free: Path, tmp_pat
         "slow:rank=0:factor=3:from_step=3",
         settings=QUICK_CONFIRM,
     )
-    assert [(f["kind"], f["rank"]) for f in s["faults"]] == [("straggler", 0)]
+    first, *later = s["faults"]
+    assert (first["kind"], first["rank"]) == ("straggler", 0) and first.get("action") != "warn"
+    # with the one spare used, a later verdict (co-tenant noise on a 3 ms step) only warns
+    assert all((f["kind"], f.get("action")) == ("straggler", "warn") for f in later), later
     assert s["restarts"] == 1 and s["final_step"] == 40
     assert losses(tmp_path) == losses(fault_free)
 
