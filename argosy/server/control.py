@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,7 @@ class Control:
         if e.lost:
             self._check_nodes()  # a lost node goes out of placement before the requeue
         summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason)
+        self._absorb_node_health(row)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
         spec = JobSpec.model_validate(row["spec"])
@@ -380,6 +382,20 @@ class Control:
             if e.lost:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), base)
+
+    def _absorb_node_health(self, row: Row) -> None:
+        """What the attempt's run says about its node (`node_health.json`) counts against
+        that node; a gang's evidence names ranks, not nodes, so only one-node attempts."""
+        nodes = list((row["placement"] or {}).get("nodes") or {})
+        path = self.run_dir(row["id"]) / "node_health.json"
+        if len(nodes) != 1 or nodes[0] not in self.scheduling.index or not path.exists():
+            return
+        try:
+            entries = json.loads(path.read_text()).get("evidence") or []
+        except (OSError, ValueError, AttributeError):
+            return
+        self.health.absorb_run(nodes[0], entries)
+        self._sync_node(nodes[0])
 
     def _finish(
         self, job_id: str, state: str, reason: str, event: tuple[str, str], extra: Row | None = None

@@ -52,10 +52,26 @@ class NodeHealth:
         """Apply one verdict to the node's record and store both."""
         if verdict not in VERDICTS:
             raise ValueError(f"unknown verdict '{verdict}'; known: {', '.join(VERDICTS)}")
+        return self._apply(node, VERDICTS[verdict], time.time(), detail, verdict)
+
+    def absorb_run(self, node: str, entries: list[dict]) -> None:
+        """Apply the evidence a run wrote about its node (`node_health.json`'s `evidence`:
+        crashes, hangs, stragglers, the preflight verdict); unknown kinds are skipped."""
+        for entry in entries:
+            try:
+                kind = EvidenceKind(entry["kind"])
+                at_s = float(entry["at_s"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            self._apply(node, kind, at_s, str(entry.get("detail") or ""), f"run {kind.value}")
+
+    def _apply(
+        self, node: str, kind: EvidenceKind, at_s: float, detail: str, label: str
+    ) -> tuple[NodeRecord, Transition | None]:
         before = self.record(node)
-        at_s = max(time.time(), before.last_s)  # the policy wants evidence in order
-        record, change = decide(before, Evidence(VERDICTS[verdict], at_s, detail), self.config)
-        evidence = {"kind": verdict, "detail": detail, "state": record.state.value}
+        at_s = max(at_s, before.last_s)  # the policy wants evidence in order
+        record, change = decide(before, Evidence(kind, at_s, detail), self.config)
+        evidence = {"kind": label, "detail": detail, "state": record.state.value}
         event = None
         if change is not None:
             why = f"node {node} {change.before.value} -> {change.after.value}: {change.reason}"

@@ -5,6 +5,7 @@ record and the history."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +143,44 @@ def test_bad_health_reports_are_refused(
     r = api.post(f"/api/v1/nodes/{node}/health", json=body, headers=headers)
     assert r.status_code == want_status, r.text
     assert api.get("/api/v1/nodes/n0").json()["health"] == "healthy"
+
+
+def _finish_with_node_health(api: TestClient, fake: FakeExecutor, text: str) -> tuple[str, str]:
+    """Place a job, write `text` as its run's node_health.json, end it with exit code 1."""
+    job_id = api.post("/api/v1/jobs", json={"name": "r", "script": "x.py", "max_restarts": 0})
+    job_id = job_id.json()["id"]
+    deadline = time.monotonic() + 10
+    while job_id not in fake.running:
+        assert time.monotonic() < deadline, "the job was not placed"
+        time.sleep(0.02)
+    request = fake.running[job_id]
+    request.run_dir.mkdir(parents=True, exist_ok=True)
+    (request.run_dir / "node_health.json").write_text(text)
+    fake.finish(job_id, 1)
+    deadline = time.monotonic() + 10
+    while api.get(f"/api/v1/jobs/{job_id}").json()["state"] != "failed":
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.02)
+    return job_id, next(iter(request.nodes))
+
+
+def test_a_runs_crashes_count_against_the_node_it_ran_on(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    now = time.time()
+    evidence = [{"kind": "fault", "at_s": now - 3 + i, "detail": f"crash {i}"} for i in range(3)]
+    _, node = _finish_with_node_health(api, fake, json.dumps({"evidence": evidence}))
+    detail = api.get(f"/api/v1/nodes/{node}").json()
+    assert [h["kind"] for h in detail["history"]] == ["run fault"] * 3
+    assert not detail["in_service"] and detail["health"] in ("cordoned", "quarantined")
+    other = "n1" if node == "n0" else "n0"
+    assert placed_on(api, fake, 2) == other
+
+
+@pytest.mark.parametrize("text", ["", "{not json", "[]", '{"evidence": [{"kind": "odd"}]}'])
+def test_an_unreadable_node_health_file_changes_nothing(
+    api: TestClient, fake: FakeExecutor, text: str
+) -> None:
+    _, node = _finish_with_node_health(api, fake, text)
+    detail = api.get(f"/api/v1/nodes/{node}").json()
+    assert detail["history"] == [] and detail["in_service"]
