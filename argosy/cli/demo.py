@@ -82,6 +82,8 @@ def demo(
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
                     time.sleep(3600)
+        if service:
+            _delete_services(client)
     if final["state"] != "succeeded":
         raise typer.Exit(1)
 
@@ -274,6 +276,21 @@ def _service_line(client: _Client) -> None:
     for svc in page.get("items", []):
         where = ", ".join(svc.get("endpoints", [])) or "no endpoint ready yet"
         console.print(f"service {svc['name']}: {svc['state']} ({where})")
+
+
+def _delete_services(client: _Client, timeout_s: float = 60.0) -> None:
+    """Delete the demo's services and wait until their replicas stopped (a server keeps
+    replicas running across its own restarts, so stopping the server alone leaves them)."""
+    items = client.call("GET", "/api/v1/services").get("items", [])
+    for svc in items:
+        client.call("DELETE", f"/api/v1/services/{svc['id']}")
+    deadline = time.monotonic() + timeout_s
+    for svc in items:
+        while time.monotonic() < deadline:
+            state = client.call("GET", f"/api/v1/services/{svc['id']}")["state"]
+            if state in ("deleted", "failed"):
+                break
+            time.sleep(0.2)
 
 
 def free_port() -> int:

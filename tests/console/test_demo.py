@@ -36,3 +36,15 @@ def test_demo_refuses_a_fault_after_the_last_step() -> None:
     assert out.returncode == 2
     assert "--fault-step 10 must be below --steps 10" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_demo_with_a_service_leaves_no_process_behind(tmp_path: Path) -> None:
+    from argosy.core.procs import signal_by_env
+
+    home = tmp_path / "home"
+    cmd = [sys.executable, "-m", "argosy", "demo", "--port", "0", "--steps", "6"]
+    cmd += ["--fault-step", "0", "--home", str(home), "--timeout-s", "240"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "service demo-chat:" in out.stdout
+    assert signal_by_env("ARGOSY_HOME", str(home), 0) == 0  # no replica, no warm launcher
