@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
@@ -35,6 +36,7 @@ from argosy.server.views import (
     latest_rank_log,
     node_views,
     queue_views,
+    read_log_chunk,
 )
 
 COMMON = {  # what any route may answer besides its own codes
@@ -163,12 +165,12 @@ async def job_logs(
     """Output of one rank of the job's latest attempt from byte `offset`; the header
     `X-Next-Offset` is where to continue (`argosy logs -f`)."""
     _job(ctl, job_id)
-    log = latest_rank_log(ctl.run_dir(job_id), rank)
-    data = b""
-    if log is not None:
-        with log.open("rb") as f:
-            f.seek(offset)
-            data = f.read(LOG_CHUNK_BYTES)
+    return log_response(latest_rank_log(ctl.run_dir(job_id), rank), offset)
+
+
+def log_response(path: Path | None, offset: int) -> PlainTextResponse:
+    """A log's text from byte `offset`; the header `X-Next-Offset` is where to continue."""
+    data = read_log_chunk(path, offset, LOG_CHUNK_BYTES)
     headers = {"X-Next-Offset": str(offset + len(data))}
     return PlainTextResponse(data.decode(errors="replace"), headers=headers)
 

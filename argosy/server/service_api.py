@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import PlainTextResponse
 
 from argosy.core.errors import ArgosyError
-from argosy.server.api import COMMON, Ctl, Cursor, Limit, Who
+from argosy.server.api import COMMON, Ctl, Cursor, Limit, Who, log_response
 from argosy.server.control import Control, NotFoundError
 from argosy.server.schemas import EventPage, Service, ServicePage, ServiceState
 from argosy.server.service_spec import ServiceSpec
@@ -19,7 +19,6 @@ from argosy.server.store import Row
 from argosy.server.views import event_view, service_view
 
 router = APIRouter(prefix="/api/v1", responses=COMMON)
-LOG_CHUNK_BYTES = 1 << 20
 
 
 @router.post("/services", status_code=201, responses={403: {}, 422: {}})
@@ -85,13 +84,7 @@ async def service_logs(
     attempt = next((r["attempt"] for r in row["replicas"] if r["index"] == replica), 0)
     key = replica_key(service_id, replica)
     path = ctl.services.run_dir(key) / "server" / f"attempt{attempt}" / "output.log"
-    data = b""
-    if attempt and path.exists():
-        with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read(LOG_CHUNK_BYTES)
-    headers = {"X-Next-Offset": str(offset + len(data))}
-    return PlainTextResponse(data.decode(errors="replace"), headers=headers)
+    return log_response(path if attempt else None, offset)
 
 
 def _service(ctl: Control, service_id: str) -> Row:

@@ -19,6 +19,15 @@ def latest_rank_log(run_dir: Path, rank: int) -> Path | None:
     return max(logs, key=lambda p: int(p.parent.name.removeprefix("attempt") or 0), default=None)
 
 
+def read_log_chunk(path: Path | None, offset: int, limit: int) -> bytes:
+    """At most `limit` bytes of the log at `path` from byte `offset` (none when no log)."""
+    if path is None or not path.exists():
+        return b""
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read(limit)
+
+
 def iso(t: float | None) -> str | None:
     if t is None:
         return None

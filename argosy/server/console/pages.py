@@ -28,7 +28,7 @@ from argosy.server.console.timeline import job_story
 from argosy.server.console.web import ConsoleError, ConsoleRoute, Ctl, Viewer, is_htmx, render
 from argosy.server.control import NotFoundError
 from argosy.server.schemas import ACTIVE
-from argosy.server.views import latest_rank_log, node_views, service_view
+from argosy.server.views import latest_rank_log, node_views, read_log_chunk, service_view
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 WINDOWS_H = (1, 6, 24, 168)
@@ -147,14 +147,10 @@ async def job_log(
     when a newer attempt's log has appeared since `file`, it is read from its start."""
     _job(ctl, job_id)
     log = latest_rank_log(ctl.run_dir(job_id), rank)
-    data, name = b"", ""
-    if log is not None:
-        name = log.parent.name
-        if name != file:
-            offset = 0
-        with log.open("rb") as f:
-            f.seek(offset)
-            data = f.read(LOG_CHUNK_BYTES)
+    name = "" if log is None else log.parent.name
+    if log is not None and name != file:
+        offset = 0
+    data = read_log_chunk(log, offset, LOG_CHUNK_BYTES)
     text = data.decode(errors="replace")
     return JSONResponse({"text": text, "next": offset + len(data), "file": name})
 
