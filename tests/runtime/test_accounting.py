@@ -172,20 +172,8 @@ def test_paths_that_cannot_be_written_exit_2_naming_them(
 def test_a_launcher_killed_hard_leaves_a_run_that_reads_as_interrupted_and_no_board(
     tmp_path: Path,
 ) -> None:
-    sleeper = tmp_path / "sleep.py"
-    sleeper.write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "argosy", "launch", "--quiet", "--nproc-per-node", "1"]
-    proc = subprocess.Popen(
-        [*cmd, "--run-dir", str(run), str(sleeper)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, run, sleeper = _launch_a_sleeper(tmp_path)
     events_path = run / "events.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and '"spawn"' not in _text(events_path):
-        time.sleep(0.1)
     start = read_events(events_path)[0]
     spawn = next(e for e in read_events(events_path) if e["event"] == "spawn")
     board = default_board_path(start["run_id"], owner_pid=proc.pid)
@@ -210,10 +198,9 @@ def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
-def test_a_stopped_launcher_leaves_an_interrupted_summary_and_nothing_running(
-    tmp_path: Path, sig: signal.Signals
-) -> None:
+def _launch_a_sleeper(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """`argosy launch` of one rank that sleeps a minute, once its rank was spawned:
+    (launcher process, run dir, script)."""
     sleeper = tmp_path / "sleep.py"
     sleeper.write_text("import time\ntime.sleep(60)\n")
     run = tmp_path / "run"
@@ -224,10 +211,18 @@ def test_a_stopped_launcher_leaves_an_interrupted_summary_and_nothing_running(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    events_path = run / "events.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and '"spawn"' not in _text(events_path):
+    while time.monotonic() < deadline and '"spawn"' not in _text(run / "events.jsonl"):
         time.sleep(0.1)
+    return proc, run, sleeper
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_a_stopped_launcher_leaves_an_interrupted_summary_and_nothing_running(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    proc, run, _ = _launch_a_sleeper(tmp_path)
+    events_path = run / "events.jsonl"
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == 130
     s = summary(run)
