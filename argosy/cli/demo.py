@@ -31,6 +31,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from argosy.cli.common import console, err_console
+from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
@@ -58,7 +59,7 @@ def demo(
         raise ArgosyError(f"argosy demo runs from a source checkout: {EXAMPLE} not found")
     if fault_step >= steps:
         raise ArgosyError(f"--fault-step {fault_step} must be below --steps {steps}")
-    home = home or Path(tempfile.mkdtemp(prefix="argosy-demo-"))
+    home = writable_dir(home, "--home") if home else Path(tempfile.mkdtemp(prefix="argosy-demo-"))
     port = port or free_port()
     slots = ranks + (1 if service else 0)
     with server_process(home, port, slots) as url:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
 
 
@@ -54,5 +55,6 @@ def server(
     if home is not None:
         values["home"] = home
     config = ServerConfig.model_validate(values)
+    writable_dir(config.home, "--home" if home is not None else "home ($ARGOSY_HOME or ~/.argosy)")
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")

@@ -90,7 +90,9 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "faults": faults,
         "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
         "last_commit": max((e["step"] for e in events if e["event"] == "commit"), default=None),
-        "how": "productive = durations of steps not redone; lost by cause: argosy.runtime.goodput",
+        "how": "productive = durations of steps not redone; lost = wall - productive, by cause "
+        "(startup before the first step, per fault: detection, restart, redone steps; the "
+        "rest as other)",
         "preflight": _preflight(events),
     }
 

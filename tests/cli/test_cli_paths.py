@@ -33,6 +33,8 @@ CASES = {
         ["launch", "--nproc-per-node", "1", "--run-dir", "{blocker}", "{blocker}"],
         "--run-dir",
     ),
+    "server --home is a file": (["server", "--home", "{blocker}", "--port", "0"], "--home"),
+    "demo --home under a file": (["demo", "--home", "{blocker}/home", "--port", "0"], "--home"),
 }
 
 
