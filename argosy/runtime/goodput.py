@@ -91,8 +91,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
         "last_commit": max((e["step"] for e in events if e["event"] == "commit"), default=None),
         "how": "productive = durations of steps not redone; lost = wall - productive, by cause "
-        "(startup before the first step, per fault: detection, restart, redone steps; the "
-        "rest as other)",
+        "(startup before the first step, per fault: detection, restart, reload, redone steps; "
+        "the rest as other)",
         "preflight": _preflight(events),
     }
 
