@@ -7,19 +7,55 @@ pydantic and the core, so the CLI validates a file before anything goes over the
     doc = load_yaml(Path("svc.yaml"))
     kind = document_kind(doc)            # "service" (a `kind: service` or a `model` key)
     spec = validate(ServiceSpec, doc)    # ConfigError: svc.yaml:3 field 'replicas': ...
+
+A `tidal` block makes the service lend its idle replicas' devices to elastic training
+between its peaks (docs/tidal.md): `levels` is its load over one `period_s` as fractions
+of the peak, and the replicas are awake again `lead_s` before the forecast rises.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from argosy.core.documents import Document
 from argosy.core.errors import ConfigError
 from argosy.server.spec import NAME_PATTERN
 
 SPECULATIVE_PATTERN = r"^[a-z0-9_-]{1,32}$"
+Level = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class TidalSpec(BaseModel):
+    """A service's load forecast: its idle replicas yield their devices at the trough and
+    are awake again `lead_s` before the forecast rises."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    levels: list[Level] = Field(min_length=1, max_length=10_000)
+    """Load over one period as fractions of the peak (0 to 1), evenly spaced; the replicas
+    needed at a level are ceil(replicas x level)."""
+    period_s: float = Field(default=86400.0, gt=0, le=365 * 86400.0)
+    """Seconds the levels cover; the period repeats and starts at every multiple of
+    `period_s` since the epoch (86400: a day from 00:00 UTC; a test compresses it)."""
+    lead_s: float = Field(default=1800.0, ge=0, le=365 * 86400.0)
+    """Seconds before the forecast rises by which the replicas it needs are awake."""
+    min_replicas: int = Field(default=0, ge=0, le=256)
+    """Replicas that stay awake whatever the forecast."""
+    sleep_level: int = Field(default=2, ge=1, le=2)
+    """`/admin/sleep` level of a yielding replica: 1 keeps its worker (faster wake), 2
+    stops it (frees more memory)."""
+
+    def profile(self, replicas: int) -> list[float]:
+        """The levels with the `min_replicas` floor applied (fractions of `replicas`)."""
+        floor = self.min_replicas / replicas
+        return [max(level, floor) for level in self.levels]
+
+    @property
+    def step_s(self) -> float:
+        """Seconds each level covers."""
+        return self.period_s / len(self.levels)
 
 
 class ServiceSpec(BaseModel):
@@ -52,6 +88,20 @@ class ServiceSpec(BaseModel):
     service is failed."""
     priority: int = Field(default=0, ge=-1000, le=1000)
     """Priority of the service's workload in its queue."""
+    tidal: TidalSpec | None = None
+    """Load forecast that lets idle replicas lend their devices to elastic training
+    (none: every replica stays awake)."""
+
+    @field_validator("tidal")
+    @classmethod
+    def _floor_within_replicas(cls, value: TidalSpec | None, info: ValidationInfo) -> object:
+        """`min_replicas` cannot exceed `replicas`."""
+        replicas = info.data.get("replicas")
+        if value is not None and replicas is not None and value.min_replicas > replicas:
+            raise ValueError(
+                f"min_replicas ({value.min_replicas}) is more than replicas ({replicas})"
+            )
+        return value
 
 
 def document_kind(doc: Document) -> str:

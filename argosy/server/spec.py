@@ -5,6 +5,10 @@ goes over the wire and points at the line and field of a mistake:
 
     spec = load_job_file(Path("job.yaml"), cwd=Path.cwd())
     # ConfigError: job.yaml:4 field 'nproc_per_node': Input should be greater than 0 ...
+
+An `elastic` block lets the scheduler resize the job between `min_nnodes` and
+`max_nnodes` nodes through its checkpoint (grow into devices a tidal service lends,
+shrink before the service's peak): docs/tidal.md.
 """
 
 from __future__ import annotations
@@ -12,12 +16,38 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from argosy.core.documents import load_yaml, validate
 from argosy.core.errors import ArgosyError, ConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+class ElasticSpec(BaseModel):
+    """The range of nodes an elastic job may run on (each with `nproc_per_node` ranks)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    min_nnodes: int = Field(default=1, ge=1, le=1024)
+    """Fewest nodes the job runs on; it is never shrunk below them."""
+    max_nnodes: int = Field(ge=1, le=1024)
+    """Most nodes the job grows to when devices are idle (lent by a tidal service)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticSpec:
+        if self.min_nnodes > self.max_nnodes:
+            raise ValueError(
+                f"min_nnodes ({self.min_nnodes}) is more than max_nnodes ({self.max_nnodes})"
+            )
+        return self
 
 
 class JobSpec(BaseModel):
@@ -52,6 +82,27 @@ class JobSpec(BaseModel):
     """Faults injected into the job's first attempt, in `argosy launch --inject` form
     (`kill:rank=1:step=30`, `hang:rank=0:step=20`, ...): to rehearse recovery."""
 
+    elastic: ElasticSpec | None = None
+    """Resize range: the scheduler grows and shrinks the job between `min_nnodes` and
+    `max_nnodes` nodes by stopping it (it checkpoints) and starting it again at the new
+    size from its checkpoint; none: fixed at `nnodes`."""
+
+    @field_validator("elastic")
+    @classmethod
+    def _range_holds_nnodes(cls, value: ElasticSpec | None, info: ValidationInfo) -> object:
+        """The job's `nnodes` lies within its elastic range."""
+        nnodes = info.data.get("nnodes")
+        if (
+            value is not None
+            and nnodes is not None
+            and not (value.min_nnodes <= nnodes <= value.max_nnodes)
+        ):
+            raise ValueError(
+                f"nnodes ({nnodes}) is outside min_nnodes..max_nnodes "
+                f"({value.min_nnodes}..{value.max_nnodes})"
+            )
+        return value
+
     @field_validator("args", mode="before")
     @classmethod
     def _scalars_as_text(cls, value: object) -> object:
@@ -78,6 +129,14 @@ class JobSpec(BaseModel):
     @property
     def devices(self) -> int:
         return self.nproc_per_node * self.nnodes
+
+    @property
+    def device_range(self) -> tuple[int, int]:
+        """(fewest, most) devices the job runs on: its elastic range, else `devices`."""
+        if self.elastic is None:
+            return self.devices, self.devices
+        per = self.nproc_per_node
+        return self.elastic.min_nnodes * per, self.elastic.max_nnodes * per
 
 
 def load_job_file(path: Path, cwd: Path) -> JobSpec:
