@@ -15,7 +15,10 @@ launch` keeps in their own sessions) are found by the `ARGOSY_JOB_ID` in their
 environment and killed, so a job never has two sets of ranks.
 
 Devices: the accelerators device discovery reports (one node per chip type), or, on a
-machine without any, `slots` CPU slots.
+machine without any, `slots` CPU slots: one node, or with `node_devices` nodes of that
+many slots each (`<host>-0`, `<host>-1`, ...), so the scheduler can resize an elastic job
+and lend a service's device one node at a time on one machine. An attempt placed on
+several of them runs all its ranks here (`--nproc-per-node` = its devices).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ class LocalOptions:
     warm: bool = False
     """Keep one warm `argosy` process ready (`argosy.executors.warm`): an attempt then
     skips the CLI's imports."""
+    node_devices: int = 0
+    """Split the CPU slots into nodes of this many slots (0: one node with every slot)."""
 
 
 @dataclass
@@ -96,7 +101,7 @@ class LocalExecutor:
         found = [d for d in discover() if d.catalog_id and d.backend != "cpu"]
         if not found:
             slots = self.options.slots or os.cpu_count() or 1
-            return [NodeInfo(name=self.host, chip="cpu", devices=slots, address="127.0.0.1")]
+            return cpu_nodes(self.host, slots, self.options.node_devices)
         chips: dict[str, int] = {}
         for device in found:
             chips[str(device.catalog_id)] = chips.get(str(device.catalog_id), 0) + 1
@@ -231,13 +236,24 @@ def launch_command(request: LaunchRequest) -> list[str]:
     if request.command:
         return list(request.command)
     command = [sys.executable, "-m", "argosy", "launch", "--quiet"]
-    command += ["--nproc-per-node", str(request.nproc_per_node)]
+    ranks = sum(request.nodes.values()) or request.nproc_per_node  # every node is this host
+    command += ["--nproc-per-node", str(ranks)]
     command += ["--run-dir", str(request.run_dir)]
     if request.max_restarts is not None:
         command += ["--max-restarts", str(request.max_restarts)]
     for entry in request.inject:
         command += ["--inject", entry]
     return [*command, request.script, *request.args]
+
+
+def cpu_nodes(host: str, slots: int, node_devices: int) -> list[NodeInfo]:
+    """This machine's CPU slots as one node, or as nodes of `node_devices` slots each."""
+    if node_devices <= 0 or node_devices >= slots:
+        return [NodeInfo(name=host, chip="cpu", devices=slots, address="127.0.0.1")]
+    sizes = [node_devices] * (slots // node_devices) + [slots % node_devices] * bool(
+        slots % node_devices
+    )
+    return [NodeInfo(f"{host}-{i}", "cpu", n, "127.0.0.1") for i, n in enumerate(sizes)]
 
 
 def kill_job_processes(job_id: str) -> int:

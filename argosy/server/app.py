@@ -37,7 +37,10 @@ def make_executor(config: ServerConfig) -> Executor:
         return cls(RayOptions(address=config.ray_address or "auto"))
     from argosy.executors.local import LocalOptions
 
-    return cls(LocalOptions(slots=config.local_slots, warm=config.warm_launcher))
+    options = LocalOptions(
+        slots=config.local_slots, warm=config.warm_launcher, node_devices=config.local_node_devices
+    )
+    return cls(options)
 
 
 def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAPI:

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.health.config import NodePolicyConfig
+from argosy.scheduler.config import SchedulerConfig
 
 DEFAULT_PORT = 8265
 
@@ -40,6 +41,12 @@ class ServerConfig(BaseModel):
     """Scheduling policy (argosy, quota, fifo); hot spares are off on the server."""
     local_slots: int = Field(default=0, ge=0)
     """CPU slots of the local executor when no accelerator is found; 0 = CPU cores."""
+    local_node_devices: int = Field(default=0, ge=0)
+    """Local executor without accelerators: split the slots into nodes of this many
+    (0: one node), so elastic jobs and tidal leases resize one node at a time."""
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    """The scheduler's knobs (a compressed tidal day needs compressed resize and hold
+    times: docs/tidal.md)."""
     warm_launcher: bool = True
     """Local executor: keep one `argosy` process warm (its imports done), so a job's
     `argosy launch` starts without them."""

@@ -9,7 +9,10 @@ scheduler never sees two callers. A step:
     to resume from its checkpoint (while attempts <= max_restarts);
  2. when something changed or `cycle_interval_s` passed, run one scheduler cycle and
     apply its decisions: start -> admitted -> executor.start -> running; preempt ->
-    stop the attempt, back to pending.
+    stop the attempt, back to pending; resize (an elastic job) -> stop the attempt (it
+    checkpoints), then start it again at its new size (`argosy.server.tidal`);
+ 3. services: probes, restarts, and the tidal lease (yield, reclaim, relaunches of
+    resized jobs once the devices they go to are free).
 
 At start-up `recover()` reconciles the store with reality: pending jobs are queued
 again, and every admitted or running job is either adopted (its attempt still runs:
@@ -23,13 +26,15 @@ import asyncio
 import contextlib
 import gc
 import json
+import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from argosy.core.clock import Clock
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest, NodeInfo
-from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import State as WorkloadState
 from argosy.server.config import ServerConfig
@@ -41,6 +46,7 @@ from argosy.server.services import Services, is_replica
 from argosy.server.spec import JobSpec
 from argosy.server.store import Row, Store
 from argosy.server.summaries import settle_summary, stamp_attempt
+from argosy.server.tidal import HttpReplicaAdmin, Lease, ReplicaAdmin
 
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
@@ -62,19 +68,37 @@ class NotFoundError(ArgosyError):
 class Control:
     """Applies the scheduler's decisions and the executor's exits to the store."""
 
-    def __init__(self, config: ServerConfig, store: Store, executor: Executor) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: Store,
+        executor: Executor,
+        *,
+        clock: Clock | None = None,
+        admin: ReplicaAdmin | None = None,
+        probe: Callable[[str], bool] | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.executor = executor
-        self.clock = WallClock()
+        self.clock = clock or WallClock()
         self.scheduling = Scheduling(
             executor.inventory(),
             config.queues_file,
             config.policy,
-            SchedulerConfig(),
+            config.scheduler,
             self.clock,
         )
-        self.services = Services(store, executor, self.scheduling, config.runs_dir)
+        self.lease = Lease(store, admin or HttpReplicaAdmin(), _secret(config.home))
+        self.services = Services(
+            store,
+            executor,
+            self.scheduling,
+            config.runs_dir,
+            self.lease,
+            training=self.training_nodes,
+            probe=probe,
+        )
         self.health = NodeHealth(store, config.node_policy)
         self.cordoned: set[str] = set()
         self.lost: set[str] = set()
@@ -150,8 +174,9 @@ class Control:
         row = self.job(job_id)
         if row["state"] in TERMINAL:
             return row
-        if row["state"] == "pending":
+        if row["state"] == "pending" or self.lease.waiting(job_id):
             self.scheduling.finished(job_id)
+            self.lease.forget(job_id)
             self._finish(job_id, "cancelled", "cancelled", ("cancelled", "cancelled while pending"))
         else:
             self.store.update_job(
@@ -212,7 +237,7 @@ class Control:
             [*old.nodes, *joined],
             self.config.queues_file,
             self.config.policy,
-            SchedulerConfig(),
+            self.config.scheduler,
             self.clock,
         )
         for row in self.store.jobs_in(["pending", *ACTIVE]):
@@ -278,6 +303,9 @@ class Control:
             for d in decisions:
                 self._apply(d)
         self.services.step(now)
+        if self.lease.resizes:
+            self._relaunch_resized()
+            self.lease.watch(self.run_dir, self._devices_of)
 
     def _apply(self, d: Decision) -> None:
         job_id = d.workload.id
@@ -289,9 +317,52 @@ class Control:
             self.store.update_job(
                 job_id, {"stop_requested": "preempt"}, event=("preempted", d.reason)
             )
+            if self.lease.waiting(job_id):  # no attempt runs: it is pending at once
+                self.lease.forget(job_id)
+                values = {"state": "pending", "reason": "preempted", "stop_requested": None}
+                self.store.update_job(job_id, values, event=("pending", "preempted while resizing"))
             self.executor.stop(job_id)
+        elif d.action == "resize":
+            self._resize(job_id, d)
         else:
             self.store.add_event(job_id, d.action, d.reason or "scheduler decision")
+
+    # ---- elastic resizes (the tidal lease) ---------------------------------------------
+    def _resize(self, job_id: str, d: Decision) -> None:
+        row = self.job(job_id)
+        if row["state"] not in ACTIVE:
+            return
+        old = set((row["placement"] or {}).get("nodes") or {})
+        new = set(self.scheduling.placement(job_id).nodes)
+        lenders = {n: who for n in sorted(new - old) if (who := self.services.lender(n))}
+        if self.lease.resize(row, d.before, d.after, d.reason, lenders):
+            self.executor.stop(job_id)
+
+    def _relaunch_resized(self) -> None:
+        """Start each resized job whose old ranks are gone once no awake replica holds a
+        device of its new placement."""
+        held: set[str] | None = None
+        for job_id in list(self.lease.resizes):
+            if not self.lease.waiting(job_id):
+                continue
+            held = self.services.held_nodes() if held is None else held
+            nodes = set(self.scheduling.placement(job_id).nodes)
+            if self.lease.ready_to_relaunch(job_id, nodes, held):
+                self._start(job_id)
+                self.lease.launched(job_id)
+
+    def training_nodes(self) -> set[str]:
+        """Nodes whose devices training ranks hold now: the placement of every job whose
+        attempt runs (a job between a resize's stop and its relaunch holds none)."""
+        out: set[str] = set()
+        for row in self.store.jobs_in(ACTIVE):
+            if not self.lease.waiting(row["id"]):
+                out |= set((row["placement"] or {}).get("nodes") or {})
+        return out
+
+    def _devices_of(self, job_id: str) -> int:
+        w = self.scheduling.workloads.get(job_id)
+        return w.devices if w is not None else 0
 
     def _start(self, job_id: str) -> None:
         row = self.job(job_id)
@@ -361,6 +432,12 @@ class Control:
             self._finish(
                 e.job_id, "cancelled", "cancelled", ("cancelled", f"attempt {n} stopped"), base
             )
+        elif stop == "resize" and e.exit_code != 0:
+            self.lease.stopped(e.job_id, self.run_dir(e.job_id))
+            why = f"attempt {n} stopped to resize; starts again when its devices are free"
+            self.store.update_job(
+                e.job_id, base | {"state": "admitted", "reason": "resizing"}, event=("stopped", why)
+            )
         elif stop == "preempt":
             self.store.update_job(
                 e.job_id,
@@ -402,6 +479,14 @@ class Control:
     ) -> None:
         values = (extra or {}) | {"state": state, "reason": reason, "finished_at": time.time()}
         self.store.update_job(job_id, values, event=event)
+
+
+def _secret(home: Path) -> bytes:
+    """The server's admin token (replica admin tokens derive from it), else a random key."""
+    try:
+        return (home / "admin.token").read_bytes().strip() or secrets.token_bytes(32)
+    except OSError:
+        return secrets.token_bytes(32)
 
 
 def _lost(row: Row, reason: str) -> AttemptExit:

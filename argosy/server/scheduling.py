@@ -10,6 +10,14 @@ placement (cordon, node lost) without touching the jobs on them.
     scheduling = Scheduling(executor.inventory(), None, "argosy", SchedulerConfig())
     scheduling.submit("j1", spec, submit_s=time.time())   # "" or the reason it never fits
     for d in scheduling.cycle(): ...                       # start / preempt decisions
+
+Tidal sharing: a service's `tidal` forecast becomes its workload's profile (each level
+raised to the highest level of the next `lead_s`, so the scheduler's target is awake
+`lead_s` before a rise), and an elastic job's node range its min/max devices; the
+scheduler then lends idle replicas' devices to elastic jobs (`resize`, `replicas`
+decisions) and `argosy.server.tidal` carries them out. On the server a resize costs
+what this machine's relaunch costs (`resize_cost_s` of the config, not the policy's
+10,000-rank budget), and an elastic job never grows past its `max_nnodes`.
 """
 
 from __future__ import annotations
@@ -54,7 +62,10 @@ class Scheduling:
             if queues_file
             else build_tree(_default_queues(self.cluster.devices_by_chip()), self.cluster)
         )
-        chosen = dataclasses.replace(policies.get(policy), hot_spares=False)
+        chosen = policies.get(policy)
+        runtime = dataclasses.replace(chosen.runtime, resize_s=0.0)  # config.resize_cost_s
+        chosen = dataclasses.replace(chosen, hot_spares=False, runtime=runtime)
+        config = config.model_copy(update={"elastic_overgrow": 1.0, "forecast_lead_s": 0.0})
         self.sched = Scheduler(self.cluster, tree, chosen, config, clock)
         self.workloads: dict[str, Workload] = {}
         self.out_of_service: set[str] = set()
@@ -62,7 +73,8 @@ class Scheduling:
     # ---- requests --------------------------------------------------------------------
     def check(self, spec: JobSpec) -> str:
         """Why `spec` can never run here ("" if it may): unknown queue or chip, too big."""
-        return self._check(spec.queue, spec.chips, spec.nproc_per_node, spec.nnodes)
+        nnodes = spec.elastic.min_nnodes if spec.elastic else spec.nnodes
+        return self._check(spec.queue, spec.chips, spec.nproc_per_node, nnodes)
 
     def check_service(self, spec: ServiceSpec) -> str:
         """Why a service can never run here ("" if it may)."""
@@ -111,8 +123,8 @@ class Scheduling:
 
     def _workload(self, job_id: str, spec: JobSpec, submit_s: float) -> Workload:
         chips = tuple(spec.chips) or tuple(self.cluster.devices_by_chip())
-        n = spec.devices
-        return Workload(job_id, "train", spec.queue, spec.priority, chips, n, n, submit_s)
+        low, high = spec.device_range
+        return Workload(job_id, "train", spec.queue, spec.priority, chips, low, high, submit_s)
 
     def adopt(self, job_id: str, spec: JobSpec, submit_s: float, placement: Placement) -> bool:
         """Re-admit a job that kept running through a server restart on its devices."""
@@ -137,6 +149,11 @@ class Scheduling:
         chips = tuple(spec.chips) or tuple(self.cluster.devices_by_chip())
         n = spec.replicas
         w = Workload(service_id, "infer", spec.queue, spec.priority, chips, n, n, submit_s)
+        if spec.tidal is not None:
+            tidal = spec.tidal
+            w.min_devices = tidal.min_replicas
+            w.profile = forecast_profile(tidal.profile(n), tidal.lead_s, tidal.step_s)
+            w.profile_step_s = tidal.step_s
         decision = self.sched.submit(w)
         if decision is not None and decision.action == "reject":
             return decision.reason
@@ -253,6 +270,17 @@ class Scheduling:
         for w in self.sched.services:
             out += w.replicas
         return out
+
+
+def forecast_profile(levels: list[float], lead_s: float, step_s: float) -> np.ndarray:
+    """Each level raised to the highest level within the next `lead_s` (cyclic): the
+    need the scheduler plans for now is the forecast's from `lead_s` ahead."""
+    base = np.asarray(levels, dtype=np.float64)
+    ahead = int(np.ceil(lead_s / step_s - 1e-9))
+    out = base.copy()
+    for k in range(1, min(ahead, len(base)) + 1):
+        out = np.maximum(out, np.roll(base, -k))
+    return out
 
 
 def _cluster_spec(nodes: list[NodeInfo]) -> ClusterSpec:

@@ -13,6 +13,10 @@ States: pending (no replica placed) -> starting (placed, not all ready) -> runni
 ready); stopping (deleted or failed, replicas stopping) -> deleted | failed. Replica
 records (node, port, attempt, restarts, state) live in the store, so a restarted server
 adopts replicas that still run.
+
+A service with a `tidal` forecast has as many replicas awake as the scheduler places
+(its forecast); the others sleep with their devices lent (`argosy.server.tidal.Lease`
+yields and reclaims them, and a tidal replica starts with the admin token the lease uses).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ from argosy.executors.base import AttemptExit, Executor, LaunchRequest
 from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.store import Row, Store
+from argosy.server.tidal import HOLDING, Lease
 
 SERVICE_TERMINAL: frozenset[str] = frozenset({"deleted", "failed"})
 UNHEALTHY_AFTER = 3
@@ -51,12 +57,23 @@ class Services:
     """The services part of the control loop."""
 
     def __init__(
-        self, store: Store, executor: Executor, scheduling: Scheduling, runs_dir: Path
+        self,
+        store: Store,
+        executor: Executor,
+        scheduling: Scheduling,
+        runs_dir: Path,
+        lease: Lease,
+        training: Callable[[], set[str]] = set,
+        probe: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
         self.scheduling = scheduling
         self.runs_dir = runs_dir
+        self.lease = lease
+        self.training = training
+        """Nodes whose devices training ranks hold now (a tidal replica waits for them)."""
+        self.probe = probe or probe_health
         self.health_interval_s = 1.0
         self.active: dict[str, Row] = {}  # service id -> row (replicas: list of dicts)
         self._probes: dict[str, Future[bool]] = {}  # replica key -> probe in flight
@@ -91,7 +108,8 @@ class Services:
             states=["pending", "starting", "running", "stopping"], limit=10**6
         )[0]:
             for rec in row["replicas"]:
-                if rec["state"] in ("starting", "ready") and rec["attempt"] > 0:
+                rec["state"] = AFTER_RESTART.get(rec["state"], rec["state"])
+                if rec["state"] in (*HOLDING, "asleep") and rec["attempt"] > 0:
                     key = replica_key(row["id"], rec["index"])
                     if self.executor.adopt(key, rec["attempt"], self.run_dir(key)) is not None:
                         rec["state"] = "exited"  # restarts on its node below
@@ -124,15 +142,20 @@ class Services:
         spec = ServiceSpec.model_validate(row["spec"])
         nodes = self.scheduling.replica_nodes(service_id)
         records = {r["index"]: r for r in row["replicas"]}
+        busy = self.training() if spec.tidal is not None else set()
         for i, node in enumerate(nodes):
-            rec = records.get(i) or {"index": i, "attempt": 0, "restarts": 0, "port": 0}
+            rec = records.get(i) or _new_record(i)
             records[i] = rec
+            if rec.get("state") in ("asleep", "yielding", "waking"):
+                continue  # the lease wakes it (on this node) once the node is free
             if rec.get("node") != node and rec.get("state") in ("starting", "ready"):
                 self.executor.stop(replica_key(service_id, i))  # moved: restarts there
                 rec["node"] = node
             elif rec.get("state") not in ("starting", "ready"):
                 rec["node"] = node
-                self._start(service_id, spec, rec)
+                rec["waiting"] = node in busy  # started once the training ranks are gone
+                if not rec["waiting"]:
+                    self._start(service_id, spec, rec)
         row["replicas"] = [records[i] for i in sorted(records)]
         self._save(row)
 
@@ -151,7 +174,7 @@ class Services:
             run_dir=self.run_dir(key),
             nodes={rec["node"]: 1},
             chip=info.chip,
-            env={"ARGOSY_SERVICE_ID": service_id},
+            env=self._replica_env(service_id, spec),
             command=tuple(serve_command(spec, address, port)),
         )
         try:
@@ -164,6 +187,12 @@ class Services:
         self._failures.pop(key, None)
         where = f"{rec['node']} port {port}"
         self.store.add_event(service_id, "replica_started", f"replica {rec['index']} on {where}")
+
+    def _replica_env(self, service_id: str, spec: ServiceSpec) -> dict[str, str]:
+        env = {"ARGOSY_SERVICE_ID": service_id}
+        if spec.tidal is not None:  # the lease sleeps and wakes it
+            env["ARGOSY_ADMIN_TOKEN"] = self.lease.token(service_id)
+        return env
 
     # ---- exits and probes ------------------------------------------------------------
     def apply_exit(self, e: AttemptExit) -> None:
@@ -184,13 +213,21 @@ class Services:
             why = f"{message}; max_restarts={spec.max_restarts} used up"
             self._stop_all(row, "fail", why)
             return
-        self.store.add_event(service_id, "replica_exited", message + "; restarting")
-        if rec["node"] in self.scheduling.replica_nodes(service_id):
+        nodes = self.scheduling.replica_nodes(service_id)
+        if rec["index"] >= len(nodes):  # not wanted awake now: started again when it is
+            self.store.add_event(service_id, "replica_exited", message + "; its device is lent")
+        else:
+            self.store.add_event(service_id, "replica_exited", message + "; restarting")
+            rec["node"] = nodes[rec["index"]]
             self._start(service_id, spec, rec)
         self._save(row)
 
     def step(self, now_s: float) -> None:
-        """Collect finished probes; start new ones every `health_interval_s`."""
+        """Collect finished probes and lease calls; yield and wake tidal replicas; start
+        new probes every `health_interval_s`."""
+        for service_id in self.lease.collect(self.active, self.executor.stop):
+            self._save(self.active[service_id])
+        self._reconcile_tidal()
         for key, probe in list(self._probes.items()):
             if probe.done():
                 del self._probes[key]
@@ -203,7 +240,35 @@ class Services:
                 key = replica_key(service_id, rec["index"])
                 if rec["state"] in ("starting", "ready") and key not in self._probes:
                     url = f"http://{rec['address']}:{rec['port']}/health"
-                    self._probes[key] = self._pool.submit(probe_health, url)
+                    self._probes[key] = self._pool.submit(self.probe, url)
+
+    def _reconcile_tidal(self) -> None:
+        for service_id, row in list(self.active.items()):
+            if row["stop_requested"] or not row["spec"].get("tidal"):
+                continue
+            wanted = self.scheduling.replica_nodes(service_id)
+            if _missing(row, len(wanted)):
+                self.placed(service_id)  # a replica to start once its node is free
+            if _needs_lease(row, len(wanted)) and self.lease.reconcile(
+                row, wanted, self.training(), row["spec"]["model"]
+            ):
+                self._save(row)
+
+    def held_nodes(self) -> set[str]:
+        """Nodes a replica holds now (starting, ready, yielding or waking)."""
+        return {
+            r["node"]
+            for row in self.active.values()
+            for r in row["replicas"]
+            if r["state"] in HOLDING and r.get("node")
+        }
+
+    def lender(self, node: str) -> str:
+        """The service whose asleep replica's device `node` is ("" if none)."""
+        for service_id, row in self.active.items():
+            if any(r["state"] == "asleep" and r.get("node") == node for r in row["replicas"]):
+                return service_id
+        return ""
 
     def _apply_probe(self, key: str, ok: bool) -> None:
         service_id, _, index = key.rpartition(".r")
@@ -234,12 +299,12 @@ class Services:
             row["id"], {"stop_requested": why, "reason": reason}, event=(kind, reason)
         )
         for rec in row["replicas"]:
-            if rec["state"] in ("starting", "ready"):
+            if rec["state"] in (*HOLDING, "asleep"):
                 self.executor.stop(replica_key(row["id"], rec["index"]))
         self._finish_if_stopped(row)
 
     def _finish_if_stopped(self, row: Row) -> None:
-        if any(r["state"] in ("starting", "ready") for r in row["replicas"]):
+        if any(r["state"] in (*HOLDING, "asleep") for r in row["replicas"]):
             self._save(row)
             return
         self.scheduling.remove_service(row["id"])
@@ -251,7 +316,10 @@ class Services:
 
     def _save(self, row: Row) -> None:
         """Write the replicas and the state they add up to."""
-        row["state"] = _state_of(row, ServiceSpec.model_validate(row["spec"]).replicas)
+        wanted = ServiceSpec.model_validate(row["spec"]).replicas
+        if row["spec"].get("tidal"):
+            wanted = len(self.scheduling.replica_nodes(row["id"]))
+        row["state"] = _state_of(row, wanted)
         values = {"state": row["state"], "replicas": [dict(r) for r in row["replicas"]]}
         self.store.update_service(row["id"], values)
 
@@ -261,16 +329,41 @@ class Services:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.lease.close()
+
+
+AFTER_RESTART = {"yielding": "ready", "waking": "asleep"}
+"""A sleep or wake call cut off by a server restart is made again (both are idempotent)."""
+
+
+def _new_record(index: int) -> dict[str, Any]:
+    return {"index": index, "attempt": 0, "restarts": 0, "port": 0, "state": "pending"}
+
+
+def _missing(row: Row, wanted: int) -> bool:
+    """A replica the scheduler placed has no record yet, or waits for its node."""
+    records = {r["index"]: r for r in row["replicas"]}
+    return any(i not in records or records[i].get("waiting") for i in range(wanted))
+
+
+def _needs_lease(row: Row, wanted: int) -> bool:
+    return any(
+        (r["index"] >= wanted and r["state"] == "ready")
+        or (r["index"] < wanted and r["state"] == "asleep")
+        for r in row["replicas"]
+    )
 
 
 def _state_of(row: Row, wanted: int) -> str:
     if row["stop_requested"]:
         return "stopping"
-    live = [r for r in row["replicas"] if r["state"] in ("starting", "ready")]
-    if not live:
+    states = [r["state"] for r in row["replicas"]]
+    ready, asleep = states.count("ready"), states.count("asleep")
+    if ready >= wanted and (ready or asleep):
+        return "running"
+    if not any(s in HOLDING for s in states) and not asleep:
         return "pending"
-    ready = sum(r["state"] == "ready" for r in live)
-    return "running" if ready >= wanted else "starting"
+    return "starting"
 
 
 def serve_command(spec: ServiceSpec, host: str, port: int) -> list[str]:
