@@ -152,7 +152,9 @@ def grow(sched, now: float) -> None:
         if room_for[w.alloc.group] >= dpn[w.alloc.group]
         and now - w.last_resize_s >= gap
         and w.devices < growth.max_size(sched, w)
-        and growth.within_budget(sched, w, now, 2)
+        and growth.within_budget(
+            sched, w, now, 2 * growth.resize_cost(sched, w, w.devices, w.devices)
+        )
     ]
     cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
     need: dict[str, int] = {}
@@ -177,8 +179,10 @@ def _grow_one(sched, w: Workload, now: float, limit: int, reserve: int, hold: fl
     add = (add // d) * d
     if add < max(d, w.devices // 20) or not growth.pays(sched, w, add, hold):
         return
-    if not growth.within_budget(sched, w, now, 2):  # this grow and the shrink after it
-        return
+    if not growth.within_budget(
+        sched, w, now, sum(growth.round_trip_s(sched, w, w.devices, w.devices + add))
+    ):
+        return  # this grow and the shrink after it
     free_for_q = cap.chip_free(chip) - tree.reserved_for_others(w.queue, chip)
     lent = max(0, add - max(0, free_for_q))
     borrowed = tree.borrowed_if(w.queue, chip, add)
@@ -196,7 +200,7 @@ def _grow_one(sched, w: Workload, now: float, limit: int, reserve: int, hold: fl
     w.lent += lent
     w.borrowed += borrowed
     w.last_resize_s = now
-    growth.charge(sched, w)
+    growth.charge(sched, w, before, w.devices)
     if w.grown_s < 0:
         w.grown_s = now
     sched.out.append(Decision("resize", w, before, w.devices, "grown into idle capacity"))

@@ -1,12 +1,13 @@
 """When growing an elastic job pays, and how far it may grow.
 
-A resize stalls every device of the job for `resize_cost` (checkpoint-resume: the
-policy's runtime figure, else `resize_cost_s`), and
-grown capacity is usually taken back later (another stall). Growing by `add` devices
-pays only if they are expected to be held long enough:
+A resize stalls every device of the job for `resize_cost` (checkpoint-resume: snapshot +
+restart + restore by the job's size and state, `argosy.scheduler.resize_cost`, under a
+policy whose runtime has that model; else a constant), and grown capacity is usually
+taken back later (another stall). Growing `d` devices by `add` pays only if they are
+expected to be held long enough:
 
-    add x expected_hold >= resize_cost_s x (devices after the grow + devices after the
-                                            shrink that later takes them back)
+    add x expected_hold >= resize_payback x (cost(d -> d + add) x (d + add)
+                                             + cost(d + add -> d) x d)
 
 and a job's resize stalls stay within `resize_budget_fraction` of the time it has run
 (beyond one grow and one shrink), so the effective training time a resize costs is
@@ -71,27 +72,40 @@ def observe_shrink(sched, w: Workload, now: float) -> None:
 
 
 def pays(sched, w: Workload, add: int, hold_s: float) -> bool:
-    cost = resize_cost(sched) * (2 * w.devices + add)
+    d = w.devices
+    grow_s, back_s = round_trip_s(sched, w, d, d + add)
+    cost = grow_s * (d + add) + back_s * d
     return add * hold_s >= sched.config.resize_payback * cost
 
 
-def within_budget(sched, w: Workload, now: float, resizes: int) -> bool:
-    """Whether `w` may stall for `resizes` more resizes: its stalls stay within
-    `resize_budget_fraction` of the time it has run, plus one grow and one shrink."""
+def round_trip_s(sched, w: Workload, d: int, grown: int) -> tuple[float, float]:
+    """Stalls of growing `w` from `d` to `grown` devices and of shrinking it back."""
+    return resize_cost(sched, w, d, grown), resize_cost(sched, w, grown, d)
+
+
+def within_budget(sched, w: Workload, now: float, stall_s: float) -> bool:
+    """Whether `w` may stand still `stall_s` more seconds for resizes: its stalls stay
+    within `resize_budget_fraction` of the time it has run, plus one grow and one shrink
+    at its present size."""
     cfg = sched.config
-    cost = resize_cost(sched)
-    allowance = 2 * cost + cfg.resize_budget_fraction * max(0.0, now - w.started_s)
-    return w.resize_stall_s + resizes * cost <= allowance
+    d = w.devices
+    allowance = 2 * resize_cost(sched, w, d, d)
+    allowance += cfg.resize_budget_fraction * max(0.0, now - w.started_s)
+    return w.resize_stall_s + stall_s <= allowance
 
 
-def charge(sched, w: Workload) -> None:
-    """`w` resizes now."""
-    w.resize_stall_s += resize_cost(sched)
+def charge(sched, w: Workload, before: int, after: int) -> None:
+    """`w` resizes now from `before` to `after` devices."""
+    w.resize_stall_s += resize_cost(sched, w, before, after)
 
 
-def resize_cost(sched) -> float:
-    """Seconds a resize stops the whole job under this policy's runtime."""
-    return sched.policy.runtime.resize_s or sched.config.resize_cost_s
+def resize_cost(sched, w: Workload, before: int, after: int) -> float:
+    """Seconds a resize of `w` from `before` to `after` devices stops the whole job under
+    this policy's runtime."""
+    runtime = sched.policy.runtime
+    if runtime.resize_model is not None:
+        return runtime.resize_model.seconds(w.state_bytes, before, after)
+    return runtime.resize_s or sched.config.resize_cost_s
 
 
 def service_need(sched, chip: str, now: float, horizon_s: float) -> int:

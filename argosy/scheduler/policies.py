@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from argosy.plugins.registry import Registry
+from argosy.scheduler.resize_cost import ResizeCost
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,11 @@ class RuntimeBudget:
     restart_s: float
     reload_s: float
     resize_s: float = 0.0
-    """Seconds a planned resize stops the job: snapshot + restart + restore (0: the
-    scheduler config's `resize_cost_s`)."""
+    """Seconds a planned resize stops the job whatever its size (0: the scheduler
+    config's `resize_cost_s`); not used when `resize_model` is set."""
+    resize_model: ResizeCost | None = None
+    """Snapshot + restart + restore of a resize by the job's size and state
+    (`argosy.scheduler.resize_cost`)."""
     memory_checkpoint_s: float = 0.0
     """Seconds between in-memory snapshots a job can resume from (0: only its own
     checkpoints). argosy's flash checkpointer snapshots to host memory with the copy
@@ -74,13 +78,16 @@ class Policy:
 
 
 STOCK_RUNTIME = RuntimeBudget(detection_s=600.0, restart_s=600.0, reload_s=300.0)
-# A planned resize on argosy's runtime: a 0.2 s blocking snapshot to host memory (DLRover
-# GLM-65B, fault_model.json time_costs.checkpoint), hand-off to warm standby processes with
-# communicator init at 10k ranks, 40 s, and a 5 s restore from host memory
-# (benchmarks/RESULTS.md, runtime: the 10,000-chip budgets; measured here 2.4-3.2 s
-# restart and 2.3-3.0 s reload on a small job).
+# A planned resize on argosy's runtime: a blocking snapshot to host memory, hand-off to
+# warm standby processes with a restart growing with the job's rank count, a restore from
+# host memory; calibrated in argosy.scheduler.resize_cost (runtime measurements here,
+# DLRover and MegaScale figures).
 ARGOSY_RUNTIME = RuntimeBudget(
-    detection_s=30.0, restart_s=120.0, reload_s=60.0, resize_s=45.2, memory_checkpoint_s=300.0
+    detection_s=30.0,
+    restart_s=120.0,
+    reload_s=60.0,
+    memory_checkpoint_s=300.0,
+    resize_model=ResizeCost(),
 )
 
 policies: Registry[Policy] = Registry("policy")

@@ -104,7 +104,7 @@ def _cost(sched, undo, now: float) -> float:
     cost = 0.0
     for v, old, keep in undo:
         if keep is not None:
-            cost += growth.resize_cost(sched) * keep.devices
+            cost += growth.resize_cost(sched, v, old.devices, keep.devices) * keep.devices
         else:
             ran = now - v.segment_s
             redo = min(ran, v.checkpoint_interval_s / 2) if v.checkpoint_interval_s else ran
@@ -182,7 +182,7 @@ def _commit(sched, undo, now: float) -> None:
         before = old.devices
         if keep is not None:
             growth.observe_shrink(sched, v, now)
-            growth.charge(sched, v)
+            growth.charge(sched, v, before, keep.devices)
             sched.tree.add(v.queue, v.chip, keep.devices - before)
             v.lent = max(0, v.lent - (before - keep.devices))
             v.borrowed = max(0, v.borrowed - (before - keep.devices))

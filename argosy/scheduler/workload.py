@@ -69,9 +69,12 @@ class Workload:
     """Earliest time this pending workload may again try to make room by preemption."""
     last_resize_s: float = -1e18
     grown_s: float = -1.0
+    """When this job last grew (-1: it has not, or has since been shrunk)."""
     resize_stall_s: float = 0.0
     """Seconds this job has stood still for resizes (what `resize_budget_fraction` caps)."""
-    """When this job last grew (-1: it has not, or has since been shrunk)."""
+    state_bytes: float = 0.0
+    """Training state (weights, gradients, optimizer) in bytes; prices the snapshot and
+    restore of a resize (0: unknown, priced per rank by `resize_cost.ResizeCost`)."""
     preemptions: int = 0
     reject_reason: str = ""
     replicas: list[Allocation] = field(default_factory=list)

@@ -30,14 +30,14 @@ from argosy.scheduler.invariants import spares_short, violations
 from argosy.scheduler.policies import Policy
 from argosy.scheduler.queues import QueueTree
 from argosy.scheduler.speed import relative_speed
-from argosy.scheduler.workload import KINDS, Workload
+from argosy.scheduler.workload import KINDS, TRAINING_KINDS, Workload
 from argosy.sim.config import SimConfig
 from argosy.sim.faults import FaultModel
 from argosy.sim.idle import IdleBreakdown
 from argosy.sim.isolation import NodeIsolation
 from argosy.sim.ledger import FlopsLedger
 from argosy.sim.metrics import Accounting, report
-from argosy.sim.plans import PlanCosts
+from argosy.sim.plans import PlanCosts, state_bytes
 from argosy.sim.trace import TraceRecord
 
 COMPLETE, FAULT, REPAIR, TICK, CYCLE, REPLACE = range(6)
@@ -61,6 +61,8 @@ def to_workload(r: TraceRecord) -> Workload:
     low, high = r.device_range
     w = Workload(r.id, r.kind, r.queue, r.priority, tuple(r.chips), low, high, r.submit_s,
                  r.checkpoint_interval_s)  # fmt: skip
+    if r.kind in TRAINING_KINDS:
+        w.state_bytes = state_bytes(r.kind, high)
     if r.kind == "infer":
         w.min_devices = 1
         w.profile = np.asarray(r.load_profile, dtype=float)
@@ -307,7 +309,7 @@ class Simulation:
             self._spread(w)
         elif action == "resize":
             self.acc.resizes += 1
-            self._set(job, d.after, t, growth.resize_cost(self.sched))
+            self._set(job, d.after, t, growth.resize_cost(self.sched, w, d.before, d.after))
             self._spread(w)
         elif action == "restart":
             self._lose(job, t)

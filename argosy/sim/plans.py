@@ -46,6 +46,16 @@ def job_model(kind: str, max_devices: int) -> str:
     return "llama3-70b" if kind == "train" and max_devices >= 256 else "llama3-8b"
 
 
+@cache
+def state_bytes(kind: str, max_devices: int) -> float:
+    """Training state (weights, gradients, Adam moments) of the model `job_model` picks:
+    what a resize snapshots and restores (`argosy.scheduler.resize_cost`)."""
+    from argosy.planner.models import load_model
+    from argosy.scheduler.resize_cost import training_state_bytes
+
+    return training_state_bytes(load_model(job_model(kind, max_devices)).total_params())
+
+
 class PlanCosts:
     """MFU and scaling per (model, chip, size, plan kind), from the planner, cached."""
 

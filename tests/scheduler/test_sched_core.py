@@ -3,7 +3,7 @@
 import pytest
 from sched_helpers import check_invariants, job, make, service, settle
 
-from argosy.scheduler import recovery
+from argosy.scheduler import growth, recovery
 
 
 @pytest.mark.parametrize(
@@ -111,6 +111,7 @@ def test_preemption_cap_protects_a_job_evicted_too_often():
 def test_elastic_job_shrinks_instead_of_being_evicted_and_grows_back():
     sched, clock = make("h100:128", policy="argosy", a_nominal=64)
     big = job("el", queue="b", devices=32, max_devices=128)
+    big.state_bytes = 405e9 * 16  # a 405B model's state: each resize stalls about 35 s
     sched.submit(big)
     sched.cycle()
     assert big.devices == 120  # grows to all whole nodes but the 2% buffer
@@ -217,7 +218,7 @@ def test_evaluation_waits_until_shrinking_for_it_pays():
     ev = job("ev", queue="a", devices=32, priority=5, kind="eval", submit=clock.now_s())
     sched.submit(ev)
     assert sched.cycle() == []  # a resize stall of the ~90 devices kept > ev's wait so far
-    stall = sched.policy.runtime.resize_s * 96  # what the shrink would cost, device-seconds
+    stall = growth.resize_cost(sched, big, big.devices, 96) * 96  # the shrink, device-seconds
     clock.advance(stall / 32 + 300.0)  # ev has now waited longer than that, per device
     assert [d.action for d in sched.cycle()] == ["resize", "start"]
     check_invariants(sched)
