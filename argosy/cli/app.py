@@ -27,6 +27,7 @@ from argosy.cli import (
     server,
     services,
     sim,
+    zygote,
 )
 from argosy.cli.common import State, err_console
 from argosy.core.errors import ArgosyError
@@ -73,6 +74,7 @@ app.add_typer(health.app, name="health")
 app.command("server")(server.server)
 app.command("serve")(serve.serve)
 app.command("train-draft")(serve.train_draft)
+app.command("zygote")(zygote.zygote)
 for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon"):
     app.command(_name)(getattr(jobs, _name))
 app.add_typer(jobs.token_app, name="token")

@@ -2,18 +2,23 @@
 
     POST /admin/sleep   {"level": 1 | 2}   -> {"state": "asleep", "level", "seconds", ...}
     POST /admin/wake                        -> {"state": "awake", "seconds", ...}
-    GET  /admin/state                       -> {"state", "level", "resident_bytes"}
+    GET  /admin/state                       -> {"state", "level", "resident_bytes",
+                                                "worker_start", "pids", "memory"}
 
 Every route needs `Authorization: Bearer <token>`; without a configured token the routes
 answer 404 (disabled), and a wrong token is a 401. Sleep stops admitting requests (new
 ones get 503 until wake), lets requests in flight finish within the engine's drain
 timeout, then releases memory; both calls are idempotent and report how long they took
-and the service's resident memory before and after.
+and the service's resident memory before and after. `resident_bytes` is the RSS of the HTTP
+process plus its worker; `memory` splits it by process (`http`, `worker`, and the node's
+shared `zygote` when the worker was forked from one): RSS, anonymous, file-backed and
+shared-memory pages, PSS and USS, in bytes (null for a process that is not running).
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 import time
 from typing import Any
 
@@ -86,6 +91,19 @@ def _state(engine: Any) -> dict[str, Any]:
         "state": "asleep" if level else "awake",
         "level": level,
         "resident_bytes": _resident(engine),
+        "worker_start": getattr(engine, "worker_start", "none"),
+        **_processes(engine),
+    }
+
+
+def _processes(engine: Any) -> dict[str, Any]:
+    """`pids` and `memory` by role, for an engine that runs in a worker process."""
+    if not hasattr(engine, "memory"):
+        return {"pids": {"http": os.getpid()}, "memory": {}}
+    memory = engine.memory()
+    return {
+        "pids": engine.pids(),
+        "memory": {role: m.as_dict() if m else None for role, m in memory.items()},
     }
 
 

@@ -4,14 +4,21 @@
 process (multiprocessing, spawn) that holds the real engine, looked up by name in `ENGINES`.
 The serving process itself stays small: it never imports torch or transformers.
 
+The worker starts either as a fresh Python (multiprocessing spawn: imports torch and
+transformers, 7-10 s on two idle cores) or, given `zygote_socket`, as a fork of the node's
+zygote (`zygote.py`), which has those imports done and shares them copy-on-write. If the
+zygote does not answer, the worker is spawned and a warning is logged.
+
 Sleep levels (the tidal lease drives them through `/admin/sleep`):
-- level 1: the worker drops weights and KV caches and trims its heap; the torch runtime
-  stays resident, so wake is a reload from the cached checkpoint (well under a second);
-- level 2: the worker process exits; the service keeps only the HTTP process. Wake starts a
-  fresh worker (imports torch, loads the checkpoint), which takes seconds.
+- level 1: the worker drops weights (a memory map of the cached checkpoint) and KV caches
+  and trims its heap; the Python/torch runtime (~370 MiB for the 135M model) stays, so wake
+  is a re-map plus a warm-up forward pass;
+- level 2: the worker process exits; the service keeps only the HTTP process. Wake starts
+  a new worker: a fork of the zygote (about a second) or a spawn (seconds to minutes).
 
 Before sleeping, admission stops (new requests fail with `EngineAsleepError`) and requests
-in flight get `drain_timeout_s` to finish; those still running are cancelled.
+in flight get `drain_timeout_s` to finish; those still running are cancelled: their
+streams end with `EngineAsleepError`.
 
 Messages, parent to child: `("call", id, method, args)`, `("stream", id, request)`,
 `("cancel", id, None)`, `("exit", id, None)`. Child to parent: `("ok", id, value)`,
@@ -21,6 +28,7 @@ Messages, parent to child: `("call", id, method, args)`, `("stream", id, request
 from __future__ import annotations
 
 import itertools
+import logging
 import multiprocessing
 import os
 import queue
@@ -28,14 +36,20 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError, ConfigError
 from argosy.serving.config import EngineConfig
 from argosy.serving.errors import EngineAsleepError, EngineFailedError
+from argosy.serving.memory import ProcessMemory, read_process_memory, rss_bytes
 from argosy.serving.types import EngineStats, GenerationChunk, GenerationRequest, GenerationResult
+from argosy.serving.zygote import ForkedWorker, ZygoteUnavailableError, fork_worker
+
+log = logging.getLogger(__name__)
 
 _READY_ID = 0
+_CANCELLED = "request cancelled: the engine went to sleep before it finished"
 _ERRORS: dict[str, type[Exception]] = {
     "ValueError": ValueError,
     "ConfigError": ConfigError,
@@ -47,7 +61,12 @@ _ERRORS: dict[str, type[Exception]] = {
 class WorkerEngine:
     """Forwards the `Engine` interface to a child process that holds the real engine."""
 
-    def __init__(self, config: EngineConfig, drain_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        drain_timeout_s: float = 10.0,
+        zygote_socket: Path | None = None,
+    ) -> None:
         from argosy.serving.engine import ENGINES
         from argosy.serving.models import resolve_name_only
 
@@ -55,6 +74,11 @@ class WorkerEngine:
         resolve_name_only(config.model)  # unknown models too, before a process starts
         self.config = config
         self.drain_timeout_s = drain_timeout_s
+        self.zygote_socket = zygote_socket
+        self.worker_start = "none"
+        """How the current worker started: `zygote` (a fork), `spawn`, or `none` yet."""
+        self.zygote_pid: int | None = None
+        """The zygote the last worker was forked from (it stays while the worker sleeps)."""
         self.sleep_level = 0
         self.last_wake_s: float | None = None
         self._proc: Any = None
@@ -126,11 +150,21 @@ class WorkerEngine:
         return self._proc.pid if self._proc is not None else None
 
     def resident_bytes(self) -> int:
-        """Resident memory of the whole service: this process plus the worker."""
-        total = _rss_bytes(os.getpid())
+        """Resident memory of the service: this process plus the worker (not the zygote,
+        which every service on the node shares; `memory()` reports it apart)."""
+        total = rss_bytes(os.getpid())
         if self._proc is not None:
-            total += _rss_bytes(self._proc.pid)
+            total += rss_bytes(self._proc.pid)
         return total
+
+    def pids(self) -> dict[str, int | None]:
+        """Process ids by role: `http` (this process), `worker`, `zygote` (None if none)."""
+        return {"http": os.getpid(), "worker": self.worker_pid, "zygote": self.zygote_pid}
+
+    def memory(self) -> dict[str, ProcessMemory | None]:
+        """Each role's memory (RSS split, PSS, USS); None for a process that is not there."""
+        pids = self.pids().items()
+        return {role: read_process_memory(pid) if pid else None for role, pid in pids}
 
     # -- the engine interface ----------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -188,19 +222,37 @@ class WorkerEngine:
         replies: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         self._pending[_READY_ID] = replies
         self._conn = parent_conn
-        self._proc = context.Process(
-            target=worker_main,
-            args=(child_conn, self.config.model_dump()),
-            name="argosy-serve-worker",
-            daemon=True,
-        )
-        self._proc.start()
+        self._proc = self._fork_from_zygote(child_conn) or self._spawn(context, child_conn)
         child_conn.close()
         threading.Thread(target=self._read_replies, args=(parent_conn,), daemon=True).start()
         try:
             self._info = self._await(replies)
         finally:
             self._pending.pop(_READY_ID, None)
+
+    def _fork_from_zygote(self, child_conn: Any) -> ForkedWorker | None:
+        if self.zygote_socket is None:
+            return None
+        try:
+            pid, zygote_pid = fork_worker(
+                self.zygote_socket, child_conn.fileno(), self.config.model_dump()
+            )
+        except ZygoteUnavailableError as err:
+            log.warning("%s; starting the worker by spawn (slow)", err)
+            return None
+        self.worker_start, self.zygote_pid = "zygote", zygote_pid
+        return ForkedWorker(pid, zygote_pid)
+
+    def _spawn(self, context: Any, child_conn: Any) -> Any:
+        proc = context.Process(
+            target=worker_main,
+            args=(child_conn, self.config.model_dump()),
+            name="argosy-serve-worker",
+            daemon=True,
+        )
+        proc.start()
+        self.worker_start, self.zygote_pid = "spawn", None
+        return proc
 
     def _stop_worker(self) -> None:
         if self._proc is None:
@@ -287,17 +339,6 @@ def _rebuild(payload: tuple[str, str]) -> Exception:
     return kind(message) if kind is not None else EngineFailedError(f"{name}: {message}")
 
 
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    return 0
-
-
 # -- the child process -----------------------------------------------------------------
 def worker_main(conn: Any, config: dict[str, Any]) -> None:
     """Entry point of the worker: load the engine, then serve messages until `exit`."""
@@ -357,6 +398,7 @@ def _run_stream(
     try:
         for chunk in chunks:
             if rid in cancelled:
+                send(("err", rid, ("EngineAsleepError", _CANCELLED)))  # the waiter must end
                 return
             send(("chunk", rid, chunk))
         send(("end", rid, None))
