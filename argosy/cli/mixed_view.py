@@ -44,8 +44,9 @@ def print_throughput(console: Console, throughput: dict[str, Any] | None) -> Non
     emulated = t.get("emulated")
     if emulated:
         console.print(
-            f"{emulated['note']}; emulation oversleep "
-            f"{t['emulation_oversleep_s_per_step'] * 1e3:.2f} ms/step",
+            f"{emulated['note']}; emulation overrun "
+            f"{t.get('emulation_overrun_s_per_step', 0.0) * 1e3:.2f} ms/step, real compute "
+            f"{t.get('real_compute_share_of_busy', 0.0):.0%} of busy time",
             highlight=False,
             markup=False,
         )

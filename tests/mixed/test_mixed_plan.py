@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from argosy.core.clock import FakeClock
 from argosy.core.errors import ArgosyError
 from argosy.hardware.catalog import default_catalog
-from argosy.runtime.mixed.emulate import Throttle, canonical_counts, emulated_speeds
+from argosy.runtime.mixed.emulate import (
+    Throttle,
+    canonical_counts,
+    parse_sample_seconds,
+    relative_speeds,
+    sample_seconds,
+)
+from argosy.runtime.mixed.launching import ASSIGNMENT_FILE, prepare
 from argosy.runtime.mixed.plan import (
     GroupLayout,
     MixedLayout,
@@ -109,22 +119,99 @@ def test_check_launch_names_the_mismatch(plan: dict, world: int, launch: dict, w
 
 def test_emulated_speeds_follow_the_catalog_peaks() -> None:
     catalog = default_catalog()
-    speeds = emulated_speeds(parse_chip_counts("h100:1,a100-80g:2"), catalog)
-    want = catalog.get("h100").bf16_tflops / catalog.get("a100-80g").bf16_tflops
-    assert [s.slowdown for s in speeds] == [4.0, 4.0 * want, 4.0 * want]
+    speeds = relative_speeds(parse_chip_counts("h100:1,a100-80g:2"), catalog)
+    want = catalog.get("a100-80g").bf16_tflops / catalog.get("h100").bf16_tflops
+    assert [s.relative_speed for s in speeds] == [1.0, want, want]
+    assert sample_seconds(0.01, ["h100-sxm", "a100-80g"], [1.0, want]) == {
+        "h100-sxm": 0.01,
+        "a100-80g": pytest.approx(0.01 / want),
+    }
     assert canonical_counts([("h100", 1), ("h100-sxm", 1)], catalog) == {"h100-sxm": 2}
     with pytest.raises(ArgosyError, match="CHIP:N"):
         parse_chip_counts("h100")
 
 
-def test_throttle_stretches_a_block_by_its_slowdown() -> None:
-    throttle = Throttle(3.0)
-    with throttle.block():
-        sum(range(200_000))
-    assert throttle.slept_s >= 2.0 * throttle.compute_s * 0.99
-    assert throttle.cpu_s > 0
-    with pytest.raises(ValueError, match="slowdown"):
-        Throttle(0.5)
+SAMPLE_S = {
+    "two chips": ("h100-sxm=0.01, a100-80g=0.03", {"h100-sxm": 0.01, "a100-80g": 0.03}),
+    "no seconds": ("h100-sxm", "'h100-sxm': expected CHIP=SECONDS"),
+    "zero": ("h100-sxm=0", "SECONDS > 0"),
+    "empty": (" , ", "empty"),
+}
+
+
+@pytest.mark.parametrize("text,want", SAMPLE_S.values(), ids=SAMPLE_S.keys())
+def test_parse_sample_seconds(text: str, want: dict | str) -> None:
+    if isinstance(want, dict):
+        assert parse_sample_seconds(text) == want
+        return
+    with pytest.raises(ValueError, match=want):
+        parse_sample_seconds(text)
+
+
+def _fake_throttle(sample_s: float) -> tuple[Throttle, FakeClock]:
+    clock = FakeClock()
+    return Throttle(sample_s, clock=clock, sleep=clock.advance), clock
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.floats(0.0, 0.05)), min_size=1, max_size=5),
+    st.sampled_from([0.0, 0.004, 0.01]),
+)
+def test_a_step_lasts_its_samples_times_sample_s_plus_the_counted_overrun(
+    blocks: list[tuple[int, float]], sample_s: float
+) -> None:
+    """Deadline-based: a step takes sum(samples) x sample_s whatever each block's real
+    compute took, unless the compute ran past the last deadline; that excess is the
+    counted overrun. An early block's overrun is caught up by later blocks."""
+    throttle, clock = _fake_throttle(sample_s)
+    with throttle.step():
+        for samples, compute_s in blocks:
+            with throttle.block(samples):
+                clock.advance(compute_s)
+    want = sum(samples for samples, _ in blocks) * sample_s
+    assert throttle.emulated_s == pytest.approx(want)
+    assert clock.now_s() == pytest.approx(want + throttle.overrun_s)
+    want_end = 0.0  # the emulated timeline: a block starts at the previous deadline
+    finish = 0.0
+    for samples, compute_s in blocks:
+        finish = max(finish, want_end) + compute_s
+        want_end += samples * sample_s
+        finish = max(finish, want_end)
+    assert throttle.overrun_s == pytest.approx(max(0.0, finish - want_end), abs=1e-12)
+    assert throttle.compute_s == pytest.approx(sum(c for _, c in blocks))
+
+
+def test_outside_a_step_each_block_counts_its_own_overrun() -> None:
+    throttle, clock = _fake_throttle(0.01)
+    with throttle.block(1):
+        clock.advance(0.015)
+    with throttle.block(2):
+        clock.advance(0.001)
+    assert throttle.overrun_s == pytest.approx(0.005)
+    assert clock.now_s() == pytest.approx(0.015 + 0.02)
+    with pytest.raises(ValueError, match="sample_s"):
+        Throttle(-1.0)
+
+
+def test_pace_waits_for_the_emulated_backward() -> None:
+    throttle, clock = _fake_throttle(0.03)
+    throttle.pace(1.0)  # outside a block: no wait
+    assert clock.now_s() == 0.0
+    with throttle.block(1):
+        throttle.pace(0.5)  # forward third + half the backward = 2/3 of 30 ms
+        assert clock.now_s() == pytest.approx(0.02)
+    assert clock.now_s() == pytest.approx(0.03)
+
+
+def test_the_real_clock_never_ends_a_block_before_its_deadline() -> None:
+    throttle = Throttle(0.002)
+    start = time.monotonic()
+    with throttle.step():
+        for _ in range(3):
+            with throttle.block(2):
+                pass
+    assert time.monotonic() - start >= 0.012
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +224,43 @@ def mixed_plan() -> dict:
     result = CliRunner().invoke(app, [*args, "--seq-len", "2048", "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
+
+
+EMULATION_ENV = {
+    "peak, calibrated": ({}, None),
+    "plan speeds": ({"ARGOSY_EMULATE_SPEED": "plan"}, None),
+    "given times": ({"ARGOSY_EMULATE_SAMPLE_S": "h100=0.01,a100-80g=0.02"}, None),
+    "unknown source": ({"ARGOSY_EMULATE_SPEED": "tflops"}, "expected one of peak, plan"),
+    "a chip without a time": ({"ARGOSY_EMULATE_SAMPLE_S": "h100=0.01"}, "no time for a100-80g"),
+    "an unknown chip": ({"ARGOSY_EMULATE_SAMPLE_S": "h100=0.01,zz9=1"}, "zz9"),
+}
+
+
+@pytest.mark.parametrize("env,error", EMULATION_ENV.values(), ids=EMULATION_ENV.keys())
+def test_launch_records_the_emulation_or_names_the_bad_setting(
+    mixed_plan: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict, error: str | None
+) -> None:
+    for name in ("ARGOSY_EMULATE_SPEED", "ARGOSY_EMULATE_SAMPLE_S", "ARGOSY_EMULATE_HEADROOM"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(mixed_plan))
+    if error is not None:
+        with pytest.raises(ArgosyError, match=error):
+            prepare(plan, "h100:1,a100-80g:2", 3, tmp_path)
+        return
+    prepare(plan, "h100:1,a100-80g:2", 3, tmp_path)
+    emulation = json.loads((tmp_path / ASSIGNMENT_FILE).read_text())["emulation"]
+    assert "EMULATED" in emulation["note"]
+    speeds = emulation["relative_speed"]
+    assert speeds[0] == 1.0 and speeds[1] == speeds[2] < 1.0
+    groups = mixed_plan["plans"][0]["groups"]
+    if env.get("ARGOSY_EMULATE_SPEED") == "plan":
+        rates = [g["batch_share"] / g["step_time_s"] / g["devices"] for g in groups]
+        assert speeds[1] == pytest.approx(rates[1] / rates[0])
+    else:
+        assert speeds[1] == pytest.approx(312 / 989, rel=1e-3)
+    given = "ARGOSY_EMULATE_SAMPLE_S" in env
+    want_times = {"h100-sxm": 0.01, "a100-80g": 0.02} if given else None
+    assert emulation["sample_s"] == want_times

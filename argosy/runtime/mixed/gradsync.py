@@ -9,12 +9,18 @@ layers. `wait()` then blocks until every bucket is summed, writes the sums back 
 `.grad`, and records the time it blocked: the time lost waiting at the cross-group
 all-reduce (communication not hidden by backward, plus waiting for slower groups).
 
-    sync = GradSync(model, allreduce, weight=assignment.weight)
+    sync = GradSync(model, allreduce, weight=assignment.weight, pace=throttle.pace)
     for i, (x, y) in enumerate(micro_batches):
         with sync.armed(i == len(micro_batches) - 1):
             (model(x, y) * scale[i]).backward()
     sync.wait()            # sync.wait_s: seconds blocked in this step's wait
     opt.step()
+
+Under chip emulation, `pace(fraction)` (the throttle's) holds each bucket until the
+emulated chip would have produced it: `fraction` is the share of the parameters whose
+gradients are done once this bucket is (backward runs in reverse layer order, its cost
+about proportional to parameters). Without it the fast host CPU would launch every bucket
+at the start of the emulated backward and hide the whole all-reduce behind the sleep.
 
 Buckets are launched in index order on every rank, whatever order autograd finishes
 them in, so the collectives match across ranks.
@@ -22,8 +28,9 @@ them in, so the collectives match across ranks.
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -42,11 +49,17 @@ class GradSync:
         allreduce: HierarchicalAllReduce,
         weight: float,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        pace: Callable[[float], None] | None = None,
     ) -> None:
         self.allreduce = allreduce
         self.weight = weight
+        self.pace = pace
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.buckets = _buckets(self.params, bucket_bytes)
+        sizes = [sum(p.numel() for p in bucket) for bucket in self.buckets]
+        total = max(1, sum(sizes))
+        self.done_fraction = [done / total for done in itertools.accumulate(sizes)]
+        """Share of all parameters whose gradients are done once bucket b is."""
         self.bucket_of = {id(p): b for b, ps in enumerate(self.buckets) for p in ps}
         self.wait_s = 0.0
         self._armed = False
@@ -79,6 +92,8 @@ class GradSync:
             self._launch(self._launched)
 
     def _launch(self, b: int) -> None:
+        if self.pace is not None:
+            self.pace(self.done_fraction[b])
         grads = [_grad(p) for p in self.buckets[b]]
         flat = torch.cat([g.reshape(-1) for g in grads]).mul_(self.weight)
         self._pending.append((flat, self.allreduce.all_reduce(flat)))

@@ -6,8 +6,10 @@
 A plan whose device count or chip types differ from the launch raises
 `PlanMismatchError` (exit 2) naming the difference. Without `--emulate-chips` the launch's
 chips are the host's (device discovery: the first accelerator type found, else the CPU),
-one per rank. With it, ranks take the plan's chip identities and a throttle
-(`emulate`); `<run dir>/mixed/assignment.json` records both.
+one per rank. With it, ranks take the plan's chip identities and an emulated speed
+(`emulate`: relative speeds, reference time given or left to calibration; knobs
+`ARGOSY_EMULATE_SPEED`, `ARGOSY_EMULATE_SAMPLE_S`, `ARGOSY_EMULATE_HEADROOM`);
+`<run dir>/mixed/assignment.json` records both.
 """
 
 from __future__ import annotations
@@ -19,9 +21,17 @@ from typing import Any
 
 from argosy.core.errors import ArgosyError
 from argosy.hardware.catalog import default_catalog
-from argosy.runtime.mixed.emulate import ENV_EMULATE, HEADROOM, canonical_counts, emulated_speeds
+from argosy.runtime.mixed.emulate import (
+    ENV_EMULATE,
+    HEADROOM,
+    SPEED_SOURCES,
+    canonical_counts,
+    parse_sample_seconds,
+    relative_speeds,
+)
 from argosy.runtime.mixed.plan import (
     ENV_MIXED,
+    MixedLayout,
     RankAssignment,
     assign_ranks,
     check_launch,
@@ -32,11 +42,16 @@ from argosy.runtime.mixed.plan import (
 
 ASSIGNMENT_FILE = "mixed/assignment.json"
 ENV_HEADROOM = "ARGOSY_EMULATE_HEADROOM"
-"""Overrides the emulation's common slowdown (`emulate.HEADROOM`) for one launch."""
+"""Overrides the calibration's headroom (`emulate.HEADROOM`) for one launch."""
+ENV_SAMPLE_S = "ARGOSY_EMULATE_SAMPLE_S"
+"""CHIP=SECONDS,...: emulated seconds per sample per chip, given instead of calibrated
+(so that several launches share one time scale)."""
+ENV_SPEED = "ARGOSY_EMULATE_SPEED"
+"""Where relative chip speeds come from: peak (catalog bf16 peak, default) or plan."""
 EMULATION_NOTE = (
-    "EMULATED chips: every rank computes on the host CPU; each micro-batch is stretched by "
-    "sleep to its wall time x slowdown, slowdown = HEADROOM x fastest chip's dense bf16 peak / "
-    "its chip's (catalog)"
+    "EMULATED chips: every rank computes on the host CPU; each micro-batch is set to last "
+    "samples x the chip's emulated seconds per sample (real compute, then sleep to that "
+    "deadline); speeds from SOURCE, reference time REFERENCE"
 )
 
 
@@ -51,7 +66,7 @@ def prepare(plan_path: Path, emulate: str | None, world_size: int, run_dir: Path
     plan_chips = canonical_counts(list(layout.chip_counts().items()), catalog)
     check_launch(plan_chips, world_size, launch_chips, str(plan_path))
     ranks = assign_ranks(layout)
-    extra = {"plan": str(plan_path), "emulation": _emulation(ranks, emulate, catalog)}
+    extra = {"plan": str(plan_path), "emulation": _emulation(layout, ranks, emulate, catalog)}
     path = run_dir / ASSIGNMENT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(encode_assignments(layout, ranks, extra))
@@ -77,19 +92,60 @@ def _host_chip() -> str:
     return devices[0].catalog_id or devices[0].backend if devices else "cpu"
 
 
-def _emulation(ranks: list[RankAssignment], emulate: str | None, catalog: Any) -> dict | None:
+def _emulation(
+    layout: MixedLayout, ranks: list[RankAssignment], emulate: str | None, catalog: Any
+) -> dict | None:
     if not emulate:
         return None
+    chips = [catalog.canonical(r.chip) for r in ranks]
+    peaks = relative_speeds([(chip, 1) for chip in chips], catalog)
+    source = os.environ.get(ENV_SPEED, "peak")
+    if source not in SPEED_SOURCES:
+        raise ArgosyError(f"{ENV_SPEED}={source!r}: expected one of {', '.join(SPEED_SOURCES)}")
+    speeds = [s.relative_speed for s in peaks] if source == "peak" else _plan_speeds(layout, ranks)
+    given = _given_sample_s(chips, catalog)
+    reference = "given (ARGOSY_EMULATE_SAMPLE_S)" if given else "calibrated at start-up"
     headroom = _headroom()
-    speeds = emulated_speeds([(r.chip, 1) for r in ranks], catalog, headroom)
+    if not given:
+        reference += f" x headroom {headroom:g}"
     return {
         "spec": emulate,
-        "chips": [r.chip for r in ranks],
-        "peak_tflops": [s.peak_tflops for s in speeds],
+        "chips": [s.chip for s in peaks],
+        "peak_tflops": [s.peak_tflops for s in peaks],
+        "speed_source": source,
+        "relative_speed": speeds,
         "headroom": headroom,
-        "slowdown": [s.slowdown for s in speeds],
-        "note": EMULATION_NOTE.replace("HEADROOM", f"{headroom:g}"),
+        "sample_s": given,
+        "note": EMULATION_NOTE.replace("SOURCE", _SOURCE_TEXT[source]).replace(
+            "REFERENCE", reference
+        ),
     }
+
+
+_SOURCE_TEXT = {"peak": "catalog dense bf16 peaks", "plan": "the planner's per-device rates"}
+
+
+def _plan_speeds(layout: MixedLayout, ranks: list[RankAssignment]) -> list[float]:
+    """Per rank: its group's planned samples/s per device over the fastest group's."""
+    if layout.split != "batch" or any(g.predicted_step_s <= 0 for g in layout.groups):
+        raise ArgosyError(f"{ENV_SPEED}=plan needs a batch-split plan with per-group step times")
+    rates = [g.samples / g.predicted_step_s / g.devices for g in layout.groups]
+    return [rates[r.group] / max(rates) for r in ranks]
+
+
+def _given_sample_s(chips: list[str], catalog: Any) -> dict[str, float] | None:
+    """`ARGOSY_EMULATE_SAMPLE_S` as {canonical chip: seconds}; every chip must be named."""
+    text = os.environ.get(ENV_SAMPLE_S)
+    if not text:
+        return None
+    try:
+        given = {catalog.canonical(c): s for c, s in parse_sample_seconds(text).items()}
+    except ValueError as err:
+        raise ArgosyError(f"{ENV_SAMPLE_S}: {err}") from err
+    missing = sorted(set(chips) - set(given))
+    if missing:
+        raise ArgosyError(f"{ENV_SAMPLE_S}={text!r} names no time for {', '.join(missing)}")
+    return {chip: given[chip] for chip in chips}
 
 
 def _headroom() -> float:

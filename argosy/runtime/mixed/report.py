@@ -12,12 +12,15 @@ cross-group all-reduce, and the step's end time. Rank 0 gathers the records and
   rank of the group), solo_samples_per_s = samples / busy time (what the group would do
   alone at this speed, never waiting), and median wait per step.
 - efficiency_vs_solo_sum: measured / sum of the groups' solo throughputs.
+- emulation_overrun_s_per_step: on emulated runs, time past the emulation's deadlines
+  (real compute that did not fit, sleep overshoot), the busiest rank's, per step: the
+  emulation's own overhead; real_compute_share_of_busy: real compute / emulated busy time.
 - cross_group_wait_s: time blocked at the cross-group all-reduce, summed over measured
   steps (mean over ranks), and per step; lost_s_per_step splits a step's loss against
   the busiest rank into imbalance (busiest - mean busy) and sync (step - busiest).
 - predicted_samples_per_s: the planner's throughput for this plan, scaled to the run:
   planner rate x (measured solo rate / planner rate) of the reference group (the fastest
-  chip's group; on an emulated run, the unthrottled one). One scale for the whole plan,
+  chip's group; on an emulated run, the fastest emulated one). One scale for the whole plan,
   so what is compared is the planner's *split*, not its absolute speed of the chips.
 """
 
@@ -29,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 THROUGHPUT_FILE = "mixed/throughput.json"
+RECORDS_FILE = "records.json"
 
 
 def throughput_summary(
     doc: dict[str, Any], records: list[list[dict[str, float]]], warmup: int = 2
 ) -> dict[str, Any]:
     """`doc`: the launch's assignment document; `records[rank]`: that rank's step records
-    ({step, compute_s, wait_s, end_s, oversleep_s})."""
+    ({step, compute_s, wait_s, end_s, overrun_s, real_compute_s})."""
     layout, ranks = doc["layout"], doc["ranks"]
     steps = sorted({int(r["step"]) for r in records[0]})[warmup:]
     if len(steps) < 2:
@@ -54,7 +58,9 @@ def throughput_summary(
     planned_ref = ref_group["samples"] / ref_group["predicted_step_s"] if planned else 0.0
     scale = groups[ref]["solo_samples_per_s"] / planned_ref if planned_ref else 0.0
     waits = [sum(r["wait_s"] for r in rank) for rank in kept]
-    oversleep = [sum(r.get("oversleep_s", 0.0) for r in rank) for rank in kept]
+    overrun = [sum(r.get("overrun_s", 0.0) for r in rank) for rank in kept]
+    real = sum(r.get("real_compute_s", 0.0) for rank in kept for r in rank)
+    busy = sum(r["compute_s"] for rank in kept for r in rank)
     return {
         "measured_samples_per_s": round(measured, 3),
         "predicted_samples_per_s": round(planner_rate * scale, 3) if planned else None,
@@ -67,7 +73,8 @@ def throughput_summary(
         "cross_group_wait_s_per_step": round(statistics.fmean(waits) / len(kept[0]), 5),
         "measured_steps": last - first,
         "emulated": doc.get("emulation"),
-        "emulation_oversleep_s_per_step": round(max(0.0, max(oversleep)) / len(kept[0]), 6),
+        "emulation_overrun_s_per_step": round(max(overrun) / len(kept[0]), 6),
+        "real_compute_share_of_busy": round(real / busy, 4) if busy else 0.0,
         "lost_s_per_step": _lost_per_step(kept, ends, first),
         "how": "argosy.runtime.mixed.report (module docstring): measured over the last "
         f"attempt's steps {first + 1}..{last}; predicted = planner rate scaled by the "
@@ -119,8 +126,8 @@ def _by_group(layout: dict, ranks: list[dict], kept: list[list[dict]]) -> list[d
 def _reference_group(layout: dict, ranks: list[dict], emulation: dict | None) -> int:
     """The group the prediction is scaled by: the unthrottled (fastest) chip's."""
     if emulation:
-        slowdowns = emulation["slowdown"]  # the least throttled rank's group
-        best = min(range(len(ranks)), key=lambda r: slowdowns[r])
+        speeds = emulation["relative_speed"]  # the fastest emulated rank's group
+        best = max(range(len(ranks)), key=lambda r: speeds[r])
         return int(ranks[best]["group"])
     if layout["predicted_step_s"] <= 0:  # no plan: a uniform run, any group will do
         return 0
@@ -128,12 +135,18 @@ def _reference_group(layout: dict, ranks: list[dict], emulation: dict | None) ->
     return max(range(len(rates)), key=rates.__getitem__)
 
 
-def write_throughput(run_dir: Path, summary: dict[str, Any]) -> Path:
+def write_throughput(
+    run_dir: Path, summary: dict[str, Any], records: list[list[dict[str, float]]] | None = None
+) -> Path:
+    """`mixed/throughput.json` and, when given, every rank's step records
+    (`mixed/records.json`, for analysis)."""
     from argosy.runtime.events import write_json_atomic
 
     path = run_dir / THROUGHPUT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, summary)
+    if records is not None:
+        write_json_atomic(path.with_name(RECORDS_FILE), {"ranks": records})
     return path
 
 
