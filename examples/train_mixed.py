@@ -14,9 +14,13 @@ backward. So one step equals one step of a uniform run with the same global batc
 Without `--plan` every rank takes an even share. Under `--emulate-chips` the ranks are
 CPU processes throttled to their chip's relative speed (EMULATION, see
 argosy.runtime.mixed.emulate). Model, optimizer and step go into each flash checkpoint;
-the data of step s is a function of s, so a resumed run continues exactly. The plan's
-pipeline stages and layer counts reach the script (`MixedRank.assignment.stage`,
-`.layers`); this example trains batch splits only and refuses a layer split.
+the data of step s is a function of s, so a resumed run continues exactly.
+
+A layer-split plan (`split: layers`) makes every rank one pipeline stage holding the
+plan's layer count for it (the model's depth is the sum of the counts; --layers is then
+ignored), trained by a GPipe schedule over gloo send/recv
+(argosy.runtime.mixed.pipeline): the losses equal one process's with the same depth and
+global batch.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import torch.nn.functional as F  # noqa: N812  # the usual alias
 from argosy.runtime import hooks
 from argosy.runtime.checkpointing import open_checkpointer, restore
 from argosy.runtime.mixed.gradsync import GradSync
+from argosy.runtime.mixed.pipeline import GPipe, split_layers
 from argosy.runtime.mixed.rank import MixedRank
 from argosy.runtime.mixed.weighting import micro_batch_sizes
 
@@ -142,21 +147,20 @@ def main(argv: list[str] | None = None) -> int:
     rt = hooks.attach()
     mixed = MixedRank.from_env(rank, world, args.global_batch, args.micro_batch)
     mine = mixed.assignment
-    if mine.num_stages > 1:
-        print(
-            f"[rank {rank}] the plan is a layer split (stage {mine.stage} of "
-            f"{mine.num_stages}, {mine.layers} layers); this example trains batch splits",
-            file=sys.stderr,
-        )
-        return 2
     text = make_corpus(args.seed)
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    stage_layers = [int(r["layers"] or 0) for r in mixed.doc["ranks"]]
+    depth = sum(stage_layers) if mine.num_stages > 1 else args.layers  # the plan's counts
     torch.manual_seed(args.seed)
-    model = WindowLM(len(chars), args.block, args.dim, args.hidden, args.layers)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    model = WindowLM(len(chars), args.block, args.dim, args.hidden, depth)
     steps = StepData(data, args.block, mine.global_batch, args.seed)
-    sync = GradSync(model, mixed.allreduce(), weight=mine.weight)
+    mixed.calibrate(lambda: _one_micro_batch(model, steps, mine.micro_batch))
+    if mine.num_stages > 1:
+        worker: DataParallel | PipelineStage = PipelineStage(model, stage_layers, steps, mixed)
+    else:
+        worker = DataParallel(model, steps, mixed, rt)
+    opt = torch.optim.AdamW(worker.module.parameters(), lr=args.lr)
     run_dir = Path(os.environ.get(hooks.ENV_RUN_DIR, "runs/train_mixed"))
     ckpt = open_checkpointer(
         run_dir / "checkpoints", keep=3, kind=args.checkpointer, progress=rt.checkpoint_progress
@@ -164,22 +168,23 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda msg: print(f"[rank {rank}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     start, state = restore(ckpt, say=say)
     if state is not None:
-        model.load_state_dict(state["model"])
+        worker.module.load_state_dict(state["model"])
         opt.load_state_dict(_int_keys(state["optim"]))
         say(f"resumed from step {start}")
     say(
         f"chip {mine.chip} group {mine.group} samples {mine.samples}/{mine.global_batch} "
-        f"({mine.micro_batches} micro-batches) slowdown {mixed.throttle.slowdown:.2f}"
+        f"({mine.micro_batches} micro-batches) stage {mine.stage}/{mine.num_stages} layers "
+        f"{mine.layers or depth} emulated s/sample {mixed.throttle.sample_s:.5f}"
     )
     rt.restored(start, target_step=args.steps, decision=getattr(ckpt, "last_decision", None))
     for step in range(start + 1, args.steps + 1):
         rt.step_begin(step)
-        loss_sum, compute_s = train_step(model, steps, step, mixed, sync, rt)
+        loss_sum, compute_s = worker.run(step, rt)
         total = torch.tensor([loss_sum], dtype=torch.float64)
         rt.enter_collective()  # the loss sum overlaps the gradient sync and the update
         loss_work = dist.all_reduce(total, async_op=True)
         with rt.collective():
-            wait_s = sync.wait()
+            wait_s = worker.finish()
         with rt.checkpoint_fence():
             ckpt.before_optimizer_step()
         opt.step()
@@ -193,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step} loss {mean_loss:.9f} t {time.time():.3f}", flush=True)
         if step % args.ckpt_every == 0 or step == args.steps:
             with rt.checkpointing(step):
-                ckpt.save(step, {"model": model.state_dict(), "optim": opt.state_dict()})
+                ckpt.save(step, {"model": worker.module.state_dict(), "optim": opt.state_dict()})
     with rt.checkpoint_fence():
         rt.committed(ckpt.wait())
         ckpt.close()
@@ -203,28 +208,89 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train_step(
-    model: nn.Module,
-    steps: StepData,
-    step: int,
-    mixed: MixedRank,
-    sync: GradSync,
-    rt: hooks.Runtime,
-) -> tuple[float, float]:
-    """This rank's micro-batches of `step`: (summed loss over its samples, busy seconds)."""
-    mine = mixed.assignment
-    x, y = steps.slice(step, mine.sample_offset, mine.samples)
-    sizes = micro_batch_sizes(mine.samples, mine.micro_batch)
-    loss_sum, start, begin = 0.0, time.perf_counter(), 0
-    with rt.compute():
-        for i, size in enumerate(sizes):
-            xs, ys = x[begin : begin + size], y[begin : begin + size]
-            begin += size
-            with mixed.throttle.block(), sync.armed(i == len(sizes) - 1):
-                loss = model(xs, ys)
-                (loss * (size / mine.samples)).backward()
-            loss_sum += loss.item() * size
-    return loss_sum, time.perf_counter() - start
+class DataParallel:
+    """A batch-split rank: its share of each step's micro-batches, gradients weighted by
+    samples and summed over every rank by the hierarchical all-reduce (GradSync)."""
+
+    def __init__(self, model: WindowLM, steps: StepData, mixed: MixedRank, rt: hooks.Runtime):
+        self.module, self.steps, self.mixed = model, steps, mixed
+        mine = mixed.assignment
+        self.sync = GradSync(model, mixed.allreduce(), weight=mine.weight, pace=mixed.throttle.pace)
+
+    def run(self, step: int, rt: hooks.Runtime) -> tuple[float, float]:
+        """This rank's micro-batches of `step`: (summed loss over its samples, busy s)."""
+        mine = self.mixed.assignment
+        x, y = self.steps.slice(step, mine.sample_offset, mine.samples)
+        sizes = micro_batch_sizes(mine.samples, mine.micro_batch)
+        loss_sum, start, begin = 0.0, time.perf_counter(), 0
+        with rt.compute(), self.mixed.throttle.step():
+            for i, size in enumerate(sizes):
+                xs, ys = x[begin : begin + size], y[begin : begin + size]
+                begin += size
+                with self.mixed.throttle.block(size), self.sync.armed(i == len(sizes) - 1):
+                    loss = self.module(xs, ys)
+                    (loss * (size / mine.samples)).backward()
+                loss_sum += loss.item() * size
+        return loss_sum, time.perf_counter() - start
+
+    def finish(self) -> float:
+        """Wait for the gradient sum; seconds blocked."""
+        return self.sync.wait()
+
+
+class PipelineStage:
+    """A layer-split rank: the plan's layer count of the model as one pipeline stage,
+    trained by a GPipe schedule over the whole global batch (argosy.runtime.mixed.pipeline).
+    Stage 0 holds the embedding, the last stage the head and the loss."""
+
+    def __init__(self, model: WindowLM, counts: list[int], steps: StepData, mixed: MixedRank):
+        mine = mixed.assignment
+        if min(counts) < 1:
+            raise ValueError(f"stage layer counts {counts}: every stage needs a layer")
+        part = nn.Sequential(*split_layers(list(model.body), counts)[mine.stage])
+        first, last = mine.stage == 0, mine.stage == mine.num_stages - 1
+        self.module = nn.Sequential(
+            *([_EmbedFlat(model.embed)] if first else []), part, *([model.head] if last else [])
+        )
+        self.steps, self.mixed = steps, mixed
+        self.pipe = GPipe(
+            self.module,
+            mine.stage,
+            mine.num_stages,
+            width=model.head.in_features,
+            loss_fn=F.cross_entropy if last else None,
+            throttle=mixed.throttle,
+            work_share=counts[mine.stage] / sum(counts),
+        )
+
+    def run(self, step: int, rt: hooks.Runtime) -> tuple[float, float]:
+        """GPipe over `step`'s global batch: (summed loss on the last stage, busy s)."""
+        mine = self.mixed.assignment
+        x, y = self.steps.slice(step, 0, mine.global_batch)
+        sizes = micro_batch_sizes(mine.global_batch, mine.micro_batch)
+        with rt.collective():  # the stage blocks on its neighbours: not local compute
+            loss_sum = self.pipe.step(x.split(sizes), y.split(sizes), sizes, mine.global_batch)
+        return loss_sum, self.pipe.busy_s
+
+    def finish(self) -> float:
+        """Nothing to sum across stages; seconds blocked on neighbours this step."""
+        return self.pipe.wait_s
+
+
+class _EmbedFlat(nn.Module):
+    def __init__(self, embed: nn.Embedding) -> None:
+        super().__init__()
+        self.embed = embed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embed(x).flatten(1)
+
+
+def _one_micro_batch(model: nn.Module, steps: StepData, size: int) -> None:
+    """Forward and backward of one micro-batch, gradients dropped (calibration)."""
+    x, y = steps.slice(1, 0, size)
+    model(x, y).backward()
+    model.zero_grad(set_to_none=True)
 
 
 def _int_keys(optim_state: dict) -> dict:
