@@ -7,31 +7,51 @@ thread, repeats:
    first tokens at once (time to first token does not wait for a batch to end);
 2. drop finished and cancelled requests;
 3. decode one step for everyone: with one request running it takes that request's own
-   step, speculative drafts included; with several it runs one batched forward pass over
-   all of them (speculation is turned off at batch > 1: on a CPU, or at large batch on a
-   GPU, verifying drafts for many rows costs more than it gains).
+   step, speculative drafts included; with several, each request offers a draft (its own
+   proposer's, possibly empty), `draft_width` decides how many tokens the adaptive offers
+   may verify at this batch size, and one batched forward pass verifies every row's last
+   token plus its draft (right-padded to the longest). Each request then keeps its own
+   accepted prefix (the decoder's lossless rule).
 
-The batched KV cache is left-padded: row i holds its `lengths[i]` cached positions at the
-right end, the attention mask hides the padding and `position_ids` give each row its own
-positions. It is built when the set of running requests grows to two or more, and split
-back into per-request caches when a request joins or only one remains; a request that
-leaves is removed with `batch_select_indices` (no copy of the others). Every request's
-output is exactly what it would be alone, up to floating-point summation order.
+The batched KV cache is left-padded: row i holds its `lengths[i]` cached positions, the
+attention mask hides padding and `position_ids` give each row its own positions. After a
+verify pass a row's rejected draft positions stay in the cache but are masked out (a hole
+is exactly like padding); once holes waste more than a quarter of the width, the cache is
+compacted (split into per-request caches and left-padded again). The batched cache is
+built when two or more requests run and split back into per-request caches when a request
+joins or only one remains; a request that leaves is removed with `batch_select_indices`.
+Every request's output is exactly what it would be alone, up to floating-point summation
+order.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 from argosy.serving.decoding import Decoder
+from argosy.serving.speculative.base import DraftOffer
 
-BatchedForward = Callable[[torch.Tensor, Any, torch.Tensor, torch.Tensor], torch.Tensor]
-"""(input_ids [B, 1], cache, attention_mask [B, T+1], position_ids [B, 1]) -> logits [B, V]."""
+BatchedForward = Callable[[torch.Tensor, Any, torch.Tensor, torch.Tensor, int], torch.Tensor]
+"""(input_ids [B, L], cache, attention_mask [B, T+L], position_ids [B, L], num_logits)
+-> logits of the last `num_logits` positions, [B, num_logits, V]."""
+
+DraftWidth = Callable[[Sequence[DraftOffer]], int]
+"""How many draft tokens adaptive rows verify in this step, given every row's offer."""
+
+_MIN_WASTE = 16
+"""Masked-out cache positions tolerated before the batched cache is compacted."""
+
+
+def verify_whole_drafts(offers: Sequence[DraftOffer]) -> int:
+    """Verify every offered draft in full (no batch-level sizing)."""
+    return max((len(o.tokens) for o in offers), default=0)
+
 
 Step = tuple[list[int], str | None]
 
@@ -63,15 +83,22 @@ class BatchLoop:
     """Runs every admitted request's decode steps, batching them when several run."""
 
     def __init__(
-        self, batched_forward: BatchedForward, make_cache: Callable[..., Any], max_batch_size: int
+        self,
+        batched_forward: BatchedForward,
+        make_cache: Callable[..., Any],
+        max_batch_size: int,
+        draft_width: DraftWidth = verify_whole_drafts,
     ) -> None:
         self.batched_forward = batched_forward
         self.make_cache = make_cache
         self.max_batch_size = max_batch_size
+        self.draft_width = draft_width
         self.waiting: queue.Queue[Slot] = queue.Queue()
         self.rows: list[Slot] = []
         self.batch_steps = 0
         self.batched_tokens = 0
+        self.verify_steps = 0
+        self.compactions = 0
         self._cache: Any = None  # the batched cache while two or more rows run
         self._mask: torch.Tensor | None = None
         self._lengths: list[int] = []
@@ -146,7 +173,7 @@ class BatchLoop:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         cache = self.make_cache([])
-        logits = self.batched_forward(ids, cache, mask, positions)
+        logits = self.batched_forward(ids, cache, mask, positions, 1)[:, -1]
         for i, slot in enumerate(slots):
             start = width - len(prompts[i])
             layers = [
@@ -170,17 +197,42 @@ class BatchLoop:
         self.rows = [self.rows[i] for i in keep]
 
     def _batched_step(self) -> None:
+        """One forward pass for every row: its last token plus its draft (right-padded)."""
         assert self._cache is not None and self._mask is not None
-        ids = torch.tensor([[slot.decoder.tokens[-1]] for slot in self.rows])
-        mask = torch.cat([self._mask, torch.ones(len(self.rows), 1, dtype=torch.long)], dim=1)
-        positions = torch.tensor(self._lengths).unsqueeze(1)
-        logits = self.batched_forward(ids, self._cache, mask, positions)
-        self._mask = mask
-        self._lengths = [n + 1 for n in self._lengths]
+        offers = [slot.decoder.offer() for slot in self.rows]
+        width = self.draft_width(offers)
+        drafts = [o.tokens[:width] if o.adaptive else o.tokens for o in offers]
+        width = max(len(d) for d in drafts)
+        ids = torch.tensor([[s.decoder.tokens[-1], *d, *[0] * (width - len(d))]
+                            for s, d in zip(self.rows, drafts, strict=True)])  # fmt: skip
+        ones = torch.ones(len(self.rows), 1 + width, dtype=torch.long)
+        mask = torch.cat([self._mask, ones], dim=1)
+        positions = torch.tensor(self._lengths).unsqueeze(1) + torch.arange(1 + width)
+        start = time.perf_counter()
+        logits = self.batched_forward(ids, self._cache, mask, positions, 1 + width)
+        elapsed = time.perf_counter() - start
         self.batch_steps += 1
-        self.batched_tokens += len(self.rows)
+        self.verify_steps += width > 0
+        kept = []
         for i, slot in enumerate(self.rows):
-            self._deliver(slot, slot.decoder.take(logits[i : i + 1]))
+            step, accepted = slot.decoder.check(drafts[i], logits[i, : len(drafts[i]) + 1], elapsed)
+            kept.append(accepted)
+            self.batched_tokens += len(step[0])
+            self._deliver(slot, step)
+        self._trim(mask, kept)
+
+    def _trim(self, mask: torch.Tensor, kept: list[int]) -> None:
+        """Hide each row's rejected draft positions; compact once holes waste a quarter."""
+        old_width = self._mask.shape[1] if self._mask is not None else 0
+        for i, accepted in enumerate(kept):
+            mask[i, old_width + 1 + accepted :] = 0
+            self._lengths[i] += 1 + accepted
+        self._mask = mask
+        waste = mask.shape[1] - max(self._lengths)
+        if waste > max(_MIN_WASTE, mask.shape[1] // 4):
+            self.compactions += 1
+            self._unbatch()
+            self._rebatch()
 
     def _deliver(self, slot: Slot, step: Step) -> None:
         slot.out.put(step)
@@ -198,11 +250,11 @@ class BatchLoop:
         """Give each running request its own unpadded cache again."""
         if self._cache is None:
             return
-        width = self._mask.shape[1] if self._mask is not None else 0
+        assert self._mask is not None
         for i, slot in enumerate(self.rows):
-            start = width - self._lengths[i]
+            keep = self._mask[i].bool()
             layers = [
-                (_row(layer.keys, i, start), _row(layer.values, i, start))
+                (_kept(layer.keys, i, keep), _kept(layer.values, i, keep))
                 for layer in self._cache.layers
             ]
             slot.decoder.cache = self.make_cache(layers)
@@ -229,6 +281,11 @@ class BatchLoop:
 def _row(tensor: torch.Tensor, row: int, start: int) -> torch.Tensor:
     """Row `row` of a batched [B, heads, T, dim] tensor from position `start`, as [1, ...]."""
     return tensor[row : row + 1, :, start:].clone()
+
+
+def _kept(tensor: torch.Tensor, row: int, keep: torch.Tensor) -> torch.Tensor:
+    """Row `row` of a batched [B, heads, T, dim] tensor at the positions `keep` marks."""
+    return tensor[row : row + 1, :, keep].clone()
 
 
 def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:

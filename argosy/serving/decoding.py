@@ -10,6 +10,10 @@ prefix the target agrees with, plus the target's own next token:
 - sampling: a draft token d is kept with probability p(d); on rejection the token is drawn
   from p with d removed (renormalized). For a deterministic draft that is exactly the
   speculative-sampling rule, so every token is distributed as the target's p.
+
+In a batch the loop owns the forward pass and the cache: it asks each request for its
+draft (`offer`), runs one batched pass, and hands each request its rows of logits
+(`check`, the same acceptance rule); the request only decides tokens.
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ from typing import Any
 
 import torch
 
-from argosy.serving.speculative.base import ObservesSteps, Proposer, StepRecord
+from argosy.serving.speculative.base import (
+    DraftOffer,
+    ObservesSteps,
+    OffersDrafts,
+    Proposer,
+    StepRecord,
+)
 from argosy.serving.speculative.costs import StepCosts
 from argosy.serving.types import SamplingParams, SpecCounters
 
@@ -78,6 +88,26 @@ class Decoder:
         self.counters.plain_steps += 1
         return self._emit([self.pick(logits)])
 
+    def offer(self) -> DraftOffer:
+        """This request's draft for a batched verify pass (empty: decode plainly)."""
+        room = self.params.max_tokens - self.num_generated - 1
+        if self.proposer is None or room < 1:
+            return DraftOffer()
+        if isinstance(self.proposer, OffersDrafts):
+            offer = self.proposer.offer(self.tokens, room)
+            return DraftOffer(offer.tokens[:room], offer.acceptance, offer.adaptive)
+        return DraftOffer(tuple(self.proposer.propose(self.tokens, room)[:room]))
+
+    def check(
+        self, draft: Sequence[int], logits: torch.Tensor, elapsed_s: float
+    ) -> tuple[tuple[list[int], str | None], int]:
+        """Verify `draft` against the logits a batched pass computed for [last, *draft]
+        (one row per position); returns the step and how many draft tokens were kept."""
+        new = self._accept(list(draft), logits)
+        accepted = len(new) - 1
+        self._record(len(draft), accepted, elapsed_s, solo=False)
+        return self._emit(new), accepted
+
     @property
     def finished(self) -> bool:
         """A stop token was produced or max_tokens reached."""
@@ -121,14 +151,16 @@ class Decoder:
         probs = _probs(logits[-1:], self.params)[0]
         return int(torch.multinomial(probs, 1, generator=self.rng).item())
 
-    def _record(self, drafted: int, accepted: int, elapsed_s: float) -> None:
+    def _record(self, drafted: int, accepted: int, elapsed_s: float, solo: bool = True) -> None:
+        """Count the step; a solo step also teaches the engine-wide batch-1 costs."""
         if drafted:
             self.counters.verify_passes += 1
             self.counters.drafted += drafted
             self.counters.accepted += accepted
         else:
             self.counters.plain_steps += 1
-        self.costs.observe(drafted, elapsed_s)
+        if solo:
+            self.costs.observe(drafted, elapsed_s)
         if isinstance(self.proposer, ObservesSteps):
             cost = self.costs.draft_token_cost
             self.proposer.observe(StepRecord(drafted, accepted, elapsed_s, cost))

@@ -2,7 +2,7 @@
 
 Each request decodes with its own DynamicCache through `decoding.Decoder`; concurrent
 requests are continuously batched by `batching.BatchLoop` (admitted between decode steps,
-one batched forward pass per step, speculation only while one request runs). `sleep` drops
+one batched forward pass per step verifying every request's draft). `sleep` drops
 the weights and returns freed pages to the OS; `wake` reloads them from the converted
 checkpoint (memory-mapped safetensors), which takes a fraction of a second for 135M.
 """
@@ -222,7 +222,9 @@ class TransformersEngine:
             )
             return out.logits[0]
 
-    def _batched_forward(self, ids: Any, cache: Any, attention_mask: Any, position_ids: Any) -> Any:
+    def _batched_forward(
+        self, ids: Any, cache: Any, attention_mask: Any, position_ids: Any, num_logits: int
+    ) -> Any:
         import torch
 
         with self._lock, torch.inference_mode():
@@ -232,9 +234,9 @@ class TransformersEngine:
                 position_ids=position_ids,
                 past_key_values=cache,
                 use_cache=True,
-                logits_to_keep=1,
+                logits_to_keep=num_logits,
             )
-            return out.logits[:, -1, :]
+            return out.logits
 
     def _proposer(self, spec: str | None) -> Proposer | None:
         name, arg = split_spec(spec or self.config.speculative)

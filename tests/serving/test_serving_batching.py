@@ -53,16 +53,16 @@ def _decoder(model, prompt, max_tokens, proposer=None, eos=frozenset()):
 
 
 def _loop(model, max_batch_size=8):
-    def batched(ids, cache, mask, positions):
+    def batched(ids, cache, mask, positions, num_logits):
         with torch.inference_mode():
             out = model(
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=positions,
                 past_key_values=cache,
-                logits_to_keep=1,
+                logits_to_keep=num_logits,
             )
-            return out.logits[:, -1, :]
+            return out.logits
 
     return BatchLoop(
         batched, lambda layers: transformers.DynamicCache(ddp_cache_data=layers), max_batch_size

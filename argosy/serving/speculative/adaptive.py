@@ -10,13 +10,18 @@ maximizes `E(k) / (1 + c*k)` and stops drafting when even the best k gains less 
 (8 to 128 steps); after it one short draft probes again. One rejected probe on open-ended
 text is therefore enough to turn speculation off; on copy-heavy text acceptance stays high
 and the draft grows to `max_draft_tokens`.
+
+At batch > 1 the batch loop calls `offer` instead: the same per-request switch decides
+whether this request drafts at all, and the batch policy (`batch_policy.py`) decides how
+many of the offered tokens every row verifies, from the rows' acceptance and the measured
+cost of a wider forward pass at the current batch size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from argosy.serving.speculative.base import ProposerContext, StepRecord
+from argosy.serving.speculative.base import DraftOffer, ProposerContext, StepRecord
 from argosy.serving.speculative.costs import DEFAULT_DRAFT_TOKEN_COST
 from argosy.serving.speculative.ngram import NgramProposer
 
@@ -68,15 +73,27 @@ class AdaptiveProposer:
 
     def propose(self, context: Sequence[int], max_tokens: int) -> list[int]:
         """Draft, unless speculation is backed off or does not pay."""
+        length = self._gate()
+        return self.inner.propose(context, min(max_tokens, length)) if length else []
+
+    def offer(self, context: Sequence[int], max_tokens: int) -> DraftOffer:
+        """At batch > 1: the full n-gram draft (the batch policy sizes it) unless backed off."""
+        if not self._gate():
+            return DraftOffer()
+        limit = min(self.probe_tokens, max_tokens) if self.probing else max_tokens
+        draft = self.inner.propose(context, limit)
+        return DraftOffer(tuple(draft), self.acceptance, adaptive=True)
+
+    def _gate(self) -> int:
+        """The draft length this request's own cost model allows now (0 while backed off)."""
         if self.off_steps > 0:
             self.off_steps -= 1
             self.probing = self.off_steps == 0
-            return []
+            return 0
         length = self.draft_len
         if length == 0:
             self._back_off()
-            return []
-        return self.inner.propose(context, min(max_tokens, length))
+        return length
 
     def observe(self, step: StepRecord) -> None:
         """Update acceptance and costs after a step."""

@@ -1,4 +1,6 @@
-"""The proposer contract: `propose(context, max_tokens) -> draft`; optional `observe(step)`."""
+"""The proposer contract: `propose(context, max_tokens) -> draft`; optional abilities
+`observe(step)` (learn from each step) and `offer(context, max_tokens)` (hand the batch loop
+a draft it may shorten, with an acceptance estimate)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,26 @@ class ObservesSteps(Protocol):
 
     def observe(self, step: StepRecord) -> None:
         """Record one step's outcome."""
+        ...
+
+
+@dataclass(frozen=True)
+class DraftOffer:
+    """A draft handed to the batch loop before a batched verify pass."""
+
+    tokens: tuple[int, ...] = ()
+    acceptance: float = 0.0
+    """The proposer's estimate that each next draft token is accepted."""
+    adaptive: bool = False
+    """True: the loop may verify only a prefix; False: the whole draft is verified."""
+
+
+@runtime_checkable
+class OffersDrafts(Protocol):
+    """Optional ability: offer a draft whose length the batch policy decides."""
+
+    def offer(self, context: Sequence[int], max_tokens: int) -> DraftOffer:
+        """The longest draft worth verifying now, with its acceptance estimate."""
         ...
 
 
