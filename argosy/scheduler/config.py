@@ -22,9 +22,11 @@ class SchedulerConfig(BaseModel):
     """Checkpoint-resume pause of every device of an elastic job when it shrinks or grows."""
     min_resize_interval_s: float = Field(default=900.0, ge=0)
     """An elastic job grows at most once per this many seconds (bounds resize churn)."""
-    elastic_buffer_fraction: float = Field(default=0.02, ge=0, le=0.5)
+    elastic_buffer_fraction: float = Field(default=0.01, ge=0, le=0.5)
     """Share of each group's devices elastic growth leaves free for arriving small jobs;
-    a shrink to make room also restores it, so arrivals rarely force a resize."""
+    a shrink to make room also restores it, so arrivals rarely force a resize. (1%: with
+    resizes priced by job size, a few seconds each, a 2% buffer cost more allocation
+    than the shrinks it saved.)"""
     shrink_batch_fraction: float = Field(default=0.03, ge=0, le=0.5)
     """A shrink to make room frees at least this share of the group's devices (whole
     nodes), so one checkpoint-resume serves a burst of arrivals, not one job."""

@@ -9,9 +9,11 @@ and nothing happened. Victims are whole gangs
 than `max_preemptions_per_job` times, unless the request is *urgent* (a queue taking back
 its guarantee from a borrower or a lent increment), which waits for nobody.
 
-Order: elastic jobs holding increments lent from others' guarantees, then other elastic
-jobs, smallest first (a resize pauses every device of the job for a checkpoint-resume
-but loses no work; a shrink also restores the free buffer for arrivals), then
+Order: elastic jobs holding increments lent from others' guarantees, then overgrown ones,
+then other elastic jobs, each by priority and then by the device-seconds a shrink stalls
+per device it frees (a resize pauses every device of the job for a checkpoint-resume,
+`argosy.scheduler.resize_cost`, but loses no work; a shrink also restores the free
+buffer for arrivals), then
 evictions: borrowers first, then lower priority, youngest first (least lost work), then
 by id.
 """
@@ -52,6 +54,7 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | 
     if not urgent:  # shrink in batches: one stall serves the next arrivals too
         batch = int(sched.config.shrink_batch_fraction * sched.cluster.groups[g].num_devices)
         missing = max(missing, batch)
+    shrink.sort(key=lambda v: _shrink_order(sched, v, d, missing))
     for v in shrink:
         nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
         if nodes <= 0:
@@ -129,11 +132,18 @@ def _shrinkable(sched, w, g, urgent) -> list[Workload]:
         if (a := v.alloc) is not None and a.group == g and a.devices > v.min_devices
         and (urgent or v.priority <= p)
     ]  # fmt: skip
-    # cheapest first: lent and overgrown increments, then by priority, then the fewest
-    # devices stalled per node freed
-    out.sort(key=lambda v: (v.lent == 0, v.devices <= v.max_devices, v.priority, v.devices,
-                            v.id))  # fmt: skip
     return out
+
+
+def _shrink_order(sched, v: Workload, d: int, missing: int) -> tuple:
+    """Cheapest first: lent and overgrown increments, then by priority, then the fewest
+    device-seconds stalled per device freed (the resize cost of the job's size and state
+    times what it keeps, over what it gives: `missing` at most)."""
+    nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
+    freed = max(1, nodes * d)
+    keep = v.devices - freed
+    per_device = growth.resize_cost(sched, v, v.devices, keep) * keep / freed
+    return (v.lent == 0, v.devices <= v.max_devices, v.priority, per_device, v.id)
 
 
 def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:

@@ -114,7 +114,7 @@ def test_elastic_job_shrinks_instead_of_being_evicted_and_grows_back():
     big.state_bytes = 405e9 * 16  # a 405B model's state: each resize stalls about 35 s
     sched.submit(big)
     sched.cycle()
-    assert big.devices == 120  # grows to all whole nodes but the 2% buffer
+    assert big.devices == 120  # grows to all whole nodes but the buffer (1 device: a node)
     sched.submit(job("a1", queue="a", devices=32, priority=5))  # training, within nominal
     decisions = sched.cycle()
     assert [d.action for d in decisions] == ["resize", "start"]
