@@ -36,8 +36,10 @@ def both(rank: int, world: int, port: int, shapes: list, case: dict, out) -> Non
 def hierarchical_vs_flat(rank: int, shapes: list, out) -> None:  # noqa: ANN001
     """For each group shape: integer tensors must sum exactly as a flat all-reduce does,
     random ones to float tolerance. Puts ("sum", rank, shape index, exact, max abs diff)."""
-    for index, (group_of_rank, numel, chunk_bytes) in enumerate(shapes):
-        ar = HierarchicalAllReduce(group_of_rank, "cpu", chunk_bytes=chunk_bytes)
+    for index, (group_of_rank, numel, chunk_bytes, link) in enumerate(shapes):
+        ar = HierarchicalAllReduce(
+            group_of_rank, "cpu", chunk_bytes=chunk_bytes, cross_link_bytes_per_s=link
+        )
         g = torch.Generator().manual_seed(1000 * index + rank)
         ints = torch.randint(-1000, 1000, (numel,), generator=g).float()
         reals = torch.randn(numel, generator=g)
@@ -124,7 +126,9 @@ def _max_diff(model: nn.Module, want: list[torch.Tensor]) -> float:
     )
 
 
-def random_shapes(seed: int, world: int, count: int) -> list[tuple[list[int], int, int]]:
+def random_shapes(
+    seed: int, world: int, count: int
+) -> list[tuple[list[int], int, int, float | None]]:
     """Random group shapes over `world` ranks (groups not contiguous, leaders anywhere)."""
     rng = random.Random(seed)
     shapes = []
@@ -132,5 +136,6 @@ def random_shapes(seed: int, world: int, count: int) -> list[tuple[list[int], in
         num_groups = rng.randint(1, world)
         group_of_rank = [rng.randrange(num_groups) for _ in range(world)]
         numel = rng.choice([0, 1, 7, 300, 1025, 5000])
-        shapes.append((group_of_rank, numel, rng.choice([64, 1024, 4 * 2**20])))
+        link = rng.choice([None, 2e9])  # an emulated cross-group link changes timing only
+        shapes.append((group_of_rank, numel, rng.choice([64, 1024, 4 * 2**20]), link))
     return shapes

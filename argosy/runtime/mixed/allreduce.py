@@ -17,12 +17,19 @@ every rank, which keeps the collectives matched). Sums, not means: the caller we
     ar.close()
 
 Every rank must construct it at the same point (it creates process groups).
+
+Link emulation (`cross_link_bytes_per_s`): on one host every link is the same loopback,
+where a real mixed cluster joins its vendor groups over a link much slower than the ones
+inside each group. With it set, each chunk's exchange between leaders lasts at
+least its ring traffic (2 (n-1) / n x chunk bytes per leader) at that rate: the real
+exchange runs, then the phase sleeps to that deadline. EMULATION, reported as such.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,8 +90,12 @@ class HierarchicalAllReduce:
         group_of_rank: list[int],
         device_backend: str | list[str] = "cpu",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        cross_link_bytes_per_s: float | None = None,
     ) -> None:
         self.rank = dist.get_rank()
+        if cross_link_bytes_per_s is not None and cross_link_bytes_per_s <= 0:
+            raise ValueError(f"cross_link_bytes_per_s {cross_link_bytes_per_s}: expected > 0")
+        self.cross_link_bytes_per_s = cross_link_bytes_per_s
         if len(group_of_rank) != dist.get_world_size():
             raise ValueError(
                 f"group_of_rank has {len(group_of_rank)} entries; world size is "
@@ -169,7 +180,14 @@ class HierarchicalAllReduce:
 
     def _exchange(self, chunk: torch.Tensor) -> None:
         if self.is_leader and self.num_groups > 1:
+            start = time.perf_counter()
             dist.all_reduce(chunk, group=self._leaders_pg)
+            if self.cross_link_bytes_per_s is not None:
+                n = self.num_groups
+                wire = 2 * (n - 1) / n * chunk.numel() * chunk.element_size()
+                left = start + wire / self.cross_link_bytes_per_s - time.perf_counter()
+                if left > 0:
+                    time.sleep(left)
 
     def _broadcast(self, chunk: torch.Tensor) -> None:
         if self.group_size > 1:
