@@ -8,9 +8,11 @@ thread, repeats:
 2. drop finished and cancelled requests;
 3. decode one step for everyone: with one request running it takes that request's own
    step, speculative drafts included; with several, each request offers a draft (its own
-   proposer's, possibly empty), `draft_width` decides how many tokens the adaptive offers
-   may verify at this batch size, and one batched forward pass verifies every row's last
-   token plus its draft (right-padded to the longest). Each request then keeps its own
+   proposer's, possibly empty), the `DraftPolicy` (by default `BatchDraftPolicy`: expected
+   tokens per second from the rows' acceptance and the measured cost of a wider pass at
+   this batch size) decides how many tokens the adaptive offers may verify, and one
+   batched forward pass verifies every row's last token plus its draft (right-padded to
+   the longest). Each request then keeps its own
    accepted prefix (the decoder's lossless rule).
 
 The batched KV cache is left-padded: row i holds its `lengths[i]` cached positions, the
@@ -30,27 +32,33 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from argosy.serving.decoding import Decoder
 from argosy.serving.speculative.base import DraftOffer
+from argosy.serving.speculative.batch_policy import BatchDraftPolicy
 
 BatchedForward = Callable[[torch.Tensor, Any, torch.Tensor, torch.Tensor, int], torch.Tensor]
 """(input_ids [B, L], cache, attention_mask [B, T+L], position_ids [B, L], num_logits)
 -> logits of the last `num_logits` positions, [B, num_logits, V]."""
 
-DraftWidth = Callable[[Sequence[DraftOffer]], int]
-"""How many draft tokens adaptive rows verify in this step, given every row's offer."""
+
+class DraftPolicy(Protocol):
+    """Decides how many draft tokens adaptive rows verify, and learns what passes cost."""
+
+    def width(self, offers: Sequence[DraftOffer]) -> int:
+        """The draft width for a step, given every row's offer."""
+        ...
+
+    def observe(self, num_tokens: int, seconds: float) -> None:
+        """Learn from a batched pass that fed `num_tokens` tokens."""
+        ...
+
 
 _MIN_WASTE = 16
 """Masked-out cache positions tolerated before the batched cache is compacted."""
-
-
-def verify_whole_drafts(offers: Sequence[DraftOffer]) -> int:
-    """Verify every offered draft in full (no batch-level sizing)."""
-    return max((len(o.tokens) for o in offers), default=0)
 
 
 Step = tuple[list[int], str | None]
@@ -87,12 +95,12 @@ class BatchLoop:
         batched_forward: BatchedForward,
         make_cache: Callable[..., Any],
         max_batch_size: int,
-        draft_width: DraftWidth = verify_whole_drafts,
+        policy: DraftPolicy | None = None,
     ) -> None:
         self.batched_forward = batched_forward
         self.make_cache = make_cache
         self.max_batch_size = max_batch_size
-        self.draft_width = draft_width
+        self.policy = policy if policy is not None else BatchDraftPolicy()
         self.waiting: queue.Queue[Slot] = queue.Queue()
         self.rows: list[Slot] = []
         self.batch_steps = 0
@@ -200,7 +208,7 @@ class BatchLoop:
         """One forward pass for every row: its last token plus its draft (right-padded)."""
         assert self._cache is not None and self._mask is not None
         offers = [slot.decoder.offer() for slot in self.rows]
-        width = self.draft_width(offers)
+        width = self.policy.width(offers)
         drafts = [o.tokens[:width] if o.adaptive else o.tokens for o in offers]
         width = max(len(d) for d in drafts)
         ids = torch.tensor([[s.decoder.tokens[-1], *d, *[0] * (width - len(d))]
@@ -211,6 +219,7 @@ class BatchLoop:
         start = time.perf_counter()
         logits = self.batched_forward(ids, self._cache, mask, positions, 1 + width)
         elapsed = time.perf_counter() - start
+        self.policy.observe(ids.numel(), elapsed)
         self.batch_steps += 1
         self.verify_steps += width > 0
         kept = []

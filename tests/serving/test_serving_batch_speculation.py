@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from argosy.serving.batching import BatchLoop
 from argosy.serving.decoding import Decoder
 from argosy.serving.speculative import PROPOSERS
+from argosy.serving.speculative.batch_policy import BatchDraftPolicy, VerifyWholeDrafts
 from argosy.serving.types import SamplingParams
 
 VOCAB = 48
@@ -119,11 +120,15 @@ def _run_mixed(loop, model, requests):
 
 @pytest.mark.slow
 @settings(max_examples=10, deadline=None)
-@given(requests=requests_strategy, max_batch_size=st.integers(2, 5))
+@given(
+    requests=requests_strategy,
+    max_batch_size=st.integers(2, 5),
+    policy=st.sampled_from([VerifyWholeDrafts, BatchDraftPolicy]),
+)
 def test_greedy_rows_verified_in_a_batch_decode_exactly_as_plain_alone(
-    tiny_model, requests, max_batch_size
+    tiny_model, requests, max_batch_size, policy
 ):
-    loop = _loop(tiny_model, max_batch_size)
+    loop = _loop(tiny_model, max_batch_size, policy=policy())
     outputs = _run_mixed(loop, tiny_model, requests)
     for (prompt, max_tokens, _, _), out in zip(requests, outputs, strict=True):
         assert out == _plain(tiny_model, prompt, max_tokens)
@@ -141,7 +146,7 @@ def test_batched_verification_accepts_rejects_and_compacts_losslessly(tiny_model
         _decoder(tiny_model, p, SamplingParams(max_tokens=40), _proposer(n), eos=frozenset())
         for p, n in zip(prompts, names, strict=True)
     ]
-    loop = _loop(tiny_model, max_batch_size=6)
+    loop = _loop(tiny_model, max_batch_size=6, policy=VerifyWholeDrafts())
     slots = [loop.submit(d) for d in decoders]
     got = [[t for new, _ in slot.chunks() for t in new] for slot in slots]
     assert got == [_plain(tiny_model, p, 40, eos=frozenset()) for p in prompts]

@@ -6,6 +6,16 @@ averages of the plain step's seconds and of the relative cost of one draft token
 `c = (verify_s / plain_s - 1) / k`, over every request an engine serves, so a new request
 starts from the engine's experience instead of learning costs again. Updates are plain
 float writes (safe enough from several threads: a lost update only delays the average).
+
+`ForwardCosts` is the batch loop's view: the seconds of one batched forward pass as a
+function of the tokens in it (rows x (1 + draft width)), a moving average per token count,
+interpolated between counts it has seen. A batch of B rows verifying k draft tokens each
+feeds B(k+1) tokens, so the marginal cost of drafting grows with B: small where decoding
+is memory-bound (the weights are read once however many tokens), large where it is
+compute-bound (a CPU, or a GPU at large batch). Beyond the largest count seen it
+extrapolates with a deliberately optimistic slope, so the policy tries a wider pass once
+and then knows; below the smallest it scales down in proportion (plain steps look cheap,
+which is the safe side).
 """
 
 from __future__ import annotations
@@ -39,3 +49,42 @@ class StepCosts:
 
 def _ema(old: float | None, new: float) -> float:
     return new if old is None else (1 - _EMA) * old + _EMA * new
+
+
+DEFAULT_EXTRA_TOKEN_COST = 0.25
+"""Before a wider pass was seen: each token past the widest seen adds this fraction of
+that pass's per-token time."""
+
+
+class ForwardCosts:
+    """Seconds of a batched forward pass by the number of tokens it feeds, learned online."""
+
+    def __init__(self, extra_token_cost: float = DEFAULT_EXTRA_TOKEN_COST) -> None:
+        self.extra_token_cost = extra_token_cost
+        self.seconds_by_tokens: dict[int, float] = {}
+
+    def observe(self, num_tokens: int, seconds: float) -> None:
+        """Learn from one forward pass that fed `num_tokens` tokens."""
+        if num_tokens < 1 or seconds <= 0:
+            return
+        old = self.seconds_by_tokens.get(num_tokens)
+        self.seconds_by_tokens[num_tokens] = _ema(old, seconds)
+
+    def seconds(self, num_tokens: int) -> float | None:
+        """Estimated seconds of a pass feeding `num_tokens` tokens (None: nothing seen)."""
+        seen = sorted(self.seconds_by_tokens)
+        if not seen:
+            return None
+        if num_tokens in self.seconds_by_tokens:
+            return self.seconds_by_tokens[num_tokens]
+        lower = [n for n in seen if n < num_tokens]
+        upper = [n for n in seen if n > num_tokens]
+        if not lower:  # below everything seen: proportionally cheaper
+            return self.seconds_by_tokens[upper[0]] * num_tokens / upper[0]
+        if upper:
+            lo, hi = lower[-1], upper[0]
+            t_lo, t_hi = self.seconds_by_tokens[lo], self.seconds_by_tokens[hi]
+            return t_lo + (t_hi - t_lo) * (num_tokens - lo) / (hi - lo)
+        top = lower[-1]
+        per_token = self.seconds_by_tokens[top] / top
+        return self.seconds_by_tokens[top] + self.extra_token_cost * per_token * (num_tokens - top)

@@ -1,0 +1,132 @@
+"""The batch draft policy as pure decisions: how wide a batched verify pass is, given the
+rows' acceptance and what wider passes cost at this batch size."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from argosy.serving.speculative import StepRecord
+from argosy.serving.speculative.adaptive import AdaptiveProposer, expected_tokens
+from argosy.serving.speculative.base import DraftOffer
+from argosy.serving.speculative.batch_policy import MIN_GAIN, batch_rate, draft_width
+from argosy.serving.speculative.costs import ForwardCosts
+
+
+def linear(fixed_s, per_token_s):
+    """A forward pass that reads the weights once (fixed) and computes per token."""
+    return lambda num_tokens: fixed_s + per_token_s * num_tokens
+
+
+def rows(count, acceptance, offered=8, adaptive=True):
+    return [DraftOffer(tuple(range(offered)), acceptance, adaptive)] * count
+
+
+CPU_LIKE = linear(1.0, 0.1)  # memory-bound below ~10 tokens, compute-bound above
+MEMORY_BOUND = linear(1.0, 0.001)
+COMPUTE_BOUND = linear(0.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("offers", "seconds", "want_width"),
+    [
+        (rows(2, 0.9), MEMORY_BOUND, 8),
+        (rows(2, 0.9), COMPUTE_BOUND, 0),
+        (rows(4, 0.1), CPU_LIKE, 0),
+        (rows(1, 0.9) + rows(3, 0.0, offered=0), MEMORY_BOUND, 8),
+        (rows(3, 0.1) + rows(1, 0.0, offered=3, adaptive=False), CPU_LIKE, 3),
+        (rows(4, 0.9), lambda n: None, 0),
+        (rows(3, 0.0, offered=0), CPU_LIKE, 0),
+    ],
+    ids=[
+        "copy-memory-bound",
+        "copy-compute-bound",
+        "open-ended",
+        "one-copy-row-others-plain",
+        "fixed-row-sets-the-floor",
+        "nothing-measured",
+        "nothing-offered",
+    ],
+)
+def test_draft_width_decisions(offers, seconds, want_width):
+    assert draft_width(offers, seconds) == want_width
+
+
+def test_copy_rows_draft_less_as_the_batch_grows_on_a_cpu_like_device():
+    widths = [draft_width(rows(size, 0.9), CPU_LIKE) for size in (1, 2, 4, 8, 16, 32)]
+    assert widths == sorted(widths, reverse=True)
+    assert widths[0] >= 4 and widths[-1] < widths[0]
+
+
+@given(
+    acceptances=st.lists(st.floats(0.0, 0.99), min_size=1, max_size=16),
+    offered=st.lists(st.integers(0, 8), min_size=16, max_size=16),
+    fixed_s=st.floats(0.0, 2.0),
+    per_token_s=st.floats(0.001, 1.0),
+)
+def test_the_chosen_width_is_the_best_and_only_taken_when_it_wins(
+    acceptances, offered, fixed_s, per_token_s
+):
+    pairs = zip(acceptances, offered, strict=False)
+    offers = [DraftOffer(tuple(range(d)), a, True) for a, d in pairs]
+    seconds = linear(fixed_s, per_token_s)
+    width = draft_width(offers, seconds)
+    top = max(len(o.tokens) for o in offers)
+    assert 0 <= width <= top
+    rates = [batch_rate(offers, w, seconds) for w in range(top + 1)]
+    if width > 0:
+        assert rates[width] == max(rates[1:]) and rates[width] > MIN_GAIN * rates[0]
+    else:
+        assert all(rate <= MIN_GAIN * rates[0] for rate in rates)
+
+
+@given(
+    acceptance=st.floats(0.0, 0.99),
+    fixed_s=st.floats(0.01, 2.0),
+    per_token_s=st.floats(0.001, 1.0),
+    sizes=st.lists(st.integers(1, 64), min_size=2, max_size=2, unique=True).map(sorted),
+)
+def test_more_rows_never_draft_wider_under_a_linear_cost(acceptance, fixed_s, per_token_s, sizes):
+    seconds = linear(fixed_s, per_token_s)
+    small, large = (draft_width(rows(n, acceptance), seconds) for n in sizes)
+    assert large <= small
+
+
+def test_forward_costs_interpolate_and_extrapolate():
+    costs = ForwardCosts(extra_token_cost=0.5)
+    assert costs.seconds(4) is None
+    costs.observe(4, 0.4)
+    costs.observe(12, 1.2)
+    assert costs.seconds(4) == pytest.approx(0.4)
+    assert costs.seconds(8) == pytest.approx(0.8)  # between seen counts: linear
+    assert costs.seconds(2) == pytest.approx(0.2)  # below: proportional (plain looks cheap)
+    assert costs.seconds(22) == pytest.approx(1.2 + 0.5 * 0.1 * 10)  # above: optimistic slope
+    costs.observe(12, 2.2)  # a moving average, not the last value
+    assert 1.2 < costs.seconds(12) < 2.2
+
+
+@given(st.lists(st.tuples(st.integers(1, 200), st.floats(0.001, 10.0)), min_size=1, max_size=30))
+def test_forward_costs_estimates_stay_positive_and_grow_beyond_the_widest_seen(samples):
+    costs = ForwardCosts()
+    for num_tokens, seconds in samples:
+        costs.observe(num_tokens, seconds)
+    widest = max(n for n, _ in samples)
+    for num_tokens in (1, widest // 2 + 1, widest, widest + 5):
+        assert costs.seconds(num_tokens) > 0
+    assert costs.seconds(widest + 5) > costs.seconds(widest)
+
+
+COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+
+
+def test_auto_offers_its_full_draft_while_it_wins_and_nothing_once_backed_off():
+    proposer = AdaptiveProposer(max_draft_tokens=8)
+    for _ in range(5):
+        proposer.observe(StepRecord(4, 4, 0.1, 0.05))
+    offer = proposer.offer(COPY, 6)
+    assert offer.adaptive and offer.tokens == (4, 5, 6, 7, 8, 9)
+    assert offer.acceptance == pytest.approx(proposer.acceptance) and offer.acceptance > 0.8
+    for _ in range(15):
+        proposer.observe(StepRecord(4, 0, 0.1, 0.05))
+    assert not proposer.wins()
+    assert proposer.offer(COPY, 6).tokens == ()
+    assert expected_tokens(offer.acceptance, 6) > 4
