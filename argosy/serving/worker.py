@@ -101,7 +101,8 @@ class WorkerEngine:
             self._admitting = True
 
     def sleep(self, level: int = 2) -> None:
-        """Stop admitting, drain, then drop the model (1) or stop the worker (2)."""
+        """Stop admitting, drain, then drop the model (1) or stop the worker (2); sleeping
+        while asleep does nothing, whatever the level."""
         if level not in (1, 2):
             raise ValueError(f"sleep level must be 1 or 2, not {level}")
         with self._state_lock:
@@ -117,8 +118,10 @@ class WorkerEngine:
             self.sleep_level = level
 
     def wake(self) -> None:
-        """Undo `sleep` and time it (`last_wake_s`)."""
+        """Undo `sleep` and time it (`last_wake_s`); waking an awake engine does nothing."""
         with self._state_lock:
+            if not self.sleep_level:
+                return
             start = time.perf_counter()
             if self.sleep_level == 1:
                 self._call("wake")
@@ -264,6 +267,7 @@ class WorkerEngine:
             self._proc.join(timeout=10)
         self._conn.close()
         self._proc, self._conn = None, None
+        self._fail_pending()
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.drain_timeout_s
@@ -324,6 +328,11 @@ class WorkerEngine:
             target = self._pending.get(message[1])
             if target is not None:
                 target.put(message)
+        with self._state_lock:  # a worker stopped on purpose was handled by _stop_worker;
+            if self._conn is conn:  # a newer worker's waiters must not hear of this one
+                self._fail_pending()
+
+    def _fail_pending(self) -> None:
         gone = ("err", 0, ("EngineFailedError", "the worker process stopped"))
         for replies in list(self._pending.values()):
             replies.put(gone)
