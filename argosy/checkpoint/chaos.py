@@ -208,7 +208,8 @@ class Storm:
         rank = self.rng.randrange(self.world)
         if self.rng.random() < 0.5:
             point = self.rng.choice(faultpoints.POINTS)
-            nth = self.rng.randint(1, 2 if point in ("commit", "renamed", "publish") else 6)
+            once_a_step = ("publish", "metadata", "commit", "renamed")
+            nth = self.rng.randint(1, 2 if point in once_a_step else 6)
             return f"persister:{point}", rank, f"{point}:{nth}", BACKSTOP_S
         return "trainer", rank, None, self.rng.uniform(0.2, 6.0)
 

@@ -12,6 +12,18 @@ the epoch), fsyncs, and renames the directory to `step_<12 digits>` in one `rena
 a failure or a timeout aborts the step for all: `aborted` is written and the directory is
 removed; the previous commit stays the newest.
 
+Durable operations, in order (each line waits for the one before; the paths on one line
+are synced at once, which the file system folds into one journal commit):
+
+    every rank   fsync(data file, rank index)            then the done-marker (not synced)
+    rank 0       fsync(.metadata, manifest, staging dir)  then rename under the fence lock
+    rank 0       fsync(checkpoint dir)                    then the step is announced durable
+
+So everything the manifest names is durable before the rename makes the step visible, and
+the rename is durable before anyone is told. A crash (or power loss) anywhere before the
+rename leaves a staging directory that is never read; after it, a whole step. Readers
+check every file against the manifest's checksum in any case.
+
 Fencing: every attempt of a job has an epoch (the launcher's, else agreed at start, see
 `flash.py`), higher than the ones before. A new attempt raises `.fence` to its epoch before
 it lists what is committed; a writer whose epoch is below the fence stops writing, and a
@@ -43,6 +55,7 @@ from argosy.checkpoint.disk import (
     committed_steps,
     fsync_dir,
     step_dir_name,
+    sync_paths,
     verify,
     write_small,
 )
@@ -54,6 +67,7 @@ TMP_PREFIX = ".tmp-"
 TRASH_PREFIX = ".trash-"
 FENCE_FILE = ".fence"
 ABORTED = "aborted"
+METADATA = ".metadata"
 FORMAT = "argosy-flash/2 (torch.distributed.checkpoint)"
 _TMP = re.compile(r"\.tmp-e(\d+)-step_(\d+)$")
 
@@ -139,14 +153,18 @@ class Fence:
 
 
 def publish(staging: Path, piece: RankPiece, epoch: int) -> None:
-    """This rank's shard is durable: its done-marker, naming its files and checksums."""
-    write_small(staging / f"rank{piece.rank}.done", pickle.dumps((epoch, piece)))
+    """This rank's shard is durable: its done-marker, naming its files and checksums.
+
+    The marker itself is not fsynced: it tells rank 0 that the files it names are durable
+    (they were synced before it), and rank 0's manifest, which is synced, repeats them.
+    After a power loss a staging directory is garbage, marker or not."""
+    write_small(staging / f"rank{piece.rank}.done", pickle.dumps((epoch, piece)), sync=False)
 
 
 def refuse(staging: Path, rank: int, kind: str, reason: str) -> None:
     """`kind` is "skip" (the snapshot is gone) or "failed" (the write failed)."""
     with contextlib.suppress(OSError):  # the directory may be gone: the step is void anyway
-        write_small(staging / f"rank{rank}.{kind}", reason.encode())
+        write_small(staging / f"rank{rank}.{kind}", reason.encode(), sync=False)
 
 
 @dataclass
@@ -188,7 +206,7 @@ def collect(staging: Path, world_size: int, epoch: int) -> Collected:
 def abort(staging: Path, reason: str) -> None:
     """Mark the step void for every rank, then remove its directory."""
     with contextlib.suppress(OSError):
-        write_small(staging / ABORTED, reason.encode())
+        write_small(staging / ABORTED, reason.encode(), sync=False)
     shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -222,8 +240,8 @@ def commit(
                 raise ValueError(f"{name}: {size} bytes, rank {piece.rank} wrote {want['bytes']}")
         files.update(piece.files)
     metadata_bytes = pickle.dumps(_dcp_metadata(metas, pieces))
-    write_small(staging / ".metadata", metadata_bytes)
-    files[".metadata"] = {"bytes": len(metadata_bytes), "crc32": zlib.crc32(metadata_bytes)}
+    write_small(staging / METADATA, metadata_bytes, sync=False)
+    files[METADATA] = {"bytes": len(metadata_bytes), "crc32": zlib.crc32(metadata_bytes)}
     manifest = {
         "format": FORMAT,
         "step": step,
@@ -232,10 +250,13 @@ def commit(
         "created_unix": time.time(),
         "files": files,
     }
-    write_small(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
+    write_small(staging / MANIFEST, json.dumps(manifest, indent=1).encode(), sync=False)
     for piece in pieces:
         (staging / f"rank{piece.rank}.done").unlink(missing_ok=True)
-    fsync_dir(staging)
+    faultpoints.reach("metadata")
+    # the shards and indexes were synced by their ranks: the two files and the directory's
+    # entries are all that is left, synced at once, before anything can see the step
+    sync_paths([staging / METADATA, staging / MANIFEST, staging])
     faultpoints.reach("commit")
     final = directory / step_dir_name(step)
     with fence.locked():

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import functools
+
 try:
     from isal.isal_zlib import crc32
 except ImportError:  # pragma: no cover - the train extra installs isal
@@ -43,8 +45,9 @@ def _x2n_table() -> list[int]:
 _X2N = _x2n_table()
 
 
+@functools.lru_cache(maxsize=64)
 def _x2nmodp(n: int, k: int) -> int:
-    """x^(n * 2^k) modulo the crc polynomial."""
+    """x^(n * 2^k) modulo the crc polynomial (cached: a file's chunks share one length)."""
     p = 1 << 31  # x^0
     while n:
         if n & 1:

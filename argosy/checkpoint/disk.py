@@ -77,28 +77,35 @@ def write_rank(
     data: memoryview,
     on_write: Callable[[int], None] | None = None,
     writers: int | None = None,
+    ready: Callable[[int], None] | None = None,
 ) -> RankPiece:
     """Write this rank's data file and index into `staging`, fsynced, checksummed.
 
     The file is laid out first (torch.save records that reference the snapshot's bytes,
-    pwrite.py), then written by `writers` parallel threads in large aligned chunks, one
-    fsync. `on_write(bytes_so_far)` runs after every chunk written: progress for the
-    watchdog, and the writer's fence (it raises to abandon the write). The caller
-    publishes the returned piece (commit.py's done-marker) once this returns.
+    pwrite.py), then written by `writers` parallel threads in large aligned chunks; the
+    index is written before it, and both are fsynced together (one journal commit).
+    `on_write(bytes_so_far)` runs after every chunk written: progress for the watchdog,
+    and the writer's fence (it raises to abandon the write). The caller publishes the
+    returned piece (commit.py's done-marker) once this returns. `ready(n)`, when given,
+    blocks until the first `n` bytes of `data` are in place (the snapshot is still landing
+    in its slot): each chunk is written as soon as its bytes are there.
     """
     from argosy.checkpoint import pwrite
 
-    name = data_file(meta.rank)
-    out = pwrite.FilePlan()
+    name, index_name = data_file(meta.rank), f"rank{meta.rank}.meta"
+    out = pwrite.FilePlan(source=data)
     items, raw_offsets, records = _lay_out(out, meta, data, name)
-    crc = pwrite.write_parallel(staging / name, out, writers, on_write=on_write)
-    files = {name: {"bytes": out.pos, "crc32": crc}}
-    piece = RankPiece(meta.rank, items, raw_offsets, files)
     index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
-    index_name = f"rank{meta.rank}.meta"
-    write_small(staging / index_name, index_bytes)
-    files[index_name] = {"bytes": len(index_bytes), "crc32": crc32(index_bytes)}
-    return piece
+    write_small(staging / index_name, index_bytes, sync=False)  # synced with the data
+    crc = pwrite.write_parallel(
+        staging / name, out, writers, on_write=on_write, fsync=False, ready=ready
+    )
+    sync_paths([staging / name, staging / index_name])
+    files = {
+        name: {"bytes": out.pos, "crc32": crc},
+        index_name: {"bytes": len(index_bytes), "crc32": crc32(index_bytes)},
+    }
+    return RankPiece(meta.rank, items, raw_offsets, files)
 
 
 def _lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple[list, dict, dict]:
@@ -142,12 +149,15 @@ def _lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple
     return items, raw_offsets, records
 
 
-def write_small(path: Path, payload: bytes) -> None:
+def write_small(path: Path, payload: bytes, sync: bool = True) -> None:
+    """Write `path` whole or not at all (a `.part` file renamed into place); fsynced before
+    the rename when `sync` (else the caller syncs it, or its durability does not matter)."""
     tmp = path.with_name(path.name + ".part")
     with open(tmp, "wb") as f:
         f.write(payload)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -157,6 +167,18 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync_paths(paths: list[Path]) -> None:
+    """fsync every file and directory of `paths`, all at once (a thread each), so the file
+    system folds them into one journal commit; returns when all are durable, raises the
+    first error."""
+    if len(paths) == 1:
+        fsync_dir(paths[0])  # fsync of a read-only descriptor: a file or a directory
+        return
+    with ThreadPoolExecutor(len(paths)) as pool:
+        for done in [pool.submit(fsync_dir, path) for path in paths]:
+            done.result()
 
 
 # -- listing, checking, pruning, reading --------------------------------------------------

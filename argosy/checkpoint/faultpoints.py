@@ -4,10 +4,14 @@
     ARGOSY_CKPT_CRASH="copy:5:stall"    # stop there for good (a wedged persister)
     ARGOSY_CKPT_CRASH="write:1:enospc"  # raise OSError(ENOSPC) there (a full disk)
     ARGOSY_CKPT_FAULTS=/path/to/file    # the same spec, read from a file whenever it changes
+    faultpoints.arm("metadata:1:crash")  # in-process tests: raise Crash there
 
-Points: "copy" (mid-copy into a slot), "write" (mid-shard write), "publish" (shard durable,
-done-marker not yet written), "commit" (manifest written, rename not yet done), "renamed"
-(committed, older steps not yet pruned). Actions: "kill" (default), "stall", "enospc".
+Points, in the order a step passes them: "copy" (mid-copy into a slot), "write" (mid-shard
+write), "publish" (shard and index durable, done-marker not yet written), "metadata"
+(`.metadata` and manifest written, not yet synced), "commit" (all synced, rename not yet
+done), "renamed" (committed, older steps not yet pruned). Actions: "kill" (default),
+"stall", "enospc", "crash" (raise `Crash`, a BaseException: it unwinds past every
+`except Exception`, leaving the files as a SIGKILL there would, in the same process).
 
 The file form arms a live process (a soak's persister) without restarting it: each time
 its content changes, the spec in it is armed afresh and its count starts from zero; an
@@ -24,8 +28,14 @@ import time
 
 ENV = "ARGOSY_CKPT_CRASH"
 FILE_ENV = "ARGOSY_CKPT_FAULTS"
-POINTS = ("copy", "write", "publish", "commit", "renamed")
-ACTIONS = ("kill", "stall", "enospc")
+POINTS = ("copy", "write", "publish", "metadata", "commit", "renamed")
+ACTIONS = ("kill", "stall", "enospc", "crash")
+
+
+class Crash(BaseException):
+    """An in-process stand-in for SIGKILL at a crash point (action "crash"); `args[0]` is
+    the point."""
+
 
 _armed: dict[str, tuple[int, str]] = {}
 _seen: dict[str, int] = {}
@@ -53,6 +63,11 @@ def _arm(spec: str) -> None:
 
 
 _arm(os.environ.get(ENV, ""))
+
+
+def arm(spec: str) -> None:
+    """Arm this process at "point[:count[:action]]" (an empty spec disarms)."""
+    _arm(spec)
 
 
 def _reload() -> None:
@@ -88,4 +103,6 @@ def reach(point: str) -> None:
             time.sleep(3600)
     if action == "enospc":
         raise OSError(errno.ENOSPC, f"No space left on device (injected at {point})")
+    if action == "crash":
+        raise Crash(point, count)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -51,9 +51,9 @@ from typing import Any
 from argosy.checkpoint import disk, faultpoints
 from argosy.checkpoint.chaos import BIG, expected
 
-KILL_POINTS = ("copy", "write", "publish", "commit", "renamed")
+KILL_POINTS = ("copy", "write", "publish", "metadata", "commit", "renamed")
 HANG_POINTS = ("copy", "write", "commit")
-ENOSPC_POINTS = ("write", "publish", "commit")
+ENOSPC_POINTS = ("write", "publish", "metadata", "commit")
 KINDS: dict[str, float] = {
     "persister_kill": 0.13,
     "persister_hang": 0.03,
