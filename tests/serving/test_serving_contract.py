@@ -15,9 +15,9 @@ HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 @pytest.fixture(scope="module", params=["transformers", "vllm"])
-def engine(request, smol_engine):
+def engine(request):
     if request.param == "transformers":
-        return smol_engine
+        return request.getfixturevalue("smol_engine")
     if not HAVE_VLLM:
         pytest.skip("vllm is not installed here (see docs/serving.md)")
     built = ENGINES.get("vllm")(EngineConfig(engine="vllm", max_context_tokens=512))
