@@ -9,9 +9,14 @@ side in one run: worker started by spawn (a fresh Python) and by the zygote (a f
     nice -n 10 .venv/bin/python benchmarks/serving_sleep.py --repeats 3
     nice -n 10 .venv/bin/python benchmarks/serving_sleep.py --modes spawn --levels 1 --repeats 1
 
+"Its CPU s" is the CPU time the HTTP process, the worker and the zygote used between the
+wake call and the first token (on a shared, loaded machine the wall time is several times
+that; the wake work runs on one thread, so its CPU time is about what it takes on an idle
+core).
 "Service" memory is the HTTP process plus its worker. The zygote is one process per node
 shared by every service there; the tables report the freed fraction with it left out and
-with it counted in full against this one service.
+with it counted in full against this one service (by PSS: pages the worker shares with the
+zygote are counted once, not twice as a sum of RSS would).
 """
 
 from __future__ import annotations
@@ -96,21 +101,40 @@ def first_token_s(base: str) -> float:
     return time.perf_counter() - start
 
 
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds `pid` has used (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def service_cpu_s(base: str) -> float:
+    """CPU seconds used so far by the HTTP process, the worker and the zygote (its forks)."""
+    pids = httpx.get(f"{base}/admin/state", headers=AUTH, timeout=60).json()["pids"]
+    return cpu_s(pids["http"]) + cpu_s(pids["worker"]) + cpu_s(pids["zygote"])
+
+
 def one_cycle(base: str, level: int) -> dict[str, Any]:
     """Sleep at `level`, wake, first token: memory by process and the timings."""
     awake = service_memory(base)
     slept = httpx.post(f"{base}/admin/sleep", json={"level": level}, headers=AUTH, timeout=600)
     asleep = service_memory(base)
+    cpu_before = service_cpu_s(base)
     start = time.perf_counter()
     woke = httpx.post(f"{base}/admin/wake", headers=AUTH, timeout=600).json()
     ttft = first_token_s(base)
+    wall = time.perf_counter() - start
     return {
         "awake": awake,
         "asleep": asleep,
         "sleep_s": slept.json()["seconds"],
         "wake_s": woke["seconds"],
-        "wake_to_first_token_s": time.perf_counter() - start,
+        "wake_to_first_token_s": wall,
         "first_token_s": ttft,
+        "wake_to_first_token_cpu_s": service_cpu_s(base) - cpu_before,
     }
 
 
@@ -155,9 +179,10 @@ def summarize(rows: dict[tuple[str, int], list[dict[str, Any]]]) -> None:
     print("\nsleep/wake, medians over repeats (service = HTTP process + worker)")
     print(
         "| worker start | level | repeats | service RSS awake MiB | asleep MiB | freed (RSS) "
-        "| freed (PSS) | freed, zygote counted | sleep s | wake s | wake to first token s |"
+        "| freed (PSS) | freed (PSS), zygote counted | sleep s | wake s | wake to first token s "
+        "| its CPU s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (mode, level), cycles in rows.items():
 
         def med(key: str, cycles: list[dict[str, Any]] = cycles) -> float:
@@ -167,11 +192,12 @@ def summarize(rows: dict[tuple[str, int], list[dict[str, Any]]]) -> None:
         asleep = statistics.median(total(c["asleep"], "rss_bytes", SERVICE) for c in cycles)
         rss = statistics.median(freed(c, "rss_bytes", SERVICE) for c in cycles)
         pss = statistics.median(freed(c, "pss_bytes", SERVICE) for c in cycles)
-        counted = statistics.median(freed(c, "rss_bytes", WITH_ZYGOTE) for c in cycles)
+        counted = statistics.median(freed(c, "pss_bytes", WITH_ZYGOTE) for c in cycles)
         print(
             f"| {mode} | {level} | {len(cycles)} | {awake / MIB:.0f} | {asleep / MIB:.0f} "
             f"| {rss:.0%} | {pss:.0%} | {counted:.0%} | {med('sleep_s'):.2f} "
-            f"| {med('wake_s'):.2f} | {med('wake_to_first_token_s'):.2f} |"
+            f"| {med('wake_s'):.2f} | {med('wake_to_first_token_s'):.2f} "
+            f"| {med('wake_to_first_token_cpu_s'):.2f} |"
         )
 
 
@@ -192,7 +218,8 @@ def run_mode(mode: str, levels: list[int], repeats: int, threads: int) -> dict[A
                         print_split(mode, level, row)
                     print(
                         f"{mode} level {level} repeat {rep}: wake {row['wake_s']:.2f} s, "
-                        f"wake to first token {row['wake_to_first_token_s']:.2f} s, "
+                        f"wake to first token {row['wake_to_first_token_s']:.2f} s "
+                        f"({row['wake_to_first_token_cpu_s']:.2f} s CPU), "
                         f"service RSS freed {freed(row, 'rss_bytes', SERVICE):.0%}",
                         flush=True,
                     )
