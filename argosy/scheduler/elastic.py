@@ -33,7 +33,8 @@ def target_replicas(sched, w: Workload, now: float) -> int:
     if w.target_cache[0] == index:
         return w.target_cache[1]
     ahead = int(np.ceil(sched.config.forecast_lead_s / step)) + 1
-    target = max(w.needed_replicas((index + k) * step) for k in range(ahead + 1))
+    # mid-step times: (index + k) * step // step can round down to the step before
+    target = max(w.needed_replicas((index + k + 0.5) * step) for k in range(ahead + 1))
     w.target_cache = (index, target)
     return target
 
@@ -143,19 +144,21 @@ def grow(sched, now: float) -> None:
     ]
     if all(n < d for n, d in zip(room_for, cap.dpn, strict=True)):
         return
-    gap = sched.config.min_resize_interval_s
+    cfg = sched.config
+    gap, over, budget = cfg.min_resize_interval_s, cfg.elastic_overgrow, cfg.resize_budget_fraction
     demand = growth.pending_demand(sched)
     dpn = cap.dpn
-    cands = [  # `_grow_one`'s cheap refusals first: room only shrinks during this loop
+    # `_grow_one`'s cheap refusals first (room only shrinks during this loop); the last
+    # is `growth.within_budget` for a grow and a shrink at the present size, whose two
+    # stalls are also the allowance it adds: what is left is the budget's share of run time
+    cands = [
         w
         for w in sched.elastic_running.values()
-        if room_for[w.alloc.group] >= dpn[w.alloc.group]
+        if room_for[(a := w.alloc).group] >= dpn[a.group]
         and now - w.last_resize_s >= gap
-        and w.devices < growth.max_size(sched, w)
-        and growth.within_budget(
-            sched, w, now, 2 * growth.resize_cost(sched, w, w.devices, w.devices)
-        )
-    ]
+        and a.devices < int(w.max_devices * over)
+        and w.resize_stall_s <= budget * max(0.0, now - w.started_s)
+    ]  # fmt: skip
     cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
     need: dict[str, int] = {}
     for w in cands:

@@ -114,13 +114,13 @@ def service_need(sched, chip: str, now: float, horizon_s: float) -> int:
     for s in sched.services:
         if s.chips[0] != chip or s.profile is None:
             continue
-        step = s.profile_step_s
-        first = int(now // step) % len(s.profile)  # the profile repeats every day
-        steps = int(np.ceil(horizon_s / step)) + 1
+        step, profile = s.profile_step_s, s.profile
+        first = int(now // step) % len(profile)  # the profile repeats every day
+        steps = math.ceil(horizon_s / step) + 1
         key = (s.id, first, steps)
         peak = sched.peak_ahead.get(key)
         if peak is None:
             ahead = np.arange(first, first + steps)
-            peak = sched.peak_ahead[key] = float(s.profile[ahead % len(s.profile)].max())
-        need += max(0, int(np.ceil(s.max_devices * peak - 1e-9)) - s.devices)
+            peak = sched.peak_ahead[key] = float(profile[ahead % len(profile)].max())
+        need += max(0, math.ceil(s.max_devices * peak - 1e-9) - s.replica_count)
     return need

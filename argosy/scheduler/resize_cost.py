@@ -44,6 +44,7 @@ BYTES_PER_PARAM = 16.0
 """Mixed-precision Adam: bf16 weights and gradients, fp32 master weights and two moments
 (ZeRO, Rajbhandari et al. 2020: 16 bytes per parameter)."""
 GB = 1e9
+MEMO_ENTRIES = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class ResizeCost:
     unknown_state_gb_per_rank: float = 65e9 * BYTES_PER_PARAM / 1536 / GB
     _ranks: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _seconds: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _memo: dict[tuple[float, int, int], float] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         points = sorted(self.restart_points, key=lambda p: p.ranks)
@@ -99,10 +103,17 @@ class ResizeCost:
 
     def seconds(self, state_bytes: float, before: int, after: int) -> float:
         """Stall of a resize from `before` to `after` devices of a job holding
-        `state_bytes` of training state (0: unknown)."""
-        snapshot = self.state_gb_per_rank(state_bytes, before) / self.snapshot_gbps
-        restore = self.state_gb_per_rank(state_bytes, after) / self.restore_gbps
-        return snapshot + self.restart_s(after) + restore
+        `state_bytes` of training state (0: unknown). Memoised: the scheduler asks for
+        the same few job sizes every cycle."""
+        key = (state_bytes, before, after)
+        cost = self._memo.get(key)
+        if cost is None:
+            if len(self._memo) > MEMO_ENTRIES:
+                self._memo.clear()
+            snapshot = self.state_gb_per_rank(state_bytes, before) / self.snapshot_gbps
+            restore = self.state_gb_per_rank(state_bytes, after) / self.restore_gbps
+            cost = self._memo[key] = snapshot + self.restart_s(after) + restore
+        return cost
 
 
 def training_state_bytes(params: float) -> float:
