@@ -309,44 +309,14 @@ def _start_server(threads: int, speculative: str = "off"):
 
 
 def service_sleep_wake(repeats: int, threads: int) -> None:
-    """`argosy serve` as a control plane drives it: RSS of the HTTP process plus its worker
-    before and after POST /admin/sleep (levels 1 and 2), and wake to first streamed token."""
-    import httpx
+    """`argosy serve` as a control plane drives it: levels 1 and 2, worker spawned and
+    forked from the node zygote side by side (see benchmarks/serving_sleep.py)."""
+    import serving_sleep
 
-    server, base = _start_server(threads)
-    auth = {"authorization": "Bearer bench"}
-    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Say hello."}],
-            "max_tokens": 1, "temperature": 0, "stream": True}  # fmt: skip
-    try:
-        httpx.post(f"{base}/v1/chat/completions", json={**body, "stream": False}, timeout=600)
-        print("\nargosy serve sleep/wake (HTTP process + worker, resident memory)")
-        print(
-            "| level | repeat | RSS awake MiB | RSS asleep MiB | freed | sleep s | wake s "
-            "| wake to first token s |"
-        )
-        print("|---|---|---|---|---|---|---|---|")
-        for level in (1, 2):
-            for rep in range(repeats):
-                slept = httpx.post(
-                    f"{base}/admin/sleep", json={"level": level}, headers=auth, timeout=600
-                ).json()
-                start = time.perf_counter()
-                woke = httpx.post(f"{base}/admin/wake", headers=auth, timeout=600).json()
-                with httpx.stream(
-                    "POST", f"{base}/v1/chat/completions", json=body, timeout=600
-                ) as resp:
-                    next(resp.iter_lines())
-                first_s = time.perf_counter() - start
-                awake, asleep = slept["resident_bytes_before"], slept["resident_bytes"]
-                print(
-                    f"| {level} | {rep} | {awake / 2**20:.0f} | {asleep / 2**20:.0f} | "
-                    f"{(awake - asleep) / awake:.0%} | {slept['seconds']:.2f} | "
-                    f"{woke['seconds']:.2f} | {first_s:.2f} |",
-                    flush=True,
-                )
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    rows: dict = {}
+    for mode in ("spawn", "zygote"):
+        rows |= serving_sleep.run_mode(mode, [1, 2], repeats, threads)
+    serving_sleep.summarize(rows)
 
 
 def concurrent_clients(num_clients: int, max_tokens: int, threads: int) -> None:
