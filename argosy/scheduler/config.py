@@ -20,8 +20,11 @@ class SchedulerConfig(BaseModel):
     """Most workloads evicted to make one preemptor fit."""
     resize_cost_s: float = Field(default=90.0, ge=0)
     """Checkpoint-resume pause of every device of an elastic job when it shrinks or grows."""
-    min_resize_interval_s: float = Field(default=900.0, ge=0)
-    """An elastic job grows at most once per this many seconds (bounds resize churn)."""
+    min_resize_interval_s: float = Field(default=600.0, ge=0)
+    """An elastic job grows at most once per this many seconds (bounds resize churn).
+    (10 min: 7-day runs with resizes priced by job size gave 15 min 92.6% / 99.31%
+    allocation / effective training time on h100:10000, 10 min 93.9% / 99.16%, 5 min
+    95.6% / 99.00%, at the edge of the 99% target.)"""
     elastic_buffer_fraction: float = Field(default=0.01, ge=0, le=0.5)
     """Share of each group's devices elastic growth leaves free for arriving small jobs;
     a shrink to make room also restores it, so arrivals rarely force a resize. (1%: with
