@@ -193,3 +193,40 @@ def test_sampled_rows_verified_in_a_batch_keep_the_target_distribution(tiny_mode
     assert loop.verify_steps >= num // 8
     total_variation = 0.5 * (counts / num - want).abs().sum().item()
     assert total_variation < 0.12, total_variation
+
+
+COPY_PROMPTS = [
+    "Repeat exactly: The river flows past the old mill, under the stone bridge, to the sea.",
+    "Copy this list: apples, pears, plums, cherries, apples, pears, plums, cherries.",
+    "def add(a, b):\n    return a + b\n\nRewrite the function above, unchanged:",
+    "Write a poem about autumn.",
+]
+
+
+@pytest.mark.slow
+def test_the_real_model_verifies_drafts_for_concurrent_requests_losslessly(smol_engine):
+    import threading
+
+    from argosy.serving import GenerationRequest
+
+    def request(text, spec="off"):
+        ids = tuple(smol_engine.encode_chat([{"role": "user", "content": text}]))
+        return GenerationRequest(ids, SamplingParams(max_tokens=20), speculative=spec)
+
+    want = {r.prompt_ids: smol_engine.generate(r).token_ids for r in map(request, COPY_PROMPTS)}
+    requests = [request(text, "auto") for text in COPY_PROMPTS]
+    verified_before = smol_engine._loop.verify_steps
+    results: list = [None] * len(requests)
+
+    def run(i):
+        results[i] = smol_engine.generate(requests[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    for request, result in zip(requests, results, strict=True):
+        assert result.token_ids == want[request.prompt_ids]
+    assert sum(r.spec.accepted for r in results) > 0
+    assert smol_engine._loop.verify_steps > verified_before
