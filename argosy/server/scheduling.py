@@ -63,7 +63,8 @@ class Scheduling:
             else build_tree(_default_queues(self.cluster.devices_by_chip()), self.cluster)
         )
         chosen = policies.get(policy)
-        runtime = dataclasses.replace(chosen.runtime, resize_s=0.0)  # config.resize_cost_s
+        # a resize costs what a relaunch costs here: config.resize_cost_s
+        runtime = dataclasses.replace(chosen.runtime, resize_s=0.0, resize_model=None)
         chosen = dataclasses.replace(chosen, hot_spares=False, runtime=runtime)
         config = config.model_copy(update={"elastic_overgrow": 1.0, "forecast_lead_s": 0.0})
         self.sched = Scheduler(self.cluster, tree, chosen, config, clock)

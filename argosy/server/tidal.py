@@ -228,6 +228,10 @@ class Lease:
         job_id = row["id"]
         verb = "grow" if after > before else "shrink"
         current = self.resizes.get(job_id)
+        if current is not None and current.launched_s is not None:  # the last one is done
+            del self.resizes[job_id]
+            self._record_resized(job_id, current, None, before)
+            current = None
         if current is not None:  # resized again before the relaunch: the newest size wins
             current.after = after
             current.gained.update(lenders)
