@@ -107,7 +107,7 @@ class VllmEngine:
         self._stop = threading.Event()
         self._ids = itertools.count()
         self._stats = EngineStats()
-        self._spec_base = (0, 0)
+        self._spec_base = (0, 0, 0)
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -146,10 +146,12 @@ class VllmEngine:
 
     def stats(self) -> EngineStats:
         """Counters since load; speculation counters are vLLM's own, engine-wide."""
-        drafted, accepted = self._spec_totals() if self._engine is not None else (0, 0)
         if self._engine is not None:
-            self._stats.spec.drafted = drafted - self._spec_base[0]
-            self._stats.spec.accepted = accepted - self._spec_base[1]
+            totals = self._spec_totals()
+            spec = self._stats.spec
+            spec.verify_passes, spec.drafted, spec.accepted = (
+                now - base for now, base in zip(totals, self._spec_base, strict=True)
+            )
         self._stats.running = len(self._live)
         self._stats.waiting = self._inbox.qsize()
         return self._stats
@@ -341,15 +343,14 @@ class VllmEngine:
         self._stats.completion_tokens += live.tokens
 
     # -- helpers -----------------------------------------------------------------------
-    def _spec_totals(self) -> tuple[int, int]:
-        """vLLM's (drafted, accepted) token counters, process-wide."""
+    def _spec_totals(self) -> tuple[int, int, int]:
+        """vLLM's (draft passes, drafted tokens, accepted tokens) counters, process-wide."""
         if self._spec is None:
-            return (0, 0)
+            return (0, 0, 0)
         values = {m.name: getattr(m, "value", 0) for m in self._engine.get_metrics()}
-        return (
-            int(values.get("vllm:spec_decode_num_draft_tokens", 0)),
-            int(values.get("vllm:spec_decode_num_accepted_tokens", 0)),
-        )
+        names = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+        passes, drafted, accepted = (int(values.get(f"vllm:spec_decode_{n}", 0)) for n in names)
+        return passes, drafted, accepted
 
     def _require(self) -> Any:
         if self._engine is None or self._stats.asleep:
