@@ -6,6 +6,7 @@ tokens; requests while asleep get 503; sleep and wake are idempotent; a stream r
 when sleep comes ends (finished within the drain time, else cancelled with the asleep error).
 """
 
+import logging
 import os
 import signal
 import socket
@@ -200,3 +201,16 @@ def test_a_missing_zygote_is_a_clear_error(tmp_path, zygote_socket):
             raw.connect(str(zygote_socket))
             raw.sendall(b'{"config": {}}\n')
             assert b"want one file descriptor" in raw.recv(4096)
+
+
+def test_a_service_whose_zygote_is_gone_spawns_its_worker(tmp_path, caplog):
+    config = EngineConfig(model=MODEL, speculative="off", num_threads=1)
+    engine = WorkerEngine(config, zygote_socket=tmp_path / "gone.sock")
+    with caplog.at_level(logging.WARNING, logger="argosy.serving.worker"):
+        engine.load()
+    try:
+        assert (engine.worker_start, engine.zygote_pid) == ("spawn", None)
+        assert _parent_pid(engine.worker_pid) == os.getpid()
+        assert "no zygote answers" in caplog.text and "spawn" in caplog.text
+    finally:
+        engine.close()
