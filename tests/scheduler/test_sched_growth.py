@@ -88,3 +88,23 @@ def test_throughput_share_counts_a_fast_chip_for_more():
     fast = tree.share("b", throughput=True)
     assert fast > slow > 0
     assert tree.share("b") == tree.share("b", throughput=False)
+
+
+def test_a_shrink_for_an_arrival_takes_the_job_that_stalls_least_per_device_freed():
+    sched, clock = make("h100:256", policy="argosy", a_nominal=128)
+    dear = job("dear", queue="b", devices=64, max_devices=128)
+    dear.state_bytes = 405e9 * 16  # 50 GB a rank at 128 ranks: a slow snapshot
+    cheap = job("cheap", queue="b", devices=32, max_devices=128)
+    cheap.state_bytes = 8e9 * 16
+    for w in (cheap, dear):
+        sched.submit(w)
+    sched.cycle()
+    held = {w.id: w.devices for w in (dear, cheap)}
+    assert held["cheap"] > held["dear"]  # the smallest job is not the cheapest to shrink
+    clock.advance(sched.config.min_runtime_s)
+    sched.submit(job("a1", queue="a", devices=64, priority=5))  # within a's nominal share
+    decisions = sched.cycle()
+    shrunk = {d.workload.id for d in decisions if d.action == "resize"}
+    assert shrunk == {"cheap"}, (held, decisions)
+    assert dear.devices == held["dear"]
+    check_invariants(sched)
