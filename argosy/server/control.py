@@ -46,7 +46,7 @@ from argosy.server.services import Services, is_replica
 from argosy.server.spec import JobSpec
 from argosy.server.store import Row, Store
 from argosy.server.summaries import settle_summary, stamp_attempt
-from argosy.server.tidal import HttpReplicaAdmin, Lease, ReplicaAdmin
+from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
 
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
@@ -396,6 +396,8 @@ class Control:
         env = {"ARGOSY_SERVER_ATTEMPT": str(attempt)}
         if spec.checkpoint_every is not None:
             env["ARGOSY_CHECKPOINT_EVERY"] = str(spec.checkpoint_every)
+        if spec.elastic is not None:  # a resize's stop waits for the checkpoint to be durable
+            env[GRACE_ENV] = str(RESIZE_GRACE_S)
         return LaunchRequest(
             job_id=job_id,
             attempt=attempt,

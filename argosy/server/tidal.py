@@ -43,6 +43,10 @@ from argosy.server.store import Row, Store
 
 HOLDING = frozenset({"starting", "ready", "yielding", "waking"})
 """Replica states in which the replica holds its device."""
+RESIZE_GRACE_S = 60.0
+"""Seconds an elastic job's ranks get between SIGTERM and SIGKILL (`argosy launch`'s
+`runtime.term_grace_s`): a resize stops them, and they save a checkpoint first."""
+GRACE_ENV = "ARGOSY__RUNTIME__TERM_GRACE_S"
 RESUME_WAIT_S = 900.0
 """How long a relaunched job is watched for its first step before `resized` is
 recorded without one."""
