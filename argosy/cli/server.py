@@ -2,6 +2,7 @@
 
 argosy server                                  # 127.0.0.1:8265, SQLite in ~/.argosy
 argosy server --executor ray --ray-address 127.0.0.1:6379 --queues queues.yaml
+argosy server --config server.yaml             # any ServerConfig field (flags win)
 
 FastAPI and uvicorn are imported only when the server starts.
 """
@@ -26,6 +27,9 @@ def server(
     home: Path | None = typer.Option(None, "--home", help="Default: $ARGOSY_HOME or ~/.argosy."),
     slots: int = typer.Option(0, "--slots", min=0, help="CPU slots (local, no accelerator)."),
     policy: str = typer.Option("argosy", "--policy", help="Scheduling policy."),
+    config_file: Path | None = typer.Option(
+        None, "--config", help="YAML of ServerConfig fields (e.g. scheduler knobs)."
+    ),
 ) -> None:
     """Run the control plane: REST API under /api/v1, OpenAPI at /docs."""
     try:
@@ -54,7 +58,22 @@ def server(
     }
     if home is not None:
         values["home"] = home
-    config = ServerConfig.model_validate(values)
+    config = _with_file(ServerConfig, config_file, values)
     writable_dir(config.home, "--home" if home is not None else "home ($ARGOSY_HOME or ~/.argosy)")
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+
+
+def _with_file(model, path: Path | None, flags: dict):  # noqa: ANN001, ANN202
+    """The config from `path` (validated with its line numbers), then the flags that
+    differ from their defaults."""
+    if path is None:
+        return model.model_validate(flags)
+    from argosy.core.documents import load_yaml, validate
+
+    if not path.exists():
+        raise ArgosyError(f"config file '{path}' not found")
+    from_file = validate(model, load_yaml(path)).model_dump(exclude_unset=True)
+    defaults = model.model_validate({}).model_dump()
+    given = {k: v for k, v in flags.items() if k not in defaults or v != defaults[k]}
+    return model.model_validate(from_file | given)

@@ -2,8 +2,9 @@
 
 Queue depth (pending jobs per queue), jobs by state, allocation by chip type, devices
 used per node (per-device use: the local and Ray executors place whole devices), the
-effective training time of finished jobs (the runtime's goodput), and the last cycle's
-duration. A registry per app, so several servers live in one test process.
+effective training time of finished jobs (the runtime's goodput), the last cycle's
+duration, and the tidal lease (yields, reclaims and resizes with their seconds, devices
+lent now). A registry per app, so several servers live in one test process.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from argosy.server.control import Control
@@ -44,6 +45,32 @@ class ServerCollector(Collector):
         cycle = GaugeMetricFamily("argosy_scheduler_cycle_seconds", "Last scheduler cycle")
         cycle.add_metric([], ctl.cycle_s)
         yield cycle
+        yield from self._lease()
+
+    def _lease(self) -> Iterator[Metric]:
+        lease, services = self.control.lease, self.control.services
+        kinds = ("yield", "reclaim", "resize")
+        count = CounterMetricFamily(
+            "argosy_tidal_transitions", "Tidal lease transitions done", labels=["kind"]
+        )
+        seconds = CounterMetricFamily(
+            "argosy_tidal_seconds",
+            "Seconds spent in them: yield = sleep, reclaim = wake + first token, "
+            "resize_stop = stop until exit, resize_restart = relaunch until restored",
+            labels=["kind"],
+        )
+        for kind in kinds:
+            count.add_metric([kind], lease.counts[kind])
+        for kind in ("yield", "reclaim", "resize_stop", "resize_restart"):
+            seconds.add_metric([kind], lease.seconds[kind])
+        lent = GaugeMetricFamily("argosy_tidal_lent_devices", "Devices of asleep replicas")
+        asleep = sum(
+            r["state"] == "asleep" for row in services.active.values() for r in row["replicas"]
+        )
+        lent.add_metric([], asleep)
+        yield count
+        yield seconds
+        yield lent
 
     def _devices(self) -> Iterator[Metric]:
         s = self.control.scheduling

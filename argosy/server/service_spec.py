@@ -39,6 +39,9 @@ class TidalSpec(BaseModel):
     period_s: float = Field(default=86400.0, gt=0, le=365 * 86400.0)
     """Seconds the levels cover; the period repeats and starts at every multiple of
     `period_s` since the epoch (86400: a day from 00:00 UTC; a test compresses it)."""
+    offset_s: float = Field(default=0.0, ge=0, le=365 * 86400.0)
+    """The period starts this long after each multiple of `period_s` since the epoch (a
+    daily profile in local time: its UTC offset); rounded to whole steps."""
     lead_s: float = Field(default=1800.0, ge=0, le=365 * 86400.0)
     """Seconds before the forecast rises by which the replicas it needs are awake."""
     min_replicas: int = Field(default=0, ge=0, le=256)
@@ -48,9 +51,12 @@ class TidalSpec(BaseModel):
     stops it (frees more memory)."""
 
     def profile(self, replicas: int) -> list[float]:
-        """The levels with the `min_replicas` floor applied (fractions of `replicas`)."""
+        """The levels with the `min_replicas` floor applied (fractions of `replicas`), from
+        each multiple of `period_s` since the epoch (`offset_s` rotates them)."""
         floor = self.min_replicas / replicas
-        return [max(level, floor) for level in self.levels]
+        shift = round(self.offset_s / self.step_s) % len(self.levels)
+        levels = self.levels[-shift:] + self.levels[:-shift] if shift else self.levels
+        return [max(level, floor) for level in levels]
 
     @property
     def step_s(self) -> float:
