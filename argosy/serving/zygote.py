@@ -43,6 +43,9 @@ DEFAULT_PRELOAD = (
     "torch",
     "transformers",
     "transformers.models.llama.modeling_llama",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.tokenization_utils_tokenizers",
+    "transformers.convert_slow_tokenizer",
     "tokenizers",
     "jinja2",
     "argosy.serving.transformers_engine",
@@ -73,9 +76,13 @@ class ZygoteServer:
         """Import the preloaded modules and bind the socket (ready for `serve_forever`)."""
         started = time.perf_counter()
         for name in self.preload:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as err:  # another transformers version: workers import it
+                log.info("zygote: not preloading %s: %s", name, err)
         gc.collect()
-        gc.freeze()  # keep the collector from touching (and so copying) inherited objects
+        gc.freeze()  # the collector leaves inherited objects alone (no copy-on-write), here
+        # and in the forked workers, which keep them frozen: they are modules, never garbage
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a socket left by a zygote that died
@@ -134,7 +141,6 @@ class ZygoteServer:
             os.setsid()  # a Ctrl-C at the zygote's terminal does not reach the workers
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
-            gc.unfreeze()
             self.target(Connection(fd), config)
         except BaseException:  # the child must never return into the zygote's loop
             log.exception("zygote worker failed")
