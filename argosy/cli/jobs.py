@@ -91,6 +91,14 @@ def job(
         return
     console.print(f"[bold]{data['id']}[/] {data['name']} in {data['queue']}: {data['state']}")
     console.print(f"attempts {data['attempts']}; created {data['created_at']}")
+    elastic = data["spec"].get("elastic")
+    if elastic:
+        ranks = sum((data["placement"] or {}).get("nodes", {}).values())
+        console.print(
+            f"elastic: {elastic['min_nnodes']}..{elastic['max_nnodes']} node(s); "
+            f"{ranks} device(s) now (resizes: events resize, resized)",
+            highlight=False,
+        )
     if data["reason"]:
         console.print(f"reason: {data['reason']}", highlight=False)
     for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:

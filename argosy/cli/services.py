@@ -80,6 +80,14 @@ def service(
     spec = data["spec"]
     console.print(f"[bold]{data['id']}[/] {data['name']} in {data['queue']}: {data['state']}")
     console.print(f"model {spec['model']} ({spec['engine']}), {spec['replicas']} replica(s)")
+    if spec.get("tidal"):
+        t = spec["tidal"]
+        awake = sum(r["state"] == "ready" for r in data["replicas"])
+        console.print(
+            f"tidal: {len(t['levels'])} levels over {t['period_s']:g} s, awake {t['lead_s']:g} s"
+            f" before a rise, at least {t['min_replicas']}; {awake} awake now",
+            highlight=False,
+        )
     if data["reason"]:
         console.print(f"reason: {data['reason']}", highlight=False)
     table = Table("replica", "node", "state", "url", "attempt", "restarts")

@@ -128,7 +128,9 @@ class Replica(BaseModel):
     index: int
     node: str | None = None
     state: str
-    """starting (loading), ready (answers /health), exited."""
+    """starting (loading), ready (answers /health), exited; with a tidal forecast also
+    pending (placed, waiting for training ranks to leave its device), yielding, asleep
+    (its device lent), waking."""
     url: str | None = None
     """Base URL of its OpenAI-compatible API (`.../v1`)."""
     attempt: int

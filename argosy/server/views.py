@@ -9,7 +9,7 @@ from pathlib import Path
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo, Replica, Service
 from argosy.server.service_spec import ServiceSpec
-from argosy.server.spec import JobSpec
+from argosy.server.spec import ElasticSpec, JobSpec
 from argosy.server.store import Row
 
 
@@ -50,9 +50,16 @@ def job_view(row: Row) -> Job:
         reason=row["reason"] or "",
         exit_code=row["exit_code"],
         placement=Placement.model_construct(**placement) if placement else None,
-        spec=JobSpec.model_construct(**row["spec"]),
+        spec=_spec(row["spec"]),
         summary=row["summary"],
     )
+
+
+def _spec(values: Row) -> JobSpec:
+    elastic = values.get("elastic")
+    if elastic is None:
+        return JobSpec.model_construct(**values)
+    return JobSpec.model_construct(**(values | {"elastic": ElasticSpec.model_construct(**elastic)}))
 
 
 def job_json(row: Row) -> str:
