@@ -9,7 +9,9 @@ replica wakes and answers a chat request before the peak starts.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
 import signal
 import time
@@ -50,7 +52,12 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     yield proc
     proc.proc.send_signal(signal.SIGTERM)
     proc.proc.wait(timeout=30)
-    for run in (proc.home / "runs").glob("*"):  # replicas and jobs outlive their server
+    # replicas and jobs outlive their server: launchers first (a warm-started one does not
+    # carry the job id in its environment, and would restart a rank killed before it)
+    for pid_file in (proc.home / "runs").glob("**/server/attempt*/launch.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    for run in (proc.home / "runs").glob("*"):
         kill_job_processes(run.name)
         for replica in run.glob("r*"):
             kill_job_processes(f"{run.name}.{replica.name}")
