@@ -15,6 +15,7 @@ the raw memcpy floor (copy of the same bytes into a pre-touched buffer). Then a 
 figure: step time of a small training loop with a save every step vs without.
 `--first-save TREES`: only the stall of the first saves in a fresh process (64 MiB state),
 for each source tree given (this repository and, say, an older commit side by side).
+`--startup TREES`: only persister start-up (checkpointer made to first step durable), per tree.
 """
 
 from __future__ import annotations
@@ -483,6 +484,44 @@ print("STALLS", " ".join(f"{s:.3f}" for s in stalls))
 """
 
 
+STARTUP = r"""
+import tempfile, time, uuid
+t0 = time.perf_counter()
+import torch
+from argosy.checkpoint import FlashCheckpointer
+with tempfile.TemporaryDirectory() as d:  # a 64 KiB state, held until the persister is up
+    t1 = time.perf_counter()
+    ckpt = FlashCheckpointer(d, job_id=f"su-{uuid.uuid4().hex[:8]}")
+    ckpt.save(1, {"w": torch.ones(1 << 14)})
+    ckpt.wait()
+    t2 = time.perf_counter()
+    ckpt.close()
+print(f"STARTUP {t1 - t0:.3f} {t2 - t1:.3f}")
+"""
+
+
+def startup(runs: int, tree: str) -> None:
+    """Persister start-up, as a restarted trainer sees it: seconds from making the
+    checkpointer to its first step durable (64 KiB state), next to the trainer's own
+    import of torch, in fresh processes."""
+    tree, imports, durable = str(Path(tree).resolve()), [], []
+    env = dict(os.environ, PYTHONPATH=tree)
+    for _ in range(runs):
+        done = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", STARTUP],
+            env=env, capture_output=True, text=True, timeout=600, check=True,
+            cwd=tempfile.gettempdir(),
+        )  # fmt: skip
+        line = next(x for x in done.stdout.splitlines() if x.startswith("STARTUP"))
+        a, b = (float(x) for x in line.split()[1:])
+        imports.append(a)
+        durable.append(b)
+    print(
+        f"{tree}: checkpointer made -> first step durable {statistics.median(durable):.2f} s"
+        f" median {durable}; the trainer's torch import {statistics.median(imports):.2f} s"
+    )
+
+
 def first_save(runs: int, tree: str) -> None:
     """Stall of the first saves in a fresh process (save + fence), `runs` processes, for the
     code under `tree` (default: this repository; a `git archive` of an older commit
@@ -522,7 +561,15 @@ def main() -> None:
         "--first-save", default=None, metavar="TREES",
         help="only: first-save stall in fresh processes, per source tree (comma-separated)",
     )  # fmt: skip
+    parser.add_argument(
+        "--startup", default=None, metavar="TREES",
+        help="only: persister start-up to the first durable step, per source tree",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.startup:
+        for tree in args.startup.split(","):
+            startup(args.repeats, tree)
+        return
     if args.first_save:
         for tree in args.first_save.split(","):
             first_save(args.repeats, tree)

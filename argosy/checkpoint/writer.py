@@ -125,12 +125,14 @@ class Writer:
     def run(self) -> None:
         import torch.distributed.checkpoint.filesystem  # noqa: F401  # slow import, done early
 
-        # below the trainer: the disk writer takes only the CPU the training step leaves
+        # below the trainer and the copy: the disk writer (and the threads it starts, which
+        # inherit this) takes only the CPU they leave, however nice the whole job runs
         with contextlib.suppress(OSError):
             import os
             import threading
 
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            below = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), below)
         loop = self._coordinate_once if self.coordinator else self._follow_once
         while not self.stopping and not self.is_fenced():
             try:
