@@ -87,6 +87,7 @@ class WorkerEngine:
         self._state_lock = threading.RLock()
         self._pending: dict[int, queue.Queue[tuple[str, int, Any]]] = {}
         self._ids = itertools.count(1)
+        self._flight = threading.Condition()  # guards _in_flight and _admitting
         self._in_flight = 0
         self._admitting = False
         self._info: dict[str, Any] = {}
@@ -98,7 +99,7 @@ class WorkerEngine:
         with self._state_lock:
             if self._proc is None or not self._proc.is_alive():
                 self._start_worker()
-            self._admitting = True
+            self._set_admitting(True)
 
     def sleep(self, level: int = 2) -> None:
         """Stop admitting, drain, then drop the model (1) or stop the worker (2); sleeping
@@ -108,7 +109,7 @@ class WorkerEngine:
         with self._state_lock:
             if self.sleep_level:
                 return
-            self._admitting = False
+            self._set_admitting(False)
             self._drain()
             if level == 1:
                 self._call("sleep")
@@ -128,13 +129,13 @@ class WorkerEngine:
             else:
                 self._start_worker()
             self.sleep_level = 0
-            self._admitting = True
+            self._set_admitting(True)
             self.last_wake_s = time.perf_counter() - start
 
     def close(self) -> None:
         """Stop the worker process."""
         with self._state_lock:
-            self._admitting = False
+            self._set_admitting(False)
             self._stop_worker()
 
     def stats(self) -> EngineStats:
@@ -270,15 +271,15 @@ class WorkerEngine:
         self._fail_pending()
 
     def _drain(self) -> None:
-        deadline = time.monotonic() + self.drain_timeout_s
-        while self._in_flight and time.monotonic() < deadline:
-            time.sleep(0.02)
+        """Wait up to `drain_timeout_s` for requests in flight, then cancel the rest."""
+        with self._flight:
+            self._flight.wait_for(lambda: not self._in_flight, timeout=self.drain_timeout_s)
         for rid in list(self._pending):
             if rid != _READY_ID:
                 self._send(("cancel", rid, None), quiet=True)
 
     def _admit(self) -> tuple[int, queue.Queue[tuple[str, int, Any]]]:
-        with self._state_lock:
+        with self._flight:
             if not self._admitting:
                 raise EngineAsleepError("the engine is asleep; POST /admin/wake first")
             self._in_flight += 1
@@ -288,8 +289,13 @@ class WorkerEngine:
 
     def _release(self, rid: int) -> None:
         self._pending.pop(rid, None)
-        with self._state_lock:
+        with self._flight:  # not the state lock: sleep holds that while it drains
             self._in_flight -= 1
+            self._flight.notify_all()
+
+    def _set_admitting(self, admitting: bool) -> None:
+        with self._flight:
+            self._admitting = admitting
 
     def _call(self, method: str, *args: Any) -> Any:
         if self._conn is None:

@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from argosy.serving import EngineConfig, GenerationRequest, SamplingParams
 from argosy.serving.api import build_app
@@ -186,7 +188,8 @@ def test_sleep_drains_a_short_stream_that_fits_the_drain_time(worker):
     for chunk in stream:
         got.extend(chunk.token_ids)
         finish = chunk.finish_reason or finish
-    sleeper.join(timeout=120)
+    sleeper.join(timeout=60)  # well before the 120 s drain timeout: it ends with the stream
+    assert not sleeper.is_alive(), "sleep waited out the drain timeout after the stream ended"
     worker.drain_timeout_s = 0.5
     assert (len(got), finish) == (6, "length") and worker.sleep_level == 2
     worker.wake()
@@ -214,3 +217,41 @@ def test_a_service_whose_zygote_is_gone_spawns_its_worker(tmp_path, caplog):
         assert "no zygote answers" in caplog.text and "spawn" in caplog.text
     finally:
         engine.close()
+
+
+OPERATIONS = st.lists(st.sampled_from(["sleep 1", "sleep 2", "wake", "ask"]), max_size=6)
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(operations=OPERATIONS)
+def test_any_sleep_and_wake_sequence_keeps_state_memory_and_answers_consistent(worker, operations):
+    want = _greedy_tokens(worker, max_tokens=2)
+    for operation in operations:
+        level_before = worker.sleep_level
+        if operation.startswith("sleep"):
+            worker.sleep(int(operation[-1]))
+            assert worker.sleep_level == (level_before or int(operation[-1]))
+        elif operation == "wake":
+            worker.wake()
+            assert worker.sleep_level == 0
+        elif level_before:
+            with pytest.raises(EngineAsleepError):
+                _greedy_tokens(worker, max_tokens=2)
+        else:
+            assert _greedy_tokens(worker, max_tokens=2) == want
+        _check_memory_matches_the_level(worker)
+    worker.wake()
+
+
+def _check_memory_matches_the_level(worker):
+    memory = worker.memory()
+    if worker.sleep_level == 2:
+        assert worker.worker_pid is None and memory["worker"] is None
+    elif worker.sleep_level == 1:
+        assert memory["worker"].file_bytes < 200 * MIB  # weights unmapped
+    else:
+        assert memory["worker"].file_bytes > 400 * MIB  # weights mapped and warmed up
