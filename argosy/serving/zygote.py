@@ -94,7 +94,7 @@ class ZygoteServer:
         log.info("zygote ready on %s in %.1f s", self.socket_path, time.perf_counter() - started)
 
     def serve_forever(self) -> None:
-        """Fork a worker per connection until `stop` (or SIGTERM) ."""
+        """Fork a worker per connection until `stop` (or SIGTERM)."""
         if self._listener is None:
             self.start()
         assert self._listener is not None
@@ -125,7 +125,12 @@ class ZygoteServer:
             _close_all(fds)
             _reply(client, {"error": "want one file descriptor and a 'config' object"})
             return
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as err:  # out of processes or memory: the service falls back to spawn
+            os.close(fds[0])
+            _reply(client, {"error": f"fork failed: {err}"})
+            return
         if pid == 0:
             self._run_child(client, fds[0], request["config"])
         os.close(fds[0])
