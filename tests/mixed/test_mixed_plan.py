@@ -256,11 +256,13 @@ def test_launch_records_the_emulation_or_names_the_bad_setting(
     speeds = emulation["relative_speed"]
     assert speeds[0] == 1.0 and speeds[1] == speeds[2] < 1.0
     groups = mixed_plan["plans"][0]["groups"]
-    if env.get("ARGOSY_EMULATE_SPEED") == "plan":
+    given = "ARGOSY_EMULATE_SAMPLE_S" in env
+    if given:  # the given times set the speeds, and the note says so
+        assert speeds[1] == pytest.approx(0.5) and "given per-chip times" in emulation["note"]
+    elif env.get("ARGOSY_EMULATE_SPEED") == "plan":
         rates = [g["batch_share"] / g["step_time_s"] / g["devices"] for g in groups]
         assert speeds[1] == pytest.approx(rates[1] / rates[0])
     else:
         assert speeds[1] == pytest.approx(312 / 989, rel=1e-3)
-    given = "ARGOSY_EMULATE_SAMPLE_S" in env
     want_times = {"h100-sxm": 0.01, "a100-80g": 0.02} if given else None
     assert emulation["sample_s"] == want_times

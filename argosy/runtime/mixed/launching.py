@@ -104,10 +104,11 @@ def _emulation(
         raise ArgosyError(f"{ENV_SPEED}={source!r}: expected one of {', '.join(SPEED_SOURCES)}")
     speeds = [s.relative_speed for s in peaks] if source == "peak" else _plan_speeds(layout, ranks)
     given = _given_sample_s(chips, catalog)
-    reference = "given (ARGOSY_EMULATE_SAMPLE_S)" if given else "calibrated at start-up"
     headroom = _headroom()
-    if not given:
-        reference += f" x headroom {headroom:g}"
+    reference = f"calibrated at start-up x headroom {headroom:g}"
+    if given:  # the given times are the speeds too
+        source, reference = "given", "given (ARGOSY_EMULATE_SAMPLE_S)"
+        speeds = [min(given.values()) / given[chip] for chip in chips]
     return {
         "spec": emulate,
         "chips": [s.chip for s in peaks],
@@ -122,7 +123,11 @@ def _emulation(
     }
 
 
-_SOURCE_TEXT = {"peak": "catalog dense bf16 peaks", "plan": "the planner's per-device rates"}
+_SOURCE_TEXT = {
+    "peak": "catalog dense bf16 peaks",
+    "plan": "the planner's per-device rates",
+    "given": "the given per-chip times",
+}
 
 
 def _plan_speeds(layout: MixedLayout, ranks: list[RankAssignment]) -> list[float]:
