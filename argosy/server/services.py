@@ -219,7 +219,9 @@ class Services:
         else:
             self.store.add_event(service_id, "replica_exited", message + "; restarting")
             rec["node"] = nodes[rec["index"]]
-            self._start(service_id, spec, rec)
+            rec["waiting"] = spec.tidal is not None and rec["node"] in self.training()
+            if not rec["waiting"]:  # else: started once the training ranks are gone
+                self._start(service_id, spec, rec)
         self._save(row)
 
     def step(self, now_s: float) -> None:

@@ -5,7 +5,9 @@ real control loop (scheduler, store, lease) for two periods; after every tick:
 - no device is held by an awake replica and a training rank at once;
 - from `lead_s` before every rise of the forecast, the service has at least the replicas
   the forecast needs awake (ready), never fewer than `min_replicas`;
-- the job runs within its elastic range, and never as two attempts at once.
+- the job runs within its elastic range, and never as two attempts at once;
+
+also when replica processes die at random moments (awake or asleep).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "nodes": nodes,
         "job_min": job_min,
         "job_max": draw(st.integers(job_min, nodes)),
+        "crashes": draw(st.sets(st.integers(0, 2 * 3 * len(levels) - 1), max_size=3)),
     }
 
 
@@ -163,6 +166,7 @@ def _awake_enough(ctl: Control, s: dict[str, Any], t: float) -> None:
         "nodes": 3,
         "job_min": 1,
         "job_max": 3,
+        "crashes": set(),
     }
 )
 def test_lease_keeps_its_invariants_over_random_days(s: dict[str, Any]) -> None:
@@ -184,8 +188,13 @@ def test_lease_keeps_its_invariants_over_random_days(s: dict[str, Any]) -> None:
         job_id = ctl.submit(job, None, "")[0]["id"]
         step_s = PERIOD_S / len(s["levels"])
         try:
+            tick = 0
             while clock.now_s() < 2 * PERIOD_S:
                 clock.advance(step_s / TICKS_PER_STEP)
+                replicas = sorted(k for k in fake.running if k.startswith("s"))
+                if tick in s["crashes"] and replicas:  # a replica process dies (asleep or not)
+                    fake.finish(replicas[tick % len(replicas)], None)
+                tick += 1
                 _settle(ctl, admin, lambda: _exclusive(ctl, fake, s, job_id))
                 _awake_enough(ctl, s, clock.now_s())
         finally:
