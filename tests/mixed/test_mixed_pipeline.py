@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import REPO, argosy, losses
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from argosy.runtime.mixed.pipeline import split_layers
@@ -20,13 +22,17 @@ MODEL = ["--hidden", "32", "--dim", "8", "--block", "16", "--steps", "4"]
 GLOBAL_BATCH = 6
 
 
-def test_split_layers_follows_the_counts_or_names_them() -> None:
-    layers = [nn.Linear(2, 2) for _ in range(6)]
-    parts = split_layers(layers, [3, 2, 1])
-    assert [len(p) for p in parts] == [3, 2, 1]
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=5), st.integers(-2, 2))
+def test_split_layers_follows_the_counts_or_names_them(counts: list[int], off: int) -> None:
+    layers = [nn.Identity() for _ in range(max(0, sum(counts) + off))]
+    if len(layers) != sum(counts):
+        with pytest.raises(ValueError, match=r"do not cover the model's"):
+            split_layers(layers, counts)
+        return
+    parts = split_layers(layers, counts)
+    assert [len(p) for p in parts] == counts
     assert [m for p in parts for m in p] == layers  # consecutive, in order, each once
-    with pytest.raises(ValueError, match=r"\[3, 2\] \(sum 5\) do not cover the model's 6"):
-        split_layers(layers, [3, 2])
 
 
 @pytest.fixture(scope="module")
