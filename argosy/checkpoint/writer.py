@@ -99,20 +99,13 @@ class Writer:
             faultpoints.reach("write")
             self.fence.check(self.epoch)
 
-        def check() -> None:
-            self.fence.check(self.epoch)
-
-        check()
-        landing = slot.landing  # None once the snapshot is whole in its slot
-        ready = None if landing is None else lambda n: landing.wait_for(n, check)
+        self.fence.check(self.epoch)
         data = slot.segment.data_view(meta.data_len)
         try:
-            piece = disk.write_rank(staging, meta, data, on_write, ready=ready)
+            piece = disk.write_rank(staging, meta, data, on_write)
         finally:
             data.release()
-        if landing is not None:
-            landing.wait_for(None, check)  # the copy ended whole: the shard may be published
-        check()
+        self.fence.check(self.epoch)
         faultpoints.reach("publish")
         cm.publish(staging, piece, self.epoch)
         return piece

@@ -53,6 +53,16 @@ def test_parallel_write_equals_sequential(
         assert max(seen) == len(want)  # progress reaches the whole file, never beyond
 
 
+@given(size=st.integers(0, 10**7), writers=st.integers(1, 8), chunk=st.integers(1, 1 << 22))
+def test_split_covers_the_file_in_whole_chunks(size: int, writers: int, chunk: int) -> None:
+    ranges = pwrite.split(size, writers, chunk)
+    assert len(ranges) <= writers
+    if size:
+        assert ranges[0][0] == 0 and ranges[-1][1] == size
+        for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
+            assert end == start and start % chunk == 0
+
+
 def test_large_pieces_are_referenced_not_copied(tmp_path: Path) -> None:
     buffer = bytearray(pwrite.BY_REFERENCE_BYTES * 2)
     plan = pwrite.FilePlan()
@@ -86,68 +96,3 @@ def test_a_disk_error_is_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     plan.write(bytearray(1 << 18))
     with pytest.raises(OSError, match="No space left"):
         pwrite.write_parallel(tmp_path / "f", plan, 2, 4096)
-
-
-@settings(max_examples=25, deadline=None)
-@given(
-    layout=st.lists(st.tuples(st.booleans(), st.integers(1, 70_000)), min_size=1, max_size=10),
-    writers=st.integers(1, 4),
-    chunk=st.sampled_from([4096, 1 << 15, 1 << 17]),
-)
-def test_a_write_behind_the_copy_lands_the_final_bytes(
-    tmp_path_factory: pytest.TempPathFactory,
-    layout: list[tuple[bool, int]],
-    writers: int,
-    chunk: int,
-) -> None:
-    """The plan is laid out while the source is still empty; a copier thread then fills it
-    slowly, and every chunk must wait for exactly the source bytes it needs."""
-    import threading
-    import time
-
-    from argosy.checkpoint.staging import CopyProgress
-
-    total = sum(n for from_source, n in layout if from_source)
-    want_source = bytes((i * 7 + 3) % 251 for i in range(total))
-    source = bytearray(total)
-    view = memoryview(source)
-    plan = pwrite.FilePlan(source=view if total else None)
-    want, at = [], 0
-    for from_source, n in layout:
-        if from_source:
-            plan.write(view[at : at + n])  # a slot's bytes, not there yet
-            want.append(want_source[at : at + n])
-            at += n
-        else:
-            plan.write(bytearray(b"h" * n))  # a record header: in place already
-            want.append(b"h" * n)
-    landed = CopyProgress()
-
-    def copy() -> None:
-        step = max(1, total // 7)
-        for start in range(0, total, step):
-            time.sleep(0.002)
-            source[start : start + step] = want_source[start : start + step]
-            landed.advance(min(total, start + step))
-        landed.finish()
-
-    copier = threading.Thread(target=copy)
-    copier.start()
-    path = tmp_path_factory.mktemp("behind") / "f"
-    crc = pwrite.write_parallel(path, plan, writers, chunk, ready=landed.wait_for)
-    copier.join()
-    assert path.read_bytes() == b"".join(want)
-    assert crc == zlib.crc32(b"".join(want))
-
-
-def test_a_failed_copy_fails_the_write(tmp_path: Path) -> None:
-    from argosy.checkpoint.staging import CopyFailedError, CopyProgress
-
-    source = bytearray(1 << 16)
-    plan = pwrite.FilePlan(source=memoryview(source))
-    plan.write(memoryview(source))
-    landed = CopyProgress()
-    landed.advance(100)
-    landed.finish(OSError("the trainer's tensor vanished"))
-    with pytest.raises(CopyFailedError, match="vanished"):
-        pwrite.write_parallel(tmp_path / "f", plan, 2, 4096, ready=landed.wait_for)
