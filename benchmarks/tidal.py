@@ -70,7 +70,8 @@ class Server:
         command = [sys.executable, "-m", "argosy", "server", "--port", str(self.port)]
         command += ["--home", str(self.home), "--slots", "2", "--config", str(root / "server.yaml")]
         log = (root / "server.log").open("ab")
-        self.proc = subprocess.Popen(command, stdout=log, stderr=log)
+        env = dict(os.environ, ARGOSY_HOME=str(self.home))  # its processes carry the home
+        self.proc = subprocess.Popen(command, stdout=log, stderr=log, env=env)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
         while True:
@@ -97,12 +98,14 @@ class Server:
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except (OSError, ValueError):
                 continue
+        from argosy.core.procs import signal_by_env
         from argosy.executors.local import kill_job_processes
 
         for run in (self.home / "runs").glob("*"):
             kill_job_processes(run.name)
             for replica in run.glob("r*"):
                 kill_job_processes(f"{run.name}.{replica.name}")
+        signal_by_env("ARGOSY_HOME", str(self.home), signal.SIGKILL)  # a warm launcher left
 
 
 class Traffic(threading.Thread):

@@ -24,6 +24,7 @@ import httpx
 import pytest
 from server_helpers import ServerProcess
 
+from argosy.core.procs import signal_by_env
 from argosy.executors.local import kill_job_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -61,6 +62,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         kill_job_processes(run.name)
         for replica in run.glob("r*"):
             kill_job_processes(f"{run.name}.{replica.name}")
+    signal_by_env("ARGOSY_HOME", str(proc.home), signal.SIGKILL)  # a warm launcher left
 
 
 def wait_event(client: httpx.Client, owner: str, kind: str, after: int = 0, timeout_s: float = 240):
