@@ -1,4 +1,4 @@
-"""The parallel file writer: same bytes and crc32 as a sequential write, for any split."""
+"""The parallel file writer: same bytes and crc32 as a sequential write, for any chunking."""
 
 from __future__ import annotations
 
@@ -51,16 +51,6 @@ def test_parallel_write_equals_sequential(
     assert crc == zlib.crc32(want)
     if want:
         assert max(seen) == len(want)  # progress reaches the whole file, never beyond
-
-
-@given(size=st.integers(0, 10**7), writers=st.integers(1, 8), chunk=st.integers(1, 1 << 22))
-def test_split_covers_the_file_in_whole_chunks(size: int, writers: int, chunk: int) -> None:
-    ranges = pwrite.split(size, writers, chunk)
-    assert len(ranges) <= writers
-    if size:
-        assert ranges[0][0] == 0 and ranges[-1][1] == size
-        for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
-            assert end == start and start % chunk == 0
 
 
 def test_large_pieces_are_referenced_not_copied(tmp_path: Path) -> None:
