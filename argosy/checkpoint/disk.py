@@ -77,7 +77,6 @@ def write_rank(
     data: memoryview,
     on_write: Callable[[int], None] | None = None,
     writers: int | None = None,
-    ready: Callable[[int], None] | None = None,
 ) -> RankPiece:
     """Write this rank's data file and index into `staging`, fsynced, checksummed.
 
@@ -86,20 +85,16 @@ def write_rank(
     index is written before it, and both are fsynced together (one journal commit).
     `on_write(bytes_so_far)` runs after every chunk written: progress for the watchdog,
     and the writer's fence (it raises to abandon the write). The caller publishes the
-    returned piece (commit.py's done-marker) once this returns. `ready(n)`, when given,
-    blocks until the first `n` bytes of `data` are in place (the snapshot is still landing
-    in its slot): each chunk is written as soon as its bytes are there.
+    returned piece (commit.py's done-marker) once this returns.
     """
     from argosy.checkpoint import pwrite
 
     name, index_name = data_file(meta.rank), f"rank{meta.rank}.meta"
-    out = pwrite.FilePlan(source=data)
+    out = pwrite.FilePlan()
     items, raw_offsets, records = _lay_out(out, meta, data, name)
     index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
     write_small(staging / index_name, index_bytes, sync=False)  # synced with the data
-    crc = pwrite.write_parallel(
-        staging / name, out, writers, on_write=on_write, fsync=False, ready=ready
-    )
+    crc = pwrite.write_parallel(staging / name, out, writers, on_write=on_write, fsync=False)
     sync_paths([staging / name, staging / index_name])
     files = {
         name: {"bytes": out.pos, "crc32": crc},
