@@ -1,9 +1,13 @@
-"""One SmolLM2-135M engine per test module (converted once, then cached on disk)."""
+"""Shared serving fixtures: one SmolLM2-135M engine per test module (converted once, then
+cached on disk), and a tiny random Llama (vocabulary TINY_VOCAB) for the decoding tests."""
 
 import pytest
 import torch
+import transformers
 
 from argosy.serving import ENGINES, EngineConfig
+
+TINY_VOCAB = 48
 
 
 def make_engine(speculative: str = "auto", max_context_tokens: int = 0):
@@ -23,3 +27,19 @@ def make_engine(speculative: str = "auto", max_context_tokens: int = 0):
 @pytest.fixture(scope="module")
 def smol_engine():
     return make_engine(max_context_tokens=512)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=TINY_VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    return transformers.LlamaForCausalLM(config).eval()

@@ -2,7 +2,6 @@
 and a client disconnecting mid-stream does not stop the server."""
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -10,7 +9,7 @@ import time
 
 import httpx
 import pytest
-import uvicorn
+from http_helpers import served
 
 from argosy.serving.api import build_app
 
@@ -21,18 +20,8 @@ MODEL = "smollm2-135m"
 
 @pytest.fixture(scope="module")
 def base_url(smol_engine):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(smol_engine, MODEL), port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(build_app(smol_engine, MODEL)) as url:
+        yield url
 
 
 def _chat(**extra):

@@ -18,22 +18,6 @@ VOCAB = 48
 EOS = frozenset({7})
 
 
-@pytest.fixture(scope="module")
-def tiny_model():
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    return transformers.LlamaForCausalLM(config).eval()
-
-
 def _forward(model):
     def forward(ids, cache, num_logits):
         with torch.inference_mode():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
+from http_helpers import served
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,18 +62,8 @@ def worker(zygote_socket):
 
 @pytest.fixture(scope="module")
 def base_url(worker):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    app = build_app(worker, MODEL, admin_token=TOKEN)
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(build_app(worker, MODEL, admin_token=TOKEN)) as url:
+        yield url
 
 
 def _admin(base_url, path, **body):

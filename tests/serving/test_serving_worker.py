@@ -2,13 +2,10 @@
 (level 2 gives back nearly all of the service's memory), 503 while asleep, token checks."""
 
 import os
-import socket
-import threading
-import time
 
 import httpx
 import pytest
-import uvicorn
+from http_helpers import served
 
 from argosy.core.errors import ConfigError, UnknownNameError
 from argosy.serving import EngineConfig
@@ -31,18 +28,8 @@ def worker():
 
 @pytest.fixture(scope="module")
 def base_url(worker):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    app = build_app(worker, MODEL, admin_token=TOKEN)
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(build_app(worker, MODEL, admin_token=TOKEN)) as url:
+        yield url
 
 
 def _ask(base_url, content="What is the capital of France?", max_tokens=8):
