@@ -239,10 +239,14 @@ class Persister:
         return [shm / name for name in names if (shm / name).exists()]
 
     def _adopt_held(self, path: Path) -> None:
-        """Take over the slot the trainer filled itself while this process started."""
+        """Take over the slot the trainer filled itself while this process started (once:
+        a file already among the slots is not mapped as a second slot)."""
         try:
             seg = Segment.open(path, writable=True)
         except (OSError, ValueError):
+            return
+        if any(_same_file(seg, s.segment) for s in self.slots):
+            seg.close()
             return
         slot = _adopt(seg)
         with self.cond:
@@ -281,9 +285,7 @@ class Persister:
         """The trainer died: persist what we hold (rank 0 decides, the others follow), keep
         it in memory for a restart, and let go as soon as a newer attempt fences us or
         adopts the slots."""
-        for held in self._held_paths():
-            if _owner_of(held) == self.spec.parent_pid:  # never handed over
-                self._adopt_held(held)
+        self._adopt_unhanded()
         self._wait_persisted(self.spec.commit_timeout_s)
         deadline = time.monotonic() + self.spec.linger_s
         while time.monotonic() < deadline:
@@ -295,6 +297,21 @@ class Persister:
             time.sleep(0.1)
         self._stop_writer()
         self._release(unlink=True)
+
+    def _adopt_unhanded(self) -> None:
+        """The held slots our trainer filled and never handed over. Only while no newer
+        attempt has raised the fence, checked under the fence's lock: a newer trainer
+        raises it before it holds anything, and its held slots carry the same names (and,
+        restarted in the same process, the same owner pid), so they are never taken."""
+        try:
+            fence = self.writer.fence
+            with fence.locked():
+                if fence.current() <= self.spec.epoch:  # read afresh, under the lock
+                    for held in self._held_paths():
+                        if _owner_of(held) == self.spec.parent_pid:
+                            self._adopt_held(held)
+        except OSError:  # no lock (an unwritable directory): the newer attempt adopts them
+            return
 
     def _release(self, unlink: bool) -> None:
         for slot in self.slots:
@@ -325,6 +342,14 @@ def _adopt(seg: Segment) -> _Slot:
     if meta_bytes is not None:
         slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
     return slot
+
+
+def _same_file(a: Segment, b: Segment) -> bool:
+    """Whether two mappings are of one file (the same inode, whatever its path now)."""
+    if a.fd < 0 or b.fd < 0:
+        return False
+    sa, sb = os.fstat(a.fd), os.fstat(b.fd)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _owner(seg: Segment) -> int:

@@ -1,0 +1,79 @@
+"""Held slots change hands once: an orphaned persister never takes a newer trainer's, and
+no persister maps one file as two slots (two slots on one file let a copy overwrite bytes
+the disk writer is writing: a committed step that fails its checksum, or holds another
+step's bytes under a good one)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+
+import torch
+
+from argosy.checkpoint import FlashCheckpointer
+from argosy.checkpoint.persister import Persister, PersisterSpec
+from argosy.checkpoint.segment import SHM_DIR, Segment, held_name
+
+
+def _state(value: float) -> dict:
+    return {"big": torch.full((1 << 16,), value), "meta": {"step": int(value)}}
+
+
+def _owner(path: Path) -> int:
+    seg = Segment.open(path)
+    try:
+        head = seg.header()
+        assert head is not None, f"{path.name} has no header"
+        return head.owner_pid
+    finally:
+        seg.close()
+
+
+def test_an_orphaned_persister_leaves_a_newer_trainers_held_slot_alone(tmp_path, job):
+    old = FlashCheckpointer(tmp_path, job_id=job, linger_s=30, commit_timeout_s=10)
+    old.save(1, _state(1.0))
+    old.wait()
+    # a trainer restarted in the same process: its persister starts while it holds step 2
+    new = FlashCheckpointer(tmp_path, job_id=job, linger_s=30, commit_timeout_s=10, prestart=False)
+    try:
+        new.save(2, _state(2.0))
+        held = SHM_DIR / held_name(job, 0, 0)
+        assert held.exists() and not new._ready
+        atexit.unregister(old.close)
+        old._launch.close()  # the old trainer's end goes away, as when it is SIGKILLed
+        assert old._proc.wait(timeout=60) == 0  # fenced: it lets go and exits
+        assert _owner(held) == os.getpid(), "the orphan took the newer trainer's held slot"
+        new.save(3, _state(3.0))
+        assert new.wait() == 3
+        assert new.load(into=_state(0.0))[1]["big"].eq(3.0).all()
+    finally:
+        new.close()
+
+
+def test_a_held_slot_handed_over_twice_is_one_slot(tmp_path, job):
+    path = SHM_DIR / held_name(job, 0, 0)
+    seg = Segment.create(path, 1 << 16)
+    seg.close()
+    spec = PersisterSpec(
+        directory=str(tmp_path),
+        job=job,
+        rank=0,
+        world_size=1,
+        keep=2,
+        slots=2,
+        linger_s=0.0,
+        commit_timeout_s=1.0,
+        persist_interval_s=0.0,
+        shm_dir=str(SHM_DIR),
+        parent_pid=os.getpid(),
+        epoch=1,
+    )
+    persister = Persister(spec, conn=None)
+    try:
+        persister._adopt_held(path)
+        persister._adopt_held(path)
+        assert len(persister.slots) == 1
+    finally:
+        persister._release(unlink=True)
+    assert not path.exists()
