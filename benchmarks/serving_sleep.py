@@ -58,6 +58,7 @@ def free_port() -> int:
 def start_zygote(socket_path: Path) -> subprocess.Popen[bytes]:
     """`argosy zygote` on `socket_path`, returned once it accepts connections."""
     cmd = [sys.executable, "-m", "argosy", "zygote", "--socket", str(socket_path)]
+    cmd += ["--warm-model", "smollm2-135m"]
     zygote = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while time.time() < deadline and not socket_path.exists():

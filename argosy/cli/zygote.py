@@ -1,6 +1,7 @@
 """`argosy zygote`: the node's zygote, which forks serving workers with torch already imported.
 
 argosy zygote          # on $ARGOSY_ZYGOTE_SOCKET, else ~/.cache/argosy/zygote.sock
+argosy zygote --warm-model smollm2-135m   # also load that model's tokenizer once
 argosy serve --zygote ~/.cache/argosy/zygote.sock --admin-token T
 
 One zygote per node serves every `argosy serve` there: a service forks its worker from it
@@ -22,6 +23,9 @@ def zygote(
     socket_path: str = typer.Option(
         "", "--socket", envvar="ARGOSY_ZYGOTE_SOCKET", help="Unix socket path to listen on."
     ),
+    warm_model: list[str] = typer.Option(
+        [], "--warm-model", help="Load this model's tokenizer for the workers (repeatable)."
+    ),
 ) -> None:
     """Run the node zygote: preload torch and transformers, fork workers for argosy serve."""
     import logging
@@ -31,7 +35,12 @@ def zygote(
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     path = Path(socket_path).expanduser() if socket_path else default_socket_path()
-    server = ZygoteServer(path, target=worker_main)
+    if warm_model:
+        from argosy.serving.models import resolve_name_only
+
+        for name in warm_model:
+            resolve_name_only(name)  # unknown names fail here, listing the known ones
+    server = ZygoteServer(path, target=worker_main, warm_models=warm_model)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt

@@ -52,14 +52,13 @@ class TransformersEngine:
     def load(self) -> None:
         """Load tokenizer and weights (idempotent)."""
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
         with self._lock:
             if self._tokenizer is None:
-                self._tokenizer = AutoTokenizer.from_pretrained(self.path)
-                _warm_up_template(self._tokenizer)
+                self._tokenizer = load_tokenizer(self.path)
             if self._model is None:
                 self._model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32)
                 self._model.eval()
@@ -275,6 +274,25 @@ def _warm_up_model(model: Any) -> None:
 
     with torch.inference_mode():
         model(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=False, logits_to_keep=1)
+
+
+_TOKENIZERS: dict[str, Any] = {}
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def load_tokenizer(path: Any) -> Any:
+    """The checkpoint's tokenizer with its chat template compiled, loaded once per process:
+    a zygote that warmed it (`argosy zygote --warm-model`) hands it to every worker it forks,
+    which then skips about 0.2 s of CPU at load and at a level-2 wake."""
+    from transformers import AutoTokenizer
+
+    with _TOKENIZERS_LOCK:
+        key = str(path)
+        if key not in _TOKENIZERS:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            _warm_up_template(tokenizer)
+            _TOKENIZERS[key] = tokenizer
+        return _TOKENIZERS[key]
 
 
 def _warm_up_template(tokenizer: Any) -> None:

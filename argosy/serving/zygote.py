@@ -64,11 +64,16 @@ class ZygoteServer:
     """Preloads modules, then forks a worker per request on a Unix socket."""
 
     def __init__(
-        self, socket_path: Path, target: WorkerTarget, preload: Sequence[str] = DEFAULT_PRELOAD
+        self,
+        socket_path: Path,
+        target: WorkerTarget,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        warm_models: Sequence[str] = (),
     ) -> None:
         self.socket_path = socket_path
         self.target = target
         self.preload = tuple(preload)
+        self.warm_models = tuple(warm_models)
         self._listener: socket.socket | None = None
         self._stopping = False
 
@@ -80,6 +85,7 @@ class ZygoteServer:
                 importlib.import_module(name)
             except ModuleNotFoundError as err:  # another transformers version: workers import it
                 log.info("zygote: not preloading %s: %s", name, err)
+        self._warm_tokenizers()
         gc.collect()
         gc.freeze()  # the collector leaves inherited objects alone (no copy-on-write), here
         # and in the forked workers, which keep them frozen: they are modules, never garbage
@@ -92,6 +98,18 @@ class ZygoteServer:
         self._listener = listener
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps forked workers
         log.info("zygote ready on %s in %.1f s", self.socket_path, time.perf_counter() - started)
+
+    def _warm_tokenizers(self) -> None:
+        """Load the named models' tokenizers (small; no weights) for the workers to inherit."""
+        if not self.warm_models:
+            return
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # no thread pool across fork
+        from argosy.serving.models import resolve
+        from argosy.serving.transformers_engine import load_tokenizer
+
+        for name in self.warm_models:
+            load_tokenizer(resolve(name, None))
+            log.info("zygote: tokenizer of %s loaded", name)
 
     def serve_forever(self) -> None:
         """Fork a worker per connection until `stop` (or SIGTERM)."""

@@ -40,7 +40,7 @@ MIB = 2**20
 def zygote_socket(tmp_path_factory):
     path = tmp_path_factory.mktemp("zygote") / "z.sock"
     cmd = [sys.executable, "-m", "argosy", "zygote", "--socket", str(path)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*cmd, "--warm-model", MODEL], stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while not path.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
@@ -183,6 +183,28 @@ def test_sleep_drains_a_short_stream_that_fits_the_drain_time(worker):
     worker.drain_timeout_s = 0.5
     assert (len(got), finish) == (6, "length") and worker.sleep_level == 2
     worker.wake()
+
+
+def test_a_zygote_warms_a_tokenizer_once_and_refuses_an_unknown_model(tmp_path):
+    from argosy.serving.models import resolve
+    from argosy.serving.transformers_engine import load_tokenizer
+    from argosy.serving.zygote import ZygoteServer
+
+    server = ZygoteServer(tmp_path / "z.sock", target=lambda conn, config: None, preload=())
+    server.warm_models = (MODEL,)
+    server._warm_tokenizers()
+    tokenizer = load_tokenizer(resolve(MODEL, None))
+    assert load_tokenizer(resolve(MODEL, None)) is tokenizer  # a fork inherits this one
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "argosy", "zygote", "--socket", str(tmp_path / "y.sock")]
+        + ["--warm-model", "no-such-model"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "smollm2-135m" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_missing_zygote_is_a_clear_error(tmp_path, zygote_socket):
