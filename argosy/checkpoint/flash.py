@@ -296,6 +296,17 @@ class FlashCheckpointer:
             ) from err
         return True
 
+    def _send(self, msg: tuple) -> None:
+        """Send one message; CheckpointError when the persister is gone (a broken pipe)."""
+        try:
+            self._conn.send(msg)
+        except OSError as err:
+            code = self._proc.poll() if self._proc is not None else None
+            raise CheckpointError(
+                f"the checkpoint persister exited unexpectedly (exit code {code}, "
+                f"{type(err).__name__}; its log: {self.directory / '.logs'})"
+            ) from err
+
     def _drain(self) -> None:
         while self._conn is not None and self._receive():
             pass
@@ -344,7 +355,7 @@ class FlashCheckpointer:
         if on_device:  # sent by the fence, once the device-to-host copy is done
             self._staged = (step, pickle.dumps(meta), inline)
             return
-        self._conn.send(("snap", step, pickle.dumps(meta), inline))
+        self._send(("snap", step, pickle.dumps(meta), inline))
         self._pending = step
 
     def _send_sources(self, sources: list[Any]) -> None:
@@ -355,7 +366,7 @@ class FlashCheckpointer:
             for s in sources
         ]
         if signature != self._signature:
-            self._conn.send(("sources", sources))
+            self._send(("sources", sources))
             self._signature, self._sources = signature, sources
 
     def _is_ready(self) -> bool:
@@ -370,7 +381,7 @@ class FlashCheckpointer:
         self._pump(lambda: self._ready, self.start_timeout_s)
         self._send_forget()
         for path in self._held.hand_over():
-            self._conn.send(("held", path))
+            self._send(("held", path))
 
     def before_optimizer_step(self) -> None:
         """Fence: returns once the last snapshot no longer reads the live tensors."""
@@ -379,7 +390,7 @@ class FlashCheckpointer:
             self._stager.synchronize()
             step, meta_bytes, inline = self._staged
             self._staged = None
-            self._conn.send(("snap", step, meta_bytes, inline))
+            self._send(("snap", step, meta_bytes, inline))
             self._pending = step
             return
         self._send_held(block=False)
@@ -402,7 +413,7 @@ class FlashCheckpointer:
             self._pump(lambda: self._ready, self.start_timeout_s)
             self._send_forget()
             self._flushed = None
-            self._conn.send(("flush",))
+            self._send(("flush",))
             self._pump(lambda: self._flushed is not None)
             _, reason = self._flushed
             if reason is not None:
@@ -482,7 +493,7 @@ class FlashCheckpointer:
 
     def _send_forget(self) -> None:
         if self._forget is not None:
-            self._conn.send(("forget_after", self._forget))
+            self._send(("forget_after", self._forget))
             self._forget = None
 
     def _load_disk(self, step: int, into: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
@@ -512,7 +523,7 @@ class FlashCheckpointer:
                 self._send_held(block=True)
             self._wait_copied()
             if self._proc.poll() is None and self._connected():
-                self._conn.send(("close", True))
+                self._send(("close", True))
                 self._pump(lambda: self._closed, timeout_s)
         finally:
             self._closed = True

@@ -143,8 +143,8 @@ class Persister:
         found: list[tuple[Path, Segment, int]] = []
         paths = [self._path(index) for index in range(self.spec.slots)]
         for held in self._held_paths():
-            holder = _owner_of(held)
-            if holder == 0 or not pid_alive(holder):  # a dead trainer's own copies
+            holder = _owner_of(held)  # 0: no header yet (a trainer is creating it): not ours
+            if holder != 0 and not pid_alive(holder):  # a dead trainer's own copies
                 paths.append(held)
         for path in paths:
             if not path.exists():
@@ -245,8 +245,10 @@ class Persister:
             seg = Segment.open(path, writable=True)
         except (OSError, ValueError):
             return
-        if any(_same_file(seg, s.segment) for s in self.slots):
+        known = next((s for s in self.slots if _same_file(seg, s.segment)), None)
+        if known is not None:  # adopted before: it takes the step its header names now
             seg.close()
+            self._reread(known)
             return
         slot = _adopt(seg)
         with self.cond:
@@ -254,6 +256,15 @@ class Persister:
             self.cond.notify_all()
         if self.conn is not None:  # the trainer goes on saving: its slots, allocated now
             self._ensure_slots(seg.capacity() - (1 << 20))
+
+    def _reread(self, slot: _Slot) -> None:
+        with self.cond:
+            if slot.persisting:
+                return
+            slot.segment.set_owner(os.getpid())
+            slot.step, slot.meta = _held_snapshot(slot.segment)
+            slot.stale = False
+            self.cond.notify_all()
 
     # -- endings ------------------------------------------------------------------------
 
@@ -337,11 +348,17 @@ def _adopt(seg: Segment) -> _Slot:
     """A slot this persister now owns, with the step and meta the segment already holds."""
     seg.set_owner(os.getpid())
     slot = _Slot(seg)
+    slot.step, slot.meta = _held_snapshot(seg)
+    return slot
+
+
+def _held_snapshot(seg: Segment) -> tuple[int | None, SnapshotMeta | None]:
+    """(step, meta) of the complete snapshot a segment holds, else (None, None)."""
     head = seg.header()
     meta_bytes = seg.read_meta(head) if head is not None else None
-    if meta_bytes is not None:
-        slot.step, slot.meta = head.step, pickle.loads(meta_bytes)
-    return slot
+    if meta_bytes is None:
+        return None, None
+    return head.step, pickle.loads(meta_bytes)
 
 
 def _same_file(a: Segment, b: Segment) -> bool:

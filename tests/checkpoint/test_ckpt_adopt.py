@@ -6,14 +6,18 @@ step's bytes under a good one)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import pickle
+import signal
 from pathlib import Path
 
+import pytest
 import torch
 
-from argosy.checkpoint import FlashCheckpointer
+from argosy.checkpoint import CheckpointError, FlashCheckpointer
 from argosy.checkpoint.persister import Persister, PersisterSpec
-from argosy.checkpoint.segment import SHM_DIR, Segment, held_name
+from argosy.checkpoint.segment import SHM_DIR, Header, Segment, SlotState, held_name, job_segments
 
 
 def _state(value: float) -> dict:
@@ -71,9 +75,31 @@ def test_a_held_slot_handed_over_twice_is_one_slot(tmp_path, job):
     )
     persister = Persister(spec, conn=None)
     try:
-        persister._adopt_held(path)
-        persister._adopt_held(path)
-        assert len(persister.slots) == 1
+        persister._adopt_held(path)  # no header yet: no snapshot
+        assert [s.step for s in persister.slots] == [None]
+        seg = Segment.open(path, writable=True)  # the trainer completes step 7 in it
+        meta = pickle.dumps({"step": 7})
+        crc = seg.write_meta(16, meta)
+        seg.write_header(Header(SlotState.COMPLETE, 7, 16, len(meta), crc, os.getpid()))
+        seg.close()
+        persister._adopt_held(path)  # handed over: the same file, now holding step 7
+        assert [s.step for s in persister.slots] == [7]
     finally:
         persister._release(unlink=True)
     assert not path.exists()
+
+
+def test_a_message_to_a_dead_persister_is_a_checkpoint_error(tmp_path, job):
+    ckpt = FlashCheckpointer(tmp_path, job_id=job, linger_s=0, commit_timeout_s=5)
+    try:
+        ckpt.save(1, _state(1.0))
+        ckpt.wait()
+        os.kill(ckpt.persister_pid, signal.SIGKILL)
+        ckpt._proc.wait(timeout=30)
+        with pytest.raises(CheckpointError, match="exited unexpectedly"):
+            ckpt._send(("flush",))  # the pipe is broken: named, not a raw BrokenPipeError
+    finally:
+        with contextlib.suppress(CheckpointError):
+            ckpt.close(timeout_s=5)
+        for seg_path in job_segments(job):
+            seg_path.unlink()
