@@ -7,8 +7,8 @@ import torch
 import transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_llama import batch_loop
 
-from argosy.serving.batching import BatchLoop
 from argosy.serving.decoding import Decoder
 from argosy.serving.speculative import PROPOSERS
 from argosy.serving.speculative.batch_policy import BatchDraftPolicy, VerifyWholeDrafts
@@ -40,21 +40,7 @@ def _decoder(model, prompt, params, proposer=None, eos=EOS):
 
 
 def _loop(model, max_batch_size, **kwargs):
-    def batched(ids, cache, mask, positions, num_logits):
-        with torch.inference_mode():
-            out = model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                logits_to_keep=num_logits,
-            )
-            return out.logits
-
-    def make_cache(layers):
-        return transformers.DynamicCache(ddp_cache_data=layers)
-
-    return BatchLoop(batched, make_cache, max_batch_size, **kwargs)
+    return batch_loop(model, max_batch_size, **kwargs)
 
 
 def _plain(model, prompt, max_tokens, eos=EOS):

@@ -8,8 +8,8 @@ import torch
 import transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_llama import batch_loop
 
-from argosy.serving.batching import BatchLoop
 from argosy.serving.decoding import Decoder
 from argosy.serving.speculative import PROPOSERS
 from argosy.serving.types import SamplingParams
@@ -37,20 +37,7 @@ def _decoder(model, prompt, max_tokens, proposer=None, eos=frozenset()):
 
 
 def _loop(model, max_batch_size=8):
-    def batched(ids, cache, mask, positions, num_logits):
-        with torch.inference_mode():
-            out = model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                logits_to_keep=num_logits,
-            )
-            return out.logits
-
-    return BatchLoop(
-        batched, lambda layers: transformers.DynamicCache(ddp_cache_data=layers), max_batch_size
-    )
+    return batch_loop(model, max_batch_size)
 
 
 def _solo(model, prompt, max_tokens, eos=frozenset()):
