@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -39,6 +40,7 @@ from collections import defaultdict
 from serving_tables import CURVE_METHODS, print_curves, read_json, reprint_curves, vllm_curves
 
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
+from argosy.serving.memory import rss_bytes
 
 PARAGRAPH = (
     "The harbour at Kestrel Point was built in 1871 to shelter the herring fleet. Its granite "
@@ -189,15 +191,6 @@ def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
         )
 
 
-def rss_bytes() -> int:
-    """Resident memory of this process (Linux)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def sleep_wake(engine, repeats: int) -> None:
     """Resident memory freed by sleep, and wake-to-first-token (target <= 1 s)."""
     ids = engine.encode_chat([{"role": "user", "content": "Say hello."}])
@@ -210,9 +203,9 @@ def sleep_wake(engine, repeats: int) -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for rep in range(repeats):
-        awake = rss_bytes()
+        awake = rss_bytes(os.getpid())
         engine.sleep()
-        asleep = rss_bytes()
+        asleep = rss_bytes(os.getpid())
         start = time.perf_counter()
         engine.wake()
         wake_s = time.perf_counter() - start

@@ -26,6 +26,8 @@ import anyio
 from fastapi import FastAPI, Header
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.serving.memory import rss_bytes
+
 
 class SleepBody(BaseModel):
     """`POST /admin/sleep`."""
@@ -111,8 +113,4 @@ def _resident(engine: Any) -> int:
     measure = getattr(engine, "resident_bytes", None)
     if measure is not None:
         return int(measure())
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return rss_bytes(os.getpid())
