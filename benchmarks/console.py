@@ -23,7 +23,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from argosy.cli.demo import free_port, server_process
+from argosy.cli.demo import server_process
+from argosy.core.net import free_port
 from argosy.server.store import Store
 
 STATES = ("succeeded", "failed", "cancelled")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from argosy.core.net import free_port
 from argosy.serving.memory import ProcessMemory, read_process_memory
 
 MIB = 2**20
@@ -46,13 +46,6 @@ CHAT = {
     "max_tokens": 1,
     "temperature": 0,
 }
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_zygote(socket_path: Path) -> subprocess.Popen[bytes]:

@@ -33,6 +33,7 @@ from rich.table import Table
 from argosy.cli.common import console, err_console
 from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
+from argosy.core.net import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -292,11 +293,3 @@ def _delete_services(client: _Client, timeout_s: float = 60.0) -> None:
             if state in ("deleted", "failed"):
                 break
             time.sleep(0.2)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

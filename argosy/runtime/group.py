@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from argosy.core.net import free_port
 from argosy.runtime import hooks, warm
 
 
@@ -43,12 +43,6 @@ class GroupSpec:
     @property
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def base_env() -> dict[str, str]:

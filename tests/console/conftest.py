@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from console_helpers import login
 
-from argosy.cli.demo import free_port, server_process
+from argosy.cli.demo import server_process
+from argosy.core.net import free_port
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 

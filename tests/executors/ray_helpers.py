@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from argosy.core.net import free_port
 
 RAY = str(Path(sys.executable).parent / "ray")
 FAST_HEALTH = {  # detect a dead node in a few seconds, not thirty
@@ -17,12 +18,6 @@ FAST_HEALTH = {  # detect a dead node in a few seconds, not thirty
     "RAY_health_check_timeout_ms": "2000",
     "RAY_health_check_failure_threshold": "3",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RayCluster:

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from argosy.core.net import free_port
 from argosy.server.config import ServerConfig
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -31,14 +32,6 @@ def wait_for(client: Any, job_id: str, states: set[str], timeout_s: float = 30.0
             assert job["state"] in states, job
             return job
         time.sleep(0.05)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerProcess:
