@@ -500,20 +500,25 @@ print(f"STARTUP {t1 - t0:.3f} {t2 - t1:.3f}")
 """
 
 
+def _snippet_figures(code: str, tree: str, tag: str) -> list[float]:
+    """Run `code` in a fresh Python with `tree` first on its path (from elsewhere: the cwd
+    must not shadow it); the numbers on the output line that starts with `tag`."""
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        env=dict(os.environ, PYTHONPATH=tree), capture_output=True, text=True, timeout=600,
+        check=True, cwd=tempfile.gettempdir(),
+    )  # fmt: skip
+    line = next(x for x in done.stdout.splitlines() if x.startswith(tag))
+    return [float(x) for x in line.split()[1:]]
+
+
 def startup(runs: int, tree: str) -> None:
     """Persister start-up, as a restarted trainer sees it: seconds from making the
     checkpointer to its first step durable (64 KiB state), next to the trainer's own
     import of torch, in fresh processes."""
     tree, imports, durable = str(Path(tree).resolve()), [], []
-    env = dict(os.environ, PYTHONPATH=tree)
     for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, "-W", "ignore", "-c", STARTUP],
-            env=env, capture_output=True, text=True, timeout=600, check=True,
-            cwd=tempfile.gettempdir(),
-        )  # fmt: skip
-        line = next(x for x in done.stdout.splitlines() if x.startswith("STARTUP"))
-        a, b = (float(x) for x in line.split()[1:])
+        a, b = _snippet_figures(STARTUP, tree, "STARTUP")
         imports.append(a)
         durable.append(b)
     print(
@@ -527,16 +532,9 @@ def first_save(runs: int, tree: str) -> None:
     code under `tree` (default: this repository; a `git archive` of an older commit
     compares with it)."""
     tree = str(Path(tree).resolve())
-    env = dict(os.environ, PYTHONPATH=tree)  # run from elsewhere: the cwd must not shadow it
     firsts, laters = [], []
     for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, "-W", "ignore", "-c", FIRST_SAVE],
-            env=env, capture_output=True, text=True, timeout=600, check=True,
-            cwd=tempfile.gettempdir(),
-        )  # fmt: skip
-        line = next(x for x in done.stdout.splitlines() if x.startswith("STALLS"))
-        stalls = [float(x) for x in line.split()[1:]]
+        stalls = _snippet_figures(FIRST_SAVE, tree, "STALLS")
         firsts.append(stalls[0])
         laters += stalls[2:]
     print(
