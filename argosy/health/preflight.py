@@ -1,9 +1,14 @@
 """Preflight: which of this node's devices a launch may use, from a node check. Pure.
 
 A device is judged by the checks that name it (`<probe>.rank<k>`, `<probe>_peer.rank<k>`):
-any degraded or failed one leaves it out. A node-wide check (`bus`, vendor signals) that
-failed refuses the whole node; one that is only degraded is recorded and the launch goes
-on (outside load on a shared machine slows the bus of every device alike). The launch
+any degraded or failed one leaves it out, with one exception: when *every* device of a
+node with two or more falls short of the same absolute expectation (`<probe>.rank<k>` not
+healthy on all of them), the shortfall is the node's, not a device's. Those degraded
+absolute checks become node warnings, as outside load on a shared machine slows every
+device alike; the peer checks (measured in the same rounds, so load cancels) still single
+out the slow device, and a failed check still leaves its device out. A node-wide check
+(`bus`, vendor signals) that failed refuses the whole node; one that is only degraded is
+recorded and the launch goes on. The launch
 needs `need` devices; the healthy ones are used in index order; with too few, it is
 refused with a message that names each bad device and the check that failed it.
 
@@ -47,12 +52,45 @@ def _describe(check: CheckResult) -> str:
     return f"{check.name} {check.verdict.value}{factor}"
 
 
-def device_problems(checks: tuple[CheckResult, ...]) -> dict[int, list[str]]:
-    """Device index -> the degraded or failed checks that name it."""
+def node_wide_shortfalls(checks: tuple[CheckResult, ...], num_devices: int) -> set[str]:
+    """Absolute probes (`gemm`, `memory`, ...) that every device of the node falls short of.
+
+    Needs two or more devices: with one, nothing tells the node from its device.
+    """
+    if num_devices < 2:
+        return set()
+    short: dict[str, set[int]] = {}
+    for check in checks:
+        match = _DEVICE_CHECK.match(check.name)
+        if match and "_peer." not in check.name and check.verdict in _BAD:
+            short.setdefault(match["probe"], set()).add(int(match["rank"]))
+    return {probe for probe, ranks in short.items() if ranks >= set(range(num_devices))}
+
+
+def _node_wide(check: CheckResult, probes: set[str]) -> bool:
+    """A degraded absolute check whose probe every device of the node falls short of."""
+    match = _DEVICE_CHECK.match(check.name)
+    return (
+        match is not None
+        and "_peer." not in check.name
+        and match["probe"] in probes
+        and check.verdict is Verdict.DEGRADED
+    )
+
+
+def device_problems(
+    checks: tuple[CheckResult, ...], num_devices: int | None = None
+) -> dict[int, list[str]]:
+    """Device index -> the degraded or failed checks that single it out.
+
+    With `num_devices`, degraded absolute checks that every device shares are left out
+    (they are the node's: see `node_wide_shortfalls`).
+    """
+    shared = node_wide_shortfalls(checks, num_devices) if num_devices else set()
     problems: dict[int, list[str]] = {}
     for check in checks:
         match = _DEVICE_CHECK.match(check.name)
-        if match and check.verdict in _BAD:
+        if match and check.verdict in _BAD and not _node_wide(check, shared):
             problems.setdefault(int(match["rank"]), []).append(_describe(check))
     return problems
 
@@ -63,8 +101,14 @@ def choose_devices(report: HealthReport, need: int) -> PreflightDecision:
         raise ValueError(f"need must be at least 1, got {need}")
     node_checks = [c for c in report.checks if not _DEVICE_CHECK.match(c.name)]
     node_failed = [_describe(c) for c in node_checks if c.verdict is Verdict.FAILED]
+    shared = node_wide_shortfalls(report.checks, report.node.num_ranks)
     warnings = tuple(_describe(c) for c in node_checks if c.verdict is Verdict.DEGRADED)
-    problems = device_problems(report.checks)
+    warnings += tuple(
+        f"every device {_describe(c)} (the node's, not the device's)"
+        for c in report.checks
+        if _node_wide(c, shared)
+    )
+    problems = device_problems(report.checks, report.node.num_ranks)
     excluded = tuple({"device": d, "why": "; ".join(why)} for d, why in sorted(problems.items()))
     healthy = [d for d in range(report.node.num_ranks) if d not in problems]
     if node_failed:

@@ -37,6 +37,17 @@ CASES = {
     "too few healthy: refused": ([[H], [D], [F]], 2, H, (), [1, 2], "device 1"),
     "a degraded bus is only a warning": ([[H], [H]], 2, D, (0, 1), [], None),
     "a failed bus refuses the node": ([[H], [H]], 1, F, (), [], "bus failed"),
+    "every device short of its reference, one slow to its peers": (
+        [[D, H], [D, D]],
+        1,
+        H,
+        (0,),
+        [1],
+        None,
+    ),
+    "one device short of its reference alone is left out": ([[D], [H]], 1, H, (1,), [0], None),
+    "a failed absolute check still leaves its device out": ([[F], [D]], 1, H, (1,), [0], None),
+    "a lone device short of its reference is left out": ([[D]], 1, H, (), [0], "device 0"),
 }
 
 
@@ -53,6 +64,13 @@ def test_choose_devices(devices, need, bus, want_use, want_excluded, want_refuse
         assert decision.refused is None
     else:
         assert want_refused in decision.refused
+
+
+def test_a_node_wide_shortfall_is_a_warning_naming_the_check() -> None:
+    decision = choose_devices(report([[D, H], [D, D]]), need=1)
+    assert any("every device gemm.rank0 degraded" in w for w in decision.node_warnings)
+    assert "gemm.rank1" not in decision.excluded[0]["why"]  # only its peer check counts
+    assert "gemm_peer.rank1" in decision.excluded[0]["why"]
 
 
 def test_a_refusal_names_the_device_and_the_check_that_failed_it() -> None:
@@ -72,6 +90,16 @@ verdicts = st.lists(st.sampled_from([H, H, H, D, F]), min_size=1, max_size=4)
 def test_used_devices_are_healthy_distinct_and_enough_or_refused(devices, need, bus) -> None:  # noqa: ANN001
     decision = choose_devices(report(devices, bus), need)
     bad = {k for k, vs in enumerate(devices) if any(v is not H for v in vs)}
+    # a probe every device falls short of (absolute check, index 0 and 2) is the node's:
+    # its degraded checks single out nobody
+    for k, vs in enumerate(devices):
+        node_wide = [
+            i
+            for i in (0, 2)
+            if len(devices) >= 2 and all(len(d) > i and d[i] is not H for d in devices)
+        ]
+        if k in bad and all(v is H or (i in node_wide and v is D) for i, v in enumerate(vs)):
+            bad.discard(k)
     assert {e["device"] for e in decision.excluded} == bad
     if decision.refused is None:
         assert len(decision.use) == need == len(set(decision.use))
