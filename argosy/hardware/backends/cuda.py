@@ -48,3 +48,16 @@ class CudaBackend:
         from argosy.hardware.backends.nvml import read_signals
 
         return read_signals(window_s=window_s)
+
+
+def limit_process_memory(fraction: float) -> int:
+    """Cap this process's caching allocator at `fraction` of every visible CUDA device's
+    memory (a service's share under `argosy serve --memory-fraction`); returns how many
+    devices were capped (0 without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    for index in range(torch.cuda.device_count()):
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
+    return torch.cuda.device_count()
