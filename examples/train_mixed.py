@@ -11,7 +11,10 @@ chip group, as whole micro-batches), scales its gradient by samples / global bat
 sums it over every rank with the hierarchical all-reduce (inside each chip group, then
 between group leaders over gloo), bucketed and overlapped with the last micro-batch's
 backward. So one step equals one step of a uniform run with the same global batch.
-Without `--plan` every rank takes an even share. Under `--emulate-chips` the ranks are
+Without `--plan` every rank takes an even share. The shares then follow the measured
+speeds (argosy.runtime.mixed.rebalance; off with `argosy launch --no-rebalance`): the
+ranks re-split the same global batch, still as contiguous slices, and the shares in use
+go into each checkpoint. Under `--emulate-chips` the ranks are
 CPU processes throttled to their chip's relative speed (EMULATION, see
 argosy.runtime.mixed.emulate). Model, optimizer and step go into each flash checkpoint;
 the data of step s is a function of s, so a resumed run continues exactly.
@@ -170,11 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     if state is not None:
         worker.module.load_state_dict(state["model"])
         opt.load_state_dict(_int_keys(state["optim"]))
+        mixed.load_state_dict(state.get("mixed"))  # the shares in use at the checkpoint
+        mine = mixed.assignment
         say(f"resumed from step {start}")
     say(
-        f"chip {mine.chip} group {mine.group} samples {mine.samples}/{mine.global_batch} "
-        f"({mine.micro_batches} micro-batches) stage {mine.stage}/{mine.num_stages} layers "
-        f"{mine.layers or depth} emulated s/sample {mixed.throttle.sample_s:.5f}"
+        f"chip {mine.chip} group {mine.group} {_split(mixed)} stage {mine.stage}/"
+        f"{mine.num_stages} layers {mine.layers or depth} emulated s/sample "
+        f"{mixed.throttle.sample_s:.5f}"
     )
     rt.restored(start, target_step=args.steps, decision=getattr(ckpt, "last_decision", None))
     for step in range(start + 1, args.steps + 1):
@@ -196,9 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         mixed.record(step, compute_s, wait_s)
         if rank == 0:
             print(f"step {step} loss {mean_loss:.9f} t {time.time():.3f}", flush=True)
+        with rt.collective():  # every rank, same steps: shares may follow measured speeds
+            if mixed.maybe_rebalance(step):
+                say(f"step {step} rebalanced: {_split(mixed)} ({mixed.changes[-1]})")
         if step % args.ckpt_every == 0 or step == args.steps:
             with rt.checkpointing(step):
-                ckpt.save(step, {"model": worker.module.state_dict(), "optim": opt.state_dict()})
+                state = {"model": worker.module.state_dict(), "optim": opt.state_dict()}
+                ckpt.save(step, {**state, "mixed": mixed.state_dict()})
     with rt.checkpoint_fence():
         rt.committed(ckpt.wait())
         ckpt.close()
@@ -220,6 +229,7 @@ class DataParallel:
     def run(self, step: int, rt: hooks.Runtime) -> tuple[float, float]:
         """This rank's micro-batches of `step`: (summed loss over its samples, busy s)."""
         mine = self.mixed.assignment
+        self.sync.weight = mine.weight  # a rebalance moves this rank's share of the sum
         x, y = self.steps.slice(step, mine.sample_offset, mine.samples)
         sizes = micro_batch_sizes(mine.samples, mine.micro_batch)
         loss_sum, start, begin = 0.0, time.perf_counter(), 0
@@ -291,6 +301,12 @@ def _one_micro_batch(model: nn.Module, steps: StepData, size: int) -> None:
     x, y = steps.slice(1, 0, size)
     model(x, y).backward()
     model.zero_grad(set_to_none=True)
+
+
+def _split(mixed: MixedRank) -> str:
+    """This rank's slice of the step, as the logs (and the kill-and-resume test) show it."""
+    mine = mixed.assignment
+    return f"samples {mine.samples}/{mine.global_batch} ({mine.micro_batches} micro-batches)"
 
 
 def _int_keys(optim_state: dict) -> dict:

@@ -51,6 +51,9 @@ def launch(
     emulate_chips: str | None = typer.Option(
         None, "--emulate-chips", help="CHIP:N,... chips the ranks play (CPU emulation)."
     ),
+    rebalance: bool = typer.Option(
+        True, "--rebalance/--no-rebalance", help="Mixed plans: batch shares follow measured speeds."
+    ),
     tee: bool = typer.Option(False, "--tee", help="Print the ranks' output as [rankN]: ..."),
     preflight: bool = typer.Option(
         False, "--preflight", help="Health-check the devices first; leave out or refuse bad ones."
@@ -96,8 +99,10 @@ def launch(
     archive_previous(run_dir)  # before this run writes anything in it
     if plan is not None:  # mixed-chip plan: checked against the launch, ranks assigned
         from argosy.runtime.mixed.launching import prepare
+        from argosy.runtime.mixed.rebalance import RebalancePolicy
 
-        spec.extra_env.update(prepare(plan, emulate_chips, world, run_dir))
+        policy = RebalancePolicy(enabled=rebalance)
+        spec.extra_env.update(prepare(plan, emulate_chips, world, run_dir, policy))
     elif emulate_chips:
         raise ArgosyError("--emulate-chips needs --plan: the plan gives ranks their chips")
     stopping = (signal.SIGTERM, signal.SIGHUP)  # stop the ranks, clean up, then exit

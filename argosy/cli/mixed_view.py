@@ -25,6 +25,9 @@ def print_throughput(console: Console, throughput: dict[str, Any] | None) -> Non
         "waiting at cross-group all-reduce",
         f"{t['cross_group_wait_s']:.2f} s ({t['cross_group_wait_s_per_step'] * 1e3:.1f} ms/step)",
     )
+    shares = t.get("shares")
+    if shares:
+        head.add_row("batch shares, planned -> used", _shares(shares))
     console.print(head)
     groups = Table(title="by chip group")
     for column in ("group", "chip", "devices", "samples/step", "busy s/step", "solo samples/s"):
@@ -51,3 +54,15 @@ def print_throughput(console: Console, throughput: dict[str, Any] | None) -> Non
             markup=False,
         )
     console.print(f"how: {t['how']}", highlight=False, markup=False)
+
+
+def _shares(shares: dict[str, Any]) -> str:
+    """'21/15 -> 22/14 (rebalanced at step 3: 21/15 -> 22/14)' or '... (rebalance off)'."""
+    text = "/".join(map(str, shares["planned"])) + " -> " + "/".join(map(str, shares["used"]))
+    if shares.get("rebalance") is None:
+        return f"{text} (rebalance off)"
+    moves = "; ".join(
+        f"step {c['step']}: {'/'.join(map(str, c['from']))} -> {'/'.join(map(str, c['to']))}"
+        for c in shares["changes"]
+    )
+    return f"{text} (rebalanced at {moves})" if moves else f"{text} (no change needed)"

@@ -9,7 +9,8 @@ chips are the host's (device discovery: the first accelerator type found, else t
 one per rank. With it, ranks take the plan's chip identities and an emulated speed
 (`emulate`: relative speeds, reference time given or left to calibration; knobs
 `ARGOSY_EMULATE_SPEED`, `ARGOSY_EMULATE_SAMPLE_S`, `ARGOSY_EMULATE_HEADROOM`);
-`<run dir>/mixed/assignment.json` records both.
+`<run dir>/mixed/assignment.json` records both, and the rebalance policy (batch shares
+that follow measured speeds, `rebalance`; off with `argosy launch --no-rebalance`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from argosy.runtime.mixed.plan import (
     parse_chip_counts,
     parse_plan,
 )
+from argosy.runtime.mixed.rebalance import RebalancePolicy
 
 ASSIGNMENT_FILE = "mixed/assignment.json"
 ENV_HEADROOM = "ARGOSY_EMULATE_HEADROOM"
@@ -55,8 +57,17 @@ EMULATION_NOTE = (
 )
 
 
-def prepare(plan_path: Path, emulate: str | None, world_size: int, run_dir: Path) -> dict[str, str]:
-    """Validate the plan against the launch, write the assignments; the ranks' env."""
+def prepare(
+    plan_path: Path,
+    emulate: str | None,
+    world_size: int,
+    run_dir: Path,
+    rebalance: RebalancePolicy | None = None,
+) -> dict[str, str]:
+    """Validate the plan against the launch, write the assignments; the ranks' env.
+
+    `rebalance` (default: on, `RebalancePolicy()`) is recorded for the ranks; it acts on
+    batch splits over several chip groups only (`rank.MixedRank.policy`)."""
     layout = parse_plan(_read_plan(plan_path))
     catalog = default_catalog()
     if emulate:
@@ -66,7 +77,11 @@ def prepare(plan_path: Path, emulate: str | None, world_size: int, run_dir: Path
     plan_chips = canonical_counts(list(layout.chip_counts().items()), catalog)
     check_launch(plan_chips, world_size, launch_chips, str(plan_path))
     ranks = assign_ranks(layout)
-    extra = {"plan": str(plan_path), "emulation": _emulation(layout, ranks, emulate, catalog)}
+    extra = {
+        "plan": str(plan_path),
+        "emulation": _emulation(layout, ranks, emulate, catalog),
+        "rebalance": (rebalance or RebalancePolicy()).model_dump(),
+    }
     path = run_dir / ASSIGNMENT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(encode_assignments(layout, ranks, extra))

@@ -23,7 +23,7 @@ Knows nothing of torch or processes: tests and the launcher call it alike.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from argosy.core.errors import ArgosyError
@@ -245,6 +245,22 @@ def encode_assignments(layout: MixedLayout, ranks: list[RankAssignment], extra: 
     """The JSON the launcher writes for the ranks (`ENV_MIXED` points at it)."""
     return json.dumps(
         {"layout": asdict(layout), "ranks": [asdict(r) for r in ranks], **extra}, indent=1
+    )
+
+
+def layout_from_doc(layout: dict[str, Any], shares: list[int] | None = None) -> MixedLayout:
+    """The layout an assignment document records, with each group's batch share replaced
+    by `shares` when given (a rebalance keeps the global batch: they must sum to it)."""
+    groups = [GroupLayout(**g) for g in layout["groups"]]
+    if shares is not None:
+        if len(shares) != len(groups) or sum(shares) != layout["global_batch"]:
+            raise ValueError(
+                f"shares {shares} do not split global batch {layout['global_batch']} "
+                f"over {len(groups)} groups"
+            )
+        groups = [replace(g, samples=int(s)) for g, s in zip(groups, shares, strict=True)]
+    return MixedLayout(
+        layout["split"], tuple(groups), layout["global_batch"], layout["predicted_step_s"]
     )
 
 

@@ -8,11 +8,21 @@
     with mixed.throttle.step():
         with mixed.throttle.block(samples=4): ...              # one micro-batch
     mixed.record(step, compute_s, wait_s)
+    mixed.maybe_rebalance(step)  # all ranks: may move the batch shares (rebalance)
+    mixed.state_dict()           # into each checkpoint; load_state_dict on resume
     mixed.finish(run_dir)        # rank 0 writes <run dir>/mixed/throughput.json
 
 Under `argosy launch --plan`, the launcher's assignment file (`ARGOSY_MIXED`) says what
 this rank does; without it every rank gets an even share of `global_batch` (a uniform
 run, one group of the host's chip), so the same script runs both.
+
+Rebalancing (`rebalance`, on by default for batch splits over several chip groups; the
+document's `rebalance` policy): after each step `maybe_rebalance` keeps this rank's busy
+time per sample; every `window_steps` steps the ranks all-reduce their medians and each
+computes the same new group shares from the same numbers, so they agree without a
+leader. `assignment` then holds this rank's new slice (samples, offset, weight); the
+slices still partition the global batch. The shares in use go into checkpoints
+(`state_dict`), so a resumed attempt continues on them.
 """
 
 from __future__ import annotations
@@ -35,6 +45,13 @@ from argosy.runtime.mixed.plan import (
     assign_ranks,
     decode_assignment,
     encode_assignments,
+    layout_from_doc,
+)
+from argosy.runtime.mixed.rebalance import (
+    RebalancePolicy,
+    decide,
+    group_sample_s,
+    median_sample_s,
 )
 from argosy.runtime.mixed.report import throughput_summary, write_throughput
 
@@ -54,6 +71,18 @@ class MixedRank:
     throttle: Throttle
     records: list[dict[str, float]] = field(default_factory=list)
     _allreduce: HierarchicalAllReduce | None = None
+    shares: list[int] = field(default_factory=list)
+    """Samples per step of each chip group now (the plan's until a rebalance)."""
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    """Every adopted change of shares: step, from, to, measured s/sample, modelled gain."""
+    checks: int = 0
+    """Rebalance decisions taken (adopted or not) in this attempt."""
+    _window: list[tuple[float, int]] = field(default_factory=list)
+    _steps_seen: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.shares:
+            self.shares = self.planned_shares()
 
     @classmethod
     def from_env(cls, rank: int, world: int, global_batch: int, micro_batch: int) -> MixedRank:
@@ -129,6 +158,96 @@ class MixedRank:
             return None
         return json.loads(path.read_text())
 
+    def planned_shares(self) -> list[int]:
+        return [int(g["samples"]) for g in self.doc["layout"]["groups"]]
+
+    def policy(self) -> RebalancePolicy | None:
+        """The launch's rebalance policy, None where it does not apply (off, one group,
+        or a layer split: pipeline stages keep the plan's layer counts)."""
+        layout = self.doc["layout"]
+        given = self.doc.get("rebalance")
+        if not given or layout["split"] == "layers" or len(layout["groups"]) < 2:
+            return None
+        policy = RebalancePolicy.model_validate(given)
+        return policy if policy.enabled else None
+
+    def maybe_rebalance(self, step: int) -> bool:
+        """After `step`'s record, on every rank: every `window_steps` measured steps, agree
+        on the group shares for the measured speeds (a collective: all ranks call this
+        at the same steps). True when the shares changed."""
+        policy = self.policy()
+        if policy is None or not self.records or int(self.records[-1]["step"]) != step:
+            return False
+        self._steps_seen += 1
+        if self._steps_seen <= policy.warmup_steps:
+            return False
+        last = self.records[-1]
+        self._window.append((float(last["compute_s"]), int(last["samples"])))
+        if len(self._window) < policy.window_steps:
+            return False
+        busy, samples = zip(*self._window, strict=True)
+        self._window.clear()
+        measured = self._pool(median_sample_s(list(busy), list(samples)))
+        per_group = group_sample_s(measured, self.group_of_rank())
+        devices = [int(g["devices"]) for g in self.doc["layout"]["groups"]]
+        self.checks += 1
+        if min(per_group) <= 0:
+            return False
+        decision = decide(self.shares, per_group, devices, policy)
+        if not decision.changed:
+            return False
+        self.changes.append(
+            {
+                "step": step,
+                "from": list(self.shares),
+                "to": decision.shares,
+                "group_sample_s": [round(t, 6) for t in per_group],
+                "modelled_gain": round(decision.gain, 4),
+            }
+        )
+        self.apply_shares(decision.shares)
+        return True
+
+    def _pool(self, mine: float) -> list[float]:
+        """Every rank's median seconds per sample, the same list on every rank."""
+        import torch
+        import torch.distributed as dist
+
+        values = torch.zeros(len(self.doc["ranks"]), dtype=torch.float64)
+        values[self.assignment.rank] = mine
+        dist.all_reduce(values)  # one non-zero term per slot: exact, identical everywhere
+        return values.tolist()
+
+    def apply_shares(self, shares: list[int]) -> None:
+        """Run on `shares` (per group) from the next step: this rank's new slice."""
+        layout = layout_from_doc(self.doc["layout"], shares)
+        self.assignment = assign_ranks(layout)[self.assignment.rank]
+        self.shares = list(shares)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The shares in use and their history, for a checkpoint."""
+        return {"shares": list(self.shares), "changes": [dict(c) for c in self.changes]}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Resume on a checkpoint's shares (a checkpoint without them keeps the plan's)."""
+        if not state:
+            return
+        self.changes = [dict(c) for c in state.get("changes", [])]
+        shares = [int(s) for s in state["shares"]]
+        if shares != self.shares:
+            self.apply_shares(shares)
+
+    def shares_report(self) -> dict[str, Any]:
+        """summary.json's `throughput.shares`: planned, in use at the end, changes."""
+        policy = self.policy()
+        return {
+            "rebalance": policy.model_dump() if policy is not None else None,
+            "planned": self.planned_shares(),
+            "used": list(self.shares),
+            "changes": self.changes,
+            "checks": self.checks,
+        }
+
     def group_of_rank(self) -> list[int]:
         return [int(r["group"]) for r in self.doc["ranks"]]
 
@@ -145,6 +264,7 @@ class MixedRank:
         self.records.append(
             {
                 "step": step,
+                "samples": self.assignment.samples,
                 "compute_s": compute_s,
                 "wait_s": wait_s,
                 "end_s": time.monotonic(),
@@ -165,6 +285,7 @@ class MixedRank:
         if self.assignment.rank != 0:
             return None
         summary = throughput_summary(self.doc, gathered, warmup=warmup)
+        summary["shares"] = self.shares_report()
         if run_dir is not None:
             write_throughput(run_dir, summary, gathered)
         return summary

@@ -8,9 +8,12 @@ cross-group all-reduce, and the step's end time. Rank 0 gathers the records and
 
 - measured_samples_per_s: global batch x measured steps / (last step end - end of the
   first measured step), over the last attempt's steps after `warmup` steps.
-- by_group: per chip group, samples per step, median busy time per step (the slowest
-  rank of the group), solo_samples_per_s = samples / busy time (what the group would do
+- by_group: per chip group, samples per step (in the last step: a rebalance may have
+  moved them), median busy time per step (the slowest rank of the group),
+  solo_samples_per_s = median over steps of samples / busy time (what the group would do
   alone at this speed, never waiting), and median wait per step.
+- shares (added by `rank.MixedRank.finish`): the planned group shares, those in use at
+  the end, and every change the rebalance made (step, from, to, measured s/sample).
 - efficiency_vs_solo_sum: measured / sum of the groups' solo throughputs.
 - emulation_overrun_s_per_step: on emulated runs, time past the emulation's deadlines
   (real compute that did not fit, sleep overshoot), the busiest rank's, per step: the
@@ -105,15 +108,18 @@ def _by_group(layout: dict, ranks: list[dict], kept: list[list[dict]]) -> list[d
         members = [r["rank"] for r in ranks if r["group"] == index]
         busy = [max(kept[m][i]["compute_s"] for m in members) for i in range(len(kept[0]))]
         wait = [statistics.fmean(kept[m][i]["wait_s"] for m in members) for i in range(len(busy))]
+        samples = [_group_samples(kept, members, i, group["samples"]) for i in range(len(busy))]
         busy_s = statistics.median(busy)
+        rates = [n / b for n, b in zip(samples, busy, strict=True) if b > 0]
+        solo = statistics.median(rates) if rates else 0.0
         out.append(
             {
                 "group": index,
                 "chip": group["chip"],
                 "devices": group["devices"],
-                "samples_per_step": group["samples"],
+                "samples_per_step": samples[-1],
                 "busy_s_per_step": round(busy_s, 5),
-                "solo_samples_per_s": round(group["samples"] / busy_s, 3) if busy_s else 0.0,
+                "solo_samples_per_s": round(solo, 3),
                 "wait_s_per_step": round(statistics.median(wait), 5),
                 "planned_samples_per_s": round(group["samples"] / group["predicted_step_s"], 3)
                 if group["predicted_step_s"] > 0
@@ -121,6 +127,13 @@ def _by_group(layout: dict, ranks: list[dict], kept: list[list[dict]]) -> list[d
             }
         )
     return out
+
+
+def _group_samples(kept: list[list[dict]], members: list[int], step: int, planned: int) -> int:
+    """The group's samples in measured step `step` (records without them: the plan's)."""
+    if "samples" not in kept[members[0]][step]:
+        return planned
+    return sum(int(kept[m][step]["samples"]) for m in members)
 
 
 def _reference_group(layout: dict, ranks: list[dict], emulation: dict | None) -> int:
