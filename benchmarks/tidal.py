@@ -29,7 +29,6 @@ import math
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,18 +42,12 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from argosy.core.net import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 STEP_S = 5.0
 BATCH = 32
-CONFIG = """\
-local_node_devices: 1
-scheduler:
-  resize_cost_s: 5
-  resize_payback: 1
-  initial_hold_s: 30
-  min_resize_interval_s: 0
-  resize_budget_fraction: 1.0
-"""
+CONFIG = REPO / "examples" / "tidal_server.yaml"
 CHAT = {"model": "smollm2-135m", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
 
 
@@ -63,12 +56,9 @@ class Server:
 
     def __init__(self, root: Path) -> None:
         self.home = root / "home"
-        (root / "server.yaml").write_text(CONFIG)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         command = [sys.executable, "-m", "argosy", "server", "--port", str(self.port)]
-        command += ["--home", str(self.home), "--slots", "2", "--config", str(root / "server.yaml")]
+        command += ["--home", str(self.home), "--slots", "2", "--config", str(CONFIG)]
         log = (root / "server.log").open("ab")
         env = dict(os.environ, ARGOSY_HOME=str(self.home))  # its processes carry the home
         self.proc = subprocess.Popen(command, stdout=log, stderr=log, env=env)

@@ -34,21 +34,12 @@ STEP_S = 5.0
 PERIOD_S = 150.0
 PEAK_STEPS = 6  # the first 30 s of each period
 LEAD_S = 25.0
-CONFIG = """\
-local_node_devices: 1
-scheduler:
-  resize_cost_s: 5
-  resize_payback: 1
-  initial_hold_s: 30
-  min_resize_interval_s: 0
-  resize_budget_fraction: 1.0
-"""
+CONFIG = REPO / "examples" / "tidal_server.yaml"
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    (tmp_path / "server.yaml").write_text(CONFIG)
-    proc = ServerProcess(tmp_path / "home", "--config", str(tmp_path / "server.yaml"))
+    proc = ServerProcess(tmp_path / "home", "--config", str(CONFIG))
     proc.start()
     yield proc
     proc.proc.send_signal(signal.SIGTERM)
