@@ -1,21 +1,29 @@
-"""Hierarchical all-reduce bandwidth against the slowest link's floor (gloo, CPU ranks).
+"""Hierarchical all-reduce bandwidth against the slowest link's floor (CPU ranks), over
+TCP and over shared host memory.
 
 Imported by benchmarks/mixed.py; runs on its own too:
 
     .venv/bin/python benchmarks/mixed_allreduce.py --mib 16 --groups 0,1,1
 
 In one spawn of gloo processes (one per entry of --groups), for a float32 tensor of
---mib MiB, --rounds rounds, each timing the three below in turn (median of --repeats
-calls after one warm-up each), so that the floor and the all-reduce see the same load;
-the figure is the median over rounds of the per-round ratio:
-- link floor: one-way send/recv bandwidth between the two group leaders (the cross-group
-  link; on this host every link is loopback TCP, so it is also the slowest; with
-  --cross-link-gbs, that link is emulated at the given rate, floor and all-reduce alike,
-  and the links inside a group stay loopback, as on a cluster whose vendor groups meet
-  over a slower network than their own);
-- flat: torch.distributed.all_reduce over every rank (gloo's own algorithm);
-- hierarchical: argosy.runtime.mixed.allreduce (reduce in group, leaders exchange,
-  broadcast back; chunked into a pipeline).
+--mib MiB, --rounds rounds, each timing the calls below in turn (median of --repeats
+calls after one warm-up each), so that the floors and the all-reduces see the same load;
+each ratio is the median over rounds of the per-round ratio:
+- floors, one-way copies of the tensor between the two first group leaders (the
+  cross-group link), one per transport: `link` over gloo send/recv (loopback TCP) and
+  `shm_link` through argosy.runtime.mixed.shm (a shared segment, chunked and pipelined
+  with the all-reduce's chunk size). With --cross-link-gbs, that link is emulated at the
+  given rate, floors and exchanges alike, and the links inside a group stay as they are,
+  as on a cluster whose vendor groups meet over a slower network than their own;
+- flat: torch.distributed.all_reduce over every rank (gloo's own algorithm, TCP);
+- hierarchical (argosy.runtime.mixed.allreduce, chunked into a pipeline), three ways:
+  `hierarchical` (transport tcp: gloo reduce in group, gloo between leaders, broadcast),
+  `shm_leaders` (transport shm, host_groups_join off: in-group phases over gloo, leaders
+  exchange through shared memory) and `shm_joined` (transport shm: the CPU groups' ranks
+  all join one shared-memory reduce-scatter / all-gather, no in-group phase).
+Each all-reduce is compared with the floor of the transport it uses: tcp and flat with
+`link`, shm_joined with `shm_link`, shm_leaders with both (its in-group links are TCP,
+its cross link shared memory: the slowest of the two is its floor).
 Bus bandwidth = bytes x 2 (n - 1) / n / time (the nccl-tests convention).
 """
 
@@ -63,6 +71,7 @@ def _rank(  # noqa: PLR0913
     out,  # noqa: ANN001
 ) -> None:
     from argosy.runtime.mixed.allreduce import HierarchicalAllReduce
+    from argosy.runtime.mixed.shm import ShmGroup
 
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -75,23 +84,48 @@ def _rank(  # noqa: PLR0913
     tensor = torch.ones(int(mib * 2**20 / 4))
     leaders = [groups.index(g) for g in sorted(set(groups))]
     a, b = leaders[0], leaders[1] if len(leaders) > 1 else (1 if world > 1 else 0)
+    pair = ShmGroup(sorted({a, b})) if a != b else None
 
-    def link() -> None:
-        start = time.perf_counter()
-        if rank == a:
-            dist.send(tensor, dst=b)
-        elif rank == b:
-            dist.recv(tensor, src=a)
-        if cross_link and rank in (a, b):  # the emulated link: at least bytes / rate
-            time.sleep(max(0.0, start + tensor.nbytes / cross_link - time.perf_counter()))
+    def one_way(send, recv):  # noqa: ANN001, ANN202
+        def link() -> None:
+            start = time.perf_counter()
+            if rank == a:
+                send(tensor, b)
+            elif rank == b:
+                recv(tensor, a)
+            if cross_link and rank in (a, b):  # the emulated link: at least bytes / rate
+                time.sleep(max(0.0, start + tensor.nbytes / cross_link - time.perf_counter()))
 
-    ar = HierarchicalAllReduce(groups, "cpu", cross_link_bytes_per_s=cross_link)
-    results: dict[str, list[float]] = {"link_s": [], "flat_s": [], "hierarchical_s": []}
+        return link
+
+    calls = {
+        "link_s": one_way(dist.send, dist.recv),
+        "shm_link_s": one_way(pair.send, pair.recv) if pair else lambda: None,
+        "flat_s": lambda: dist.all_reduce(tensor),
+    }
+    ars = {
+        "hierarchical_s": HierarchicalAllReduce(groups, "cpu", cross_link_bytes_per_s=cross_link),
+        "shm_leaders_s": HierarchicalAllReduce(
+            groups,
+            "cpu",
+            cross_link_bytes_per_s=cross_link,
+            transport="shm",
+            host_groups_join=False,
+        ),
+        "shm_joined_s": HierarchicalAllReduce(
+            groups, "cpu", cross_link_bytes_per_s=cross_link, transport="shm"
+        ),
+    }
+    for key, ar in ars.items():
+        calls[key] = lambda ar=ar: ar.all_reduce(tensor).wait()
+    results: dict[str, list[float]] = {key: [] for key in calls}
     for _ in range(rounds):
-        results["link_s"].append(_timed(link, repeats))
-        results["flat_s"].append(_timed(lambda: dist.all_reduce(tensor), repeats))
-        results["hierarchical_s"].append(_timed(lambda: ar.all_reduce(tensor).wait(), repeats))
-    ar.close()
+        for key, fn in calls.items():
+            results[key].append(_timed(fn, repeats))
+    for ar in ars.values():
+        ar.close()
+    if pair is not None:
+        pair.close()
     if rank == 0:
         out.put(results)
     dist.destroy_process_group()
@@ -104,10 +138,12 @@ def measure(
     rounds: int = 5,
     cross_link_gbs: float | None = None,
 ) -> dict:
-    """Times and bandwidths (GB/s) of the link floor, flat and hierarchical all-reduce:
-    medians over rounds, and the median of the per-round ratios. `cross_link_gbs`: the
-    link between the group leaders emulated at that rate (GB/s), floor and all-reduce
-    alike (EMULATION: loopback is as fast inside a group as across)."""
+    """Times and bandwidths (GB/s) of the link floors (TCP, shared memory), the flat and
+    the three hierarchical all-reduces (module docstring): medians over rounds, and the
+    median of the per-round ratios to each one's floor (`<name>_vs_link`) and to the flat
+    all-reduce (`<name>_vs_flat`). `cross_link_gbs`: the link between the group leaders
+    emulated at that rate (GB/s), floors and exchanges alike (EMULATION: loopback is as
+    fast inside a group as across)."""
     cross_link = cross_link_gbs * 1e9 if cross_link_gbs else None
     world = len(groups)
     ctx = mp.get_context("spawn")
@@ -126,12 +162,14 @@ def measure(
             p.join(timeout=60)
     size = mib * 2**20
     bus = 2 * (world - 1) / world
-    per_round = [
-        (size * bus / h) / (size / link)
-        for link, h in zip(result["link_s"], result["hierarchical_s"], strict=True)
-    ]
+    floors = {
+        "hierarchical": ["link_s"],
+        "flat": ["link_s"],
+        "shm_leaders": ["link_s", "shm_link_s"],
+        "shm_joined": ["shm_link_s"],
+    }
     times = {key: statistics.median(values) for key, values in result.items()}
-    return {
+    out = {
         "groups": groups,
         "mib": mib,
         "repeats": repeats,
@@ -139,14 +177,25 @@ def measure(
         "cross_link_gbs": cross_link_gbs,
         **times,
         "link_gbps": size / times["link_s"] / 1e9,
-        "flat_busbw_gbps": size * bus / times["flat_s"] / 1e9,
-        "hierarchical_busbw_gbps": size * bus / times["hierarchical_s"] / 1e9,
-        "hierarchical_vs_link": statistics.median(per_round),
-        "hierarchical_vs_link_rounds": per_round,
-        "hierarchical_vs_flat": statistics.median(
-            f / h for f, h in zip(result["flat_s"], result["hierarchical_s"], strict=True)
-        ),
+        "shm_link_gbps": size / times["shm_link_s"] / 1e9,
     }
+    for name, keys in floors.items():
+        per_round = [
+            (size * bus / r[f"{name}_s"]) / (size / max(r[k] for k in keys))
+            for r in _rounds(result)
+        ]
+        out[f"{name}_busbw_gbps"] = size * bus / times[f"{name}_s"] / 1e9
+        out[f"{name}_vs_link"] = statistics.median(per_round)
+        out[f"{name}_vs_link_rounds"] = per_round
+        out[f"{name}_vs_flat"] = statistics.median(
+            r["flat_s"] / r[f"{name}_s"] for r in _rounds(result)
+        )
+    return out
+
+
+def _rounds(result: dict[str, list[float]]) -> list[dict[str, float]]:
+    keys = list(result)
+    return [dict(zip(keys, values, strict=True)) for values in zip(*result.values(), strict=True)]
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from argosy.plugins.registry import Registry
+from argosy.runtime.mixed.shm import ShmGroup, host_id
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ collective_backends.register("npu", CollectiveBackend("hccl"), aliases=("ascend"
 collective_backends.register("xpu", CollectiveBackend("xccl"), aliases=("intel",))
 
 CROSS_GROUP_BACKEND = "gloo"
+TRANSPORTS = ("tcp", "shm")
 DEFAULT_CHUNK_BYTES = 4 * 2**20
 
 
@@ -91,7 +93,18 @@ class HierarchicalAllReduce:
         device_backend: str | list[str] = "cpu",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         cross_link_bytes_per_s: float | None = None,
+        transport: str = "tcp",
+        host_groups_join: bool = True,
+        timeout_s: float = 60.0,
     ) -> None:
+        """`transport`: how the exchange crosses between groups, "tcp" (gloo) or "shm"
+        (a shared segment; every exchanging rank must be on this host). With "shm" and
+        `host_groups_join`, every rank of a CPU group joins the exchange itself (its
+        memory is host memory: no reduce to, nor broadcast from, its leader).
+        `timeout_s`: how long a shared-memory wait lasts before it raises."""
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport {transport!r}: expected one of {TRANSPORTS}")
+        self.transport = transport
         self.rank = dist.get_rank()
         if cross_link_bytes_per_s is not None and cross_link_bytes_per_s <= 0:
             raise ValueError(f"cross_link_bytes_per_s {cross_link_bytes_per_s}: expected > 0")
@@ -108,6 +121,10 @@ class HierarchicalAllReduce:
         self.group = group_of_rank[self.rank]
         self.leader = self.members[self.group][0]
         self.is_leader = self.rank == self.leader
+        joins = {
+            g: transport == "shm" and host_groups_join and native_backend(k) == "gloo"
+            for g, k in zip(ids, kinds, strict=True)
+        }
         self._reduce_pg = self._bcast_pg = None
         for g, kind in zip(ids, kinds, strict=True):  # every rank creates every group
             backend = native_backend(kind)
@@ -115,10 +132,21 @@ class HierarchicalAllReduce:
             bcast_pg = dist.new_group(self.members[g], backend=backend)
             if g == self.group:
                 self._reduce_pg, self._bcast_pg = reduce_pg, bcast_pg
-        leaders = [self.members[g][0] for g in ids]
-        self._leaders_pg = dist.new_group(leaders, backend=CROSS_GROUP_BACKEND)
-        self.group_size = len(self.members[self.group])
+        self.exchange_ranks = sorted(
+            r for g in ids for r in (self.members[g] if joins[g] else self.members[g][:1])
+        )
+        """Ranks in the cross-group exchange: group leaders, or every rank of a joining
+        host group."""
+        self.joined = joins[self.group]
+        self.group_size = 1 if self.joined else len(self.members[self.group])
         self.num_groups = len(ids)
+        self.in_exchange = self.rank in self.exchange_ranks
+        self._shm: ShmGroup | None = None
+        self._leaders_pg = None
+        if transport == "shm":
+            self._shm = self._shm_group(timeout_s)
+        else:
+            self._leaders_pg = dist.new_group(self.exchange_ranks, backend=CROSS_GROUP_BACKEND)
         self._queues: list[queue.Queue] = [queue.Queue() for _ in range(3)]
         self._failed: BaseException | None = None
         phases = (self._reduce, self._exchange, self._broadcast)
@@ -144,10 +172,23 @@ class HierarchicalAllReduce:
         return request.future
 
     def close(self) -> None:
-        """Stop the phase threads (after the queued work is done)."""
+        """Stop the phase threads (after the queued work is done), unmap shared memory."""
         self._queues[0].put(None)
         for t in self._threads:
             t.join(timeout=60)
+        if self._shm is not None:
+            self._shm.close()
+
+    def _shm_group(self, timeout_s: float) -> ShmGroup:
+        hosts: list[str | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(hosts, host_id())
+        where = {hosts[r] for r in self.exchange_ranks}
+        if len(where) > 1:
+            raise ValueError(
+                f"transport 'shm': the exchanging ranks {self.exchange_ranks} are on "
+                f"{len(where)} hosts; shared memory needs one (use transport 'tcp')"
+            )
+        return ShmGroup(self.exchange_ranks, chunk_bytes=self.chunk_bytes, timeout_s=timeout_s)
 
     # -- phases --------------------------------------------------------------------------
 
@@ -179,9 +220,12 @@ class HierarchicalAllReduce:
             dist.reduce(chunk, dst=self.leader, group=self._reduce_pg)
 
     def _exchange(self, chunk: torch.Tensor) -> None:
-        if self.is_leader and self.num_groups > 1:
+        if self.in_exchange and len(self.exchange_ranks) > 1:
             start = time.perf_counter()
-            dist.all_reduce(chunk, group=self._leaders_pg)
+            if self._shm is not None:
+                self._shm.all_reduce(chunk)
+            else:
+                dist.all_reduce(chunk, group=self._leaders_pg)
             if self.cross_link_bytes_per_s is not None:
                 n = self.num_groups
                 wire = 2 * (n - 1) / n * chunk.numel() * chunk.element_size()
