@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,14 +61,23 @@ def test_kill_in_one_group_resumes_with_the_same_split(runs: dict) -> None:
     assert sorted(want) == list(range(1, 7)) and want[6] < want[1]  # it trains
     assert losses(killed) == pytest.approx(want, rel=1e-7)
     for rank in range(3):
-        first = _split_line(killed / "logs" / "attempt0" / f"rank{rank}.log")
-        again = _split_line(killed / "logs" / "attempt1" / f"rank{rank}.log")
-        assert first == again and first is not None
+        log1 = (killed / "logs" / "attempt1" / f"rank{rank}.log").read_text()
+        resumed = int(re.search(r"resumed from step (\d+)", log1).group(1))
+        before = _split_at(killed / "logs" / "attempt0" / f"rank{rank}.log", resumed)
+        again = _split_at(killed / "logs" / "attempt1" / f"rank{rank}.log", resumed)
+        assert before == again and before is not None
 
 
-def _split_line(path: Path) -> str | None:
-    lines = [ln for ln in path.read_text().splitlines() if " samples " in ln]
-    return lines[0].split("] ", 1)[1] if lines else None
+def _split_at(path: Path, step: int) -> str | None:
+    """This rank's slice in use after `step`: the start-up line's, unless a rebalance at
+    or before `step` moved it (the shares at a checkpoint are the ones a resume takes)."""
+    split = None
+    for line in path.read_text().splitlines():
+        found = re.search(r"(samples \d+/\d+ \(\d+ micro-batches\))", line)
+        moved = re.search(r"step (\d+) rebalanced", line)
+        if found and (moved is None or int(moved.group(1)) <= step):
+            split = found.group(1)
+    return split
 
 
 @pytest.mark.integration
@@ -81,6 +94,41 @@ def test_summary_reports_measured_and_predicted_throughput(runs: dict) -> None:
     shown = argosy("runs", "show", str(runs["mixed"]), "--no-plot")
     assert shown.returncode == 0, shown.stderr
     assert "predicted" in shown.stdout and "EMULATED" in shown.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_shares_follow_emulated_speeds_and_keep_the_uniform_loss(
+    plan_file: Path, tmp_path: Path
+) -> None:
+    """The A100 emulated 5x slower than the H100 (the planner says 2.7x): the plan's
+    10 / 8 leaves the A100 ranks (4 samples each) as stragglers; after the warm-up step
+    and a 2-step window the ranks agree on the balanced 14 / 4 at step 3, and the losses
+    still equal one process taking the whole batch of 18."""
+    from argosy.runtime.mixed.rebalance import balanced_shares
+
+    times = {"h100": 0.02, "a100-80g": 0.1}
+    script = [SCRIPT, "--steps", "6", "--ckpt-every", "100", "--checkpointer", "disk"]
+    reference = subprocess.Popen(  # a world of one, alongside the launch
+        [sys.executable, *script, *MODEL, "--global-batch", "18"],
+        env={**os.environ, "ARGOSY_RUN_DIR": str(tmp_path / "one")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    head = ["launch", "--quiet", "--run-dir", str(tmp_path / "mixed"), "--nproc-per-node", "3"]
+    mixed = ["--plan", str(plan_file), "--emulate-chips", CHIPS]
+    env = {"ARGOSY_EMULATE_SAMPLE_S": ",".join(f"{c}={t}" for c, t in times.items())}
+    done = argosy(*head, *mixed, *script, "--warmup", "1", *MODEL, env=env, timeout=120)
+    out, _ = reference.communicate(timeout=120)
+    assert done.returncode == 0 and reference.returncode == 0, done.stdout + done.stderr
+    shares = read_summary(tmp_path / "mixed")["throughput"]["shares"]
+    want = balanced_shares(18, list(times.values()), [1, 2])
+    assert shares["planned"] != want and shares["used"] == want == [14, 4]
+    assert [c["step"] for c in shares["changes"]] == [3]
+    one = {int(m[1]): float(m[2]) for m in re.finditer(r"step (\d+) loss (\S+)", out)}
+    assert sorted(one) == list(range(1, 7))
+    assert losses(tmp_path / "mixed") == pytest.approx(one, rel=1e-5)
 
 
 MISMATCHES = {
