@@ -50,6 +50,8 @@ from argosy.checkpoint.writer import Writer
 from argosy.core.procs import pid_alive
 
 _ADOPT_WAIT_S = 10.0
+_DEBRIS_AGE_S = 60.0
+"""A slot file smaller than a header and older than this is a crashed creation's debris."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,8 @@ class Persister:
                 continue
             try:
                 seg = Segment.open(path, writable=True)
-            except (OSError, ValueError):
-                path.unlink(missing_ok=True)
+            except (OSError, ValueError):  # smaller than a header: maybe being created now
+                _unlink_debris(path)
                 continue
             found.append((path, seg, _owner(seg)))
         deadline = time.monotonic() + _ADOPT_WAIT_S
@@ -226,11 +228,13 @@ class Persister:
             for slot in self.slots:
                 if slot.step is not None and slot.step > step:
                     slot.stale = True
+                    # the header at once, even while the disk writer reads the data (it
+                    # never reads the header): a later load must not find the step COMPLETE
+                    head = slot.segment.header()
+                    if head is not None and head.state is SlotState.COMPLETE:
+                        slot.segment.write_header(replace(head, state=SlotState.EMPTY))
                     if not slot.persisting:
                         slot.step, slot.meta = None, None
-                        head = slot.segment.header()
-                        if head is not None:
-                            slot.segment.write_header(replace(head, state=SlotState.EMPTY))
             self.cond.notify_all()
 
     def _held_paths(self) -> list[Path]:
@@ -331,6 +335,16 @@ class Persister:
                 slot.segment.unlink()
             slot.segment.close()
         self.slots = []
+
+
+def _unlink_debris(path: Path) -> None:
+    """Remove a slot file smaller than a header only when it has stayed so for longer
+    than a creation takes (a creator crashed between open and truncate): a younger one may
+    be another process's slot being created this moment, whose snapshot an unlink drops."""
+    with contextlib.suppress(OSError):
+        info = path.stat()
+        if info.st_size < HEADER_BYTES and time.time() - info.st_mtime > _DEBRIS_AGE_S:
+            path.unlink(missing_ok=True)
 
 
 def _owner_of(path: Path) -> int:
