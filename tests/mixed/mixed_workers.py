@@ -34,24 +34,40 @@ def both(rank: int, world: int, port: int, shapes: list, case: dict, out) -> Non
 
 
 def hierarchical_vs_flat(rank: int, shapes: list, out) -> None:  # noqa: ANN001
-    """For each group shape: integer tensors must sum exactly as a flat all-reduce does,
-    random ones to float tolerance. Puts ("sum", rank, shape index, exact, max abs diff)."""
-    for index, (group_of_rank, numel, chunk_bytes, link) in enumerate(shapes):
-        ar = HierarchicalAllReduce(
-            group_of_rank, "cpu", chunk_bytes=chunk_bytes, cross_link_bytes_per_s=link
-        )
-        g = torch.Generator().manual_seed(1000 * index + rank)
-        ints = torch.randint(-1000, 1000, (numel,), generator=g).float()
-        reals = torch.randn(numel, generator=g)
-        want_ints, want_reals = ints.clone(), reals.clone()
-        dist.all_reduce(want_ints)
-        dist.all_reduce(want_reals)
-        futures = [ar.all_reduce(ints), ar.all_reduce(reals)]  # two in flight at once
-        for f in futures:
-            f.wait()
-        diff = float((reals - want_reals).abs().max()) if numel else 0.0
-        out.put(("sum", rank, index, bool(torch.equal(ints, want_ints)), diff))
-        ar.close()
+    """For each group shape and transport (tcp, shm between leaders, shm joined by the
+    CPU groups' ranks): integer tensors must sum exactly as a flat all-reduce does,
+    random ones to float tolerance. Puts ("sum", rank, shape index, transport, exact,
+    max abs diff)."""
+    for index, shape in enumerate(shapes):
+        for transport in TRANSPORTS:
+            _compare(rank, index, shape, transport, out)
+
+
+TRANSPORTS = ("tcp", "shm-leaders", "shm-joined")
+
+
+def _compare(rank: int, index: int, shape: tuple, transport: str, out) -> None:  # noqa: ANN001
+    group_of_rank, numel, chunk_bytes, link = shape
+    ar = HierarchicalAllReduce(
+        group_of_rank,
+        "cpu",
+        chunk_bytes=chunk_bytes,
+        cross_link_bytes_per_s=link,
+        transport=transport.split("-")[0],
+        host_groups_join=transport == "shm-joined",
+    )
+    g = torch.Generator().manual_seed(1000 * index + rank)
+    ints = torch.randint(-1000, 1000, (numel,), generator=g).float()
+    reals = torch.randn(numel, generator=g)
+    want_ints, want_reals = ints.clone(), reals.clone()
+    dist.all_reduce(want_ints)
+    dist.all_reduce(want_reals)
+    futures = [ar.all_reduce(ints), ar.all_reduce(reals)]  # two in flight at once
+    for f in futures:
+        f.wait()
+    diff = float((reals - want_reals).abs().max()) if numel else 0.0
+    out.put(("sum", rank, index, transport, bool(torch.equal(ints, want_ints)), diff))
+    ar.close()
 
 
 def _model() -> nn.Module:
@@ -93,6 +109,8 @@ def weighted_grads(rank: int, case: dict, out) -> None:  # noqa: ANN001
     _accumulate(ddp, x, y, len(x), sync=None)
     out.put(("grad", rank, "ddp", _max_diff(ddp.module, want)))
 
+    ar.close()
+    ar = HierarchicalAllReduce(groups, "cpu", chunk_bytes=256, transport="shm")
     model = _model()
     sync = GradSync(model, ar, weight=weight, bucket_bytes=512)
     _accumulate(model, x, y, mbs, sync=sync)

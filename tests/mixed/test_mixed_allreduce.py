@@ -49,16 +49,20 @@ WEIGHTED = {"samples": [21, 8, 7, 4], "groups": [0, 1, 1, 2], "micro_batch": 3}
 @pytest.mark.integration
 def test_hierarchical_sum_and_weighted_gradients_in_gloo_processes() -> None:
     """One spawn of 4 ranks: the hierarchical sum equals the flat all-reduce over random
-    group shapes, then a step with uneven samples per rank (21/8/7/4 over 3 chip groups)
-    gives the full-batch gradient, through the DDP hook and through GradSync."""
+    group shapes, over TCP and over shared memory (leaders only, and every rank of the
+    CPU groups), then a step with uneven samples per rank (21/8/7/4 over 3 chip groups)
+    gives the full-batch gradient, through the DDP hook (TCP) and through GradSync (shared
+    memory)."""
     shapes = mixed_workers.random_shapes(seed=4, world=4, count=6)
     results = _run(mixed_workers.both, 4, shapes, WEIGHTED)
     sums = [r for r in results if r[0] == "sum"]
     grads = [r for r in results if r[0] == "grad"]
-    assert len(sums) == 4 * len(shapes) and len(grads) == 2 * 4
-    for _, rank, index, exact, diff in sums:
-        assert exact, f"rank {rank}, shape {shapes[index]}: integer sums differ"
-        assert diff < 1e-4, f"rank {rank}, shape {shapes[index]}: max diff {diff}"
+    transports = mixed_workers.TRANSPORTS
+    assert len(sums) == 4 * len(shapes) * len(transports) and len(grads) == 2 * 4
+    for _, rank, index, transport, exact, diff in sums:
+        where = f"rank {rank}, shape {shapes[index]}, {transport}"
+        assert exact, f"{where}: integer sums differ"
+        assert diff < 1e-4, f"{where}: max diff {diff}"
     assert {path for _, _, path, _ in grads} == {"ddp", "gradsync"}
     for _, rank, path, diff in grads:
         assert diff < 1e-6, f"rank {rank} via {path}: gradient off by {diff}"
