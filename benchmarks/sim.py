@@ -166,31 +166,147 @@ def quality(args) -> dict:
     cluster, gen, _ = _trace(args.cluster, args.days, args.seed)
     print(f"{args.cluster}, {args.days:g} days, plans {args.plans}: offered load "
           f"{gen.offered_load:.3f}, {len(gen.records)} workloads", flush=True)  # fmt: skip
+    if args.pools:  # keep each day's split too
+        import argosy.sim.engine as engine
+
+        engine.IdleBreakdown = _DailyIdle
     reports = {}
-    for p in ("fifo", "quota", "argosy"):
+    chosen = args.policies.split(",")
+    for p in chosen:
         start = time.process_time()
         heads = args.quota_heads if p == "quota" else None
         reports[p] = _run(cluster, gen, p, args.seed, heads, args.plans)
         reports[p]["sim_cpu_s"] = time.process_time() - start
+    if set(chosen) != {"fifo", "quota", "argosy"}:  # iterating on one policy: no ratios
+        print("| metric | " + " | ".join(chosen) + " |")
+        print("|---|" + "---|" * len(chosen))
+        for name, get in ROWS:
+            print(f"| {name} | " + " | ".join(f"{get(reports[p]):.4g}" for p in chosen) + " |")
+        _why(reports)
+        if args.pools:
+            _why_pools(reports)
+        return reports
     print("| metric | fifo | quota | argosy | argosy / quota | argosy / fifo |")
     print("|---|---|---|---|---|---|")
     for name, get in ROWS:
         f, q, a = (get(reports[p]) for p in ("fifo", "quota", "argosy"))
         print(f"| {name} | {f:.4g} | {q:.4g} | {a:.4g} | {_ratio(a, q)} | {_ratio(a, f)} |")
     _why(reports)
+    if args.pools:
+        _why_pools(reports)
+    _bound(reports, _ceiling(cluster, gen, args.days))
     _targets(reports, args.plans)
     return reports
+
+
+def _bound(reports: dict, ceiling: dict[str, float]) -> None:
+    """What the trace allows: each policy's product against the ceiling (every offered
+    job done), and the largest lead any policy could have over fifo and quota."""
+    prod = {p: r["five_factor"]["product"]["value"] for p, r in reports.items()}
+    top = ceiling["product"]
+    print(f"\ntrace ceiling (all offered work done, every service's load served): "
+          f"product {top:.4f} (training {ceiling['train']:.4f} + inference "
+          f"{ceiling['infer']:.4f})")  # fmt: skip
+    for p, v in prod.items():
+        print(f"{p}: {v:.4f} = {100 * v / top:.1f}% of the ceiling; the ceiling is "
+              f"{top / v:.3f}x {p}'s product")  # fmt: skip
+
+
+def _ceiling(cluster, gen, days: float) -> dict[str, float]:
+    """The most any policy's product can be on this trace: every job's work done (a job's
+    progress is in device-seconds of the reference chip on the stock plan at its nominal
+    size, and the ledger credits a unit of progress with exactly that reference's FLOPs,
+    whatever the chip, plan or size it ran on: `argosy.sim.ledger`) plus every service's
+    needed replicas served at `sim.serving_mfu`, over the owned peak FLOPs."""
+    from argosy.hardware.catalog import default_catalog
+    from argosy.scheduler.speed import REFERENCE_CHIP
+    from argosy.sim.plans import PlanCosts, job_model
+
+    horizon, cfg, costs = days * 86400.0, SimConfig(), PlanCosts()
+    peak = {g.chip.id: g.chip.peak_tflops("bf16") * 1e12 for g in cluster.groups}
+    owned = sum(g.num_devices * peak[g.chip.id] for g in cluster.groups) * horizon
+    ref_peak = default_catalog().get(REFERENCE_CHIP).peak_tflops("bf16") * 1e12
+    train = infer = 0.0
+    for r in gen.records:
+        if r.kind == "infer":
+            load = np.asarray(r.load_profile if r.load_profile else [1.0])
+            steps = int(horizon // r.profile_step_s)
+            needed = np.ceil(r.devices * load[np.arange(steps) % len(load)] - 1e-9)
+            chip = default_catalog().get(r.chips[0]).id
+            infer += float(needed.sum()) * r.profile_step_s * peak[chip] * cfg.serving_mfu
+            continue
+        size = r.device_range[1]
+        mfu, scaling = costs.efficiency(job_model(r.kind, size), REFERENCE_CHIP, size, stock=True)
+        train += r.work_device_s * ref_peak * mfu * scaling
+    return {"product": (train + infer) / owned, "train": train / owned, "infer": infer / owned}
 
 
 def _why(reports: dict) -> None:
     """Where each policy's owned device-time went (argosy.sim.idle), whole cluster."""
     from argosy.sim.idle import CATEGORIES
 
-    print("\n| owned device-time | fifo | quota | argosy |")
-    print("|---|---|---|---|")
+    print("\n| owned device-time | " + " | ".join(reports) + " |")
+    print("|---|" + "---|" * len(reports))
     for k in CATEGORIES:
         cells = " | ".join(f"{100 * reports[p]['idle']['all'][k]:.1f}%" for p in reports)
         print(f"| {k} | {cells} |")
+
+
+class _DailyIdle:
+    """Wraps the simulator's `IdleBreakdown` to also keep each day's split per pool
+    (`--pools`): which pool idles, and when in the month."""
+
+    def __init__(self, sched) -> None:
+        from argosy.sim.idle import IdleBreakdown
+
+        self.inner = IdleBreakdown(sched)
+        self.t = 0.0
+        self.days: list[dict[str, dict[str, float]]] = []
+
+    def sample(self, sched, step_s: float) -> None:
+        from argosy.sim.idle import CATEGORIES
+
+        before = {c: dict(row) for c, row in self.inner.seconds.items()}
+        self.inner.sample(sched, step_s)
+        day = int(self.t // 86400)
+        while len(self.days) <= day:
+            self.days.append({c: dict.fromkeys(CATEGORIES, 0.0) for c in self.inner.chips})
+        for c, row in self.inner.seconds.items():
+            for k, v in row.items():
+                self.days[day][c][k] += v - before[c][k]
+        self.t += step_s
+
+    def report(self) -> dict:
+        out = self.inner.report()
+        out["_days"] = self.days
+        return out
+
+
+def _why_pools(reports: dict) -> None:
+    """The same split per chip pool, one column per (policy, pool), then argosy's idle
+    categories per pool by day."""
+    from argosy.sim.idle import CATEGORIES
+
+    cols = [(p, c) for p in reports for c in reports[p]["idle"] if c[0] != "_" and c != "all"]
+    print("\n| owned device-time | " + " | ".join(f"{p} {c}" for p, c in cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for k in CATEGORIES:
+        cells = " | ".join(f"{100 * reports[p]['idle'][c][k]:.1f}%" for p, c in cols)
+        print(f"| {k} | {cells} |")
+    days = reports.get("argosy", {}).get("idle", {}).get("_days")
+    if not days:
+        return
+    pools = list(days[0])
+    print("\nargosy, per day and pool: allocated / blocked / growth held / no work (%)")
+    for i, day in enumerate(days):
+        cells = []
+        for c in pools:
+            row, owned = day[c], sum(day[c].values()) or 1.0
+            blocked = row["blocked_frag"] + row["blocked_whole"]
+            cells.append(f"{c} {100 * row['allocated'] / owned:.0f}/{100 * blocked / owned:.1f}/"
+                         f"{100 * row['growth_held'] / owned:.1f}/"
+                         f"{100 * row['no_work'] / owned:.1f}")  # fmt: skip
+        print(f"day {i:2d}: " + "  ".join(cells))
 
 
 def _targets(reports: dict, plans: str) -> None:
@@ -270,6 +386,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--isolations", default="off,scheduler,health",
                         help="isolation part: which of off, scheduler, health to run")  # fmt: skip
+    parser.add_argument("--pools", action="store_true",
+                        help="quality part: the device-time split per chip pool too")  # fmt: skip
     parser.add_argument(
         "--quota-heads", type=int, default=None, help="quota's admissions per queue per cycle"
     )
