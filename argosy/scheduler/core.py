@@ -206,10 +206,10 @@ class Scheduler:
         """Device-seconds waited so far by the pending work of each chip pool (what a
         batch of room made on that pool serves), counting each workload once."""
         out: dict[str, float] = {}
-        for shape, entries in self.pending.by_shape.items():
-            total = sum(max(0.0, now - w.submit_s) for w in entries) * shape[2]
+        pending = self.pending
+        for shape in pending.by_shape:  # O(shapes): each shape keeps its submit-time sum
             chip = shape[1][0]
-            out[chip] = out.get(chip, 0.0) + total
+            out[chip] = out.get(chip, 0.0) + max(0.0, pending.waited_s(shape, now)) * shape[2]
         return out
 
     def _keep_spares(self) -> None:

@@ -10,6 +10,7 @@ whose capacity did not change is skipped without a look.
 
     queue = PendingSet(key)           # key(w): the policy's order
     queue.add(w); queue.remove(w); w in queue; list(queue)   # policy order
+    queue.waited_s(shape, now)        # seconds its workloads waited so far, summed: O(1)
 
 It behaves as a read-only sequence for callers that only iterate, test membership, or
 remove one workload (the server's adapter).
@@ -41,11 +42,14 @@ class PendingSet:
         """(shape, may borrow) -> (admission result, capacity versions it was found at)."""
         self.room_at: dict[Shape, float] = {}
         """Earliest time a shape may again try to make room by preemption."""
+        self.submit_sum: dict[Shape, float] = {}
+        """Sum of the submit times of each shape's pending workloads (for `waited_s`)."""
 
     def add(self, w: Workload) -> None:
         s = shape_of(w)
         self.shape[id(w)] = s
         bisect.insort(self.by_shape.setdefault(s, []), w, key=self.key)
+        self.submit_sum[s] = self.submit_sum.get(s, 0.0) + w.submit_s
 
     def remove(self, w: Workload) -> None:
         s = self.shape.pop(id(w), None)
@@ -56,8 +60,15 @@ class PendingSet:
             del entries[0]
         else:
             entries.remove(w)
-        if not entries:
-            del self.by_shape[s]
+        if entries:
+            self.submit_sum[s] -= w.submit_s
+        else:  # starts from an exact 0.0 again: no rounding carried over
+            del self.by_shape[s], self.submit_sum[s]
+
+    def waited_s(self, s: Shape, now: float) -> float:
+        """Seconds the pending workloads of shape `s` have waited by `now`, summed (each
+        was submitted at or before `now`): count x now - the sum of their submit times."""
+        return len(self.by_shape[s]) * now - self.submit_sum[s]
 
     def heads(self) -> list[tuple[tuple, Shape]]:
         """(key of the head, shape) of every shape, as a heap."""

@@ -100,12 +100,32 @@ class QueueTree:
     def headroom(self, queue: str, chip: str) -> int:
         """Devices the queue may still add before some ancestor hits an explicit ceiling
         (a ceiling of the whole cluster limits nothing the hardware does not)."""
+        binding = self._binding.get((queue, chip))
+        if binding is None:
+            binding = self._binding[queue, chip] = self._binding_ceilings(queue, chip)
+        if not binding:
+            return 1 << 40
+        rows, c, ceiling = binding
+        return int((ceiling - self.usage[rows, c]).min())
+
+    def _binding_ceilings(self, queue: str, chip: str) -> tuple:
+        """(ancestors of `queue` whose ceiling on `chip` is below the cluster's devices of
+        it, the chip's column, those ceilings), or () if none is: what `headroom` checks,
+        found once per pair (ceilings are fixed; setting `totals` forgets them)."""
         anc, c = self.ancestors[queue], self.chip_index[chip]
         ceiling = self.ceiling[anc, c]
         binding = ceiling < self.totals[c]
-        if not binding.any():
-            return 1 << 40
-        return int((ceiling[binding] - self.usage[anc[binding], c]).min())
+        return (anc[binding], c, ceiling[binding]) if binding.any() else ()
+
+    @property
+    def totals(self) -> np.ndarray:
+        """Devices of each chip type in the cluster (a ceiling at or above limits nothing)."""
+        return self._totals
+
+    @totals.setter
+    def totals(self, value: np.ndarray) -> None:
+        self._totals = value
+        self._binding = {}
 
     def reserved_for_others(self, queue: str, chip: str) -> int:
         """Unused guarantees of every other queue on `chip` (not free for `queue`)."""
