@@ -2,8 +2,13 @@
 
 Each chip group reduces inside itself with its native backend (`native_backend`: gloo on
 CPU, NCCL on CUDA/ROCm, HCCL on Ascend, ...), the group leaders (first rank of each
-group) all-reduce among themselves over gloo (TCP or shared memory, which every vendor
-can reach through host memory), and each leader broadcasts the sum back to its group.
+group) all-reduce among themselves, and each leader broadcasts the sum back to its
+group. The exchange runs over gloo (`transport="tcp"`, any hosts) or through a shared
+memory segment (`transport="shm"`, `shm.py`: the exchanging ranks on one host, which
+every vendor reaches through host memory; a device tensor is staged through a host
+copy). With shared memory, a CPU group's ranks all join the exchange themselves
+(`host_groups_join`, default on): host memory is their device memory, so that group has
+no reduce or broadcast phase.
 
 Tensors are cut into chunks that flow through the three phases as a pipeline, one thread
 per phase and one process group per phase, so chunk k+1 reduces inside the group while
@@ -27,6 +32,7 @@ exchange runs, then the phase sleeps to that deadline. EMULATION, reported as su
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -56,6 +62,7 @@ collective_backends.register("xpu", CollectiveBackend("xccl"), aliases=("intel",
 
 CROSS_GROUP_BACKEND = "gloo"
 TRANSPORTS = ("tcp", "shm")
+TRANSPORT_ENV = "ARGOSY_ALLREDUCE_TRANSPORT"
 DEFAULT_CHUNK_BYTES = 4 * 2**20
 
 
@@ -93,7 +100,7 @@ class HierarchicalAllReduce:
         device_backend: str | list[str] = "cpu",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         cross_link_bytes_per_s: float | None = None,
-        transport: str = "tcp",
+        transport: str | None = None,
         host_groups_join: bool = True,
         timeout_s: float = 60.0,
     ) -> None:
@@ -101,7 +108,9 @@ class HierarchicalAllReduce:
         (a shared segment; every exchanging rank must be on this host). With "shm" and
         `host_groups_join`, every rank of a CPU group joins the exchange itself (its
         memory is host memory: no reduce to, nor broadcast from, its leader).
+        None: `ARGOSY_ALLREDUCE_TRANSPORT` (how argosy's runtime picks it), else "tcp".
         `timeout_s`: how long a shared-memory wait lasts before it raises."""
+        transport = transport or os.environ.get(TRANSPORT_ENV) or "tcp"
         if transport not in TRANSPORTS:
             raise ValueError(f"transport {transport!r}: expected one of {TRANSPORTS}")
         self.transport = transport
@@ -222,7 +231,10 @@ class HierarchicalAllReduce:
     def _exchange(self, chunk: torch.Tensor) -> None:
         if self.in_exchange and len(self.exchange_ranks) > 1:
             start = time.perf_counter()
-            if self._shm is not None:
+            if self._shm is not None and chunk.device.type != "cpu":
+                host = chunk.cpu()  # a device group's sum, staged through host memory
+                chunk.copy_(self._shm.all_reduce(host))
+            elif self._shm is not None:
                 self._shm.all_reduce(chunk)
             else:
                 dist.all_reduce(chunk, group=self._leaders_pg)

@@ -5,9 +5,10 @@
 parameter. During the backward of the step's last micro-batch (`armed()`), a bucket whose
 gradients are all accumulated is copied into a flat buffer, scaled by this rank's weight
 and handed to the hierarchical all-reduce while backward goes on with the earlier
-layers. `wait()` then blocks until every bucket is summed, writes the sums back into
-`.grad`, and records the time it blocked: the time lost waiting at the cross-group
-all-reduce (communication not hidden by backward, plus waiting for slower groups).
+layers. `wait()` then blocks until every bucket is summed, makes each `.grad` a view
+of its bucket's summed buffer (a fresh buffer every step: no copy back), and records
+the time it blocked: the time lost waiting at the cross-group all-reduce
+(communication not hidden by backward, plus waiting for slower groups).
 
     sync = GradSync(model, allreduce, weight=assignment.weight, pace=throttle.pace)
     for i, (x, y) in enumerate(micro_batches):
@@ -110,7 +111,7 @@ class GradSync:
             offset = 0
             for p in self.buckets[b]:
                 n = p.numel()
-                p.grad = flat[offset : offset + n].view_as(p).clone()
+                p.grad = flat[offset : offset + n].view_as(p)  # a view: no copy back
                 offset += n
         self._reset()
         self.wait_s = time.perf_counter() - start
