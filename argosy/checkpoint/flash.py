@@ -169,6 +169,7 @@ class FlashCheckpointer:
         self._closed = False
         self._flushed: tuple[int, str | None] | None = None
         self._held = HeldSlots(self.job, self.rank)
+        self._held_sources: list[Any] | None = None
         """Snapshots in our own slots, waiting for the persister (held.py)."""
         self._start_ticks: int | None = None
         self._forget: int | None = None
@@ -348,6 +349,7 @@ class FlashCheckpointer:
         self._saved = step
         if not on_device and not self._is_ready() and _nbytes(sources) <= self.hold_limit_bytes:
             self._held.hold(step, pickle.dumps(meta), inline, sources)
+            self._held_sources = sources
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
         self._send_forget()
@@ -380,6 +382,9 @@ class FlashCheckpointer:
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
         self._send_forget()
+        if self._held_sources is not None:  # early: the persister maps them before the next
+            self._send_sources(self._held_sources)  # save, not inside its copy
+            self._held_sources = None
         for path in self._held.hand_over():
             self._send(("held", path))
 
