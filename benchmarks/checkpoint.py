@@ -33,7 +33,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from checkpoint_floors import disk_floor, floor_buffer, memcpy_floor, write_once
+from checkpoint_floors import (
+    copy_buffer,
+    copy_once,
+    disk_floor,
+    floor_buffer,
+    memcpy_floor,
+    pair_ratios,
+    write_once,
+)
 
 PEERS = ["torch_save", "dcp_save", "dcp_async", "dlrover", "argosy"]
 TENSOR_MB = 64
@@ -187,25 +195,40 @@ def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
         return {"missing": f"dlrover not installed ({err}); pip install -e '.[bench]'"}
     ckpt = DdpCheckpointer(str(work))
     stalls, durables, mem_loads = [], [], []
+    tensors, dst = list(state["model"].values()), None
+    stall_pairs, durable_pairs = [], []
     for r in range(repeats + 1):
+        floor = copy_once(tensors, dst) if r else 0.0
         t0 = time.perf_counter()
         ckpt.save_checkpoint(r, state, str(work / f"{r}.pt"), storage_type=StorageType.MEMORY)
         stall = time.perf_counter() - t0
         if r:  # the first save allocates the shared memory and starts the saver
             stalls.append(stall)
+            stall_pairs.append((floor, stall))
+        else:
+            dst = copy_buffer(tensors)
+    buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
     for r in range(repeats + 1, 2 * repeats + 1):
+        floor = write_once(work / "floor.bin", buffer, writers)  # the pair's disk floor
         t0 = time.perf_counter()
         ckpt.save_checkpoint(r, state, str(work / f"{r}.pt"), storage_type=StorageType.DISK)
         tracker = work / "dlrover_latest.txt"
         while not (tracker.exists() and tracker.read_text().strip() == str(r)):
             time.sleep(0.002)
         durables.append(time.perf_counter() - t0)
+        durable_pairs.append((floor, durables[-1]))
     for _ in range(repeats):
         t0 = time.perf_counter()
         loaded = ckpt.load_checkpoint()
         copy_into(state, loaded)
         mem_loads.append(time.perf_counter() - t0)
-    return {"stall_s": med(stalls), "durable_s": med(durables), "memory_restore_s": med(mem_loads)}
+    return {
+        "stall_s": med(stalls),
+        "durable_s": med(durables),
+        "memory_restore_s": med(mem_loads),
+        "stall_pairs": pair_ratios(stall_pairs),
+        "durable_pairs": pair_ratios(durable_pairs),
+    }
 
 
 def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
@@ -218,12 +241,18 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     ckpt.save(0, state)  # first save: storages move to shared memory, slots are allocated
     ckpt.wait()
     stalls, overlapped, durables, persists, mem_loads = [], [], [], [], []
+    tensors = list(state["model"].values())
+    dst = copy_buffer(tensors)
+    stall_pairs, durable_pairs, persist_pairs = [], [], []
     for r in range(1, repeats + 1):
+        floor = copy_once(tensors, dst)  # the pair's memcpy floor, this very moment
         t0 = time.perf_counter()
         ckpt.save(r, state)
         ckpt.before_optimizer_step()
         stalls.append(time.perf_counter() - t0)
+        stall_pairs.append((floor, stalls[-1]))
         ckpt.wait()
+    del dst
     copy_s = med(stalls)
     for r in range(repeats + 1, 2 * repeats + 1):
         t0 = time.perf_counter()
@@ -237,7 +266,7 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
     floors = []
     for r in range(2 * repeats + 1, 3 * repeats + 1):
-        floors.append(write_once(work / "floor.bin", buffer, writers))  # same minute
+        floors.append(write_once(work / "floor.bin", buffer, writers))  # the pair's floor
         t0 = time.perf_counter()
         ckpt.save(r, state)
         ckpt.before_optimizer_step()  # the snapshot is in memory: the persist starts
@@ -245,6 +274,8 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         ckpt.wait()
         durables.append(time.perf_counter() - t0)
         persists.append(time.perf_counter() - t1)
+        durable_pairs.append((floors[-1], durables[-1]))
+        persist_pairs.append((floors[-1], persists[-1]))
     for _ in range(repeats):
         t0 = time.perf_counter()
         ckpt.load(into=state)
@@ -266,6 +297,9 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         "memory_restore_s": med(mem_loads),
         "disk_restore_s": med(disk_loads),
         "slots": slots,
+        "stall_pairs": pair_ratios(stall_pairs),
+        "durable_pairs": pair_ratios(durable_pairs),
+        "persist_pairs": pair_ratios(persist_pairs),
     }
 
 
@@ -450,6 +484,17 @@ RATIOS = [  # (what, argosy's figure, peer, the peer's figure)
 ]  # fmt: skip
 
 
+PAIRED = [  # (what, peer, its pairs): per-pair ratios, each figure over the floor just before it
+    ("argosy stall, nothing to overlap / memcpy floor, per pair (target <= 1.0)",
+     "argosy", "stall_pairs"),
+    ("argosy time to durable / disk floor, per pair (target <= 1.1)", "argosy", "durable_pairs"),
+    ("argosy persist (snapshot in memory to durable) / disk floor, per pair",
+     "argosy", "persist_pairs"),
+    ("DLRover stall (memory save) / memcpy floor, per pair", "dlrover", "stall_pairs"),
+    ("DLRover time to durable / disk floor, per pair", "dlrover", "durable_pairs"),
+]  # fmt: skip
+
+
 def ratios(peers: dict[str, dict]) -> list[str]:
     a, out = peers.get("argosy", {}), []
     for label, key, peer, peer_key in RATIOS:
@@ -458,6 +503,13 @@ def ratios(peers: dict[str, dict]) -> list[str]:
             out.append(f"{label}: {mine / theirs:.2f}")
         else:
             out.append(f"{label}: n/a ({peer} missing)")
+    for label, peer, key in PAIRED:
+        p = peers.get(peer, {}).get(key)
+        if p:
+            out.append(
+                f"{label}: median {p['median']:.2f} over {p['pairs']} pairs"
+                f" (lowest {p['low']:.2f}, highest {p['high']:.2f})"
+            )
     return out
 
 

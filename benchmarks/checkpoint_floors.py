@@ -1,14 +1,17 @@
 """Floors of benchmarks/checkpoint.py: what the hardware allows for the same bytes.
 
 - memcpy floor: the state copied into a pre-touched host buffer (the least a snapshot in
-  memory can cost); from device memory, into a pinned buffer.
+  memory can cost); from device memory, into a pinned buffer. torch's copy with the
+  process's intra-op threads (as many as the cores; the persister copies with as many).
 - disk floor: the same byte count written sequentially from memory to a fresh file on the
   checkpoint's file system and fsynced, the best of 1, 2 and 4 writers (each writing a
   contiguous range with 16 MiB `os.pwrite`s): what `dd bs=16M conv=fsync` does, and the
   least any durable save of this state can take on this disk.
 
 Both are measured inside each peer's worker process, just before the peer runs, so a
-peer and its floors see the same moment of a shared machine.
+peer and its floors see the same moment of a shared machine; the headline ratios come
+from pairs instead (`pair_ratios`): a floor measured right before each save, and the
+median of the per-pair ratios.
 """
 
 from __future__ import annotations
@@ -24,26 +27,51 @@ DISK_WRITERS = (1, 2, 4)
 DISK_CHUNK = 16 << 20
 
 
-def memcpy_floor(tensors: list[Any], repeats: int) -> float:
-    """Median seconds to copy `tensors` into one pre-touched host buffer."""
+def copy_buffer(tensors: list[Any]) -> Any:
+    """A host buffer of the tensors' total size, every page touched (pinned for device
+    tensors): where `copy_once` copies to."""
     import torch
 
     total = sum(t.numel() * t.element_size() for t in tensors)
     on_device = any(t.device.type != "cpu" for t in tensors)
     dst = torch.empty(total, dtype=torch.uint8, pin_memory=on_device)
     dst.fill_(1)
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        off = 0
-        for t in tensors:
-            n = t.numel() * t.element_size()
-            dst[off : off + n].view(t.dtype).view(t.shape).copy_(t, non_blocking=on_device)
-            off += n
-        if on_device:
-            torch.accelerator.synchronize()
-        times.append(time.perf_counter() - t0)
+    return dst
+
+
+def copy_once(tensors: list[Any], dst: Any) -> float:
+    """Seconds to copy `tensors` into `dst` back to back (torch's copy, with the process's
+    intra-op threads: the same threads and kernel a snapshot's copy uses)."""
+    import torch
+
+    on_device = any(t.device.type != "cpu" for t in tensors)
+    t0 = time.perf_counter()
+    off = 0
+    for t in tensors:
+        n = t.numel() * t.element_size()
+        dst[off : off + n].view(t.dtype).view(t.shape).copy_(t, non_blocking=on_device)
+        off += n
+    if on_device:
+        torch.accelerator.synchronize()
+    return time.perf_counter() - t0
+
+
+def memcpy_floor(tensors: list[Any], repeats: int) -> float:
+    """Median seconds to copy `tensors` into one pre-touched host buffer."""
+    dst = copy_buffer(tensors)
+    times = [copy_once(tensors, dst) for _ in range(repeats + 1)]
     return statistics.median(times[1:])
+
+
+def pair_ratios(pairs: list[tuple[float, float]]) -> dict[str, float]:
+    """Per-pair ratios (figure / its floor, each pair measured back to back): the median
+    and the spread (lowest, highest). On a shared machine the floor itself swings more
+    between minutes than a gap between figures; within a pair both see the same minute."""
+    ratios = sorted(figure / floor for floor, figure in pairs if floor > 0)
+    if not ratios:
+        return {}
+    return {"median": statistics.median(ratios), "low": ratios[0], "high": ratios[-1],
+            "pairs": len(ratios)}  # fmt: skip
 
 
 def write_once(path: Path, buffer: memoryview, writers: int) -> float:
