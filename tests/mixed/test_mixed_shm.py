@@ -3,11 +3,14 @@ equal gloo's, segments leave no file in /dev/shm, a dead or absent peer raises."
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 import shm_workers
 from test_mixed_allreduce import _run
 
-from argosy.runtime.mixed.shm import PREFIX, SHM_DIR
+from argosy.runtime.mixed.shm import PREFIX, SHM_DIR, sweep_stale
 
 
 def _segments() -> set[str]:
@@ -39,3 +42,21 @@ def test_shm_sums_files_and_peer_failures_in_one_spawn() -> None:
         assert "rank 2" in message and "died" in message, (rank, message)
         assert seconds < 5.0, (rank, seconds)
     assert _segments() <= before
+
+
+def test_sweep_removes_only_files_of_dead_creators() -> None:
+    """A creator killed between creating and unlinking leaves `argosy-ar-<pid>-...`:
+    the sweep removes it, and keeps a live creator's file."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = SHM_DIR / f"{PREFIX}{gone.pid}-test"
+    live = SHM_DIR / f"{PREFIX}{os.getppid()}-test"
+    for path in (dead, live):
+        path.write_bytes(b"x")
+    try:
+        removed = sweep_stale()
+        assert dead.name in removed and not dead.exists()
+        assert live.exists() and live.name not in removed
+    finally:
+        for path in (dead, live):
+            path.unlink(missing_ok=True)

@@ -4,7 +4,9 @@
 every rank of the job calls the constructor at the same point, as with `new_group`). The
 segment is created by the group's first rank, attached by the others, and unlinked from
 /dev/shm as soon as every member has mapped it: the mapping lives while a member does,
-and a crash (even SIGKILL) leaves no file behind.
+and a crash (even SIGKILL) leaves no file behind. The one window left, a creator killed
+between creating and unlinking, leaves a file named after its pid, which the next
+creator on the host removes (`sweep_stale`).
 
 `all_reduce(t)`: in-place sum over the group, `chunk_bytes` at a time through
 double-buffered slots (the segment is preallocated and reused across calls):
@@ -78,6 +80,21 @@ def _alive(pid: int) -> bool:
         return not Path("/proc").is_dir()
 
 
+def sweep_stale() -> list[str]:
+    """Remove segment files whose creating process is gone (one killed between creating
+    and unlinking its segment: the only window a file can outlive its group)."""
+    removed = []
+    for path in SHM_DIR.glob(f"{PREFIX}*"):
+        try:
+            pid = int(path.name[len(PREFIX) :].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
 class ShmGroup:
     """Collectives over a shared segment among `ranks` (global ranks on this host)."""
 
@@ -115,6 +132,7 @@ class ShmGroup:
         name = [f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}" if self.index == 0 else ""]
         path = SHM_DIR / name[0]
         if self.index == 0:
+            sweep_stale()
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
             os.ftruncate(fd, self.nbytes)
         dist.broadcast_object_list(name, src=self.ranks[0], group=pg)
