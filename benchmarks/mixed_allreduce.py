@@ -22,8 +22,9 @@ each ratio is the median over rounds of the per-round ratio:
   exchange through shared memory) and `shm_joined` (transport shm: the CPU groups' ranks
   all join one shared-memory reduce-scatter / all-gather, no in-group phase).
 Each all-reduce is compared with the floor of the transport it uses: tcp and flat with
-`link`, shm_joined with `shm_link`, shm_leaders with both (its in-group links are TCP,
-its cross link shared memory: the slowest of the two is its floor).
+`link`, shm_joined with `shm_link`, shm_leaders with both where a group has two ranks
+or more (its in-group links are TCP, its cross link shared memory: the slower of the
+two is its floor), else with `shm_link`.
 Bus bandwidth = bytes x 2 (n - 1) / n / time (the nccl-tests convention).
 """
 
@@ -165,7 +166,8 @@ def measure(
     floors = {
         "hierarchical": ["link_s"],
         "flat": ["link_s"],
-        "shm_leaders": ["link_s", "shm_link_s"],
+        # its in-group phases run over TCP where a group has two ranks or more
+        "shm_leaders": ["shm_link_s"] + (["link_s"] if len(set(groups)) < world else []),
         "shm_joined": ["shm_link_s"],
     }
     times = {key: statistics.median(values) for key, values in result.items()}
