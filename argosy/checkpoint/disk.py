@@ -94,8 +94,10 @@ def write_rank(
     items, raw_offsets, records = _lay_out(out, meta, data, name)
     index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
     write_small(staging / index_name, index_bytes, sync=False)  # synced with the data
-    crc = pwrite.write_parallel(staging / name, out, writers, on_write=on_write, fsync=False)
-    sync_paths([staging / name, staging / index_name])
+    paths = [staging / name, staging / index_name]  # synced together, while checksummed
+    crc = pwrite.write_parallel(
+        staging / name, out, writers, on_write=on_write, sync=lambda: sync_paths(paths)
+    )
     files = {
         name: {"bytes": out.pos, "crc32": crc},
         index_name: {"bytes": len(index_bytes), "crc32": crc32(index_bytes)},

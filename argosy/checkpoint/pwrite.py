@@ -12,10 +12,11 @@ Contract:
   ones are copied.
 - `write_parallel` cuts the file into `chunk_bytes` chunks aligned to file offsets and
   hands them out in file order to `writers` threads; each chunk is written with one
-  `os.pwritev` (no copy of the pieces) and checksummed. The chunks' crcs are combined
+  `os.pwritev` (no copy of the pieces). Then the file is synced (one fsync, or the
+  caller's `sync()`) on a thread while the writers checksum the same chunks: the crc pass
+  runs while the disk flushes, not before it. The chunks' crcs are combined
   (`crc32_combine`) in file order, so the result is the crc32 of the whole file, as
-  `zlib.crc32` of its bytes would give (crc.py). The file is fsynced once, after every
-  thread is done, unless the caller syncs it. `on_write(bytes_so_far)` runs after each
+  `zlib.crc32` of its bytes would give (crc.py). `on_write(bytes_so_far)` runs after each
   chunk, in the writing thread, and may raise to abandon the write: every other thread
   stops at its next chunk and the error is raised to the caller (the file is then
   garbage: the caller never publishes it). Disk errors (ENOSPC, EIO) are raised the same
@@ -24,6 +25,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -123,23 +125,21 @@ class _Shared:
             self.on_write(done)
 
 
-def _write_chunks(
-    fd: int,
-    plan: FilePlan,
-    chunk: int,
-    shared: _Shared,
-    crcs: list[int],
-) -> None:
+def _write_chunks(fd: int, plan: FilePlan, chunk: int, shared: _Shared) -> None:
     while (index := shared.take()) is not None:
         start = index * chunk
         stop = min(plan.pos, start + chunk)
-        crc = 0
-        bufs = plan.buffers(start, stop)
-        for buf in bufs:
-            crc = crc32(buf, crc)
-        _pwritev_all(fd, bufs, start)
-        crcs[index] = crc
+        _pwritev_all(fd, plan.buffers(start, stop), start)
         shared.advance(stop - start)
+
+
+def _checksum_chunks(plan: FilePlan, chunk: int, shared: _Shared, crcs: list[int]) -> None:
+    while (index := shared.take()) is not None:
+        start = index * chunk
+        crc = 0
+        for buf in plan.buffers(start, min(plan.pos, start + chunk)):
+            crc = crc32(buf, crc)
+        crcs[index] = crc
 
 
 def _pwritev_all(fd: int, bufs: list[Any], offset: int) -> None:
@@ -160,6 +160,27 @@ def _pwritev_all(fd: int, bufs: list[Any], offset: int) -> None:
                 written = 0
 
 
+def _in_threads(threads: int, work: Callable[[], None], shared: _Shared) -> None:
+    """`work()` on `threads` threads (the caller's among them); the first error stops the
+    others at their next chunk and is raised."""
+
+    def body() -> None:
+        try:
+            work()
+        except BaseException as err:  # the fence, a disk error: stop every thread
+            with shared.lock:
+                shared.error = shared.error or err
+
+    helpers = [threading.Thread(target=body) for _ in range(1, threads)]
+    for thread in helpers:
+        thread.start()
+    body()
+    for thread in helpers:
+        thread.join()
+    if shared.error is not None:
+        raise shared.error
+
+
 def write_parallel(
     path: Path,
     plan: FilePlan,
@@ -167,36 +188,56 @@ def write_parallel(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     on_write: Callable[[int], None] | None = None,
     fsync: bool = True,
+    sync: Callable[[], None] | None = None,
 ) -> int:
-    """Write `plan` to `path` (created or truncated), fsynced unless the caller syncs it
-    (`fsync=False`); returns the file's crc32."""
+    """Write `plan` to `path` (created or truncated) and make it durable: `sync()` when
+    given (the caller syncs this file with others), else an fsync (none with
+    `fsync=False`). Returns the file's crc32, computed from the same buffers after they
+    are written, while the sync waits on the disk (the checksum pass costs no wall time
+    beside the flush); the sync's error, if any, is raised after it."""
     chunks = -(-plan.pos // chunk_bytes)
     writers = max(1, min(writers or default_writers(), chunks))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         shared = _Shared(chunks, on_write)
+        _in_threads(writers, lambda: _write_chunks(fd, plan, chunk_bytes, shared), shared)
+        if sync is None and fsync:
+            sync = functools.partial(os.fsync, fd)
+        syncing = _Background(sync)
         crcs = [0] * chunks
-
-        def body() -> None:
-            try:
-                _write_chunks(fd, plan, chunk_bytes, shared, crcs)
-            except BaseException as err:  # the fence, a disk error: stop every thread
-                with shared.lock:
-                    shared.error = shared.error or err
-
-        threads = [threading.Thread(target=body) for _ in range(1, writers)]
-        for thread in threads:
-            thread.start()
-        body()  # the calling thread is one of the writers
-        for thread in threads:
-            thread.join()
-        if shared.error is not None:
-            raise shared.error
-        if fsync:
-            os.fsync(fd)
+        try:
+            summing = _Shared(chunks, None)
+            _in_threads(
+                writers, lambda: _checksum_chunks(plan, chunk_bytes, summing, crcs), summing
+            )
+        finally:
+            syncing.join()
     finally:
         os.close(fd)
     crc = 0
     for index, part in enumerate(crcs):
         crc = crc32_combine(crc, part, min(chunk_bytes, plan.pos - index * chunk_bytes))
     return crc
+
+
+class _Background:
+    """`work()` on a thread of its own; `join()` waits for it and raises its error."""
+
+    def __init__(self, work: Callable[[], None] | None) -> None:
+        self.error: BaseException | None = None
+        self.thread = None
+        if work is not None:
+            self.thread = threading.Thread(target=self._run, args=(work,))
+            self.thread.start()
+
+    def _run(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as err:
+            self.error = err
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error

@@ -86,3 +86,23 @@ def test_a_disk_error_is_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     plan.write(bytearray(1 << 18))
     with pytest.raises(OSError, match="No space left"):
         pwrite.write_parallel(tmp_path / "f", plan, 2, 4096)
+
+
+def test_the_sync_runs_once_every_byte_is_written_and_its_error_is_raised(tmp_path: Path) -> None:
+    """The crc pass runs beside the caller's sync: the sync sees the whole file, the crc is
+    still the file's, and a failed sync (EIO at flush) fails the write."""
+    blob = bytes(range(256)) * 1024
+    plan = pwrite.FilePlan()
+    plan.write(b"head")
+    plan.write(bytearray(blob))
+    path = tmp_path / "f"
+    seen: list[bytes] = []
+    crc = pwrite.write_parallel(path, plan, 2, 4096, sync=lambda: seen.append(path.read_bytes()))
+    assert seen == [b"head" + blob]
+    assert crc == zlib.crc32(b"head" + blob)
+
+    def broken() -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(OSError, match="Input/output"):
+        pwrite.write_parallel(path, plan, 2, 4096, sync=broken)
