@@ -1,7 +1,7 @@
 """Mixed-chip training on CPU with EMULATED chips: argosy's plans against their peers.
 
-    nice -n 10 .venv/bin/python benchmarks/mixed.py              # about 15 minutes
-    .venv/bin/python benchmarks/mixed.py --steps 8 --repeats 1   # quick
+    nice -n 10 .venv/bin/python benchmarks/mixed.py              # about 30 minutes
+    .venv/bin/python benchmarks/mixed.py --steps 8 --repeats 1 --skip-allreduce  # quick
 
 Every training run is a real `argosy launch` of examples/train_mixed.py (gloo ranks on the
 host CPU, chips emulated: argosy.runtime.mixed.emulate), with plans from
@@ -16,13 +16,17 @@ scale. Peers in the same run:
 2. efficiency on that 3-rank mix: together / (H100 group alone + A100 group alone),
    each group alone being a launch of the plan cut to that group (its share, its
    chips, the same per-chip times), rounds interleaved; median of per-round ratios.
-   Target >= 95%. Done twice: chip speeds from catalog peaks (the issue's emulation)
-   and from the planner's per-device rates (the split the planner made for the chips
-   it modelled: what remains is the runtime's loss).
+   Target >= 95%. Done three times: chip speeds from catalog peaks (the issue's
+   emulation) with the runtime's rebalancing (default) and with --no-rebalance (the
+   planner's split as planned), and from the planner's per-device rates (the split the
+   planner made for the chips it modelled: what remains is the runtime's loss). Each
+   group alone takes the share the together run ended on.
 3. gain on a 2:1 speed mix (A100 + H20): the planner's split against an even split of
-   the same global batch, --repeats pairs interleaved; median gain vs the planner's
-   predicted gain, and the planner's split's throughput vs the planner's prediction
-   scaled to this host (report.py); the 3-rank mix's too. Target: within 10%.
+   the same global batch, both --no-rebalance (else both would end on the same shares),
+   --repeats triples interleaved; median gain vs the planner's predicted gain, and the
+   planner's split's throughput vs the planner's prediction scaled to this host
+   (report.py); the 3-rank mix's too. Target: within 10%. The third run of each triple
+   is the even split with rebalancing on, against the planner's split.
 4. hierarchical all-reduce bus bandwidth vs the link floor (mixed_allreduce.py: floor
    and all-reduce interleaved over rounds, median of ratios), with every link loopback
    and with the leaders' link EMULATED at --cross-link-gbs (slower than the loopback
@@ -78,12 +82,17 @@ def even_split(plan: dict, out: Path) -> dict:
     return data
 
 
-def one_group(plan: dict, index: int, out: Path) -> tuple[str, int]:
+def one_group(plan: dict, index: int, out: Path, share: int | None = None) -> tuple[str, int]:
     """The plan cut to its group `index` (its share, its step time): that group alone.
-    Returns the group's --emulate-chips spec and device count."""
+    `share` replaces the group's share (the one a rebalanced run ended on; the planned
+    step time scaled with it, same planned rate). Returns the group's --emulate-chips
+    spec and device count."""
     data = json.loads(json.dumps(plan))
     entry = data["plans"][0]
     group = entry["groups"][index]
+    if share is not None:
+        group["step_time_s"] *= share / group["batch_share"]
+        group["batch_share"] = share
     entry["groups"] = [group]
     entry["predicted"]["step_time_s"] = group["step_time_s"]
     data["global_batch"] = group["batch_share"]
@@ -181,34 +190,52 @@ def rate(summary: dict) -> float:
     return float(summary["throughput"]["measured_samples_per_s"])
 
 
-def efficiency_rounds(bench: Bench, path: Path, plan: dict, times: dict, tag: str) -> list[float]:
-    """Together / (each group alone), --repeats rounds interleaved; per-round ratios."""
-    alone = [one_group(plan, i, bench.work / f"{tag}-group{i}.json") for i in range(2)]
+def efficiency_rounds(
+    bench: Bench, path: Path, plan: dict, times: dict, tag: str, rebalance: bool = True
+) -> list[float]:
+    """Together / (each group alone), --repeats rounds interleaved; per-round ratios.
+
+    Each group alone takes the share the together run ended on (the planned one without
+    rebalancing): the work it did together, at its best even split inside the group."""
     env = times_env(times)
+    off = () if rebalance else ("--no-rebalance",)
     out = []
     for r in range(bench.args.repeats):
         key = f"{tag}.{r}"
         if key not in bench.runs:
-            bench.launch(key, 3, "--plan", str(path), "--emulate-chips", MIX3[1], env=env)
+            bench.launch(key, 3, "--plan", str(path), "--emulate-chips", MIX3[1], *off, env=env)
+        used = shares_used(bench.runs[key])
         solo = 0.0
-        for i, (spec, devices) in enumerate(alone):
-            group_plan = str(bench.work / f"{tag}-group{i}.json")
-            args = ("--plan", group_plan, "--emulate-chips", spec)
+        for i in range(2):
+            group_plan = bench.work / f"{tag}-group{i}.{r}.json"
+            spec, devices = one_group(plan, i, group_plan, share=used[i])
+            args = ("--plan", str(group_plan), "--emulate-chips", spec)
             solo += rate(bench.launch(f"{tag}-group{i}.{r}", devices, *args, env=env))
         out.append(rate(bench.runs[key]) / solo)
     return out
 
 
-def gain_pairs(bench: Bench, path: Path, even: Path) -> list[float]:
-    """Planned / even split on the 2:1 mix, interleaved pairs; the first calibrates."""
-    emulate = ("--emulate-chips", MIX2[1])
-    gains, env = [], None
+def shares_used(summary: dict) -> list[int]:
+    """The group shares a run ended on (the plan's where it did not rebalance)."""
+    return [int(g["samples_per_step"]) for g in summary["throughput"]["by_group"]]
+
+
+def gain_pairs(bench: Bench, path: Path, even: Path) -> tuple[list[float], list[float]]:
+    """Planned / even split on the 2:1 mix, both with rebalancing off (the planner's split
+    against the even one, as planned), interleaved; the first calibrates. Then the even
+    split with rebalancing on against the planned one: what the runtime recovers from a
+    split it was given badly. Returns (gains, rebalanced even / planned)."""
+    emulate = ("--emulate-chips", MIX2[1], "--no-rebalance")
+    gains, recovered, env = [], [], None
     for r in range(bench.args.repeats):
         planned = bench.launch(f"planned2.{r}", 2, "--plan", str(path), *emulate, env=env)
         env = env or times_env(calibrated_times(planned))
         evened = bench.launch(f"even2.{r}", 2, "--plan", str(even), *emulate, env=env)
+        args = ("--plan", str(even), "--emulate-chips", MIX2[1])
+        rebalanced = bench.launch(f"even2-rebalanced.{r}", 2, *args, env=env)
         gains.append(rate(planned) / rate(evened))
-    return gains
+        recovered.append(rate(rebalanced) / rate(planned))
+    return gains, recovered
 
 
 def run(bench: Bench) -> dict:
@@ -221,24 +248,29 @@ def run(bench: Bench) -> dict:
     bench.launch("uniform3", 3, steps=loss_steps, script=("--global-batch", "36"))
     times = calibrated_times(first)
     peak = efficiency_rounds(bench, path3, plan3, times, "peak3")
+    peak_off = efficiency_rounds(bench, path3, plan3, times, "peakoff3", rebalance=False)
     planned = efficiency_rounds(bench, path3, plan3, plan_times(plan3, times), "plan3")
-    gains = gain_pairs(bench, path2, bench.work / "plan2-even.json")
-    bench.progress.update(bench.task, description="all-reduce vs link floor")
-    from mixed_allreduce import measure
+    gains, recovered = gain_pairs(bench, path2, bench.work / "plan2-even.json")
+    allreduce = emulated_link = None
+    if not bench.args.skip_allreduce:
+        bench.progress.update(bench.task, description="all-reduce vs link floor")
+        from mixed_allreduce import measure
 
-    rounds = bench.args.ar_rounds
-    allreduce = measure([0, 1, 1], mib=bench.args.mib, repeats=5, rounds=rounds)
-    link = bench.args.cross_link_gbs
-    emulated_link = measure([0, 1, 1], bench.args.mib, 5, rounds, cross_link_gbs=link)
-    bench.progress.advance(bench.task)
+        rounds = bench.args.ar_rounds
+        allreduce = measure([0, 1, 1], mib=bench.args.mib, repeats=5, rounds=rounds)
+        link = bench.args.cross_link_gbs
+        emulated_link = measure([0, 1, 1], bench.args.mib, 5, rounds, cross_link_gbs=link)
+        bench.progress.advance(bench.task)
     return {
         "steps": bench.args.steps,
         "loss_steps": loss_steps,
         "headroom": bench.args.headroom,
         "runs": bench.runs,
         "efficiency_peak": peak,
+        "efficiency_peak_no_rebalance": peak_off,
         "efficiency_plan": planned,
         "gains": gains,
+        "even_rebalanced_vs_planned": recovered,
         "allreduce": allreduce,
         "allreduce_emulated_link": emulated_link,
         "plan2": plan2,
@@ -268,7 +300,12 @@ def figures(result: dict) -> list[tuple[str, str, str, str, bool]]:
     gains = result["gains"]
     gain, want_gain = statistics.median(gains), predicted_gain(result["plan2"])
     rows = [(f"loss, mixed vs uniform, step {last}", f"{rel:.1e} rel", "<= 1e-5", "", rel <= 1e-5)]
-    for key, label in (("efficiency_peak", "peak speeds"), ("efficiency_plan", "planner speeds")):
+    labels = (
+        ("efficiency_peak", "peak speeds, rebalanced"),
+        ("efficiency_peak_no_rebalance", "peak speeds, --no-rebalance"),
+        ("efficiency_plan", "planner speeds, rebalanced"),
+    )
+    for key, label in labels:
         eff = result[key]
         rows.append(
             (
@@ -281,14 +318,29 @@ def figures(result: dict) -> list[tuple[str, str, str, str, bool]]:
         )
     rows.append(
         (
-            f"gain, planned vs even split (2:1 mix), median of {len(gains)}",
+            f"gain, planned vs even split (2:1 mix, --no-rebalance), median of {len(gains)}",
             f"{gain:.3f}x {_spread(gains)}",
             f"planner {want_gain:.3f}x",
             f"{gain / want_gain:.3f}",
             abs(gain / want_gain - 1) <= 0.10,
         )
     )
-    for prefix, label in (("planned2.", "2:1 mix, planned split"), ("peak3.", "3-rank mix")):
+    recovered = result["even_rebalanced_vs_planned"]
+    rows.append(
+        (
+            "even split rebalanced / planner's split (2:1 mix)",
+            f"{statistics.median(recovered):.3f} {_spread(recovered)}",
+            "1 +- 10%",
+            f"{statistics.median(recovered):.3f}",
+            abs(statistics.median(recovered) - 1) <= 0.10,
+        )
+    )
+    vs_planner = (
+        ("planned2.", "2:1 mix, planned split"),
+        ("peak3.", "3-rank mix, rebalanced"),
+        ("peakoff3.", "3-rank mix, --no-rebalance"),
+    )
+    for prefix, label in vs_planner:
         ratios = _vs_planner(runs, prefix)
         mid = statistics.median(ratios)
         rows.append(
@@ -327,6 +379,7 @@ RUN_COLUMNS = (
     "overrun ms/step",
     "real/busy",
     "busy s/step by group",
+    "shares planned -> used",
 )
 
 
@@ -343,7 +396,16 @@ def _run_row(name: str, t: dict) -> list[str]:
         f"{t.get('emulation_overrun_s_per_step', 0.0) * 1e3:.2f}",
         f"{t.get('real_compute_share_of_busy', 0.0):.0%}",
         busy,
+        _shares_text(t.get("shares")),
     ]
+
+
+def _shares_text(shares: dict | None) -> str:
+    if not shares:
+        return "-"
+    moved = ",".join(str(c["step"]) for c in shares["changes"])
+    text = "/".join(map(str, shares["planned"])) + " -> " + "/".join(map(str, shares["used"]))
+    return text + (f" (step {moved})" if moved else "")
 
 
 def show(result: dict, console: Console) -> None:
@@ -398,10 +460,13 @@ def main() -> None:
         "--cross-link-gbs", type=float, default=0.25, help="emulated leaders' link, GB/s"
     )
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument(
+        "--skip-allreduce", action="store_true", help="leave out the all-reduce figures (4.)"
+    )
     args = p.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     load_start = os.getloadavg()
-    total = 2 + 3 * args.repeats * 2 - 1 + 2 * args.repeats + 1
+    total = 2 + 3 * args.repeats * 3 - 1 + 3 * args.repeats + (0 if args.skip_allreduce else 1)
     with Progress(*Progress.get_default_columns(), TimeElapsedColumn()) as progress:
         task = progress.add_task("mixed-chip benchmark", total=total)
         result = run(Bench(args, progress, task))

@@ -31,28 +31,49 @@ def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _launch(run_dir: Path, *args: str, nproc: int = 3) -> None:
+TIMES = {"h100": 0.02, "a100-80g": 0.1}
+"""Emulated seconds per sample: the A100 5x slower than the H100 (the planner says 2.7x),
+long enough for the real compute of the small model to fit under load."""
+
+
+def _launch(run_dir: Path, *args: str, nproc: int = 3, env: dict | None = None) -> None:
     head = ["launch", "--quiet", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc), *args]
     tail = [SCRIPT, "--steps", "6", "--ckpt-every", "2", "--warmup", "1", *MODEL]
-    done = argosy(*head, *tail, timeout=300)
+    done = argosy(*head, *tail, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
 def runs(plan_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A mixed run and the same run killed in the A100 group at step 5. (That a mixed step
-    equals a uniform one is tested on gradients in test_mixed_allreduce and end to end,
-    30 steps, in benchmarks/mixed.py.)"""
+    """A mixed run whose emulated speeds disagree with the plan, the same run killed in
+    the A100 group at step 5, and one process taking the whole batch (its losses in
+    `one/losses.json`)."""
     base = tmp_path_factory.mktemp("mixed-runs")
+    (base / "one").mkdir()
+    script = [SCRIPT, "--steps", "6", "--ckpt-every", "100", "--checkpointer", "disk"]
+    reference = subprocess.Popen(  # a world of one, alongside the launches
+        [sys.executable, *script, *MODEL, "--global-batch", "18"],
+        env={**os.environ, "ARGOSY_RUN_DIR": str(base / "one")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     mixed = ["--plan", str(plan_file), "--emulate-chips", CHIPS]
-    _launch(base / "mixed", *mixed)
-    _launch(base / "killed", *mixed, "--inject", "kill:rank=2:step=5")
-    return {name: base / name for name in ("mixed", "killed")}
+    env = {"ARGOSY_EMULATE_SAMPLE_S": ",".join(f"{c}={t}" for c, t in TIMES.items())}
+    _launch(base / "mixed", *mixed, env=env)
+    _launch(base / "killed", *mixed, "--inject", "kill:rank=2:step=5", env=env)
+    out, _ = reference.communicate(timeout=300)
+    assert reference.returncode == 0
+    one = {int(m[1]): float(m[2]) for m in re.finditer(r"step (\d+) loss (\S+)", out)}
+    (base / "one" / "losses.json").write_text(json.dumps(one))
+    return {name: base / name for name in ("mixed", "killed", "one")}
 
 
 @pytest.mark.integration
 @pytest.mark.slow
 def test_kill_in_one_group_resumes_with_the_same_split(runs: dict) -> None:
+    """Killed at step 5, after the step-3 rebalance: resumes from step 4's checkpoint on
+    the shares it held (14 / 4), not the plan's, and keeps the uninterrupted losses."""
     killed = runs["killed"]
     summary = read_summary(killed)
     assert summary["status"] == "completed" and summary["restarts"] == 1
@@ -66,6 +87,7 @@ def test_kill_in_one_group_resumes_with_the_same_split(runs: dict) -> None:
         before = _split_at(killed / "logs" / "attempt0" / f"rank{rank}.log", resumed)
         again = _split_at(killed / "logs" / "attempt1" / f"rank{rank}.log", resumed)
         assert before == again and before is not None
+    assert read_summary(killed)["throughput"]["shares"]["used"] == [14, 4]
 
 
 def _split_at(path: Path, step: int) -> str | None:
@@ -82,7 +104,7 @@ def _split_at(path: Path, step: int) -> str | None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_summary_reports_measured_and_predicted_throughput(runs: dict) -> None:
+def test_summary_reports_measured_and_predicted_throughput(runs: dict, plan_file: Path) -> None:
     throughput = read_summary(runs["mixed"])["throughput"]
     assert throughput["measured_samples_per_s"] > 0
     assert throughput["predicted_samples_per_s"] > 0
@@ -94,41 +116,32 @@ def test_summary_reports_measured_and_predicted_throughput(runs: dict) -> None:
     shown = argosy("runs", "show", str(runs["mixed"]), "--no-plot")
     assert shown.returncode == 0, shown.stderr
     assert "predicted" in shown.stdout and "EMULATED" in shown.stdout
+    shares = throughput["shares"]
+    plan = json.loads(plan_file.read_text())
+    assert shares["planned"] == [g["batch_share"] for g in plan["plans"][0]["groups"]]
+    assert sum(shares["used"]) == 18
+    assert shares["rebalance"]["enabled"] and "batch shares" in shown.stdout
 
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_shares_follow_emulated_speeds_and_keep_the_uniform_loss(
-    plan_file: Path, tmp_path: Path
-) -> None:
-    """The A100 emulated 5x slower than the H100 (the planner says 2.7x): the plan's
-    10 / 8 leaves the A100 ranks (4 samples each) as stragglers; after the warm-up step
-    and a 2-step window the ranks agree on the balanced 14 / 4 at step 3, and the losses
-    still equal one process taking the whole batch of 18."""
+def test_shares_follow_emulated_speeds_and_keep_the_uniform_loss(runs: dict) -> None:
+    """The plan's 10 / 8 leaves the A100 ranks (4 samples each, 5x slower per sample) as
+    stragglers; after the warm-up step and a 2-step window the ranks agree on the
+    balanced 14 / 4 at step 3, and the losses still equal one process taking the whole
+    batch of 18."""
     from argosy.runtime.mixed.rebalance import balanced_shares
 
-    times = {"h100": 0.02, "a100-80g": 0.1}
-    script = [SCRIPT, "--steps", "6", "--ckpt-every", "100", "--checkpointer", "disk"]
-    reference = subprocess.Popen(  # a world of one, alongside the launch
-        [sys.executable, *script, *MODEL, "--global-batch", "18"],
-        env={**os.environ, "ARGOSY_RUN_DIR": str(tmp_path / "one")},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    head = ["launch", "--quiet", "--run-dir", str(tmp_path / "mixed"), "--nproc-per-node", "3"]
-    mixed = ["--plan", str(plan_file), "--emulate-chips", CHIPS]
-    env = {"ARGOSY_EMULATE_SAMPLE_S": ",".join(f"{c}={t}" for c, t in times.items())}
-    done = argosy(*head, *mixed, *script, "--warmup", "1", *MODEL, env=env, timeout=120)
-    out, _ = reference.communicate(timeout=120)
-    assert done.returncode == 0 and reference.returncode == 0, done.stdout + done.stderr
-    shares = read_summary(tmp_path / "mixed")["throughput"]["shares"]
-    want = balanced_shares(18, list(times.values()), [1, 2])
+    shares = read_summary(runs["mixed"])["throughput"]["shares"]
+    want = balanced_shares(18, list(TIMES.values()), [1, 2])
     assert shares["planned"] != want and shares["used"] == want == [14, 4]
     assert [c["step"] for c in shares["changes"]] == [3]
-    one = {int(m[1]): float(m[2]) for m in re.finditer(r"step (\d+) loss (\S+)", out)}
+    one = {int(k): v for k, v in json.loads((runs["one"] / "losses.json").read_text()).items()}
     assert sorted(one) == list(range(1, 7))
-    assert losses(tmp_path / "mixed") == pytest.approx(one, rel=1e-5)
+    assert losses(runs["mixed"]) == pytest.approx(one, rel=1e-5)
+    shown = argosy("runs", "show", str(runs["mixed"]), "--no-plot", columns=200)
+    planned = "/".join(map(str, shares["planned"]))
+    assert f"{planned} -> 14/4 (rebalanced at step 3: {planned} -> 14/4)" in shown.stdout
 
 
 MISMATCHES = {

@@ -4,7 +4,8 @@
 `emulate` (chip identities and throttling on CPU), `allreduce` (hierarchical all-reduce
 across vendor groups, DDP communication hook), `gradsync` (bucketed, backward-overlapped
 sync for argosy's own loop), `pipeline` (layer-split plans: stages by the plan's layer
-counts, GPipe over send/recv), `rank` (the in-script side), `report` (throughput
+counts, GPipe over send/recv), `rebalance` (batch shares that follow measured speeds,
+pure), `rank` (the in-script side), `report` (throughput
 accounting), `launching` (the launcher's side). Modules that need torch import it
 themselves; importing this package does not.
 """
@@ -17,6 +18,7 @@ __all__ = [
     "pipeline",
     "plan",
     "rank",
+    "rebalance",
     "report",
     "weighting",
 ]
