@@ -2,7 +2,7 @@
 
 Phase 1 (every rank): the coordinator (rank 0's persister) announces a step by creating
 its staging directory `.tmp-e<epoch>-step_<12 digits>/`; each rank that still holds that
-snapshot writes its shard there (fsynced, crc32 computed while written) and publishes
+snapshot writes its shard there (fsynced, crc32 computed while it syncs) and publishes
 `rank<r>.done` (its files with sizes and checksums). A rank that no longer holds the step
 writes `rank<r>.skip`; a rank whose write failed writes `rank<r>.failed`.
 
