@@ -29,7 +29,8 @@ A one-way copy reads B and writes B on each side.
 `send(t, dst)` / `recv(t, src)`: one-way copy through the same slots, pipelined (the
 writer fills chunk k+1 while the reader drains chunk k): the floor of this transport.
 
-Waits spin briefly, then yield and sleep in growing steps (ranks share cores). A wait
+Waits spin briefly, then yield, then sleep in doubling steps up to 1 ms (ranks share
+cores: a waiting rank must not take the core from the one it waits for). A wait
 checks every ~50 ms that the ranks it waits on are alive (pid recorded in the segment,
 /proc state) and raises `ShmPeerError` when one died, or when `timeout_s` passes.
 Flag order relies on the host's store ordering (x86-64 TSO: data stores are visible
@@ -53,7 +54,8 @@ SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
 PREFIX = "argosy-ar-"
 _LINE = 64  # one flag per cache line: no false sharing between writers
 _FLAGS = 4  # published, reduced, sent, drained
-SPIN, YIELDS, SLEEP_MAX_S = 100, 2000, 1e-4  # a wait: spin, then yield, then sleep
+SPIN, YIELDS = 100, 200  # a wait spins, then yields the core, then sleeps:
+SLEEP_MIN_S, SLEEP_MAX_S = 5e-6, 1e-3  # doubling from SLEEP_MIN_S up to SLEEP_MAX_S
 
 
 class ShmPeerError(RuntimeError):
@@ -177,6 +179,7 @@ class ShmGroup:
         flags = self._flags
         todo = [self._flag(kind, i) for i in indices]
         spins = 0
+        nap = SLEEP_MIN_S
         start = time.monotonic()
         check = start + 0.05
         while True:
@@ -189,7 +192,8 @@ class ShmGroup:
             if spins < SPIN + YIELDS:
                 os.sched_yield()
                 continue
-            time.sleep(min(SLEEP_MAX_S, 1e-6 * (spins - SPIN - YIELDS) + 1e-6))
+            nap = min(SLEEP_MAX_S, nap * 2)  # a peer far behind: wake up less often
+            time.sleep(nap)
             now = time.monotonic()
             if now >= check:
                 check = now + 0.05
