@@ -126,6 +126,7 @@ class Simulation:
         self.cycle_at = -1.0
         self.cycle_queued = False
         self.cycle_wall: list[float] = []
+        self.per_leaf: dict[int, int] = {}  # group -> most nodes under one leaf switch
 
     def push(self, t: float, code: int, payload: object = None) -> None:
         self.seq += 1
@@ -379,8 +380,11 @@ class Simulation:
             return 0.0
         cap = self.sched.cap
         used = len(np.unique(cap.leaf[a.nodes]))
-        s, e = cap.ranges[a.group]
-        per_leaf = max(1, int(np.bincount(cap.leaf[s:e] - cap.leaf[s]).max()))
+        per_leaf = self.per_leaf.get(a.group)
+        if per_leaf is None:  # the topology is fixed: once per group
+            s, e = cap.ranges[a.group]
+            per_leaf = max(1, int(np.bincount(cap.leaf[s:e] - cap.leaf[s]).max()))
+            self.per_leaf[a.group] = per_leaf
         return (used - math.ceil(len(a.nodes) / per_leaf)) / used
 
     def _spread(self, w: Workload) -> None:
