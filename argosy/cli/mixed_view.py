@@ -57,10 +57,11 @@ def print_throughput(console: Console, throughput: dict[str, Any] | None) -> Non
 
 
 def _shares(shares: dict[str, Any]) -> str:
-    """'21/15 -> 22/14 (rebalanced at step 3: 21/15 -> 22/14)' or '... (rebalance off)'."""
+    """'21/15 -> 22/14 (rebalanced at step 3: 21/15 -> 22/14)'; '... (not rebalanced)' where
+    the policy did not apply (--no-rebalance, one chip group, or a layer split)."""
     text = "/".join(map(str, shares["planned"])) + " -> " + "/".join(map(str, shares["used"]))
     if shares.get("rebalance") is None:
-        return f"{text} (rebalance off)"
+        return f"{text} (not rebalanced)"
     moves = "; ".join(
         f"step {c['step']}: {'/'.join(map(str, c['from']))} -> {'/'.join(map(str, c['to']))}"
         for c in shares["changes"]
