@@ -138,15 +138,19 @@ def trim(chunk: Allocation, k: int) -> tuple[Allocation, Allocation]:
 
 def grow(sched, now: float) -> None:
     cap = sched.cap
+    demand = growth.pending_demand(sched)
+    # what a job on group g could grow into: whole free nodes, less the arrivals' buffer
+    # and what pending work asks for (never grown into: `_grow_one`'s reserve holds it),
+    # so a backlog larger than the free room skips the pass without a look at the jobs
     room_for = [
-        min(cap.whole_free_nodes(g) * d, int(cap.free_devices[g]) - room.buffer_devices(sched, g))
-        for g, d in enumerate(cap.dpn)
-    ]
+        min(cap.whole_free_nodes(g) * d,
+            int(cap.free_devices[g]) - room.buffer_devices(sched, g) - demand.get(chip, 0))
+        for g, (d, chip) in enumerate(zip(cap.dpn, cap.chips, strict=True))
+    ]  # fmt: skip
     if all(n < d for n, d in zip(room_for, cap.dpn, strict=True)):
         return
     cfg = sched.config
     gap, over, budget = cfg.min_resize_interval_s, cfg.elastic_overgrow, cfg.resize_budget_fraction
-    demand = growth.pending_demand(sched)
     dpn = cap.dpn
     # `_grow_one`'s cheap refusals first (room only shrinks during this loop); the last
     # is `growth.within_budget` for a grow and a shrink at the present size, whose two
