@@ -11,10 +11,11 @@ calls after one warm-up each), so that the floors and the all-reduces see the sa
 each ratio is the median over rounds of the per-round ratio:
 - floors, one-way copies of the tensor between the two first group leaders (the
   cross-group link), one per transport: `link` over gloo send/recv (loopback TCP) and
-  `shm_link` through argosy.runtime.mixed.shm (a shared segment, chunked and pipelined
-  with the all-reduce's chunk size). With --cross-link-gbs, that link is emulated at the
-  given rate, floors and exchanges alike, and the links inside a group stay as they are,
-  as on a cluster whose vendor groups meet over a slower network than their own;
+  `shm_link` through argosy.runtime.mixed.shm (a shared segment, chunked and pipelined:
+  per round the fastest of 1, 2 and 4 MiB chunks; the all-reduce uses 4 MiB). With
+  --cross-link-gbs, that link is emulated at the given rate, floors and exchanges alike,
+  and the links inside a group stay as they are, as on a cluster whose vendor groups meet
+  over a slower network than their own;
 - flat: torch.distributed.all_reduce over every rank (gloo's own algorithm, TCP);
 - hierarchical (argosy.runtime.mixed.allreduce, chunked into a pipeline), three ways:
   `hierarchical` (transport tcp: gloo reduce in group, gloo between leaders, broadcast),
@@ -47,6 +48,9 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+SHM_FLOOR_CHUNKS = (1 * 2**20, 2 * 2**20, 4 * 2**20)  # the shm floor: the fastest of these
 
 
 def _timed(fn, repeats: int) -> float:  # noqa: ANN001
@@ -85,7 +89,7 @@ def _rank(  # noqa: PLR0913
     tensor = torch.ones(int(mib * 2**20 / 4))
     leaders = [groups.index(g) for g in sorted(set(groups))]
     a, b = leaders[0], leaders[1] if len(leaders) > 1 else (1 if world > 1 else 0)
-    pair = ShmGroup(sorted({a, b})) if a != b else None
+    pairs = [ShmGroup(sorted({a, b}), chunk_bytes=c) for c in SHM_FLOOR_CHUNKS] if a != b else []
 
     def one_way(send, recv):  # noqa: ANN001, ANN202
         def link() -> None:
@@ -101,7 +105,10 @@ def _rank(  # noqa: PLR0913
 
     calls = {
         "link_s": one_way(dist.send, dist.recv),
-        "shm_link_s": one_way(pair.send, pair.recv) if pair else lambda: None,
+        **{
+            f"shm_link_{c >> 20}mib_s": one_way(p.send, p.recv)
+            for c, p in zip(SHM_FLOOR_CHUNKS, pairs, strict=False)
+        },
         "flat_s": lambda: dist.all_reduce(tensor),
     }
     ars = {
@@ -125,8 +132,11 @@ def _rank(  # noqa: PLR0913
             results[key].append(_timed(fn, repeats))
     for ar in ars.values():
         ar.close()
-    if pair is not None:
+    for pair in pairs:
         pair.close()
+    for round_ in range(rounds):  # the transport's floor: its fastest chunk size
+        sizes = [results[f"shm_link_{c >> 20}mib_s"][round_] for c in SHM_FLOOR_CHUNKS if pairs]
+        results.setdefault("shm_link_s", []).append(min(sizes) if sizes else float("nan"))
     if rank == 0:
         out.put(results)
     dist.destroy_process_group()
