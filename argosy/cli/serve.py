@@ -10,16 +10,31 @@ imports torch, and `POST /admin/sleep` (enabled by `--admin-token` or
 `$ARGOSY_ADMIN_TOKEN`) can stop the worker to give back nearly all memory. With
 `--zygote SOCKET` (a running `argosy zygote`) the worker is forked from the node zygote, so
 waking from that level takes about a second instead of a fresh torch import.
+`--memory-fraction F` gives the service F x its device's memory: the share is claimed in
+the node's device ledger first (refused, exit 2, when the device's sum would pass 1.0),
+the engine sizes its KV cache from it, and the claim is released when the server stops.
 FastAPI and uvicorn are imported only when the server starts.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from argosy.core.errors import ArgosyError
+
+if TYPE_CHECKING:
+    from argosy.serving.budget import DeviceLedger
+    from argosy.serving.config import EngineConfig
+
+
+def _fraction(value: float | None) -> float | None:
+    """`--memory-fraction` in (0, 1], else a usage error (exit 2) naming the option."""
+    if value is not None and not 0 < value <= 1:
+        raise typer.BadParameter(f"must be in (0, 1], not {value:g}")
+    return value
 
 
 def serve(
@@ -35,6 +50,12 @@ def serve(
     zygote: str = typer.Option(
         "", "--zygote", envvar="ARGOSY_ZYGOTE_SOCKET", help="Fork the worker from this zygote."
     ),
+    memory_fraction: float | None = typer.Option(
+        None,
+        "--memory-fraction",
+        callback=_fraction,
+        help="Share of the device's memory (0 < F <= 1); others may share the device.",
+    ),
 ) -> None:
     """Serve a model: /v1/models, /v1/completions, /v1/chat/completions, /metrics."""
     from argosy.serving import ENGINES, EngineConfig
@@ -43,22 +64,53 @@ def serve(
     ENGINES.canonical(engine)  # unknown names exit 2 listing the known ones
     check_name(speculative)
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
-        from argosy.serving.api import build_app
+        from argosy.serving.api import build_app  # noqa: F401
     except ImportError as err:
         raise ArgosyError(f"argosy serve needs the 'server' and 'serve' extras: {err}") from err
+    config = EngineConfig(
+        model=model,
+        engine=engine,
+        speculative=speculative,
+        num_threads=threads,
+        memory_fraction=memory_fraction,
+    )
+    ledger, claim = _claim(memory_fraction, f"{model} on port {port}")
+    try:
+        _run(config, host, port, admin_token, zygote)
+    finally:
+        if ledger is not None:
+            ledger.release(claim)
+
+
+def _claim(fraction: float | None, name: str) -> tuple[DeviceLedger | None, str]:
+    """Place the share in the node's ledger of the engine's device (the host: the engine
+    computes on CPU); a `ShareError` (exit 2) names the device's current sum."""
+    if fraction is None:
+        return None, ""
+    from argosy.serving.budget import DeviceLedger
+
+    ledger = DeviceLedger("cpu")
+    return ledger, ledger.claim(fraction, name)
+
+
+def _run(config: EngineConfig, host: str, port: int, admin_token: str, zygote: str) -> None:
+    """Load the engine in its worker and serve until SIGTERM/SIGINT."""
+    import uvicorn
+
+    from argosy.serving.api import build_app
     from argosy.serving.worker import WorkerEngine
 
-    config = EngineConfig(model=model, engine=engine, speculative=speculative, num_threads=threads)
     instance = WorkerEngine(config, zygote_socket=Path(zygote).expanduser() if zygote else None)
-    typer.echo(f"loading {model} ({engine}, speculative {speculative})", err=True)
+    what = f"{config.model} ({config.engine}, speculative {config.speculative})"
+    typer.echo(f"loading {what}", err=True)
     try:
         instance.load()
     except ImportError as err:
-        raise ArgosyError(f"engine '{engine}' needs the 'serve' extra: {err}") from err
-    typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {model})", err=True)
-    app = build_app(instance, served_name=model, admin_token=admin_token or None)
+        raise ArgosyError(f"engine '{config.engine}' needs the 'serve' extra: {err}") from err
+    typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {config.model})", err=True)
+    app = build_app(instance, served_name=config.model, admin_token=admin_token or None)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

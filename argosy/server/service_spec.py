@@ -94,6 +94,9 @@ class ServiceSpec(BaseModel):
     service is failed."""
     priority: int = Field(default=0, ge=-1000, le=1000)
     """Priority of the service's workload in its queue."""
+    memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    """Share of its device's memory each replica may use (`argosy serve
+    --memory-fraction`, 0 < F <= 1: its KV cache is sized from it); none: no budget."""
     tidal: TidalSpec | None = None
     """Load forecast that lets idle replicas lend their devices to elastic training
     (none: every replica stays awake)."""

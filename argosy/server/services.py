@@ -375,6 +375,8 @@ def serve_command(spec: ServiceSpec, host: str, port: int) -> list[str]:
     command += ["--host", host, "--port", str(port)]
     if spec.threads:
         command += ["--threads", str(spec.threads)]
+    if spec.memory_fraction is not None:
+        command += ["--memory-fraction", repr(spec.memory_fraction)]
     return command
 
 

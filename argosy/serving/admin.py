@@ -3,7 +3,8 @@
     POST /admin/sleep   {"level": 1 | 2}   -> {"state": "asleep", "level", "seconds", ...}
     POST /admin/wake                        -> {"state": "awake", "seconds", ...}
     GET  /admin/state                       -> {"state", "level", "resident_bytes",
-                                                "worker_start", "pids", "memory"}
+                                                "worker_start", "memory_budget", "pids",
+                                                "memory"}
 
 Every route needs `Authorization: Bearer <token>`; without a configured token the routes
 answer 404 (disabled), and a wrong token is a 401. Sleep stops admitting requests (new
@@ -13,6 +14,9 @@ and the service's resident memory before and after. `resident_bytes` is the RSS 
 process plus its worker; `memory` splits it by process (`http`, `worker`, and the node's
 shared `zygote` when the worker was forked from one): RSS, anonymous, file-backed and
 shared-memory pages, PSS and USS, in bytes (null for a process that is not running).
+`memory_budget` is the service's share of its device (`--memory-fraction`: the budget, the
+weights, the KV budget and capacity in tokens, and the tokens reserved by running
+requests), or null without one.
 """
 
 from __future__ import annotations
@@ -94,8 +98,18 @@ def _state(engine: Any) -> dict[str, Any]:
         "level": level,
         "resident_bytes": _resident(engine),
         "worker_start": getattr(engine, "worker_start", "none"),
+        "memory_budget": _budget(engine),
         **_processes(engine),
     }
+
+
+def _budget(engine: Any) -> dict[str, Any] | None:
+    """The service's memory budget and how much of its KV capacity is reserved (None
+    without a memory fraction)."""
+    stats = engine.stats()
+    if not stats.budget:
+        return None
+    return {**stats.budget, "kv_reserved_tokens": stats.kv_reserved_tokens}
 
 
 def _processes(engine: Any) -> dict[str, Any]:

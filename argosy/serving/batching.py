@@ -24,6 +24,13 @@ built when two or more requests run and split back into per-request caches when 
 joins or only one remains; a request that leaves is removed with `batch_select_indices`.
 Every request's output is exactly what it would be alone, up to floating-point summation
 order.
+
+With a KV capacity (`kv_capacity_tokens`, from the service's memory budget,
+`budget.MemoryBudget`) a request is admitted only while the running rows plus it fit:
+each row may grow to its prompt plus `max_tokens` plus one draft, and the batched cache
+pads every row to the longest (`budget.kv_tokens_needed`). The first request that does
+not fit waits at the head of the queue (first come, first served) until rows finish; one
+that could not fit even alone fails with a `ValueError` (the engine refuses it earlier).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from typing import Any, Protocol
 
 import torch
 
+from argosy.serving.budget import kv_tokens_needed
 from argosy.serving.decoding import Decoder
 from argosy.serving.speculative.base import DraftOffer
 from argosy.serving.speculative.batch_policy import BatchDraftPolicy
@@ -67,8 +75,10 @@ Step = tuple[list[int], str | None]
 class Slot:
     """One request in the loop: its decoder and the queue its steps are delivered to."""
 
-    def __init__(self, decoder: Decoder) -> None:
+    def __init__(self, decoder: Decoder, max_length: int = 0) -> None:
         self.decoder = decoder
+        self.max_length = max_length
+        """The most cached positions this request may reach (prompt, completion, a draft)."""
         self.out: queue.Queue[Step | BaseException] = queue.Queue()
         self.cancelled = False
         self.done = False
@@ -96,10 +106,16 @@ class BatchLoop:
         make_cache: Callable[..., Any],
         max_batch_size: int,
         policy: DraftPolicy | None = None,
+        kv_capacity_tokens: int = 0,
+        max_draft_tokens: int = 8,
     ) -> None:
         self.batched_forward = batched_forward
         self.make_cache = make_cache
         self.max_batch_size = max_batch_size
+        self.kv_capacity_tokens = kv_capacity_tokens
+        """Cached positions the KV budget holds; 0: no limit."""
+        self.max_draft_tokens = max_draft_tokens
+        self._held: Slot | None = None  # the queue's head, waiting for KV room
         self.policy = policy if policy is not None else BatchDraftPolicy()
         self.waiting: queue.Queue[Slot] = queue.Queue()
         self.rows: list[Slot] = []
@@ -115,7 +131,8 @@ class BatchLoop:
 
     def submit(self, decoder: Decoder) -> Slot:
         """Queue a request; its steps arrive on the returned slot."""
-        slot = Slot(decoder)
+        length = len(decoder.tokens) + decoder.params.max_tokens + self.max_draft_tokens
+        slot = Slot(decoder, length)
         self.waiting.put(slot)
         return slot
 
@@ -123,6 +140,16 @@ class BatchLoop:
     def running(self) -> int:
         """Requests being decoded now."""
         return len(self.rows)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for admission (the head held for KV room included)."""
+        return self.waiting.qsize() + (self._held is not None)
+
+    @property
+    def kv_reserved_tokens(self) -> int:
+        """Cached positions the running requests may reach (what admission counts)."""
+        return kv_tokens_needed([slot.max_length for slot in list(self.rows)])
 
     # -- the loop ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -140,13 +167,18 @@ class BatchLoop:
                 self._fail_all(err)
 
     def _admit(self, block: bool) -> None:
-        new: list[Slot] = [self.waiting.get()] if block else []
+        new: list[Slot] = []
         while len(self.rows) + len(new) < self.max_batch_size:
-            try:
-                new.append(self.waiting.get_nowait())
-            except queue.Empty:
+            slot = self._next(block and not new)
+            if slot is None:
                 break
-        new = [slot for slot in new if not slot.cancelled]
+            if slot.cancelled:
+                continue
+            if not self._fits(new, slot):
+                self._held = slot  # first come, first served: the rest wait behind it
+                break
+            if not slot.done:  # done: refused as too long for the budget
+                new.append(slot)
         if not new:
             return
         self._unbatch()
@@ -163,6 +195,32 @@ class BatchLoop:
         if len(new) == 1:
             self._prefill_alone(new[0])
         self._rebatch()
+
+    def _next(self, block: bool) -> Slot | None:
+        """The held head first, then the queue (waiting for one when `block`)."""
+        if self._held is not None:
+            slot, self._held = self._held, None
+            return slot
+        if block:
+            return self.waiting.get()
+        try:
+            return self.waiting.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _fits(self, new: list[Slot], slot: Slot) -> bool:
+        """Whether the running rows, the newcomers and `slot` fit the KV capacity; a slot
+        too long to fit even alone fails here rather than waiting for ever."""
+        if not self.kv_capacity_tokens:
+            return True
+        lengths = [s.max_length for s in (*self.rows, *new, slot)]
+        if kv_tokens_needed(lengths) <= self.kv_capacity_tokens:
+            return True
+        if slot.max_length > self.kv_capacity_tokens:
+            slot.out.put(ValueError(_too_long(slot.max_length, self.kv_capacity_tokens)))
+            slot.done = True
+            return True  # dropped below, as done
+        return False
 
     def _prefill_alone(self, slot: Slot) -> None:
         try:
@@ -285,6 +343,13 @@ class BatchLoop:
         self._mask = torch.zeros(len(caches), width, dtype=torch.long)
         for i, length in enumerate(self._lengths):
             self._mask[i, width - length :] = 1
+
+
+def _too_long(length: int, capacity: int) -> str:
+    return (
+        f"the request may reach {length} cached tokens (prompt, max_tokens and a draft); "
+        f"this service's KV budget holds {capacity} (memory_fraction)"
+    )
 
 
 def _row(tensor: torch.Tensor, row: int, start: int) -> torch.Tensor:

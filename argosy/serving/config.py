@@ -1,4 +1,5 @@
-"""Engine configuration: which model, which engine, which speculation, how many threads."""
+"""Engine configuration: which model, which engine, which speculation, how many threads,
+and the share of the device's memory the service may use."""
 
 from __future__ import annotations
 
@@ -33,3 +34,12 @@ class EngineConfig(BaseModel):
 
     max_context_tokens: int = Field(default=0, ge=0)
     """Prompt plus completion limit; 0 takes the model's own position limit."""
+
+    memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    """Share of the device's memory this service owns (0 < F <= 1): the weights, a 10%
+    activation reserve and the KV caches must fit in F x the device's memory, and requests
+    wait for KV room (docs/serving.md, "Several services on one device"); None: no budget."""
+
+    device_memory_bytes: int = Field(default=0, ge=0)
+    """Memory of the device `memory_fraction` applies to; 0 detects it (the host's MemTotal
+    for an engine computing on CPU)."""

@@ -32,8 +32,28 @@ def render_metrics(stats: EngineStats) -> str:
         ),
         _quantiles("argosy_serving_ttft_seconds", stats.ttft_s),
         _quantiles("argosy_serving_tpot_seconds", stats.tpot_s),
+        *_budget(stats),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _budget(stats: EngineStats) -> list[str]:
+    """The memory budget's figures and its use, when the engine has one."""
+    if not stats.budget:
+        return []
+    names = ("memory_fraction", "budget_bytes", "weights_bytes", "kv_budget_bytes")
+    lines = [_metric(f"argosy_serving_{name}", "gauge", stats.budget[name]) for name in names]
+    capacity = stats.budget["kv_capacity_tokens"]
+    lines += [
+        _metric("argosy_serving_kv_capacity_tokens", "gauge", capacity),
+        _metric("argosy_serving_kv_reserved_tokens", "gauge", stats.kv_reserved_tokens),
+        _metric(
+            "argosy_serving_kv_budget_used",
+            "gauge",
+            stats.kv_reserved_tokens / capacity if capacity else 0.0,
+        ),
+    ]
+    return lines
 
 
 def _metric(name: str, kind: str, value: float) -> str:

@@ -2,7 +2,10 @@
 
 Each request decodes with its own DynamicCache through `decoding.Decoder`; concurrent
 requests are continuously batched by `batching.BatchLoop` (admitted between decode steps,
-one batched forward pass per step verifying every request's draft). `sleep` drops
+one batched forward pass per step verifying every request's draft). With a memory fraction
+the engine sizes its KV capacity from what the budget leaves after the weights
+(`budget.MemoryBudget`), refuses to load when the weights alone do not fit, and the batch
+loop admits requests only while their KV fits (the rest wait). `sleep` drops
 the weights and returns freed pages to the OS; `wake` reloads them from the converted
 checkpoint (memory-mapped safetensors), which takes a fraction of a second for 135M.
 """
@@ -18,6 +21,12 @@ from typing import Any
 
 from argosy.serving import models
 from argosy.serving.batching import BatchLoop
+from argosy.serving.budget import (
+    MemoryBudget,
+    checkpoint_bytes,
+    host_memory_bytes,
+    kv_bytes_per_token,
+)
 from argosy.serving.config import EngineConfig
 from argosy.serving.decoding import Decoder
 from argosy.serving.errors import EngineAsleepError
@@ -46,6 +55,7 @@ class TransformersEngine:
         self._stats = EngineStats()
         self._costs = StepCosts()
         self._loop: BatchLoop | None = None
+        self.budget: MemoryBudget | None = None
         check_name(config.speculative)  # unknown names fail at construction
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -56,6 +66,8 @@ class TransformersEngine:
 
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
+        if self.config.memory_fraction is not None and self.budget is None:
+            self.budget = self._budget()  # refuses before the weights are read
         with self._lock:
             if self._tokenizer is None:
                 self._tokenizer = load_tokenizer(self.path)
@@ -66,8 +78,26 @@ class TransformersEngine:
             self._stats.asleep = False
             if self._loop is None:
                 self._loop = BatchLoop(
-                    self._batched_forward, _make_cache, self.config.max_batch_size
+                    self._batched_forward,
+                    _make_cache,
+                    self.config.max_batch_size,
+                    kv_capacity_tokens=self.budget.kv_capacity_tokens if self.budget else 0,
+                    max_draft_tokens=self.config.num_speculative_tokens,
                 )
+
+    def _budget(self) -> MemoryBudget:
+        """The service's share of its device, checked against the checkpoint's weights."""
+        fraction = self.config.memory_fraction
+        assert fraction is not None
+        _limit_accelerator(fraction)
+        budget = MemoryBudget(
+            fraction=fraction,
+            device_bytes=self.config.device_memory_bytes or host_memory_bytes(),
+            weights_bytes=checkpoint_bytes(self.path),
+            kv_bytes_per_token=kv_bytes_per_token(self.path),
+        )
+        budget.check()
+        return budget
 
     def sleep(self, level: int = 1) -> None:
         """Drop the weights (unmapping the checkpoint) and hand freed heap pages back to the
@@ -88,9 +118,12 @@ class TransformersEngine:
         """Counters since load, with the batch loop's running and waiting requests."""
         if self._loop is not None:
             self._stats.running = self._loop.running
-            self._stats.waiting = self._loop.waiting.qsize()
             self._stats.batched_steps = self._loop.batch_steps
             self._stats.batched_tokens = self._loop.batched_tokens
+            self._stats.waiting = self._loop.queued
+            self._stats.kv_reserved_tokens = self._loop.kv_reserved_tokens
+        if self.budget is not None:
+            self._stats.budget = dict(self.budget.as_dict())
         return self._stats
 
     # -- tokenization ------------------------------------------------------------------
@@ -254,6 +287,14 @@ class TransformersEngine:
                 f"prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
                 f"({request.params.max_tokens}) exceeds the context of {self.max_context_tokens}"
             )
+        capacity = self.budget.kv_capacity_tokens if self.budget else 0
+        if capacity and total + self.config.num_speculative_tokens > capacity:
+            raise ValueError(
+                f"prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
+                f"({request.params.max_tokens}) and a draft ({self.config.num_speculative_tokens})"
+                f" exceed this service's KV budget of {capacity} tokens (memory_fraction "
+                f"{self.config.memory_fraction:g})"
+            )
 
     def _require_model(self) -> Any:
         if self._model is None:
@@ -264,6 +305,14 @@ class TransformersEngine:
         if self._tokenizer is None:
             raise RuntimeError("engine not loaded: call load()")
         return self._tokenizer
+
+
+def _limit_accelerator(fraction: float) -> None:
+    """Cap this process's share of a visible CUDA device's memory at `fraction` (the
+    caching allocator refuses beyond it); nothing on a CPU-only host."""
+    from argosy.hardware.backends.cuda import limit_process_memory
+
+    limit_process_memory(fraction)
 
 
 def _warm_up_model(model: Any) -> None:

@@ -107,3 +107,7 @@ class EngineStats:
     """Decode steps that ran several requests in one forward pass."""
     batched_tokens: int = 0
     """Tokens those batched steps produced."""
+    budget: dict[str, float] = field(default_factory=dict)
+    """The memory budget (`MemoryBudget.as_dict`) when the engine has a memory fraction."""
+    kv_reserved_tokens: int = 0
+    """Cached positions the running requests may reach (counted against the budget)."""

@@ -233,13 +233,35 @@ class VllmEngine:
             enforce_eager=True,  # torch.compile warm-up takes minutes on a small CPU
             max_model_len=self.config.max_context_tokens or None,
             max_num_seqs=self.config.max_batch_size,
-            kv_cache_memory_bytes=KV_CACHE_BYTES,
+            kv_cache_memory_bytes=self._kv_cache_bytes(),
             speculative_config=self._spec,
             enable_sleep_mode=self._native_sleep,
             disable_log_stats=False,  # keeps vLLM's speculation counters
         )
         with _hidden_modules(_BREAKS_KERNEL_SCAN):
             return LLMEngine.from_engine_args(args)
+
+    def _kv_cache_bytes(self) -> int:
+        """1 GiB, or with a memory fraction the KV budget it leaves after the weights
+        (`budget.MemoryBudget`, the same arithmetic as the transformers engine); vLLM then
+        queues requests within it. Refuses to load when the weights alone do not fit."""
+        if self.config.memory_fraction is None:
+            return KV_CACHE_BYTES
+        from argosy.serving.budget import (
+            MemoryBudget,
+            checkpoint_bytes,
+            host_memory_bytes,
+            kv_bytes_per_token,
+        )
+
+        budget = MemoryBudget(
+            fraction=self.config.memory_fraction,
+            device_bytes=self.config.device_memory_bytes or host_memory_bytes(),
+            weights_bytes=checkpoint_bytes(self.path),
+            kv_bytes_per_token=kv_bytes_per_token(self.path),
+        )
+        budget.check()
+        return budget.kv_budget_bytes
 
     def _start_stepper(self) -> None:
         if self._stepper is not None and self._stepper.is_alive():

@@ -54,6 +54,7 @@ _ERRORS: dict[str, type[Exception]] = {
     "ValueError": ValueError,
     "ConfigError": ConfigError,
     "UnknownNameError": ConfigError,
+    "ShareError": ConfigError,
     "EngineAsleepError": EngineAsleepError,
 }
 

@@ -1,0 +1,258 @@
+"""Memory fractions: several services on one device, each within its share.
+
+A service started with `--memory-fraction F` (0 < F <= 1) owns F x the device's memory
+(CUDA: the device's total; CPU: the host's MemTotal). Three pieces, the first two pure:
+
+- `MemoryBudget`: F x device bytes, less the weights and an activation reserve, is the KV
+  budget; divided by the KV bytes of one token it gives the KV capacity in tokens, which
+  the batch loop admits requests against (`kv_tokens_needed`). Weights that alone do not
+  fit are refused (`check`).
+- `DeviceShares`: the fractions placed on one device; a claim that would push the sum over
+  1.0 is refused with a `ShareError` naming the field and the device's current sum.
+- `DeviceLedger`: the same shares kept in a file per device under a lock
+  (`$ARGOSY_DEVICE_LEDGER_DIR`, default `<tmp>/argosy-devices`), so separate
+  `argosy serve` processes on one node see each other's claims; a claim lives as long as
+  the process that made it (dead processes' claims are dropped when the file is read).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from argosy.core.errors import ArgosyError
+
+FIELD = "memory_fraction"
+RESERVE_FRACTION = 0.1
+"""Share of the budget kept for activations and workspace (logits of a wide verify pass,
+attention scratch); the rest after the weights is the KV budget."""
+_EPS = 1e-9
+
+
+class ShareError(ArgosyError):
+    """A memory fraction that does not fit: out of range, or the device is full."""
+
+    def __init__(self, message: str, current_sum: float | None = None) -> None:
+        self.field = FIELD
+        self.current_sum = current_sum
+        super().__init__(message)
+
+
+def check_fraction(value: Any) -> float:
+    """`value` as a fraction in (0, 1], else a `ShareError` naming the field."""
+    try:
+        fraction = float(value)
+    except (TypeError, ValueError):
+        raise ShareError(f"{FIELD} must be a number in (0, 1], not {value!r}") from None
+    if not 0 < fraction <= 1:  # also false for NaN
+        raise ShareError(f"{FIELD} must be in (0, 1], not {value!r}")
+    return fraction
+
+
+# -- one service's budget ------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryBudget:
+    """A service's share of a device and the KV capacity it leaves after the weights."""
+
+    fraction: float
+    device_bytes: int
+    weights_bytes: int
+    kv_bytes_per_token: int
+
+    @property
+    def budget_bytes(self) -> int:
+        """F x the device's memory."""
+        return int(self.fraction * self.device_bytes)
+
+    @property
+    def reserve_bytes(self) -> int:
+        """Kept for activations and workspace."""
+        return int(RESERVE_FRACTION * self.budget_bytes)
+
+    @property
+    def kv_budget_bytes(self) -> int:
+        """What is left for KV caches after the weights and the reserve."""
+        return max(0, self.budget_bytes - self.weights_bytes - self.reserve_bytes)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Cached token positions (all requests, padding included) the KV budget holds."""
+        return self.kv_budget_bytes // max(1, self.kv_bytes_per_token)
+
+    def check(self) -> None:
+        """Refuse a budget that cannot hold the weights and the reserve."""
+        if self.weights_bytes + self.reserve_bytes > self.budget_bytes:
+            raise ShareError(
+                f"{FIELD} {self.fraction:g} of {_gib(self.device_bytes)} gives "
+                f"{_gib(self.budget_bytes)}; the weights alone take "
+                f"{_gib(self.weights_bytes)} (+{_gib(self.reserve_bytes)} reserve): "
+                f"raise {FIELD} to at least {self.min_fraction():.3f}"
+            )
+
+    def min_fraction(self) -> float:
+        """The least fraction that holds the weights and the reserve (no KV)."""
+        return self.weights_bytes / ((1 - RESERVE_FRACTION) * self.device_bytes)
+
+    def as_dict(self) -> dict[str, float | int]:
+        """The figures `/admin/state` reports."""
+        return {
+            "memory_fraction": self.fraction,
+            "device_bytes": self.device_bytes,
+            "budget_bytes": self.budget_bytes,
+            "weights_bytes": self.weights_bytes,
+            "reserve_bytes": self.reserve_bytes,
+            "kv_budget_bytes": self.kv_budget_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+        }
+
+
+def kv_tokens_needed(lengths: list[int]) -> int:
+    """Cached positions a batch of requests of at most `lengths` tokens may hold: the
+    batched cache is left-padded to its longest row, and rejected draft positions (holes)
+    may waste up to a quarter of the width (at least 16) before it is compacted."""
+    if not lengths:
+        return 0
+    longest = max(lengths)
+    if len(lengths) == 1:
+        return longest
+    return len(lengths) * (longest + max(16, longest // 4))
+
+
+# -- fractions placed on one device -----------------------------------------------------
+@dataclass
+class DeviceShares:
+    """The memory fractions placed on one device; their sum never exceeds 1."""
+
+    device: str
+    claims: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        """The device's current sum of fractions."""
+        return sum(self.claims.values())
+
+    def add(self, claim_id: str, fraction: float) -> None:
+        """Place a share; a `ShareError` (with the current sum) if it would not fit."""
+        fraction = check_fraction(fraction)
+        if claim_id in self.claims:
+            raise ShareError(f"claim '{claim_id}' is already placed on {self.device}")
+        current = self.total
+        if current + fraction > 1 + _EPS:
+            raise ShareError(
+                f"{FIELD} {fraction:g} does not fit on device '{self.device}': its current "
+                f"sum is {current:g} (of 1.0; {max(0.0, 1 - current):g} free)",
+                current_sum=current,
+            )
+        self.claims[claim_id] = fraction
+
+    def remove(self, claim_id: str) -> None:
+        """Give a share back (unknown ids are ignored)."""
+        self.claims.pop(claim_id, None)
+
+
+# -- the node-local ledger ---------------------------------------------------------------
+def ledger_dir() -> Path:
+    """Where device ledgers live on this node."""
+    env = os.environ.get("ARGOSY_DEVICE_LEDGER_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "argosy-devices"
+
+
+class DeviceLedger:
+    """The shares of one device kept in `<dir>/<device>.json`, shared by processes."""
+
+    def __init__(self, device: str, directory: Path | None = None) -> None:
+        self.device = device
+        self.directory = directory or ledger_dir()
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in device)
+        self.path = self.directory / f"{safe}.json"
+
+    def claim(self, fraction: float, name: str = "") -> str:
+        """Place a share for this process; returns its id. `ShareError` if it does not fit."""
+        claim_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with self._locked() as records:
+            shares = DeviceShares(self.device, {k: r["fraction"] for k, r in records.items()})
+            shares.add(claim_id, fraction)
+            records[claim_id] = {"fraction": fraction, "pid": os.getpid(), "name": name}
+        return claim_id
+
+    def release(self, claim_id: str) -> None:
+        """Give a share back."""
+        with self._locked() as records:
+            records.pop(claim_id, None)
+
+    def total(self) -> float:
+        """The device's current sum (live processes only)."""
+        with self._locked() as records:
+            return sum(r["fraction"] for r in records.values())
+
+    @contextmanager
+    def _locked(self) -> Iterator[dict[str, dict[str, Any]]]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                records = _live(_read(self.path))
+                yield records
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(records))
+                tmp.replace(self.path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _read(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _live(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in records.items() if _alive(int(r.get("pid", 0)))}
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def checkpoint_bytes(path: Any) -> int:
+    """Bytes of a checkpoint's weight files (what the engine holds once loaded: it loads
+    the cached fp32 checkpoint as it is)."""
+    files = [f for f in Path(path).iterdir() if f.suffix in (".safetensors", ".bin")]
+    return sum(f.stat().st_size for f in files)
+
+
+def kv_bytes_per_token(path: Any) -> int:
+    """KV cache bytes of one cached position: keys and values of every layer, fp32."""
+    config = json.loads((Path(path) / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * 4
+
+
+def host_memory_bytes() -> int:
+    """The host's physical memory (MemTotal)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _gib(num_bytes: int) -> str:
+    return f"{num_bytes / 2**30:.2f} GiB"
