@@ -88,7 +88,7 @@ def _grow_service(sched, w: Workload, missing: int, now: float) -> None:
             if not sched.policy.preemption:
                 return
             urgent = _below_guarantee(sched, w)
-            found = room.make_room(sched, w, min(missing, 8), now, urgent=urgent)
+            found = room.make_room(sched, w, min(missing, 8), now, urgent=urgent, want=missing)
             if found is None:
                 return
             placed = found[1]
@@ -164,32 +164,40 @@ def grow(sched, now: float) -> None:
         and w.resize_stall_s <= budget * max(0.0, now - w.started_s)
     ]  # fmt: skip
     cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
-    need: dict[str, int] = {}
+    need: dict[tuple[str, float], int] = {}
     for w in cands:
         g = w.alloc.group
         hold = growth.expected_hold_s(sched, g, now)
-        if w.chip not in need:
-            ahead = min(hold, growth.SERVICE_LOOKAHEAD_S)
-            need[w.chip] = growth.service_need(sched, w.chip, now, ahead)
-        reserve = need[w.chip] + demand.get(w.chip, 0)  # never into what others ask for
-        _grow_one(sched, w, now, growth.max_size(sched, w), reserve, hold)
+        options = []  # (hold of the increment, devices reserved for services and pending)
+        for ahead, credit in growth.lookaheads(sched, hold):
+            if (w.chip, ahead) not in need:
+                need[w.chip, ahead] = growth.service_need(sched, w.chip, now, ahead)
+            options.append((credit, need[w.chip, ahead] + demand.get(w.chip, 0)))
+        _grow_one(sched, w, now, growth.max_size(sched, w), options)
 
 
-def _grow_one(sched, w: Workload, now: float, limit: int, reserve: int, hold: float) -> None:
+def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
+    """Grow `w` by the most whole nodes that pay: for each (hold, reserve) option, the
+    capacity beyond `reserve` (what services need within `hold`, and pending work) is
+    expected to be held `hold` seconds; the largest increment that pays is taken."""
     cap, tree = sched.cap, sched.tree
     g, chip = w.alloc.group, w.chip
     d = cap.dpn[g]
-    spare = int(cap.free_devices[g]) - room.buffer_devices(sched, g) - reserve
-    add = min(limit - w.devices, cap.whole_free_nodes(g) * d, spare)
+    most = min(limit - w.devices, cap.whole_free_nodes(g) * d)
     if sched.policy.quotas:
-        add = min(add, tree.headroom(w.queue, chip))
-    add = (add // d) * d
-    if add < max(d, w.devices // 20) or not growth.pays(sched, w, add, hold):
+        most = min(most, tree.headroom(w.queue, chip))
+    free = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
+    add, smallest = 0, max(d, w.devices // 20)
+    for hold, reserve in options:
+        n = (min(most, free - reserve) // d) * d
+        if n <= add or n < smallest or not growth.pays(sched, w, n, hold):
+            continue
+        if growth.within_budget(  # this grow and the shrink after it
+            sched, w, now, sum(growth.round_trip_s(sched, w, w.devices, w.devices + n))
+        ):
+            add = n
+    if add <= 0:
         return
-    if not growth.within_budget(
-        sched, w, now, sum(growth.round_trip_s(sched, w, w.devices, w.devices + add))
-    ):
-        return  # this grow and the shrink after it
     free_for_q = cap.chip_free(chip) - tree.reserved_for_others(w.queue, chip)
     lent = max(0, add - max(0, free_for_q))
     borrowed = tree.borrowed_if(w.queue, chip, add)

@@ -71,6 +71,27 @@ def observe_shrink(sched, w: Workload, now: float) -> None:
     w.grown_s = -1.0
 
 
+def lookaheads(sched, hold_s: float) -> tuple[tuple[float, float], ...]:
+    """(horizon of the services' forecast, hold time credited) pairs growth considers:
+    the learnt hold time (the forecast looked at over at most `SERVICE_LOOKAHEAD_S` of
+    it) and, when a policy grows into inference troughs (`trough_growth`), shorter
+    horizons `h` halving down to `forecast_lead_s`: capacity the services need only
+    after `h` is held at least `h` before they take it back (urgently, shrinking the
+    job), which can pay on its own."""
+    longest = min(hold_s, SERVICE_LOOKAHEAD_S)
+    out = [(longest, hold_s)]
+    if not sched.policy.trough_growth:
+        return tuple(out)
+    lead = max(sched.config.forecast_lead_s, 1.0)
+    h = longest / 2
+    while h > lead:
+        out.append((h, h))
+        h /= 2
+    if lead < longest:
+        out.append((lead, lead))
+    return tuple(out)
+
+
 def pays(sched, w: Workload, add: int, hold_s: float) -> bool:
     d = w.devices
     grow_s, back_s = round_trip_s(sched, w, d, d + add)

@@ -24,21 +24,23 @@ from argosy.scheduler import growth
 from argosy.scheduler.workload import TRAINING_KINDS, Allocation, Workload
 
 
-def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool):
+def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool, want: int = 0):
     """Free room for `n` devices of `w` on one of its chips; returns (chip, placement)
-    with the placement not yet taken, or None with nothing changed."""
+    with the placement not yet taken, or None with nothing changed. A shrink frees at
+    least `want` devices when it can (an urgent service's whole shortfall: one stall per
+    victim, not one per replica chunk)."""
     for chip in w.chips:
         if sched.policy.quotas and sched.tree.headroom(w.queue, chip) < n:
             continue
         entitled = not sched.policy.quotas or sched.tree.within_nominal(w.queue, chip, n)
         for g in sched.cap.groups_of_chip[chip]:
-            found = _room_on_group(sched, w, chip, g, n, now, urgent, entitled)
+            found = _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want)
             if found is not None:
                 return chip, found
     return None
 
 
-def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | None:
+def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Allocation | None:
     free, d = int(sched.cap.free_devices[g]), sched.cap.dpn[g]
     # a training queue taking back its share is not gated (evaluation waits for it to pay)
     owed = (entitled and w.kind in TRAINING_KINDS) or not sched.policy.elastic
@@ -54,6 +56,8 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled) -> Allocation | 
     if not urgent:  # shrink in batches: one stall serves the next arrivals too
         batch = int(sched.config.shrink_batch_fraction * sched.cluster.groups[g].num_devices)
         missing = max(missing, batch)
+    elif sched.policy.batch_reclaim:  # the service's whole shortfall in one stall
+        missing = max(missing, want - int(sched.cap.free_devices[g]))
     shrink.sort(key=lambda v: _shrink_order(sched, v, d, missing))
     for v in shrink:
         nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
