@@ -7,6 +7,7 @@
     .venv/bin/python benchmarks/sim.py cycle --devices 10000 --pending 5000
     .venv/bin/python benchmarks/sim.py calibration --devices 10000 --days 30
     .venv/bin/python benchmarks/sim.py isolation --cluster h100:10000 --days 30
+    .venv/bin/python benchmarks/sim.py offered --cluster a100-80g:4000+h100:4000+910b:2000
 
 `quality` runs fifo, quota and argosy side by side on the same trace and seed (30 days,
 the published fault model), prints a table with argosy's ratios to each, and checks the
@@ -336,6 +337,32 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.3g}x" if b else "-"
 
 
+def offered(args) -> None:
+    """Devices each set of accepted chip types asks for, per day: every job at its nominal
+    size from its submission for as long as its work takes at the stock plan's speed on
+    its fastest accepted chip (the trace's unit), averaged over the day. Which pool the
+    trace leaves idle, whatever the scheduler does."""
+    from argosy.hardware.catalog import default_catalog
+    from argosy.scheduler.speed import relative_speed
+
+    cluster, gen, _ = _trace(args.cluster, args.days, args.seed)
+    catalog, hours = default_catalog(), int(args.days * 24)
+    have = cluster.devices_by_chip()
+    demand: dict[tuple[str, ...], np.ndarray] = {}
+    for r in gen.records:
+        if r.kind == "infer":
+            continue
+        chips = tuple(sorted(catalog.get(c).id for c in r.chips))
+        size = r.device_range[1]
+        hold = r.work_device_s / size / max(relative_speed(c) for c in chips)
+        a, b = int(r.submit_s // 3600), int(min(hours * 3600 - 1, r.submit_s + hold) // 3600)
+        demand.setdefault(chips, np.zeros(hours))[a : b + 1] += size
+    for chips, per_hour in sorted(demand.items()):
+        daily = per_hour[: hours // 24 * 24].reshape(-1, 24).mean(axis=1)
+        print(f"{'+'.join(chips)} ({sum(have[c] for c in chips)} devices): "
+              + " ".join(f"{x:.0f}" for x in daily))  # fmt: skip
+
+
 def calibration(args) -> None:
     """Generated statistics next to the source statistics they are calibrated to."""
     from argosy.sim import calibration as cal
@@ -375,7 +402,8 @@ def calibration(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["speed", "cycle", "quality", "calibration", "isolation"])
+    parser.add_argument("part", choices=["speed", "cycle", "quality", "calibration", "isolation",
+                                         "offered"])  # fmt: skip
     parser.add_argument("--devices", type=int, default=10000)
     parser.add_argument("--cluster", default="a100-80g:4000+h100:4000+910b:2000")
     parser.add_argument("--plans", choices=["planner", "stock"], default="planner")
@@ -393,7 +421,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     parts = {"speed": speed, "cycle": cycle, "quality": quality, "calibration": calibration,
-             "isolation": isolation_part}  # fmt: skip
+             "isolation": isolation_part, "offered": offered}  # fmt: skip
     parts[args.part](args)
 
 
