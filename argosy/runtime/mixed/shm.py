@@ -21,10 +21,13 @@ double-buffered slots (the segment is preallocated and reused across calls):
 
 Two flag waits per chunk and no acknowledgement: slots alternate by chunk parity, and a
 rank that sees every `published` flag of chunk k knows every rank has finished chunk k-2,
-whose slots chunk k reuses. Per rank, for B bytes and n ranks, its own tensor is read once
-(B) and written once (B); through the segment go (n-1)/n B written (publish), (n-1)/n
-B read plus (n-2)/n B read and written (the sum past the first add) and B read (gather).
-A one-way copy reads B and writes B on each side.
+whose slots chunk k reuses.
+
+Bytes touched per rank, for B-byte tensors and n ranks: its own tensor read once (B)
+and written once (B); in the segment, (n-1)/n B written (publish), then for the sum
+(n-1)/n B read from the others' slots, B/n written and (n-2)/n B read and rewritten
+(the adds past the first), then B read (gather): 4.5 B for 2 ranks, 5.3 B for 3. A
+one-way copy (`send` / `recv`) touches 4 B in all: B read and B written on each side.
 
 `send(t, dst)` / `recv(t, src)`: one-way copy through the same slots, pipelined (the
 writer fills chunk k+1 while the reader drains chunk k): the floor of this transport.
