@@ -77,6 +77,7 @@ def write_rank(
     data: memoryview,
     on_write: Callable[[int], None] | None = None,
     writers: int | None = None,
+    below: int = 0,
 ) -> RankPiece:
     """Write this rank's data file and index into `staging`, fsynced, checksummed.
 
@@ -85,7 +86,8 @@ def write_rank(
     index is written before it, and both are fsynced together (one journal commit).
     `on_write(bytes_so_far)` runs after every chunk written: progress for the watchdog,
     and the writer's fence (it raises to abandon the write). The caller publishes the
-    returned piece (commit.py's done-marker) once this returns.
+    returned piece (commit.py's done-marker) once this returns. `below`: nice levels
+    under the caller's process for the threads that write (pwrite.py).
     """
     from argosy.checkpoint import pwrite
 
@@ -96,7 +98,12 @@ def write_rank(
     write_small(staging / index_name, index_bytes, sync=False)  # synced with the data
     paths = [staging / name, staging / index_name]  # synced together, while checksummed
     crc = pwrite.write_parallel(
-        staging / name, out, writers, on_write=on_write, sync=lambda: sync_paths(paths)
+        staging / name,
+        out,
+        writers,
+        on_write=on_write,
+        sync=lambda: sync_paths(paths),
+        below=below,
     )
     files = {
         name: {"bytes": out.pos, "crc32": crc},

@@ -25,6 +25,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -160,22 +161,36 @@ def _pwritev_all(fd: int, bufs: list[Any], offset: int) -> None:
                 written = 0
 
 
-def _in_threads(threads: int, work: Callable[[], None], shared: _Shared) -> None:
-    """`work()` on `threads` threads (the caller's among them); the first error stops the
-    others at their next chunk and is raised."""
+def _lower(below: int) -> None:
+    """This thread `below` nice levels under its process (at most 19): lowering needs no
+    privilege, raising it back would, so only threads made for one write are lowered."""
+    if below > 0:
+        with contextlib.suppress(OSError):
+            now = os.getpriority(os.PRIO_PROCESS, 0)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, now + below))
 
-    def body() -> None:
+
+def _in_threads(threads: int, work: Callable[[], None], shared: _Shared, below: int) -> None:
+    """`work()` on `threads` threads, the first error stopping the others at their next
+    chunk and raised. The caller is one of them, unless they run `below` its priority
+    (then it only waits: a thread cannot raise its own priority back)."""
+
+    def body(lowered: bool) -> None:
+        if lowered:
+            _lower(below)
         try:
             work()
         except BaseException as err:  # the fence, a disk error: stop every thread
             with shared.lock:
                 shared.error = shared.error or err
 
-    helpers = [threading.Thread(target=body) for _ in range(1, threads)]
-    for thread in helpers:
+    helpers = threads if below > 0 else threads - 1
+    spawned = [threading.Thread(target=body, args=(True,)) for _ in range(helpers)]
+    for thread in spawned:
         thread.start()
-    body()
-    for thread in helpers:
+    if below <= 0:
+        body(False)
+    for thread in spawned:
         thread.join()
     if shared.error is not None:
         raise shared.error
@@ -189,26 +204,29 @@ def write_parallel(
     on_write: Callable[[int], None] | None = None,
     fsync: bool = True,
     sync: Callable[[], None] | None = None,
+    below: int = 0,
 ) -> int:
     """Write `plan` to `path` (created or truncated) and make it durable: `sync()` when
     given (the caller syncs this file with others), else an fsync (none with
     `fsync=False`). Returns the file's crc32, computed from the same buffers after they
     are written, while the sync waits on the disk (the checksum pass costs no wall time
-    beside the flush); the sync's error, if any, is raised after it."""
+    beside the flush); the sync's error, if any, is raised after it. `below` > 0: the
+    writing, checksumming and syncing threads run that many nice levels under the
+    caller's process (a background write that must not slow the training loop)."""
     chunks = -(-plan.pos // chunk_bytes)
     writers = max(1, min(writers or default_writers(), chunks))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         shared = _Shared(chunks, on_write)
-        _in_threads(writers, lambda: _write_chunks(fd, plan, chunk_bytes, shared), shared)
+        _in_threads(writers, lambda: _write_chunks(fd, plan, chunk_bytes, shared), shared, below)
         if sync is None and fsync:
             sync = functools.partial(os.fsync, fd)
-        syncing = _Background(sync)
+        syncing = _Background(sync, below)
         crcs = [0] * chunks
         try:
             summing = _Shared(chunks, None)
             _in_threads(
-                writers, lambda: _checksum_chunks(plan, chunk_bytes, summing, crcs), summing
+                writers, lambda: _checksum_chunks(plan, chunk_bytes, summing, crcs), summing, below
             )
         finally:
             syncing.join()
@@ -223,14 +241,15 @@ def write_parallel(
 class _Background:
     """`work()` on a thread of its own; `join()` waits for it and raises its error."""
 
-    def __init__(self, work: Callable[[], None] | None) -> None:
+    def __init__(self, work: Callable[[], None] | None, below: int = 0) -> None:
         self.error: BaseException | None = None
         self.thread = None
         if work is not None:
-            self.thread = threading.Thread(target=self._run, args=(work,))
+            self.thread = threading.Thread(target=self._run, args=(work, below))
             self.thread.start()
 
-    def _run(self, work: Callable[[], None]) -> None:
+    def _run(self, work: Callable[[], None], below: int) -> None:
+        _lower(below)
         try:
             work()
         except BaseException as err:

@@ -17,7 +17,6 @@ The thread talks to its persister through a small host interface: `slots`, `cond
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import time
 import traceback
@@ -30,6 +29,7 @@ from argosy.checkpoint.layout import SnapshotMeta
 
 _POLL_S = 0.05
 _PROGRESS_EVERY_S = 0.2
+_BELOW_WHEN_BACKGROUND = 10
 
 
 class Host(Protocol):
@@ -76,6 +76,14 @@ class Writer:
             self._progress_sent = now
             self.host.send("progress", phase, self.progress_bytes)
 
+    def below(self) -> int:
+        """Nice levels under the process for the threads that write a shard: a background
+        write runs below the trainer and the copy and takes only the CPU they leave,
+        however nice the whole job runs; one the trainer waits for (a flush, a close, a
+        dead trainer) runs at the job's own priority, since nothing else of the job runs
+        meanwhile (below it, on a busy machine, every other process's work came first)."""
+        return 0 if self.flush_wanted or self.urgent else _BELOW_WHEN_BACKGROUND
+
     def is_fenced(self) -> bool:
         if not self.fenced and self.fence.fenced(self.epoch):
             self.fenced = True
@@ -102,7 +110,7 @@ class Writer:
         self.fence.check(self.epoch)
         data = slot.segment.data_view(meta.data_len)
         try:
-            piece = disk.write_rank(staging, meta, data, on_write)
+            piece = disk.write_rank(staging, meta, data, on_write, below=self.below())
         finally:
             data.release()
         self.fence.check(self.epoch)
@@ -118,14 +126,6 @@ class Writer:
     def run(self) -> None:
         import torch.distributed.checkpoint.filesystem  # noqa: F401  # slow import, done early
 
-        # below the trainer and the copy: the disk writer (and the threads it starts, which
-        # inherit this) takes only the CPU they leave, however nice the whole job runs
-        with contextlib.suppress(OSError):
-            import os
-            import threading
-
-            below = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), below)
         loop = self._coordinate_once if self.coordinator else self._follow_once
         while not self.stopping and not self.is_fenced():
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import zlib
 from pathlib import Path
 
@@ -106,3 +107,29 @@ def test_the_sync_runs_once_every_byte_is_written_and_its_error_is_raised(tmp_pa
 
     with pytest.raises(OSError, match="Input/output"):
         pwrite.write_parallel(path, plan, 2, 4096, sync=broken)
+
+
+def test_a_background_write_runs_below_the_caller_and_a_waited_one_at_its_level(
+    tmp_path: Path,
+) -> None:
+    """`below`: the threads that write, checksum and sync sit that many nice levels under
+    the process (a persist behind training); 0: at its level (a flush the trainer waits
+    for). The caller's own priority never changes (it could not be raised back)."""
+    plan = pwrite.FilePlan()
+    plan.write(bytearray(1 << 18))
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for below, want in ((3, min(19, mine + 3)), (0, mine)):
+        writing: set[int] = set()
+        syncing: list[int] = []
+
+        def level(_: int = 0, seen: set[int] = writing) -> None:
+            seen.add(os.getpriority(os.PRIO_PROCESS, 0))
+
+        def synced(seen: list[int] = syncing) -> None:
+            seen.append(os.getpriority(os.PRIO_PROCESS, 0))
+
+        pwrite.write_parallel(
+            tmp_path / "f", plan, 2, 4096, on_write=level, sync=synced, below=below
+        )
+        assert writing == {want} and syncing == [want], (below, writing, syncing)
+        assert os.getpriority(os.PRIO_PROCESS, 0) == mine
