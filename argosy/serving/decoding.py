@@ -31,7 +31,7 @@ from argosy.serving.speculative.base import (
     Proposer,
     StepRecord,
 )
-from argosy.serving.speculative.costs import StepCosts
+from argosy.serving.speculative.costs import AcceptanceTracker, StepCosts
 from argosy.serving.types import SamplingParams, SpecCounters
 
 Forward = Callable[[Sequence[int], Any, int], torch.Tensor]
@@ -51,6 +51,8 @@ class Decoder:
         eos_ids: frozenset[int],
         proposer: Proposer | None = None,
         costs: StepCosts | None = None,
+        acceptance: AcceptanceTracker | None = None,
+        proposer_key: str = "",
     ) -> None:
         self.forward, self.crop, self.cache = forward, crop, cache
         self.tokens = list(prompt_ids)
@@ -58,6 +60,9 @@ class Decoder:
         self.eos_ids = eos_ids
         self.proposer = proposer
         self.costs = costs if costs is not None else StepCosts()
+        self.acceptance = acceptance
+        """The engine's running acceptance per proposer, taught by every verify pass."""
+        self.proposer_key = proposer_key
         self.counters = SpecCounters()
         self.num_generated = 0
         self.stopped = False
@@ -157,6 +162,8 @@ class Decoder:
             self.counters.verify_passes += 1
             self.counters.drafted += drafted
             self.counters.accepted += accepted
+            if self.acceptance is not None:
+                self.acceptance.observe(self.proposer_key, drafted, accepted)
         else:
             self.counters.plain_steps += 1
         if solo:

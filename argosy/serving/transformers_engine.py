@@ -32,7 +32,7 @@ from argosy.serving.decoding import Decoder
 from argosy.serving.errors import EngineAsleepError
 from argosy.serving.speculative import PROPOSERS, check_name, split_spec
 from argosy.serving.speculative.base import OFF, Proposer, ProposerContext
-from argosy.serving.speculative.costs import StepCosts
+from argosy.serving.speculative.costs import AcceptanceTracker, StepCosts
 from argosy.serving.types import (
     EngineStats,
     GenerationChunk,
@@ -54,6 +54,7 @@ class TransformersEngine:
         self._tokenizer: Any = None
         self._stats = EngineStats()
         self._costs = StepCosts()
+        self._acceptance = AcceptanceTracker()
         self._loop: BatchLoop | None = None
         self.budget: MemoryBudget | None = None
         check_name(config.speculative)  # unknown names fail at construction
@@ -188,7 +189,7 @@ class TransformersEngine:
         from transformers import DynamicCache
 
         self._check_length(request)
-        proposer = self._proposer(request.speculative)
+        key, proposer = self._proposer(request.speculative)
         cache = DynamicCache()
         return Decoder(
             self._forward,
@@ -199,6 +200,8 @@ class TransformersEngine:
             self.eos_ids,
             proposer,
             self._costs,
+            self._acceptance,
+            key,
         )
 
     def _submit(self, decoder: Decoder) -> Iterator[tuple[list[int], str | None]]:
@@ -270,13 +273,18 @@ class TransformersEngine:
             )
             return out.logits
 
-    def _proposer(self, spec: str | None) -> Proposer | None:
+    def _proposer(self, spec: str | None) -> tuple[str, Proposer | None]:
+        """The request's proposer and the key its acceptance is tracked under (its spec),
+        started from the engine's running acceptance of that proposer."""
         name, arg = split_spec(spec or self.config.speculative)
         if name == OFF:
-            return None
-        context = ProposerContext(target=self._require_model(), arg=arg)
+            return "", None
+        key = f"{PROPOSERS.canonical(name)}:{arg or ''}"
+        context = ProposerContext(
+            target=self._require_model(), arg=arg, acceptance=self._acceptance.acceptance(key)
+        )
         factory = PROPOSERS.get(name)
-        return factory(max_draft_tokens=self.config.num_speculative_tokens, context=context)
+        return key, factory(max_draft_tokens=self.config.num_speculative_tokens, context=context)
 
     def _check_length(self, request: GenerationRequest) -> None:
         total = len(request.prompt_ids) + request.params.max_tokens

@@ -7,9 +7,14 @@ from hypothesis import strategies as st
 
 from argosy.serving.speculative import StepRecord
 from argosy.serving.speculative.adaptive import AdaptiveProposer, expected_tokens
-from argosy.serving.speculative.base import DraftOffer
-from argosy.serving.speculative.batch_policy import MIN_GAIN, batch_rate, draft_width
-from argosy.serving.speculative.costs import ForwardCosts
+from argosy.serving.speculative.base import DraftOffer, ProposerContext
+from argosy.serving.speculative.batch_policy import (
+    MIN_GAIN,
+    BatchDraftPolicy,
+    batch_rate,
+    draft_width,
+)
+from argosy.serving.speculative.costs import AcceptanceTracker, ForwardCosts
 
 
 def linear(fixed_s, per_token_s):
@@ -130,3 +135,58 @@ def test_auto_offers_its_full_draft_while_it_wins_and_nothing_once_backed_off():
     assert not proposer.wins()
     assert proposer.offer(COPY, 6).tokens == ()
     assert expected_tokens(offer.acceptance, 6) > 4
+
+
+def test_a_stale_slow_reading_gives_way_so_wider_passes_are_tried_again():
+    costs = ForwardCosts(max_age=8)
+    policy = BatchDraftPolicy(costs)
+    offers = rows(16, 0.9)
+    costs.observe(16, 1.0)
+    costs.observe(32, 5.0)  # one noisy, slow pass at width 1
+    assert policy.width(offers) == 0  # it rules every wider pass out ...
+    for _ in range(8):
+        costs.observe(16, 1.0)
+    assert policy.width(offers) == 0  # ... while it is fresh
+    costs.observe(16, 1.0)
+    assert costs.seconds(32) == pytest.approx(1.25)  # stale: extrapolated from 16 again
+    width = policy.width(offers)
+    assert width > 0  # so the width is probed again
+    costs.observe(16 * (1 + width), 2.0)  # and measured afresh, not averaged with the old
+    assert costs.seconds(16 * (1 + width)) == pytest.approx(2.0)
+    assert policy.width(offers) >= width  # it won: wider is explored next, not dropped
+
+
+def test_a_stale_reading_below_every_fresh_one_is_kept():
+    costs = ForwardCosts(max_age=2)
+    costs.observe(16, 1.0)
+    for _ in range(4):
+        costs.observe(144, 3.0)
+    assert costs.seconds(16) == pytest.approx(1.0)  # the floor's cost is not forgotten
+    assert costs.seconds(80) == pytest.approx(2.0)
+
+
+def test_rows_start_from_the_engines_running_acceptance():
+    warm = AdaptiveProposer(max_draft_tokens=8, context=ProposerContext(acceptance=0.9))
+    cold = AdaptiveProposer(max_draft_tokens=8)
+    low = AdaptiveProposer(max_draft_tokens=8, context=ProposerContext(acceptance=0.3))
+    assert warm.offer(COPY, 6).tokens == (4, 5, 6, 7, 8, 9)  # no short probe first
+    assert warm.acceptance == pytest.approx(0.9)
+    assert len(cold.offer(COPY, 6).tokens) == 2 and cold.acceptance == 0.5
+    assert len(low.offer(COPY, 6).tokens) <= 2 and low.acceptance == pytest.approx(0.3)
+    costs = ForwardCosts()
+    costs.observe(16, 1.0)  # batch 16, only plain passes seen
+    assert BatchDraftPolicy(costs).width([warm.offer(COPY, 8)] * 16) > 0
+    assert BatchDraftPolicy(costs).width([low.offer(COPY, 8)] * 16) == 0
+
+
+def test_engine_acceptance_follows_recent_verify_passes():
+    tracker = AcceptanceTracker()
+    assert tracker.acceptance("auto:") is None
+    for _ in range(10):
+        tracker.observe("auto:", 8, 8)
+    high = tracker.acceptance("auto:")
+    assert high == 1.0
+    for _ in range(6):
+        tracker.observe("auto:", 2, 0)
+    assert tracker.acceptance("auto:") < 0.8 < high  # a few rejected passes cool it down
+    assert tracker.acceptance("ngram:") is None

@@ -39,7 +39,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(ops=operations)
 def test_device_sum_never_exceeds_one_over_random_adds_and_removes(ops):
     shares = DeviceShares("dev0")

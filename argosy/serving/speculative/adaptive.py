@@ -1,7 +1,11 @@
 """Adaptive speculation (`auto`): n-gram drafts, sized by a cost model, off when they lose.
 
 Per request it estimates the per-token acceptance `a` of the drafts (a decayed geometric
-estimate: accepted tokens over accepted tokens plus rejections, from a weak prior of 0.5).
+estimate: accepted tokens over accepted tokens plus rejections, from a weak prior worth two
+observations: the engine's running acceptance of `auto` drafts, `ProposerContext.acceptance`,
+or 0.5 before the engine has drafted anything). A request starts with a short probe unless
+the engine's acceptance is at least `warm_acceptance` (0.8: copy-heavy traffic), in which
+case it drafts what its cost model allows at once.
 With draft length k a verify pass yields `E(k) = (1 - a^(k+1)) / (1 - a)` tokens and costs
 `1 + c*k` plain steps, where `c` is the relative cost of a draft token that the engine
 measures across requests (`StepCosts`, passed in each `StepRecord`). It drafts the k that
@@ -27,6 +31,8 @@ from argosy.serving.speculative.ngram import NgramProposer
 
 _DECAY = 0.8
 """Weight kept by older verify passes at each new one (recent text matters most)."""
+_PRIOR_WEIGHT = 2.0
+"""Observations the starting acceptance is worth."""
 
 
 class AdaptiveProposer:
@@ -40,6 +46,7 @@ class AdaptiveProposer:
         max_backoff_steps: int = 128,
         probe_tokens: int = 2,
         context: ProposerContext | None = None,
+        warm_acceptance: float = 0.8,
     ) -> None:
         self.inner = NgramProposer(max_draft_tokens=max_draft_tokens)
         self.max_draft_tokens = max_draft_tokens
@@ -47,12 +54,14 @@ class AdaptiveProposer:
         self.min_backoff_steps = min_backoff_steps
         self.max_backoff_steps = max_backoff_steps
         self.probe_tokens = probe_tokens
-        self.accepted_weight = 1.0  # prior: one accepted token ...
-        self.rejected_weight = 1.0  # ... and one rejection: acceptance 0.5
+        prior = context.acceptance if context is not None else None
+        start = 0.5 if prior is None else min(0.95, max(0.05, prior))
+        self.accepted_weight = _PRIOR_WEIGHT * start  # prior: two observations at the
+        self.rejected_weight = _PRIOR_WEIGHT * (1 - start)  # engine's acceptance (or 0.5)
         self.draft_token_cost = DEFAULT_DRAFT_TOKEN_COST
         self.off_steps = 0
         self.backoff = min_backoff_steps
-        self.probing = True
+        self.probing = prior is None or prior < warm_acceptance
 
     @property
     def acceptance(self) -> float:

@@ -76,3 +76,5 @@ class ProposerContext:
     """The served model (an HF causal LM for the transformers engine); None if not exposed."""
     arg: str | None = None
     """The text after the colon in the proposer spec (`draft:PATH` -> `PATH`)."""
+    acceptance: float | None = None
+    """The engine's running acceptance of this proposer's drafts (None: nothing measured)."""

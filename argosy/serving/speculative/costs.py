@@ -15,7 +15,13 @@ is memory-bound (the weights are read once however many tokens), large where it 
 compute-bound (a CPU, or a GPU at large batch). Beyond the largest count seen it
 extrapolates with a deliberately optimistic slope, so the policy tries a wider pass once
 and then knows; below the smallest it scales down in proportion (plain steps look cheap,
-which is the safe side).
+which is the safe side). A reading not refreshed for `max_age` passes is set aside while a
+fresher, smaller one exists: the estimate for that count falls back to the optimistic
+extrapolation, so the policy re-probes the width and one noisy slow pass does not rule a
+width out for good.
+
+`AcceptanceTracker` is the engine's running acceptance per proposer (a decayed estimate over
+every request's verify passes), the prior a new request's adaptive proposer starts from.
 """
 
 from __future__ import annotations
@@ -56,35 +62,84 @@ DEFAULT_EXTRA_TOKEN_COST = 0.25
 that pass's per-token time."""
 
 
+DEFAULT_MAX_AGE = 16
+"""Passes after which an unrefreshed reading gives way to a fresher, smaller one."""
+
+
 class ForwardCosts:
     """Seconds of a batched forward pass by the number of tokens it feeds, learned online."""
 
-    def __init__(self, extra_token_cost: float = DEFAULT_EXTRA_TOKEN_COST) -> None:
+    def __init__(
+        self, extra_token_cost: float = DEFAULT_EXTRA_TOKEN_COST, max_age: int = DEFAULT_MAX_AGE
+    ) -> None:
         self.extra_token_cost = extra_token_cost
+        self.max_age = max_age
         self.seconds_by_tokens: dict[int, float] = {}
+        self.seen_at: dict[int, int] = {}  # token count -> pass number of its latest reading
+        self.passes = 0
 
     def observe(self, num_tokens: int, seconds: float) -> None:
         """Learn from one forward pass that fed `num_tokens` tokens."""
         if num_tokens < 1 or seconds <= 0:
             return
-        old = self.seconds_by_tokens.get(num_tokens)
+        self.passes += 1
+        stale = self.passes - self.seen_at.get(num_tokens, self.passes) > self.max_age
+        old = None if stale else self.seconds_by_tokens.get(num_tokens)
         self.seconds_by_tokens[num_tokens] = _ema(old, seconds)
+        self.seen_at[num_tokens] = self.passes
 
     def seconds(self, num_tokens: int) -> float | None:
         """Estimated seconds of a pass feeding `num_tokens` tokens (None: nothing seen)."""
-        seen = sorted(self.seconds_by_tokens)
+        table = self._current()
+        seen = sorted(table)
         if not seen:
             return None
-        if num_tokens in self.seconds_by_tokens:
-            return self.seconds_by_tokens[num_tokens]
+        if num_tokens in table:
+            return table[num_tokens]
         lower = [n for n in seen if n < num_tokens]
         upper = [n for n in seen if n > num_tokens]
         if not lower:  # below everything seen: proportionally cheaper
-            return self.seconds_by_tokens[upper[0]] * num_tokens / upper[0]
+            return table[upper[0]] * num_tokens / upper[0]
         if upper:
             lo, hi = lower[-1], upper[0]
-            t_lo, t_hi = self.seconds_by_tokens[lo], self.seconds_by_tokens[hi]
-            return t_lo + (t_hi - t_lo) * (num_tokens - lo) / (hi - lo)
+            return table[lo] + (table[hi] - table[lo]) * (num_tokens - lo) / (hi - lo)
         top = lower[-1]
-        per_token = self.seconds_by_tokens[top] / top
-        return self.seconds_by_tokens[top] + self.extra_token_cost * per_token * (num_tokens - top)
+        per_token = table[top] / top
+        return table[top] + self.extra_token_cost * per_token * (num_tokens - top)
+
+    def _current(self) -> dict[int, float]:
+        """The readings in use: a stale one only while no fresher reading is smaller."""
+        fresh = [n for n, at in self.seen_at.items() if self.passes - at <= self.max_age]
+        smallest_fresh = min(fresh, default=None)
+        return {
+            n: t
+            for n, t in self.seconds_by_tokens.items()
+            if n in fresh or smallest_fresh is None or n < smallest_fresh
+        }
+
+
+_ACCEPTANCE_DECAY = 0.8
+"""Weight kept by the engine's older verify passes at each new one (the last few passes
+count: after copy-heavy traffic a few rejected open-ended passes bring it down)."""
+
+
+class AcceptanceTracker:
+    """The engine's running per-token acceptance for each proposer, over all requests."""
+
+    def __init__(self) -> None:
+        self.weights: dict[str, tuple[float, float]] = {}  # key -> (accepted, rejections)
+
+    def observe(self, key: str, drafted: int, accepted: int) -> None:
+        """Learn from one verify pass of `drafted` tokens that kept `accepted`."""
+        if not drafted or not key:
+            return
+        kept, rejected = self.weights.get(key, (0.0, 0.0))
+        rejection = 1.0 if accepted < drafted else 0.0
+        decay = _ACCEPTANCE_DECAY
+        self.weights[key] = (decay * kept + accepted, decay * rejected + rejection)
+
+    def acceptance(self, key: str) -> float | None:
+        """The running estimate (None before the proposer drafted anything here)."""
+        kept, rejected = self.weights.get(key, (0.0, 0.0))
+        total = kept + rejected
+        return kept / total if total > 0 else None
