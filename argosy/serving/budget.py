@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
+from argosy.core.procs import pid_alive
 
 FIELD = "memory_fraction"
 RESERVE_FRACTION = 0.1
@@ -222,14 +223,7 @@ def _live(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    return pid > 0 and pid_alive(pid)  # kill(0, 0) would signal this process group
     return True
 
 

@@ -42,7 +42,7 @@ def test_server_sigkill_loses_nothing_and_runs_no_job_twice(tmp_path: Path) -> N
     home = tmp_path / "home"
     server = ServerProcess(home)
     server.start()
-    slow = ["--steps", "120", "--step-s", "0.1"]
+    slow = ["--steps", "200", "--step-s", "0.1"]  # outlives a server restart under load
     with server.client() as c:
         running = [c.post("/api/v1/jobs", json=job_body(f"r{i}", args=slow)).json() for i in (0, 1)]
         queued = c.post("/api/v1/jobs", json=job_body("q", nproc_per_node=2)).json()

@@ -53,6 +53,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from argosy.core.procs import pid_alive
+
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
 PREFIX = "argosy-ar-"
 _LINE = 64  # one flag per cache line: no false sharing between writers
@@ -71,20 +73,6 @@ def host_id() -> str:
     return f"{os.uname().nodename}/{boot.read_text().strip() if boot.exists() else ''}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:  # a dead, unreaped process answers kill(0): read its state
-        return stat.read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):  # gone since kill(0), or no /proc to tell
-        return not Path("/proc").is_dir()
-
-
 def sweep_stale() -> list[str]:
     """Remove segment files whose creating process is gone (one killed between creating
     and unlinking its segment: the only window a file can outlive its group)."""
@@ -94,7 +82,7 @@ def sweep_stale() -> list[str]:
             pid = int(path.name[len(PREFIX) :].split("-", 1)[0])
         except ValueError:
             continue
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             path.unlink(missing_ok=True)
             removed.append(path.name)
     return removed
@@ -205,7 +193,7 @@ class ShmGroup:
     def _check_peers(self, todo: list[int], kind: int, gen: int, waited: float) -> None:
         waiting_on = [f - kind * self.size for f in todo]
         for i in waiting_on:
-            if not _alive(self.pids[i]):
+            if not pid_alive(self.pids[i]):
                 raise ShmPeerError(
                     f"shared-memory all-reduce: rank {self.ranks[i]} (pid {self.pids[i]}) "
                     f"died; rank {self.ranks[self.index]} was waiting for it at step {gen}"
