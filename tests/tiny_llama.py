@@ -1,4 +1,5 @@
-"""A batch loop over a (tiny) Hugging Face causal LM, shared by the serving batching tests."""
+"""A batch loop and a single-sequence decoder over a (tiny) Hugging Face causal LM, shared by
+the serving batching tests."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import torch
 import transformers
 
 from argosy.serving.batching import BatchLoop
+from argosy.serving.decoding import Decoder
+from argosy.serving.speculative import PROPOSERS
+from argosy.serving.types import SamplingParams
 
 
 def batch_loop(model: Any, max_batch_size: int = 8, **kwargs: Any) -> BatchLoop:
@@ -28,3 +32,30 @@ def batch_loop(model: Any, max_batch_size: int = 8, **kwargs: Any) -> BatchLoop:
         return transformers.DynamicCache(ddp_cache_data=layers)
 
     return BatchLoop(batched, make_cache, max_batch_size, **kwargs)
+
+
+def decoder(
+    model: Any,
+    prompt: list[int],
+    max_tokens: int,
+    proposer: str | None = None,
+    eos: frozenset[int] = frozenset(),
+) -> Decoder:
+    """A greedy `Decoder` of `prompt` on `model`, drafting with `proposer` (4 tokens) if named."""
+
+    def forward(ids, cache, num_logits):
+        with torch.inference_mode():
+            out = model(
+                input_ids=torch.tensor([list(ids)]),
+                past_key_values=cache,
+                logits_to_keep=num_logits,
+            )
+            return out.logits[0]
+
+    def crop(cache, n):
+        if n:
+            cache.crop(-n)
+
+    draft = PROPOSERS.get(proposer)(max_draft_tokens=4) if proposer else None
+    params = SamplingParams(max_tokens=max_tokens)
+    return Decoder(forward, crop, transformers.DynamicCache(), prompt, params, eos, draft)

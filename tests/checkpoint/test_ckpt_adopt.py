@@ -68,20 +68,7 @@ def test_a_held_slot_handed_over_twice_is_one_slot(tmp_path, job):
     path = SHM_DIR / held_name(job, 0, 0)
     seg = Segment.create(path, 1 << 16)
     seg.close()
-    spec = PersisterSpec(
-        directory=str(tmp_path),
-        job=job,
-        rank=0,
-        world_size=1,
-        keep=2,
-        slots=2,
-        linger_s=0.0,
-        commit_timeout_s=1.0,
-        persist_interval_s=0.0,
-        shm_dir=str(SHM_DIR),
-        parent_pid=os.getpid(),
-        epoch=1,
-    )
+    spec = _spec(tmp_path, job)
     persister = Persister(spec, conn=None)
     try:
         persister._adopt_held(path)  # no header yet: no snapshot

@@ -5,35 +5,11 @@ import threading
 
 import pytest
 import torch
-import transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_llama import batch_loop
-
-from argosy.serving.decoding import Decoder
-from argosy.serving.speculative import PROPOSERS
-from argosy.serving.types import SamplingParams
+from tiny_llama import batch_loop, decoder
 
 VOCAB = 48
-
-
-def _decoder(model, prompt, max_tokens, proposer=None, eos=frozenset()):
-    def forward(ids, cache, num_logits):
-        with torch.inference_mode():
-            out = model(
-                input_ids=torch.tensor([list(ids)]),
-                past_key_values=cache,
-                logits_to_keep=num_logits,
-            )
-            return out.logits[0]
-
-    def crop(cache, n):
-        if n:
-            cache.crop(-n)
-
-    draft = PROPOSERS.get(proposer)(max_draft_tokens=4) if proposer else None
-    params = SamplingParams(max_tokens=max_tokens)
-    return Decoder(forward, crop, transformers.DynamicCache(), prompt, params, eos, draft)
 
 
 def _loop(model, max_batch_size=8):
@@ -41,7 +17,7 @@ def _loop(model, max_batch_size=8):
 
 
 def _solo(model, prompt, max_tokens, eos=frozenset()):
-    return [t for new, _ in _decoder(model, prompt, max_tokens, eos=eos) for t in new]
+    return [t for new, _ in decoder(model, prompt, max_tokens, eos=eos) for t in new]
 
 
 requests_strategy = st.lists(
@@ -71,9 +47,7 @@ def test_requests_joining_mid_flight_decode_exactly_as_alone(tiny_model, request
                     break
                 outputs[-1].extend(step[0])
                 assert loop.running <= max_batch_size
-        streams.append(
-            loop.submit(_decoder(tiny_model, prompt, max_tokens, proposer, eos)).chunks()
-        )
+        streams.append(loop.submit(decoder(tiny_model, prompt, max_tokens, proposer, eos)).chunks())
         outputs.append([])
     for steps, out in zip(streams, outputs, strict=True):
         for new, _ in steps:
@@ -91,7 +65,7 @@ def test_concurrent_requests_are_batched_and_equal_their_solo_outputs(tiny_model
     got: list = [None] * len(prompts)
 
     def run(i):
-        slot = loop.submit(_decoder(tiny_model, prompts[i], 16))
+        slot = loop.submit(decoder(tiny_model, prompts[i], 16))
         got[i] = [t for new, _ in slot.chunks() for t in new]
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
@@ -106,8 +80,8 @@ def test_concurrent_requests_are_batched_and_equal_their_solo_outputs(tiny_model
 @pytest.mark.slow
 def test_a_cancelled_request_leaves_the_others_running(tiny_model):
     loop = _loop(tiny_model)
-    keep = loop.submit(_decoder(tiny_model, [1, 2, 3], 20))
-    drop = loop.submit(_decoder(tiny_model, [4, 5, 6], 200))
+    keep = loop.submit(decoder(tiny_model, [1, 2, 3], 20))
+    drop = loop.submit(decoder(tiny_model, [4, 5, 6], 200))
     dropped = drop.chunks()
     next(dropped)
     dropped.close()  # a client hanging up

@@ -10,13 +10,11 @@ import time
 
 import httpx
 import pytest
-import torch
-import transformers
 from cli_helpers import argosy
 from http_helpers import served
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_llama import batch_loop
+from tiny_llama import batch_loop, decoder
 
 from argosy.serving.budget import (
     DeviceLedger,
@@ -26,8 +24,6 @@ from argosy.serving.budget import (
     check_fraction,
     kv_tokens_needed,
 )
-from argosy.serving.decoding import Decoder
-from argosy.serving.types import SamplingParams
 
 VOCAB = 48
 MIB = 2**20
@@ -122,34 +118,14 @@ def test_ledger_is_shared_and_drops_dead_processes(tmp_path):
 
 
 # -- admission against the KV capacity ---------------------------------------------------
-def _decoder(model, prompt, max_tokens):
-    def forward(ids, cache, num_logits):
-        with torch.inference_mode():
-            out = model(
-                input_ids=torch.tensor([list(ids)]),
-                past_key_values=cache,
-                logits_to_keep=num_logits,
-            )
-            return out.logits[0]
-
-    def crop(cache, n):
-        if n:
-            cache.crop(-n)
-
-    params = SamplingParams(max_tokens=max_tokens)
-    return Decoder(forward, crop, transformers.DynamicCache(), prompt, params, frozenset())
-
-
 def test_a_request_beyond_the_kv_budget_waits_then_runs(tiny_model):
     prompt_a, prompt_b = [3, 4, 5, 6, 7, 8], [9, 10, 11]
-    solo = [
-        [t for new, _ in _decoder(tiny_model, p, 24) for t in new] for p in (prompt_a, prompt_b)
-    ]
+    solo = [[t for new, _ in decoder(tiny_model, p, 24) for t in new] for p in (prompt_a, prompt_b)]
     one = len(prompt_a) + 24 + 2  # each alone fits, both together do not
     loop = batch_loop(tiny_model, 8, kv_capacity_tokens=one + 4, max_draft_tokens=2)
-    first = loop.submit(_decoder(tiny_model, prompt_a, 24)).chunks()
+    first = loop.submit(decoder(tiny_model, prompt_a, 24)).chunks()
     out_a = list(next(first)[0])
-    second = loop.submit(_decoder(tiny_model, prompt_b, 24)).chunks()
+    second = loop.submit(decoder(tiny_model, prompt_b, 24)).chunks()
     deadline = time.monotonic() + 5
     while loop.queued == 0 and time.monotonic() < deadline:
         time.sleep(0.001)
@@ -164,8 +140,8 @@ def test_a_request_beyond_the_kv_budget_waits_then_runs(tiny_model):
 def test_a_request_that_never_fits_fails_instead_of_waiting_for_ever(tiny_model):
     loop = batch_loop(tiny_model, 8, kv_capacity_tokens=20, max_draft_tokens=0)
     with pytest.raises(ValueError, match="KV budget holds 20"):
-        list(loop.submit(_decoder(tiny_model, [1, 2, 3], 30)).chunks())
-    assert [len(new) for new, _ in loop.submit(_decoder(tiny_model, [1, 2, 3], 4)).chunks()]
+        list(loop.submit(decoder(tiny_model, [1, 2, 3], 30)).chunks())
+    assert [len(new) for new, _ in loop.submit(decoder(tiny_model, [1, 2, 3], 4)).chunks()]
 
 
 # -- live: two services on one device, a third refused -----------------------------------
