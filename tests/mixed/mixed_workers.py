@@ -14,20 +14,21 @@ from argosy.runtime.mixed.gradsync import GradSync
 from argosy.runtime.mixed.weighting import micro_batch_scales, micro_batch_sizes, rank_weights
 
 
-def _init(rank: int, world: int, port: int) -> None:
+def init_gloo(rank: int, world: int, port: int, timeout_s: float = 60) -> None:
+    """Join a one-thread gloo world on 127.0.0.1:`port`."""
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
-        timeout=timedelta(seconds=60),
+        timeout=timedelta(seconds=timeout_s),
     )
 
 
 def both(rank: int, world: int, port: int, shapes: list, case: dict, out) -> None:  # noqa: ANN001
     """`hierarchical_vs_flat`, then `weighted_grads`, in one process group."""
-    _init(rank, world, port)
+    init_gloo(rank, world, port)
     hierarchical_vs_flat(rank, shapes, out)
     weighted_grads(rank, case, out)
     dist.destroy_process_group()

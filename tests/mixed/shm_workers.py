@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from mixed_workers import init_gloo
 
 from argosy.runtime.mixed.shm import PREFIX, SHM_DIR, ShmGroup, ShmPeerError
-
-
-def _init(rank: int, world: int, port: int) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=30),
-    )
 
 
 def _segments() -> set[str]:
@@ -29,7 +18,7 @@ def _segments() -> set[str]:
 
 def suite(rank: int, world: int, port: int, out) -> None:  # noqa: ANN001
     """`sums_and_copies`, then `absent_peer`, then `dead_peer`, in one spawn of 3 ranks."""
-    _init(rank, world, port)
+    init_gloo(rank, world, port, timeout_s=30)
     sums_and_copies(rank, world, out)
     absent_peer(rank, world, out)
     dead_peer(rank, world, out)
