@@ -92,12 +92,12 @@ def test_used_devices_are_healthy_distinct_and_enough_or_refused(devices, need, 
     bad = {k for k, vs in enumerate(devices) if any(v is not H for v in vs)}
     # a probe every device falls short of (absolute check, index 0 and 2) is the node's:
     # its degraded checks single out nobody
+    node_wide = [
+        i
+        for i in (0, 2)
+        if len(devices) >= 2 and all(len(d) > i and d[i] is not H for d in devices)
+    ]
     for k, vs in enumerate(devices):
-        node_wide = [
-            i
-            for i in (0, 2)
-            if len(devices) >= 2 and all(len(d) > i and d[i] is not H for d in devices)
-        ]
         if k in bad and all(v is H or (i in node_wide and v is D) for i, v in enumerate(vs)):
             bad.discard(k)
     assert {e["device"] for e in decision.excluded} == bad
