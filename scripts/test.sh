@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check --quiet .
 set +e
-.venv/bin/python -m pytest -n 2 -q "$@"
+.venv/bin/python -m pytest -n 2 -q --durations=30 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
