@@ -361,6 +361,25 @@ def offered(args) -> None:
         daily = per_hour[: hours // 24 * 24].reshape(-1, 24).mean(axis=1)
         print(f"{'+'.join(chips)} ({sum(have[c] for c in chips)} devices): "
               + " ".join(f"{x:.0f}" for x in daily))  # fmt: skip
+    print("per pool, % of its devices (a set's demand split over its chips by capacity):")
+    for chip, per_hour in _pool_demand(demand, have).items():
+        daily = per_hour[: hours // 24 * 24].reshape(-1, 24).mean(axis=1)
+        print(f"{chip} ({have[chip]}): " + " ".join(f"{x:.0f}" for x in 100 * daily / have[chip]))
+
+
+def _pool_demand(demand: dict, have: dict) -> dict[str, np.ndarray]:
+    """Devices each chip pool is asked for: a set's work (devices at its fastest chip's
+    speed) shared over its chips by capacity (devices x speed), in that chip's devices."""
+    from argosy.scheduler.speed import relative_speed
+
+    hours = len(next(iter(demand.values()), ()))
+    out = {c: np.zeros(hours) for c in have}
+    for chips, per_hour in demand.items():
+        fastest = max(relative_speed(c) for c in chips)
+        cap = {c: have[c] * relative_speed(c) for c in chips}
+        for c in chips:
+            out[c] += per_hour * fastest * cap[c] / sum(cap.values()) / relative_speed(c)
+    return out
 
 
 def calibration(args) -> None:

@@ -8,7 +8,11 @@ The mix: arrivals follow the Helios hour-of-day and weekday profile in bursts; j
 kinds, sizes and run times follow Acme (Seren) per job type; pretraining jobs are
 elastic, and the tail of their run times is solved for so the trace offers `load` times
 the work the cluster can do (inference included); inference services have DLRM-like
-replica counts and a diurnal load. Constants and sources: `argosy.sim.calibration`.
+replica counts and a diurnal load. Load is balanced per pool: services by each pool's
+devices, and each batch job's accepted chips (one vendor's chip types, or one chip type
+for a third of jobs) chosen in submit order for the pool offered the least work against
+its capacity over the job's run (`balanced_chips`), so every pool is offered about its
+capacity share in every day of the trace. Constants and sources: `argosy.sim.calibration`.
 """
 
 from __future__ import annotations
@@ -174,13 +178,21 @@ def _batch_jobs(cluster, rng, horizon, speeds, target_work) -> list[TraceRecord]
     for kind in ("eval", "finetune", "debug"):
         mask = kinds == kind
         durations[mask] = sample_quantiles(rng, cal.DURATION_QUANTILES[kind], u[mask])
-    chips = _chip_choices(cluster, rng, len(arr))
-    best = np.array([max(speeds[c] for c in cs) for cs in chips])
+    pinned = rng.uniform(size=len(arr)) < cal.PINNED_CHIP_SHARE
     window = horizon - arr[:, 0]
     durations = np.minimum(durations, window)
-    _enough_pretraining(cluster, rng, kinds, sizes, durations * sizes * best, window * best,
+    by_chip = cluster.devices_by_chip()
+    mean = np.full(len(arr), sum(n * speeds[c] for c, n in by_chip.items()) / sum(by_chip.values()))
+    _enough_pretraining(cluster, rng, kinds, sizes, durations * sizes * mean, window * mean,
                         target_work)  # fmt: skip
     train = kinds == "train"
+    best = mean
+    for _ in range(2):  # run times at the chips' speeds, then chips by those run times
+        other = float((sizes * durations * best)[~train].sum())
+        durations[train] = _train_durations(
+            u[train], sizes[train] * best[train], target_work - other, window[train]
+        )
+        chips, best = balanced_chips(cluster, speeds, arr[:, 0], sizes, durations, pinned, horizon)
     other = float((sizes * durations * best)[~train].sum())
     durations[train] = _train_durations(
         u[train], sizes[train] * best[train], target_work - other, window[train]
@@ -287,25 +299,53 @@ def _solve_tail(u, rate, target, window, table, q):
     return durations(hi), float((durations(hi) * rate).sum()) >= 0.99 * target
 
 
-def _chip_choices(cluster: Cluster, rng, n: int) -> list[list[str]]:
-    by_chip = cluster.devices_by_chip()
-    vendors: dict[str, list[str]] = {}
+BALANCE_BIN_S = 3600.0
+
+
+def balanced_chips(cluster: Cluster, speeds, submit, sizes, durations, pinned, horizon):
+    """Each job's accepted chips, chosen in submit order so that every pool is offered
+    its share of capacity over time: a job accepts the chip types of one vendor (or, when
+    `pinned`, one chip type), and goes to the choice whose offered work over the job's
+    own run, hour by hour, is lowest against that choice's capacity (devices x speed).
+    A job offers `size` devices at its fastest accepted chip's speed from its submission
+    for `duration`; work offered to several chip types is spread over them by capacity.
+    Deterministic: no random draws. Returns (chips per job, fastest accepted speed)."""
+    names = list(cluster.devices_by_chip())
+    cap = np.array([cluster.devices_by_chip()[c] * speeds[c] for c in names])
+    free, pins = [], [[c] for c in names]
     for g in cluster.groups:
-        vendors.setdefault(g.chip.vendor, [])
-        if g.chip.id not in vendors[g.chip.vendor]:
-            vendors[g.chip.vendor].append(g.chip.id)
-    names = list(vendors)
-    weights = np.array([sum(by_chip[c] for c in vendors[v]) for v in names], dtype=float)
-    vendor_pick = rng.choice(len(names), size=n, p=weights / weights.sum())
-    pinned = rng.uniform(size=n) < cal.PINNED_CHIP_SHARE
-    out = []
-    for v, pin in zip(vendor_pick, pinned, strict=True):
-        chips = vendors[names[v]]
-        if pin and len(chips) > 1:
-            w = np.array([by_chip[c] for c in chips], dtype=float)
-            chips = [chips[int(rng.choice(len(chips), p=w / w.sum()))]]
-        out.append(chips)
-    return out
+        if not any(g.chip.vendor == v for v, _ in free):
+            free.append((g.chip.vendor, []))
+        chips = next(cs for v, cs in free if v == g.chip.vendor)
+        if g.chip.id not in chips:
+            chips.append(g.chip.id)
+    choices = [[cs for _, cs in free], pins]
+    tables = [_choice_table(names, cap, speeds, opts) for opts in choices]
+    bins = max(1, int(math.ceil(horizon / BALANCE_BIN_S)))
+    load = np.zeros((len(names), bins))
+    pick = np.zeros(len(submit), dtype=int)
+    for i in np.argsort(submit, kind="stable"):
+        member, share, total, fastest = tables[int(pinned[i])]
+        a = min(int(submit[i] // BALANCE_BIN_S), bins - 1)
+        b = min(max(a + 1, int(math.ceil((submit[i] + durations[i]) / BALANCE_BIN_S))), bins)
+        add = sizes[i] * fastest * durations[i] / (BALANCE_BIN_S * (b - a))
+        have = member @ load[:, a:b].sum(axis=1) / (b - a)
+        k = int(np.argmin((have + add) / total)) if len(total) > 1 else 0
+        load[:, a:b] += (share[k] * add[k])[:, None]
+        pick[i] = k
+    chips = [choices[int(p)][k] for p, k in zip(pinned, pick, strict=True)]
+    best = np.array([tables[int(p)][3][k] for p, k in zip(pinned, pick, strict=True)])
+    return chips, best
+
+
+def _choice_table(names, cap, speeds, options):
+    """Per option: which chips it holds (0/1), each chip's share of its capacity, its
+    capacity and its fastest chip's speed."""
+    member = np.array([[c in opt for c in names] for opt in options], dtype=float)
+    total = member @ cap
+    share = member * cap / total[:, None]
+    fastest = np.array([max(speeds[c] for c in opt) for opt in options])
+    return member, share, total, fastest
 
 
 def _job_record(i, submit, kind, size, duration, chips, speed) -> TraceRecord:
