@@ -15,6 +15,15 @@ memory is the engine's. `sleep` uses vLLM's sleep mode where the platform has it
 ROCm, XPU); on CPU it stops the stepping thread and drops the engine (weights and KV
 cache), and `wake` rebuilds it from the cached checkpoint.
 
+Threads: the engine keeps the torch thread count it was built with (`config.num_threads`,
+else the loading thread's `torch.get_num_threads()`) and pins its stepping thread to it
+before every step, whatever the process set before or after. vLLM-CPU's attention plans
+its work split for `omp_get_max_threads()` when it builds a step's metadata and checks the
+kernel sees the same count; a fresh thread starts at OpenMP's default (all cores) and
+drops to torch's own count at its first torch op, in between, so a process that had called
+`torch.set_num_threads` failed its first step. A failed step fails every waiting and later
+request with `EngineFailedError` instead of leaving it queued.
+
     engine = VllmEngine(EngineConfig(engine="vllm", speculative="ngram"))
     engine.load()
     print(engine.generate(GenerationRequest(tuple(engine.encode("Hello")))).text)
@@ -108,12 +117,15 @@ class VllmEngine:
         self._ids = itertools.count()
         self._stats = EngineStats()
         self._spec_base = (0, 0, 0)
+        self._threads = 0
+        self._failure: EngineFailedError | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
         """Build the engine and start its stepping thread (idempotent)."""
         with self._lock:
             if self._engine is None:
+                self._threads = self._threads or _torch_threads(self.config.num_threads)
                 self._engine = self._build()
                 self._tokenizer = self._engine.get_tokenizer()
                 self._spec_base = self._spec_totals()
@@ -181,8 +193,11 @@ class VllmEngine:
 
     # -- generation --------------------------------------------------------------------
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
-        """Yield chunks as vLLM decides tokens; closing early aborts the request."""
+        """Yield chunks as vLLM decides tokens; closing early aborts the request. Raises
+        `EngineFailedError` once a step has failed (for this and every later request)."""
         self._require()
+        if self._failure is not None:
+            raise self._failure
         rid = f"argosy-{next(self._ids)}"
         replies: queue.Queue[GenerationChunk | BaseException] = queue.Queue()
         live = _Live(replies, len(request.prompt_ids), time.perf_counter())
@@ -190,7 +205,7 @@ class VllmEngine:
         finished = False
         try:
             while not finished:
-                item = replies.get()
+                item = self._next_reply(replies)
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finish_reason is not None
@@ -217,6 +232,18 @@ class VllmEngine:
         prompt = len(request.prompt_ids)
         return GenerationResult(text, tuple(ids), prompt, finish, first or total, total, spec)
 
+    def _next_reply(
+        self, replies: queue.Queue[GenerationChunk | BaseException]
+    ) -> GenerationChunk | BaseException:
+        """The request's next chunk or error; the engine's failure if its stepper died
+        without answering it (a request queued after the stepper failed)."""
+        while True:
+            try:
+                return replies.get(timeout=_IDLE_WAIT_S)
+            except queue.Empty:
+                if self._failure is not None:
+                    return self._failure
+
     # -- the stepping thread -----------------------------------------------------------
     def _build(self) -> Any:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -238,7 +265,7 @@ class VllmEngine:
             enable_sleep_mode=self._native_sleep,
             disable_log_stats=False,  # keeps vLLM's speculation counters
         )
-        with _hidden_modules(_BREAKS_KERNEL_SCAN):
+        with _hidden_modules(_BREAKS_KERNEL_SCAN), _keeps_torch_set_num_threads():
             return LLMEngine.from_engine_args(args)
 
     def _kv_cache_bytes(self) -> int:
@@ -267,6 +294,7 @@ class VllmEngine:
         if self._stepper is not None and self._stepper.is_alive():
             return
         self._stop.clear()
+        self._failure = None
         engine = self._engine
         self._stepper = threading.Thread(
             target=self._run_steps, args=(engine,), name="argosy-vllm-steps", daemon=True
@@ -292,13 +320,22 @@ class VllmEngine:
             while not self._stop.is_set():
                 self._take_inbox(engine, block=not engine.has_unfinished_requests())
                 if engine.has_unfinished_requests():
+                    _pin_torch_threads(self._threads)
                     self._route(engine.step())
         except Exception as err:  # a dead stepper must fail its requests, not hang them
-            failed = EngineFailedError(f"vLLM step failed: {type(err).__name__}: {err}")
-            for live in self._live.values():
-                live.replies.put(failed)
-            self._live.clear()
+            self._fail(EngineFailedError(f"vLLM step failed: {type(err).__name__}: {err}"))
             raise
+
+    def _fail(self, failure: EngineFailedError) -> None:
+        """Answer every live and queued request with `failure`, and every later one."""
+        self._failure = failure
+        for live in self._live.values():
+            live.replies.put(failure)
+        self._live.clear()
+        while not self._inbox.empty():
+            kind, _, payload = self._inbox.get_nowait()
+            if kind == "add":
+                payload[1].replies.put(failure)
 
     def _take_inbox(self, engine: Any, block: bool) -> None:
         try:
@@ -397,6 +434,39 @@ def _sampling(request: GenerationRequest) -> Any:
         seed=params.seed,
         output_kind=RequestOutputKind.DELTA,
     )
+
+
+def _torch_threads(configured: int) -> int:
+    """The engine's torch thread count: `configured`, else the calling thread's."""
+    import torch
+
+    return configured or torch.get_num_threads()
+
+
+def _pin_torch_threads(num: int) -> None:
+    """Hold the calling thread's torch/OpenMP thread count at `num`.
+
+    `torch.get_num_threads()` first settles a fresh thread on torch's count (which it does
+    lazily, at the thread's first torch op); setting it goes through `torch._C` because
+    vLLM-CPU replaces `torch.set_num_threads` with a no-op while it builds a worker."""
+    import torch
+
+    if torch.get_num_threads() != num:
+        torch._C.set_num_threads(num)
+
+
+@contextlib.contextmanager
+def _keeps_torch_set_num_threads() -> Iterator[None]:
+    """Undo vLLM-CPU's process-wide replacement of `torch.set_num_threads` (its worker
+    swaps in a no-op after binding threads, which an in-process engine does not do), so other
+    code in the process, the `transformers` engine included, can still set it."""
+    import torch
+
+    original = torch.set_num_threads
+    try:
+        yield
+    finally:
+        torch.set_num_threads = original
 
 
 _BREAKS_KERNEL_SCAN = ("llvmlite.binding.ffi",)
