@@ -36,18 +36,40 @@ TIMES = {"h100": 0.02, "a100-80g": 0.1}
 long enough for the real compute of the small model to fit under load."""
 
 
-def _launch(run_dir: Path, *args: str, nproc: int = 3, env: dict | None = None) -> None:
-    head = ["launch", "--quiet", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc), *args]
+def _launch(run_dir: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start `argosy launch` of 3 ranks in the background; its output goes to
+    `<run_dir>.out` (a file, so that a launch never blocks on a full pipe)."""
+    head = ["launch", "--quiet", "--run-dir", str(run_dir), "--nproc-per-node", "3", *args]
     tail = [SCRIPT, "--steps", "6", "--ckpt-every", "2", "--warmup", "1", *MODEL]
-    done = argosy(*head, *tail, timeout=300, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
+    with run_dir.with_suffix(".out").open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "argosy", *head, *tail],
+            cwd=REPO,
+            env={**os.environ, "COLUMNS": "100", **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_all(launches: dict[Path, subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """Wait for every launch to exit 0; kill the ones left when one fails or hangs."""
+    try:
+        for run_dir, launch in launches.items():
+            code = launch.wait(timeout=timeout_s)
+            assert code == 0, run_dir.with_suffix(".out").read_text()
+    finally:
+        for launch in launches.values():
+            if launch.poll() is None:
+                launch.kill()
+                launch.wait()
 
 
 @pytest.fixture(scope="module")
 def runs(plan_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A mixed run whose emulated speeds disagree with the plan, the same run killed in
     the A100 group at step 5, and one process taking the whole batch (its losses in
-    `one/losses.json`)."""
+    `one/losses.json`). The three run side by side: each is a few seconds of steps behind
+    a start-up of mostly imports, and the emulated step times are sleeps."""
     base = tmp_path_factory.mktemp("mixed-runs")
     (base / "one").mkdir()
     script = [SCRIPT, "--steps", "6", "--ckpt-every", "100", "--checkpointer", "disk"]
@@ -60,8 +82,12 @@ def runs(plan_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     )
     mixed = ["--plan", str(plan_file), "--emulate-chips", CHIPS]
     env = {"ARGOSY_EMULATE_SAMPLE_S": ",".join(f"{c}={t}" for c, t in TIMES.items())}
-    _launch(base / "mixed", *mixed, env=env)
-    _launch(base / "killed", *mixed, "--inject", "kill:rank=2:step=5", env=env)
+    kill = ["--inject", "kill:rank=2:step=5"]
+    launches = {
+        base / "mixed": _launch(base / "mixed", *mixed, env=env),
+        base / "killed": _launch(base / "killed", *mixed, *kill, env=env),
+    }
+    _wait_all(launches, timeout_s=400)
     out, _ = reference.communicate(timeout=300)
     assert reference.returncode == 0
     one = {int(m[1]): float(m[2]) for m in re.finditer(r"step (\d+) loss (\S+)", out)}

@@ -60,22 +60,30 @@ def test_pipeline_stages_train_like_one_process(
     losses of the same model trained in one process, to 1e-5, step by step."""
     path, counts = layer_plan
     assert len(set(counts)) > 1 and len(counts) == 3, counts  # uneven stages to test
-    head = ["launch", "--quiet", "--run-dir", str(tmp_path / "pipe"), "--nproc-per-node", "3"]
-    emulate = ["--plan", str(path), "--emulate-chips", "h100:1,a100-80g:2"]
-    env = {"ARGOSY_EMULATE_SAMPLE_S": "h100-sxm=0.0005,a100-80g=0.0015"}
-    done = argosy(*head, *emulate, SCRIPT, *MODEL, "--warmup", "1", timeout=300, env=env)
+    single = [sys.executable, SCRIPT, *MODEL, "--global-batch", str(GLOBAL_BATCH)]
+    single += ["--layers", str(sum(counts)), "--micro-batch", "2"]
+    run_env = {**os.environ, "ARGOSY_RUN_DIR": str(tmp_path / "single")}
+    run_env.pop("ARGOSY_MIXED", None)
+    reference = subprocess.Popen(  # the one-process run, alongside the launch
+        single, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env
+    )
+    try:
+        head = ["launch", "--quiet", "--run-dir", str(tmp_path / "pipe"), "--nproc-per-node", "3"]
+        emulate = ["--plan", str(path), "--emulate-chips", "h100:1,a100-80g:2"]
+        env = {"ARGOSY_EMULATE_SAMPLE_S": "h100-sxm=0.0005,a100-80g=0.0015"}
+        done = argosy(*head, *emulate, SCRIPT, *MODEL, "--warmup", "1", timeout=300, env=env)
+        out, err = reference.communicate(timeout=300)
+    finally:
+        if reference.poll() is None:
+            reference.kill()
+            reference.wait()
     assert done.returncode == 0, done.stdout + done.stderr
     log = (tmp_path / "pipe" / "logs" / "attempt0" / "rank1.log").read_text()
     assert f"stage 1/3 layers {counts[1]}" in log
     got = losses(tmp_path / "pipe")
 
-    single = [sys.executable, SCRIPT, *MODEL, "--global-batch", str(GLOBAL_BATCH)]
-    single += ["--layers", str(sum(counts)), "--micro-batch", "2"]
-    run_env = {**os.environ, "ARGOSY_RUN_DIR": str(tmp_path / "single")}
-    run_env.pop("ARGOSY_MIXED", None)
-    ran = subprocess.run(single, cwd=REPO, capture_output=True, text=True, env=run_env, timeout=300)
-    assert ran.returncode == 0, ran.stderr
-    want = {int(s): float(v) for s, v in re.findall(r"step (\d+) loss (\S+)", ran.stdout)}
+    assert reference.returncode == 0, err
+    want = {int(s): float(v) for s, v in re.findall(r"step (\d+) loss (\S+)", out)}
     assert sorted(want) == [1, 2, 3, 4] and want[4] < want[1]
     assert sorted(got) == sorted(want)
     for step, loss in want.items():
