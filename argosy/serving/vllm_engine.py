@@ -323,12 +323,15 @@ class VllmEngine:
                     _pin_torch_threads(self._threads)
                     self._route(engine.step())
         except Exception as err:  # a dead stepper must fail its requests, not hang them
-            self._fail(EngineFailedError(f"vLLM step failed: {type(err).__name__}: {err}"))
+            self._fail(engine, EngineFailedError(f"vLLM step failed: {type(err).__name__}: {err}"))
             raise
 
-    def _fail(self, failure: EngineFailedError) -> None:
-        """Answer every live and queued request with `failure`, and every later one."""
+    def _fail(self, engine: Any, failure: EngineFailedError) -> None:
+        """Answer every live and queued request with `failure`, and every later one (until
+        `load` starts a new stepping thread); vLLM drops the live ones if it still can."""
         self._failure = failure
+        with contextlib.suppress(Exception):
+            engine.abort_request(list(self._live))
         for live in self._live.values():
             live.replies.put(failure)
         self._live.clear()
