@@ -1,0 +1,110 @@
+"""The generator offers every chip pool about its capacity share in every window.
+
+For random clusters of 1-4 vendors (one or two chip types each, 512-1,280 devices a
+pool) and random seeds, the batch work each pool is offered over every 2-day window
+(sliding by a day; a job offers its nominal size at its fastest accepted chip's speed
+from its submission for its run time, work offered to several chip types shared over
+them to even out their load) divided by the pool's capacity stays within BAND of the
+whole cluster's offered work over its capacity in that window. Drawing each job's vendor
+independently in proportion to devices broke this band on 5 of 11 random clusters
+(ratios 0.02-2.02 on 6-day traces); the balanced assignment kept 0.65-1.44 over 36
+random clusters. The band is wide for pools of 512 devices that one pretraining run can
+fill (a job larger than a pool's share is offered to one pool whatever the order).
+"""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from argosy.hardware.catalog import default_catalog
+from argosy.hardware.loader import load_cluster
+from argosy.scheduler.speed import relative_speed
+from argosy.sim.generate import generate
+
+VENDORS = {
+    "nvidia": ["a100-80g", "h100-sxm", "h200", "b200"],
+    "amd": ["mi300x", "mi250x"],
+    "huawei": ["910b"],
+    "intel": ["gaudi3"],
+}
+DAYS = 6
+WINDOW_H = 48
+BAND = (0.6, 1.5)
+
+
+@st.composite
+def cluster_specs(draw) -> str:
+    vendors = draw(st.lists(st.sampled_from(list(VENDORS)), min_size=1, max_size=4, unique=True))
+    parts = []
+    for v in vendors:
+        chips = draw(st.lists(st.sampled_from(VENDORS[v]), min_size=1, max_size=2, unique=True))
+        parts += [f"{c}:{8 * draw(st.integers(64, 160))}" for c in chips]
+    return "+".join(parts)
+
+
+def window_ratios(spec: str, seed: int) -> np.ndarray:
+    """Per 2-day window (rows) and pool (columns): the pool's offered work over its
+    capacity, divided by the cluster's. Work a job offers to one chip type counts on that
+    pool; work offered to a vendor's several chip types is spread over them to even out
+    their load (as a scheduler would place it), not by a fixed split."""
+    cluster = load_cluster(spec)
+    gen = generate(cluster, days=DAYS, seed=seed)
+    catalog, have = default_catalog(), cluster.devices_by_chip()
+    speed = {c: relative_speed(c) for c in have}
+    pools, hours = list(have), DAYS * 24
+    cap = np.array([have[c] * speed[c] for c in pools])
+    sets = sorted({tuple(sorted(catalog.get(c).id for c in r.chips)) for r in gen.records})
+    edges = np.arange(hours + 1) * 3600.0
+    work = np.zeros((len(sets), hours))
+    for r in gen.records:
+        if r.kind == "infer":
+            continue
+        chips = tuple(sorted(catalog.get(c).id for c in r.chips))
+        size = r.device_range[1]
+        fastest = max(speed[c] for c in chips)
+        start, end = r.submit_s, min(r.submit_s + r.work_device_s / size / fastest, edges[-1])
+        a, b = int(start // 3600), min(int(np.ceil(end / 3600)), hours)
+        overlap = np.minimum(edges[a + 1 : b + 1], end) - np.maximum(edges[a:b], start)
+        work[sets.index(chips), a:b] += np.clip(overlap, 0, None) * size * fastest
+    rows = []
+    for s in range(0, hours - WINDOW_H + 1, 24):
+        offered = work[:, s : s + WINDOW_H].sum(axis=1)
+        level = _even_out(pools, cap, sets, offered)
+        rows.append(level / (offered.sum() / cap.sum()))
+    return np.array(rows)
+
+
+def _even_out(pools, cap, sets, offered) -> np.ndarray:
+    """Each pool's load (work over capacity): single-chip work where it must run, then
+    each multi-chip set's work poured into its chips' lowest levels (water-filling)."""
+    held = np.zeros(len(pools))
+    for chips, w in zip(sets, offered, strict=True):
+        if len(chips) == 1:
+            held[pools.index(chips[0])] += w
+    level = held / cap
+    for chips, w in zip(sets, offered, strict=True):
+        if len(chips) == 1:
+            continue
+        idx = [pools.index(c) for c in chips]
+        lo, hi = 0.0, float(level[idx].max() + w / cap[idx].sum())
+        for _ in range(60):  # the common level the set's work fills its chips up to
+            mid = (lo + hi) / 2
+            poured = float((np.maximum(mid - level[idx], 0) * cap[idx]).sum())
+            lo, hi = (mid, hi) if poured < w else (lo, mid)
+        level[idx] = np.maximum(level[idx], hi)
+    return level
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=cluster_specs(), seed=st.integers(0, 1000))
+def test_every_pool_is_offered_its_share_in_every_window(spec, seed):
+    ratios = window_ratios(spec, seed)
+    assert BAND[0] <= ratios.min() and ratios.max() <= BAND[1], (spec, seed, ratios.round(2))
+
+
+def test_the_3_chip_mix_keeps_its_910b_pool_busy():
+    """The case that showed the problem, at a fifth of its size over 6 days: the 910b
+    pool's 2-day windows stay within 0.75-1.25 of the cluster's offered load (0.77-0.96
+    when this was written; 0.65 with vendors drawn in proportion to devices)."""
+    ratios = window_ratios("a100-80g:1600+h100-sxm:1600+910b:800", seed=0)
+    assert ratios.min() >= 0.75 and ratios.max() <= 1.25, ratios.round(2)
