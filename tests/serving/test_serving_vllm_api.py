@@ -26,6 +26,9 @@ pytestmark = [
 ]
 
 MODEL = "smollm2-135m"
+START_LIMIT_S = 900.0
+"""vLLM's import and engine build: ~1 min on two idle cores, minutes under load. Every
+request below has its own client timeout, so no test waits forever."""
 TOKEN = "vllm-test"
 PARAGRAPH = (
     "The harbour at Kestrel Point was built in 1871 to shelter the herring fleet. Its granite "
@@ -48,17 +51,30 @@ def base_url():
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 900  # vLLM import + engine build: minutes on two loaded cores
-    while time.time() < deadline and server.poll() is None:
+    try:
+        _wait_healthy(httpx, server, base, START_LIMIT_S)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=60)
+
+
+def _wait_healthy(httpx, server, base, limit_s):
+    """Return once /health answers 200; fail clearly if the server exits or takes longer."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        assert server.poll() is None, "argosy serve --engine vllm exited during start-up"
         try:
             if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                break
+                return
         except httpx.HTTPError:
-            time.sleep(2)
-    assert server.poll() is None, "argosy serve --engine vllm exited during start-up"
-    yield base
-    server.terminate()
-    server.wait(timeout=60)
+            pass
+        time.sleep(2)
+    pytest.fail(f"argosy serve --engine vllm was not healthy within {limit_s:.0f} s")
 
 
 def _chat(text="Name a color.", **extra):
