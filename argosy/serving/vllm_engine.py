@@ -235,14 +235,16 @@ class VllmEngine:
     def _next_reply(
         self, replies: queue.Queue[GenerationChunk | BaseException]
     ) -> GenerationChunk | BaseException:
-        """The request's next chunk or error; the engine's failure if its stepper died
-        without answering it (a request queued after the stepper failed)."""
+        """The request's next chunk or error; the engine's failure or sleep if its stepper
+        stopped without answering it (a request queued just after the stepper stopped)."""
         while True:
             try:
                 return replies.get(timeout=_IDLE_WAIT_S)
             except queue.Empty:
                 if self._failure is not None:
                     return self._failure
+                if self._stats.asleep:
+                    return EngineAsleepError("the engine went to sleep; retry after wake")
 
     # -- the stepping thread -----------------------------------------------------------
     def _build(self) -> Any:
@@ -450,8 +452,9 @@ def _pin_torch_threads(num: int) -> None:
     """Hold the calling thread's torch/OpenMP thread count at `num`.
 
     `torch.get_num_threads()` first settles a fresh thread on torch's count (which it does
-    lazily, at the thread's first torch op); setting it goes through `torch._C` because
-    vLLM-CPU replaces `torch.set_num_threads` with a no-op while it builds a worker."""
+    lazily, at the thread's first torch op); setting it also makes `num` torch's count for
+    threads that have not run torch yet (a process hosting one engine: the count it had).
+    It goes through `torch._C`, which vLLM-CPU's worker does not replace."""
     import torch
 
     if torch.get_num_threads() != num:
