@@ -1,2 +1,62 @@
 """Root of the test tree: its presence puts `tests/` on the import path (pytest's prepend
-mode), so every test folder can import the shared helpers, e.g. `from cli_helpers import argosy`."""
+mode), so every test folder can import the shared helpers, e.g. `from cli_helpers import argosy`.
+
+Under `pytest -n N` (xdist's default `load` distribution) the modules in SHARED_SETUP run
+whole on one worker, so that their module-scoped fixtures (a pair of real launches, a
+server process, a loaded model, a Ray cluster) start once instead of once per worker.
+Every other test is handed out one at a time, as `load` does. (xdist's own `xdist_group`
+mark cannot do this under pytest 9: it renames test ids through an attribute pytest 9 no
+longer reads, so marked tests still spread over the workers.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+SHARED_SETUP = frozenset(
+    {
+        "tests/checkpoint/test_ckpt_cli.py",
+        "tests/checkpoint/test_ckpt_faults.py",
+        "tests/checkpoint/test_ckpt_flash.py",
+        "tests/console/test_console_browser.py",
+        "tests/console/test_console_pages.py",
+        "tests/executors/test_ray_executor.py",
+        "tests/mixed/test_mixed_launch.py",
+        "tests/planner/test_calibration.py",
+        "tests/runtime/test_launch.py",
+        "tests/server/test_server_cli.py",
+        "tests/server/test_server_schema.py",
+        "tests/serving/test_serving_api.py",
+        "tests/serving/test_serving_batch_speculation.py",
+        "tests/serving/test_serving_batching.py",
+        "tests/serving/test_serving_contract.py",
+        "tests/serving/test_serving_decoding.py",
+        "tests/serving/test_serving_draft_training.py",
+        "tests/serving/test_serving_engine.py",
+        "tests/serving/test_serving_memory_budget.py",
+        "tests/serving/test_serving_sleep.py",
+        "tests/serving/test_serving_worker.py",
+        "tests/sim/test_sim_engine.py",
+    }
+)
+"""Test modules whose module- or session-scoped fixtures start processes, load a model or
+run a long computation; add a module here when it gains such a fixture."""
+
+
+@pytest.hookimpl(optionalhook=True)  # a run without xdist has no such hook
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """For `--dist load` (what `-n N` gives): a module of SHARED_SETUP is one unit of work,
+    any other test is a unit by itself. Units go out largest first, so the long shared
+    setups start early and the single tests fill in behind them."""
+    if config.getvalue("dist") != "load":
+        return None  # an explicit --dist choice stands
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSetupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_SETUP else nodeid
+
+    return SharedSetupScheduling(config, log)
