@@ -44,7 +44,9 @@ class ServerProcess:
         self.extra = extra
         self.proc: Any = None
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start the server and wait for /health: a wait, not a speed check (a start took
+        28 s of its former 30 s limit at load 9 on 2 cores)."""
         import os
         import subprocess
         import sys
