@@ -35,8 +35,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from checkpoint_duel import duel
 from checkpoint_floors import disk_floor, memcpy_floor
 from checkpoint_peers import PEERS, make_state, med, nbytes
+
+RUNNERS = PEERS | {"duel": duel}
+"""What a worker runs: every peer, and `duel` (argosy and DLRover in turns, one process)."""
 
 # -- the loop-level figure --------------------------------------------------------------
 
@@ -100,8 +104,9 @@ def worker(peer: str, gb: float, repeats: int, device: str = "cpu") -> dict:
         floors = disk_floor(nbytes(state), work, min(repeats, 2))
         os.environ["BENCH_FLOOR_WRITERS"] = str(floors["disk_floor_writers"])
         floors["floor_s"] = memcpy_floor(list(state["model"].values()), repeats)
-        result = PEERS[peer](state, work, repeats)
+        result = RUNNERS[peer](state, work, repeats)
         result["gb"] = nbytes(state) / 2**30
+        result["bytes"] = nbytes(state)
         return floors | result
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -248,6 +253,45 @@ def ratios(peers: dict[str, dict]) -> list[str]:
                 f"{label}: median {p['median']:.2f} over {p['pairs']} pairs"
                 f" (lowest {p['low']:.2f}, highest {p['high']:.2f})"
             )
+    return out + _dlrover_synced(a, peers.get("dlrover", {})) + _duel(peers.get("duel", {}))
+
+
+def _spread(xs: list[float]) -> str:
+    return f"median {statistics.median(xs):.2f} ({', '.join(f'{x:.2f}' for x in xs)})"
+
+
+def _duel(d: dict) -> list[str]:
+    """The duel's lines: both over their floors, and head to head, round by round."""
+    if "head_to_head" not in d:
+        return []
+    a, s = d["durable_pairs"], d["synced_pairs"]
+    return [
+        f"duel, argosy time to durable / disk floor, per pair: median {a['median']:.2f}"
+        f" ({a['low']:.2f}-{a['high']:.2f})",
+        f"duel, DLRover with its file fsynced / disk floor, per pair: median {s['median']:.2f}"
+        f" ({s['low']:.2f}-{s['high']:.2f})",
+        "duel, argosy time to durable / DLRover's with its file fsynced, same round"
+        f" (target <= 1.0): {_spread(d['head_to_head'])}",
+        "duel, the same, each over the floor written just before it:"
+        f" {_spread(d['head_to_head_over_floors'])}",
+    ]
+
+
+def _dlrover_synced(a: dict, d: dict) -> list[str]:
+    """argosy's durable against DLRover's with its file fsynced, each over the floor of its
+    own pairs (the two run in different processes, minutes apart: their floors differ)."""
+    if "synced_pairs" not in d:
+        return []
+    out = [
+        f"DLRover wrote {d['file_bytes']:,} bytes per step (the state: {a.get('bytes', 0):,});"
+        f" its fsync alone took {d['synced_fsync_s']:.3f} s (median)"
+    ]
+    if a.get("durable_pairs") and d["synced_pairs"]:
+        ratio = a["durable_pairs"]["median"] / d["synced_pairs"]["median"]
+        out.append(
+            "argosy time to durable / DLRover's with its file fsynced, each over its own"
+            f" pairs' floors (target <= 1.0): {ratio:.2f}"
+        )
     return out
 
 

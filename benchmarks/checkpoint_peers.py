@@ -171,17 +171,49 @@ def peer_dcp_async(state: dict, work: Path, repeats: int) -> dict:
     return {"stall_s": med(stalls), "durable_s": med(durables)}
 
 
-def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
-    os.environ["TORCHELASTIC_RUN_ID"] = f"argosy-bench-{uuid.uuid4().hex[:8]}"
+def fsync_with_dir(path: Path) -> None:
+    """fsync a new file, then its directory (where its name lives): what makes it durable."""
+    fsync_tree(path)
+    fd = os.open(path.parent, os.O_RDONLY)
     try:
-        from dlrover.trainer.torch.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _dlrover_checkpointer(work: Path) -> Any:
+    """DLRover's DDP checkpointer; its saver process may take minutes to start on a loaded
+    machine (it imports torch), and DLRover gives it 60 s: the start-up is not timed here."""
+    os.environ["TORCHELASTIC_RUN_ID"] = f"argosy-bench-{uuid.uuid4().hex[:8]}"
+    from dlrover.trainer.torch.flash_checkpoint import engine
+    from dlrover.trainer.torch.flash_checkpoint.ddp import DdpCheckpointer
+
+    wait = engine.wait_socket_server
+    engine.wait_socket_server = lambda server, timeout=600: wait(server, timeout)
+    return DdpCheckpointer(str(work))
+
+
+def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
+    """DLRover 0.6.1: MEMORY saves (the stall), then DISK saves paired with disk floors.
+
+    A DISK save copies the state into shared memory, and DLRover's saver process writes it
+    with `torch.save` to the path given (`work/{step}.pt`, the state plus ~4 KB of zip
+    framing) and fsyncs only its tracker file (`dlrover_latest.txt`): `durable_s` is the
+    save call to the tracker naming the step, with the state still in the page cache.
+    `synced_s` adds what makes the state itself durable: an fsync of that file and of its
+    directory, timed from the same save call. The files of all but the newest two steps
+    are deleted before each pair (argosy keeps two), outside the timing, so that the floor
+    and the save both write into page cache freed just before them."""
+    try:
+        from dlrover.trainer.torch.flash_checkpoint.ddp import StorageType
+
+        ckpt = _dlrover_checkpointer(work)
     except ImportError as err:
         return {"missing": f"dlrover not installed ({err}); pip install -e '.[bench]'"}
-    ckpt = DdpCheckpointer(str(work))
     stalls, durables, mem_loads = [], [], []
     tensors, dst = list(state["model"].values()), None
     stall_pairs, durable_pairs = [], []
-    synced, synced_pairs = [], []
+    synced, synced_pairs, fsyncs, file_bytes = [], [], [], []
     for r in range(repeats + 1):
         floor = copy_once(tensors, dst) if r else 0.0
         t0 = time.perf_counter()
@@ -193,20 +225,21 @@ def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
         else:
             dst = copy_buffer(tensors)
     buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
+    tracker = work / "dlrover_latest.txt"
     for r in range(repeats + 1, 2 * repeats + 1):
+        (work / f"{r - 2}.pt").unlink(missing_ok=True)  # keep two steps, as argosy does
         floor = write_once(work / "floor.bin", buffer, writers)  # the pair's disk floor
         t0 = time.perf_counter()
         ckpt.save_checkpoint(r, state, str(work / f"{r}.pt"), storage_type=StorageType.DISK)
-        tracker = work / "dlrover_latest.txt"
         while not (tracker.exists() and tracker.read_text().strip() == str(r)):
             time.sleep(0.002)
         durables.append(time.perf_counter() - t0)
         durable_pairs.append((floor, durables[-1]))
-        # DLRover's saver writes through torch.save and fsyncs only its tracker: its state
-        # sits in the page cache. What it costs to make that file survive the machine:
         written = work / f"{r}.pt"
-        fsync_tree(written if written.exists() else work)
+        file_bytes.append(written.stat().st_size)  # raises if DLRover wrote elsewhere
+        fsync_with_dir(written)
         synced.append(time.perf_counter() - t0)
+        fsyncs.append(synced[-1] - durables[-1])
         synced_pairs.append((floor, synced[-1]))
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -220,8 +253,25 @@ def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
         "stall_pairs": pair_ratios(stall_pairs),
         "durable_pairs": pair_ratios(durable_pairs),
         "synced_s": med(synced),
+        "synced_fsync_s": med(fsyncs),
         "synced_pairs": pair_ratios(synced_pairs),
+        "file_bytes": max(file_bytes),
     }
+
+
+def wait_pruned(work: Path, keep: int, timeout_s: float = 120.0) -> None:
+    """Until argosy's persister has deleted the steps beyond `keep` (it prunes after the
+    flush is answered): a floor written meanwhile would race that deletion for the disk."""
+    from argosy.checkpoint import commit
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        names = [p.name for p in work.iterdir()]
+        trash = [n for n in names if n.startswith(commit.TRASH_PREFIX)]
+        if not trash and len(commit.committed_steps(work)) <= keep:
+            return
+        time.sleep(0.005)
+    raise TimeoutError(f"argosy kept more than {keep} steps in {work} for {timeout_s} s")
 
 
 def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
@@ -259,6 +309,7 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
     floors = []
     for r in range(2 * repeats + 1, 3 * repeats + 1):
+        wait_pruned(work, keep=2)
         floors.append(write_once(work / "floor.bin", buffer, writers))  # the pair's floor
         t0 = time.perf_counter()
         ckpt.save(r, state)

@@ -1,4 +1,5 @@
-"""The DCP async_save peer of benchmarks/checkpoint.py runs on CPU and on device state."""
+"""The peers of benchmarks/checkpoint.py run (DCP async_save on CPU and on device state;
+argosy with a floor per durable save), and argosy's pairs wait for its pruning."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ import pytest
 import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "checkpoint.py"
+sys.path.insert(0, str(BENCH.parent))
+
+from checkpoint_peers import wait_pruned  # noqa: E402
+
+from argosy.checkpoint import commit  # noqa: E402
 
 
 def run_worker(peer: str, device: str) -> dict:
@@ -37,3 +43,30 @@ def test_dcp_async_peer_on_device_state() -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     check(run_worker("dcp_async", "cuda"))
+
+
+def _committed(work: Path, step: int) -> Path:
+    step_dir = work / commit.step_dir_name(step)
+    step_dir.mkdir()
+    (step_dir / commit.MANIFEST).write_text("{}")
+    return step_dir
+
+
+def test_pairs_wait_for_argosy_to_prune(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        _committed(tmp_path, step)
+    with pytest.raises(TimeoutError):  # three committed steps, two kept
+        wait_pruned(tmp_path, keep=2, timeout_s=0.05)
+    (tmp_path / commit.step_dir_name(1)).rename(tmp_path / f"{commit.TRASH_PREFIX}x")
+    with pytest.raises(TimeoutError):  # renamed away, not yet deleted
+        wait_pruned(tmp_path, keep=2, timeout_s=0.05)
+    (tmp_path / f"{commit.TRASH_PREFIX}x" / commit.MANIFEST).unlink()
+    (tmp_path / f"{commit.TRASH_PREFIX}x").rmdir()
+    wait_pruned(tmp_path, keep=2, timeout_s=0.05)
+
+
+@pytest.mark.slow
+def test_argosy_peer_pairs_every_durable_save_with_a_floor() -> None:
+    result = run_worker("argosy", "cpu")
+    check(result)
+    assert result["durable_pairs"]["pairs"] == 1 and result["durable_pairs"]["median"] > 0
