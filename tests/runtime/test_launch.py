@@ -123,12 +123,15 @@ def test_straggler_is_reported_with_its_rank_and_factor(tmp_path: Path) -> None:
     # few of them (the 3 ms forward pass) cannot hide the straggler for the whole run
     settings = (*QUICK_CONFIRM, "runtime.straggler_window=10")
     s = launch(tmp_path, "--inject", "slow:rank=1:factor=3:from_step=5", settings=settings)
-    (fault,) = s["faults"]
-    assert (fault["kind"], fault["rank"], fault["action"]) == ("straggler", 1, "warn")
+    # every fault is a straggler warning: rank 1's, and at most co-tenant noise beside it
+    # (as in the fault-free run), since two pytest workers share two cores with the ranks
+    assert {(f["kind"], f["action"]) for f in s["faults"]} == {("straggler", "warn")}
+    (fault,) = [f for f in s["faults"] if f["rank"] == 1]
     assert fault["slowdown"] > 1.5
     assert s["restarts"] == 0 and s["final_step"] == 40
     health = json.loads((tmp_path / "node_health.json").read_text())
-    assert [(e["kind"], e["rank"]) for e in health["evidence"]] == [("straggler", 1)]
+    assert ("straggler", 1) in [(e["kind"], e["rank"]) for e in health["evidence"]]
+    assert {e["kind"] for e in health["evidence"]} == {"straggler"}
 
 
 def test_straggler_policy_restart_swaps_it_for_a_spare(fault_free: Path, tmp_path: Path) -> None:
