@@ -321,6 +321,8 @@ def balanced_chips(cluster: Cluster, speeds, submit, sizes, durations, pinned, h
             chips.append(g.chip.id)
     choices = [[cs for _, cs in free], pins]
     tables = [_choice_table(names, cap, speeds, opts) for opts in choices]
+    if len(names) == 1:  # one chip type: nothing to balance
+        return [list(names)] * len(submit), np.full(len(submit), tables[0][3][0])
     bins = max(1, int(math.ceil(horizon / BALANCE_BIN_S)))
     load = np.zeros((len(names), bins))
     pick = np.zeros(len(submit), dtype=int)
