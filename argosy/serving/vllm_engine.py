@@ -69,6 +69,7 @@ KV_CACHE_BYTES = 1 << 30
 NGRAM_MATCH = {"prompt_lookup_min": 2, "prompt_lookup_max": 5}
 """Suffix lengths vLLM's n-gram proposer matches (argosy's `ngram` also starts at 2)."""
 _IDLE_WAIT_S = 0.5
+_FAILED_EXIT_S = 30.0
 
 
 def speculative_config(spec: str, num_tokens: int) -> dict[str, Any] | None:
@@ -293,6 +294,8 @@ class VllmEngine:
         return budget.kv_budget_bytes
 
     def _start_stepper(self) -> None:
+        if self._failure is not None and self._stepper is not None:
+            self._stepper.join(timeout=_FAILED_EXIT_S)  # on its way out (reporting its error)
         if self._stepper is not None and self._stepper.is_alive():
             return
         self._stop.clear()
