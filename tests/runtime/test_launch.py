@@ -145,10 +145,12 @@ def test_straggler_policy_restart_swaps_it_for_a_spare(fault_free: Path, tmp_pat
         "slow:rank=0:factor=3:from_step=3",
         settings=QUICK_CONFIRM,
     )
-    first, *later = s["faults"]
-    assert (first["kind"], first["rank"]) == ("straggler", 0) and first.get("action") != "warn"
-    # with the one spare used, a later verdict (co-tenant noise on a 3 ms step) only warns
-    assert all((f["kind"], f.get("action")) == ("straggler", "warn") for f in later), later
+    acted = [f for f in s["faults"] if f.get("action") != "warn"]
+    assert [(f["kind"], f["rank"]) for f in acted] == [("straggler", 0)]
+    # before the swap or after it (the one spare used), co-tenant noise on a 3 ms step
+    # only warns
+    warned = [f for f in s["faults"] if f.get("action") == "warn"]
+    assert all(f["kind"] == "straggler" for f in warned), warned
     assert s["restarts"] == 1 and s["final_step"] == 40
     assert losses(tmp_path) == losses(fault_free)
 
