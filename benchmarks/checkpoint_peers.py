@@ -181,16 +181,25 @@ def fsync_with_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _dlrover_checkpointer(work: Path) -> Any:
-    """DLRover's DDP checkpointer; its saver process may take minutes to start on a loaded
-    machine (it imports torch), and DLRover gives it 60 s: the start-up is not timed here."""
-    os.environ["TORCHELASTIC_RUN_ID"] = f"argosy-bench-{uuid.uuid4().hex[:8]}"
+def _dlrover_checkpointer(work: Path, attempts: int = 3) -> Any:
+    """DLRover's DDP checkpointer. Its start-up can hang (seen here under load): the saver
+    process's factory may miss the trainer's first message, and the trainer then waits
+    for a socket that never comes. So each attempt gets 120 s (DLRover's own 60 s is also
+    short for a saver that imports torch on a loaded machine), and a fresh run id (fresh
+    sockets); the start-up is not timed. A stale saver is killed with the worker."""
     from dlrover.trainer.torch.flash_checkpoint import engine
     from dlrover.trainer.torch.flash_checkpoint.ddp import DdpCheckpointer
 
     wait = engine.wait_socket_server
-    engine.wait_socket_server = lambda server, timeout=600: wait(server, timeout)
-    return DdpCheckpointer(str(work))
+    engine.wait_socket_server = lambda server, timeout=120: wait(server, timeout)
+    for attempt in range(attempts):
+        os.environ["TORCHELASTIC_RUN_ID"] = f"argosy-bench-{uuid.uuid4().hex[:8]}"
+        try:
+            return DdpCheckpointer(str(work))
+        except TimeoutError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
