@@ -19,6 +19,7 @@ from argosy.runtime.mixed.pipeline import split_layers
 
 SCRIPT = str(REPO / "examples" / "train_mixed.py")
 MODEL = ["--hidden", "32", "--dim", "8", "--block", "16", "--steps", "4"]
+MODEL += ["--checkpointer", "disk"]  # not under test here: no persister process per rank
 GLOBAL_BATCH = 6
 
 
