@@ -4,11 +4,13 @@
     .venv/bin/python benchmarks/checkpoint.py --sizes-gb 0.25 --repeats 3   # quick
     git archive 44a6b9e argosy | tar -x -C /tmp/before    # the code before issue 17
     .venv/bin/python benchmarks/checkpoint.py --first-save .,/tmp/before --repeats 3
+    PYTHONPATH=/tmp/dl .venv/bin/python benchmarks/checkpoint.py --sizes-gb 1 --peers duel
 
 Peers (checkpoint_peers.py; each in its own process, one at a time, so memory is freed
 between them): torch.save (+fsync), DCP save, DCP async_save (process executor + cached
 shared-memory stager), DLRover flash checkpoint (MEMORY save to shm, DISK for durability;
-needs the `bench` extra), argosy FlashCheckpointer. Floors: checkpoint_floors.py. This
+needs the `bench` extra), argosy FlashCheckpointer; `duel`: argosy and DLRover (its file
+fsynced) in turns in one process (checkpoint_duel.py). Floors: checkpoint_floors.py. This
 file is the driver: worker processes, the loop figure, the table and the ratios.
 Columns: training-loop stall per save (with nothing to overlap; argosy also with a step's
 worth of compute to overlap), time to durable, restore from memory and from disk (into the
