@@ -1,0 +1,188 @@
+"""Probes behind the checkpoint benchmark's pairing (RESULTS.md, issue 15, durable saves).
+
+    PYTHONPATH=/tmp/dl .venv/bin/python benchmarks/checkpoint_probe.py dlrover --n 4 --writers 4
+    .venv/bin/python benchmarks/checkpoint_probe.py page-cache --n 4 --writers 4
+
+`dlrover`: what DLRover 0.6.1's DISK save writes (paths, byte counts) and when its bytes
+reach the disk (`/proc/diskstats` of the root disk, `vda` here, and `/proc/meminfo`'s
+Dirty around each phase), next to two floors (incompressible bytes; the state's own).
+`page-cache`: a 1 GB write+fsync whose page cache must grow, against one written right
+after a 1 GB file was unlinked (both phases timed): why a pair's floor and its save must
+see the same deletions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from checkpoint_floors import DISK_CHUNK, floor_buffer, write_once
+from checkpoint_peers import make_state, nbytes
+
+DISK = os.environ.get("BENCH_DISK", "vda")
+
+
+def sectors() -> int:
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if f[2] == DISK:
+            return int(f[9]) * 512
+    return 0
+
+
+def meminfo() -> dict:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        k, v = line.split(":")
+        if k in ("Dirty", "Writeback"):
+            out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def listing(work: Path) -> dict:
+    return {str(p.relative_to(work)): p.stat().st_size for p in work.rglob("*") if p.is_file()}
+
+
+def dlrover_phases(n: int, writers: int) -> None:
+    """`n` DLRover DISK saves of a 1 GiB state, each after two floors (incompressible
+    bytes, then the state's own bytes): phase times, bytes on disk, the files written."""
+    import torch
+    from checkpoint_peers import _dlrover_checkpointer
+    from dlrover.trainer.torch.flash_checkpoint.ddp import StorageType
+
+    work = Path(tempfile.mkdtemp(prefix="argosy-bench-probe-"))
+    state = make_state(1.0)
+    size = nbytes(state)
+    rand = floor_buffer(size)
+    same = torch.cat([t.view(torch.uint8) for t in state["model"].values()]).numpy()
+    same = memoryview(same).cast("B")
+    ckpt = _dlrover_checkpointer(work)
+    ckpt.save_checkpoint(1, state, str(work / "1.pt"), storage_type=StorageType.MEMORY)
+    time.sleep(2)
+    rows = []
+    for r in range(2, 2 + n):
+        s0 = sectors()
+        f_rand = write_once(work / "floor.bin", rand, writers)
+        s1 = sectors()
+        f_same = write_once(work / "floor.bin", same, writers)
+        s2 = sectors()
+        m0 = meminfo()
+        t0 = time.perf_counter()
+        ckpt.save_checkpoint(r, state, str(work / f"{r}.pt"), storage_type=StorageType.DISK)
+        t_call = time.perf_counter() - t0
+        tracker = work / "dlrover_latest.txt"
+        first = None
+        while not (tracker.exists() and tracker.read_text().strip() == str(r)):
+            if first is None and (work / f"{r}.pt").exists():
+                first = time.perf_counter() - t0
+            time.sleep(0.002)
+        t_tracker = time.perf_counter() - t0
+        s3 = sectors()
+        m1 = meminfo()
+        files = listing(work)
+        fd = os.open(work / f"{r}.pt", os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        t_sync = time.perf_counter() - t0
+        s4 = sectors()
+        rows.append(
+            {
+                "step": r,
+                "floor_rand_s": round(f_rand, 3),
+                "floor_rand_disk_mb": (s1 - s0) >> 20,
+                "floor_same_bytes_s": round(f_same, 3),
+                "floor_same_disk_mb": (s2 - s1) >> 20,
+                "save_call_s": round(t_call, 3),
+                "file_seen_s": first and round(first, 3),
+                "tracker_s": round(t_tracker, 3),
+                "synced_s": round(t_sync, 3),
+                "disk_mb_before_fsync": (s3 - s2) >> 20,
+                "disk_mb_in_fsync": (s4 - s3) >> 20,
+                "dirty_mb_at_start": m0["Dirty"] >> 20,
+                "dirty_mb_at_tracker": m1["Dirty"] >> 20,
+                "writeback_mb_at_tracker": m1["Writeback"] >> 20,
+                "files": {k: v for k, v in files.items() if k.endswith(f"{r}.pt") or "latest" in k},
+                "state_bytes": size,
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+        (work / f"{r}.pt").unlink()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def write_phases(path: Path, buffer: memoryview, writers: int) -> tuple[float, float]:
+    size = buffer.nbytes
+    per = -(-size // writers // DISK_CHUNK) * DISK_CHUNK
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        t0 = time.perf_counter()
+
+        def write(start: int) -> None:
+            for at in range(start, min(size, start + per), DISK_CHUNK):
+                os.pwrite(fd, buffer[at : min(size, at + DISK_CHUNK)], at)
+
+        threads = [threading.Thread(target=write, args=(s,)) for s in range(0, size, per)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        t1 = time.perf_counter()
+        os.fsync(fd)
+        return t1 - t0, time.perf_counter() - t1
+    finally:
+        os.close(fd)
+
+
+def small_fsync(path: Path) -> float:
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, b"x")
+    os.fsync(fd)
+    os.close(fd)
+    return time.perf_counter() - t0
+
+
+def page_cache(n: int, writers: int) -> None:
+    """1 GB floors that grow the page cache against ones right after a 1 GB unlink."""
+    work = Path(tempfile.mkdtemp(prefix="argosy-bench-floorprobe-"))
+    buf = floor_buffer(1 << 30)
+    kept = []
+    for i in range(n):
+        w, s = write_phases(work / f"grow{i}.bin", buf, writers)
+        kept.append(work / f"grow{i}.bin")
+        print(
+            f"grow (nothing freed before)  write {w:.3f} fsync {s:.3f} total {w + s:.3f}",
+            flush=True,
+        )
+        t0 = time.perf_counter()
+        kept.pop(0).unlink()
+        u = time.perf_counter() - t0
+        w, s = write_phases(work / f"reuse{i}.bin", buf, writers)
+        kept.append(work / f"reuse{i}.bin")
+        print(
+            f"reuse (1 GB unlinked before, {u:.3f} s) write {w:.3f} fsync {s:.3f}"
+            f" total {w + s:.3f}",
+            flush=True,
+        )
+    for p in work.iterdir():
+        p.unlink()
+    work.rmdir()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["dlrover", "page-cache"])
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--writers", type=int, default=4)
+    args = parser.parse_args()
+    (dlrover_phases if args.what == "dlrover" else page_cache)(args.n, args.writers)
+
+
+if __name__ == "__main__":
+    main()
