@@ -36,8 +36,9 @@ def make_state(gb: float, device: str = "cpu") -> dict[str, Any]:
 
     n = max(1, round(gb * 1024 / TENSOR_MB))
     numel = TENSOR_MB * (1 << 20) // 4
-    layers = {
-        f"layer{i}.weight": torch.empty(numel, device=device).fill_(i + 0.5) for i in range(n)
+    gen = torch.Generator(device=device).manual_seed(0)
+    layers = {  # random bits: a disk or host that compresses must not favour a peer's bytes
+        f"layer{i}.weight": torch.rand(numel, device=device, generator=gen) for i in range(n)
     }
     return {"model": layers, "loop": {"step": 0, "epoch": 1}}
 
