@@ -53,9 +53,11 @@ def dlrover_phases(n: int, writers: int) -> None:
     """`n` DLRover DISK saves of a 1 GiB state, each after two floors (incompressible
     bytes, then the state's own bytes): phase times, bytes on disk, the files written."""
     import torch
+    from checkpoint import _clean_children_and_shm
     from checkpoint_peers import _dlrover_checkpointer
     from dlrover.trainer.torch.flash_checkpoint.ddp import StorageType
 
+    shm_before = set(os.listdir("/dev/shm"))
     work = Path(tempfile.mkdtemp(prefix="argosy-bench-probe-"))
     state = make_state(1.0)
     size = nbytes(state)
@@ -114,6 +116,7 @@ def dlrover_phases(n: int, writers: int) -> None:
         print(json.dumps(rows[-1]), flush=True)
         (work / f"{r}.pt").unlink()
     shutil.rmtree(work, ignore_errors=True)
+    _clean_children_and_shm(shm_before)  # DLRover's saver process and its shared memory
 
 
 def write_phases(path: Path, buffer: memoryview, writers: int) -> tuple[float, float]:
