@@ -11,7 +11,10 @@ When the trainer dies, the persister finishes the copy it was doing, settles the
 snapshot (written and committed, or given up), then keeps the slots for `linger_s` so a
 restarted trainer can load them from memory. It lets go at once when a newer attempt
 raises the fence or adopts the slots (writes its pid as owner). Unadopted slots are
-unlinked when the linger ends, so nothing leaks in /dev/shm.
+unlinked when the linger ends, so nothing leaks in /dev/shm. A `close` unlinks the slots
+too, unless a newer attempt raised the fence: what they hold may be newer than anything
+durable, so they are left to that attempt's load (its persister adopts them if it starts
+after this one exited).
 
 Messages in: ("sources", [tensor | None]), ("snap", step, meta_bytes, {index: bytes}),
 ("flush",), ("close", unlink). Out: ("ready",), ("copied", step, seconds),
@@ -296,7 +299,9 @@ class Persister:
     def _close(self, unlink: bool) -> None:
         self._wait_persisted(self.spec.commit_timeout_s)
         self._stop_writer()
-        self._release(unlink)
+        # fenced: a newer attempt may be about to load what we hold (never made durable,
+        # since fenced writers stop): leave the slots to it, as an orphan does
+        self._release(unlink and not self.writer.is_fenced())
         self.send("closed")
 
     def _orphaned(self) -> None:

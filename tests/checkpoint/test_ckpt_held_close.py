@@ -1,0 +1,55 @@
+"""A trainer that closes after a newer attempt raised the fence, with snapshots its
+persister never made durable: those stay in memory for the newer attempt to load."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from argosy.checkpoint import FlashCheckpointer
+from argosy.checkpoint.flash import reclaim
+
+PERSISTER_DELAY_S = 2.0
+"""The persister starts this late: both saves are held by the trainer itself."""
+
+
+def _late_persisters(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = subprocess.Popen
+
+    class LatePopen(real):  # type: ignore[misc, valid-type]
+        def __init__(self, args, **kwargs):  # noqa: ANN001, ANN003
+            if list(args[1:3]) == ["-m", "argosy.checkpoint.persister"]:
+                code = (
+                    f"import runpy, time; time.sleep({PERSISTER_DELAY_S}); "
+                    "runpy.run_module('argosy.checkpoint.persister', run_name='__main__')"
+                )
+                args = [args[0], "-c", code, *args[3:]]
+            super().__init__(args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", LatePopen)
+
+
+def test_a_fenced_close_leaves_held_snapshots_to_the_newer_attempt(tmp_path, job, monkeypatch):
+    _late_persisters(monkeypatch)
+    old = FlashCheckpointer(tmp_path, keep=2, job_id=job, linger_s=5)
+    new = None
+    try:
+        w = torch.zeros(64, 1024)
+        for step in range(2):
+            w += 1
+            old.save(step, {"w": w, "step": step})
+        assert not old._ready, "the persister answered before the saves: nothing was held"
+        new = FlashCheckpointer(tmp_path, keep=2, job_id=job, prestart=False)  # fences `old`
+        assert new.epoch > old.epoch
+        old.close()  # hands the held slots over; its persister is fenced before it persists
+        got = new.load()
+        assert got is not None, f"the held snapshots were lost: {new.last_decision}"
+        assert (got[0], new.last_load_source) == (1, "memory")
+        assert float(got[1]["w"][0, 0]) == 2.0
+    finally:
+        old.close()
+        if new is not None:
+            new.close()
+        reclaim(job)  # `new` started no persister to adopt and free them
