@@ -28,8 +28,13 @@ def run_worker(peer: str, device: str) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-def check(result: dict) -> None:
-    assert 0 < result["stall_s"] <= result["durable_s"]
+def check(result: dict, same_saves: bool = True) -> None:
+    """`same_saves`: stall and durable time were measured on the same saves (DCP async);
+    argosy's come from different rounds (stalls, then durable saves), which load can order
+    either way, so there both are only required to be measured."""
+    assert result["stall_s"] > 0 and result["durable_s"] > 0
+    if same_saves:
+        assert result["stall_s"] <= result["durable_s"]
     assert result["disk_floor_s"] > 0 and result["disk_floor_writers"] in (1, 2, 4)
 
 
@@ -68,5 +73,5 @@ def test_pairs_wait_for_argosy_to_prune(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_argosy_peer_pairs_every_durable_save_with_a_floor() -> None:
     result = run_worker("argosy", "cpu")
-    check(result)
+    check(result, same_saves=False)
     assert result["durable_pairs"]["pairs"] == 1 and result["durable_pairs"]["median"] > 0
