@@ -74,7 +74,9 @@ def pair_ratios(pairs: list[tuple[float, float]]) -> dict[str, float]:
             "pairs": len(ratios)}  # fmt: skip
 
 
-def write_once(path: Path, buffer: memoryview, writers: int) -> float:
+def write_phases(path: Path, buffer: memoryview, writers: int) -> tuple[float, float]:
+    """Write `buffer` to `path` with `writers` threads in DISK_CHUNK pieces, then fsync it;
+    returns (write seconds, fsync seconds). The file is left in place."""
     size = buffer.nbytes
     per = -(-size // writers // DISK_CHUNK) * DISK_CHUNK
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -90,10 +92,18 @@ def write_once(path: Path, buffer: memoryview, writers: int) -> float:
             thread.start()
         for thread in threads:
             thread.join()
+        t1 = time.perf_counter()
         os.fsync(fd)
-        return time.perf_counter() - t0
+        return t1 - t0, time.perf_counter() - t1
     finally:
         os.close(fd)
+
+
+def write_once(path: Path, buffer: memoryview, writers: int) -> float:
+    """Seconds to write and fsync `buffer` (write_phases), the file removed afterwards."""
+    try:
+        return sum(write_phases(path, buffer, writers))
+    finally:
         path.unlink(missing_ok=True)
 
 

@@ -18,11 +18,10 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from checkpoint_floors import DISK_CHUNK, floor_buffer, write_once
+from checkpoint_floors import floor_buffer, write_once, write_phases
 from checkpoint_peers import make_state, nbytes
 
 DISK = os.environ.get("BENCH_DISK", "vda")
@@ -117,29 +116,6 @@ def dlrover_phases(n: int, writers: int) -> None:
         (work / f"{r}.pt").unlink()
     shutil.rmtree(work, ignore_errors=True)
     _clean_children_and_shm(shm_before)  # DLRover's saver process and its shared memory
-
-
-def write_phases(path: Path, buffer: memoryview, writers: int) -> tuple[float, float]:
-    size = buffer.nbytes
-    per = -(-size // writers // DISK_CHUNK) * DISK_CHUNK
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        t0 = time.perf_counter()
-
-        def write(start: int) -> None:
-            for at in range(start, min(size, start + per), DISK_CHUNK):
-                os.pwrite(fd, buffer[at : min(size, at + DISK_CHUNK)], at)
-
-        threads = [threading.Thread(target=write, args=(s,)) for s in range(0, size, per)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        t1 = time.perf_counter()
-        os.fsync(fd)
-        return t1 - t0, time.perf_counter() - t1
-    finally:
-        os.close(fd)
 
 
 def small_fsync(path: Path) -> float:
