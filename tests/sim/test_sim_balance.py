@@ -42,11 +42,13 @@ def cluster_specs(draw) -> str:
     return "+".join(parts)
 
 
-def window_ratios(spec: str, seed: int) -> np.ndarray:
+def window_ratios(spec: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per 2-day window (rows) and pool (columns): the pool's offered work over its
-    capacity, divided by the cluster's. Work a job offers to one chip type counts on that
-    pool; work offered to a vendor's several chip types is spread over them to even out
-    their load (as a scheduler would place it), not by a fixed split."""
+    capacity, divided by the cluster's; and one job's worth of that ratio (the largest
+    single job's work in the window over the pool's fair share of it), by which no
+    assignment of whole jobs can avoid missing the fair share. Work a job offers to one chip
+    type counts on that pool; work offered to a vendor's several chip types is spread over
+    them to even out their load (as a scheduler would place it), not by a fixed split."""
     cluster = load_cluster(spec)
     gen = generate(cluster, days=DAYS, seed=seed)
     catalog, have = default_catalog(), cluster.devices_by_chip()
@@ -56,6 +58,7 @@ def window_ratios(spec: str, seed: int) -> np.ndarray:
     sets = sorted({tuple(sorted(catalog.get(c).id for c in r.chips)) for r in gen.records})
     edges = np.arange(hours + 1) * 3600.0
     work = np.zeros((len(sets), hours))
+    largest = np.zeros(hours // 24)  # the largest one job's work in each window
     for r in gen.records:
         if r.kind == "infer":
             continue
@@ -65,13 +68,19 @@ def window_ratios(spec: str, seed: int) -> np.ndarray:
         start, end = r.submit_s, min(r.submit_s + r.work_device_s / size / fastest, edges[-1])
         a, b = int(start // 3600), min(int(np.ceil(end / 3600)), hours)
         overlap = np.minimum(edges[a + 1 : b + 1], end) - np.maximum(edges[a:b], start)
-        work[sets.index(chips), a:b] += np.clip(overlap, 0, None) * size * fastest
-    rows = []
-    for s in range(0, hours - WINDOW_H + 1, 24):
+        job = np.zeros(hours)
+        job[a:b] = np.clip(overlap, 0, None) * size * fastest
+        work[sets.index(chips)] += job
+        for w, s in enumerate(range(0, hours - WINDOW_H + 1, 24)):
+            largest[w] = max(largest[w], job[s : s + WINDOW_H].sum())
+    rows, slack = [], []
+    for w, s in enumerate(range(0, hours - WINDOW_H + 1, 24)):
         offered = work[:, s : s + WINDOW_H].sum(axis=1)
         level = _even_out(pools, cap, sets, offered)
-        rows.append(level / (offered.sum() / cap.sum()))
-    return np.array(rows)
+        fair = offered.sum() / cap.sum()
+        rows.append(level / fair)
+        slack.append(largest[w] / (fair * cap))
+    return np.array(rows), np.array(slack)
 
 
 def _even_out(pools, cap, sets, offered) -> np.ndarray:
@@ -98,13 +107,17 @@ def _even_out(pools, cap, sets, offered) -> np.ndarray:
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=cluster_specs(), seed=st.integers(0, 1000))
 def test_every_pool_is_offered_its_share_in_every_window(spec, seed):
-    ratios = window_ratios(spec, seed)
-    assert BAND[0] <= ratios.min() and ratios.max() <= BAND[1], (spec, seed, ratios.round(2))
+    """Within BAND, or off the fair share by no more than one job's work (a pool of 512
+    devices that one large pretraining run fills: a100-80g:512+mi300x:512, seed 62, read
+    1.62 in its first window)."""
+    ratios, slack = window_ratios(spec, seed)
+    inside = (ratios >= BAND[0]) & (ratios <= BAND[1])
+    assert (inside | (np.abs(ratios - 1) <= slack)).all(), (spec, seed, ratios.round(2))
 
 
 def test_the_3_chip_mix_keeps_its_910b_pool_busy():
     """The case that showed the problem, at a fifth of its size over 6 days: the 910b
     pool's 2-day windows stay within 0.75-1.25 of the cluster's offered load (0.77-0.96
     when this was written; 0.65 with vendors drawn in proportion to devices)."""
-    ratios = window_ratios("a100-80g:1600+h100-sxm:1600+910b:800", seed=0)
+    ratios, _ = window_ratios("a100-80g:1600+h100-sxm:1600+910b:800", seed=0)
     assert ratios.min() >= 0.75 and ratios.max() <= 1.25, ratios.round(2)
