@@ -21,8 +21,9 @@ import torch
 from argosy.checkpoint import FlashCheckpointer
 
 
-def _late_persister(delay_s: float) -> None:
-    """The persister sleeps `delay_s` before its imports: a start on a loaded machine."""
+def late_popen(delay_s: float) -> type[subprocess.Popen]:
+    """A `subprocess.Popen` under which the persister sleeps `delay_s` before its imports:
+    a start on a loaded machine. Install it as `subprocess.Popen` (or monkeypatch it in)."""
     real = subprocess.Popen
 
     class LatePopen(real):  # type: ignore[misc, valid-type]
@@ -35,13 +36,13 @@ def _late_persister(delay_s: float) -> None:
                 args = [args[0], "-c", code, *args[3:]]
             super().__init__(args, **kwargs)
 
-    subprocess.Popen = LatePopen
+    return LatePopen
 
 
 def main() -> None:
     directory, job, delay_s, mode = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
     if delay_s > 0:
-        _late_persister(delay_s)
+        subprocess.Popen = late_popen(delay_s)
     # load: no persister of its own (the test frees the slots), so the run stays short
     ckpt = FlashCheckpointer(directory, keep=2, job_id=job, linger_s=30, prestart=mode != "load")
     if mode == "load":

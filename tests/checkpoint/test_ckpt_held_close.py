@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 import torch
+from held_trainer import late_popen
 
 from argosy.checkpoint import FlashCheckpointer
 from argosy.checkpoint.flash import reclaim
@@ -16,19 +17,7 @@ PERSISTER_DELAY_S = 2.0
 
 
 def _late_persisters(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = subprocess.Popen
-
-    class LatePopen(real):  # type: ignore[misc, valid-type]
-        def __init__(self, args, **kwargs):  # noqa: ANN001, ANN003
-            if list(args[1:3]) == ["-m", "argosy.checkpoint.persister"]:
-                code = (
-                    f"import runpy, time; time.sleep({PERSISTER_DELAY_S}); "
-                    "runpy.run_module('argosy.checkpoint.persister', run_name='__main__')"
-                )
-                args = [args[0], "-c", code, *args[3:]]
-            super().__init__(args, **kwargs)
-
-    monkeypatch.setattr(subprocess, "Popen", LatePopen)
+    monkeypatch.setattr(subprocess, "Popen", late_popen(PERSISTER_DELAY_S))
 
 
 def test_a_fenced_close_leaves_held_snapshots_to_the_newer_attempt(tmp_path, job, monkeypatch):
