@@ -34,6 +34,28 @@ def batch_loop(model: Any, max_batch_size: int = 8, **kwargs: Any) -> BatchLoop:
     return BatchLoop(batched, make_cache, max_batch_size, **kwargs)
 
 
+def causal_lm_forward(model: Any):  # noqa: ANN201
+    """A `Decoder` forward for a Hugging Face causal LM: logits of the last `num_logits`
+    positions of `ids`, fed after `cache`."""
+
+    def forward(ids, cache, num_logits):  # noqa: ANN001, ANN202
+        with torch.inference_mode():
+            out = model(
+                input_ids=torch.tensor([list(ids)]),
+                past_key_values=cache,
+                logits_to_keep=num_logits,
+            )
+            return out.logits[0]
+
+    return forward
+
+
+def crop_cache(cache: Any, n: int) -> None:
+    """A `Decoder` crop: drop the cache's last `n` positions (rejected draft tokens)."""
+    if n:
+        cache.crop(-n)
+
+
 def decoder(
     model: Any,
     prompt: list[int],
@@ -43,19 +65,14 @@ def decoder(
 ) -> Decoder:
     """A greedy `Decoder` of `prompt` on `model`, drafting with `proposer` (4 tokens) if named."""
 
-    def forward(ids, cache, num_logits):
-        with torch.inference_mode():
-            out = model(
-                input_ids=torch.tensor([list(ids)]),
-                past_key_values=cache,
-                logits_to_keep=num_logits,
-            )
-            return out.logits[0]
-
-    def crop(cache, n):
-        if n:
-            cache.crop(-n)
-
     draft = PROPOSERS.get(proposer)(max_draft_tokens=4) if proposer else None
     params = SamplingParams(max_tokens=max_tokens)
-    return Decoder(forward, crop, transformers.DynamicCache(), prompt, params, eos, draft)
+    return Decoder(
+        causal_lm_forward(model),
+        crop_cache,
+        transformers.DynamicCache(),
+        prompt,
+        params,
+        eos,
+        draft,
+    )

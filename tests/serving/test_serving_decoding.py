@@ -4,6 +4,7 @@ and with sampling every token is distributed as the target's probabilities."""
 import pytest
 import torch
 import transformers
+from tiny_llama import causal_lm_forward, crop_cache
 
 from argosy.serving.decoding import Decoder
 from argosy.serving.speculative import PROPOSERS, ProposerContext
@@ -11,26 +12,13 @@ from argosy.serving.types import SamplingParams
 
 
 def _decode(model, prompt, proposer_name, max_tokens=32, params=None, arg=None):
-    def forward(ids, cache, num_logits):
-        with torch.inference_mode():
-            out = model(
-                input_ids=torch.tensor([list(ids)]),
-                past_key_values=cache,
-                logits_to_keep=num_logits,
-            )
-            return out.logits[0]
-
-    def crop(cache, n):
-        if n:
-            cache.crop(-n)
-
     context = ProposerContext(target=model, arg=arg)
     proposer = (
         PROPOSERS.get(proposer_name)(max_draft_tokens=6, context=context) if proposer_name else None
     )
     decoder = Decoder(
-        forward,
-        crop,
+        causal_lm_forward(model),
+        crop_cache,
         transformers.DynamicCache(),
         prompt,
         params or SamplingParams(max_tokens=max_tokens),
