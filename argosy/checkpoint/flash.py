@@ -420,7 +420,12 @@ class FlashCheckpointer:
             self._flushed = None
             self._send(("flush",))
             self._pump(lambda: self._flushed is not None)
-            _, reason = self._flushed
+            durable, reason = self._flushed
+            if reason is None and durable < self._saved:  # the persister never held it
+                reason = (
+                    f"step {self._saved} was not committed (the newest durable step is"
+                    f" {durable}): the persister does not hold it"
+                )
             if reason is not None:
                 self._errors.append(reason)
         self._drain()
@@ -493,6 +498,8 @@ class FlashCheckpointer:
                 finally:
                     seg.close()
         self._forget = step
+        if self._saved is not None and self._saved > step:  # given up: nothing to wait for
+            self._saved = None
         if self._ready:
             self._send_forget()
 

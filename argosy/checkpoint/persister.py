@@ -253,7 +253,10 @@ class Persister:
         a file already among the slots is not mapped as a second slot)."""
         try:
             seg = Segment.open(path, writable=True)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as err:  # the trainer counts on it: say it is lost
+            self.send(
+                "error", f"the snapshot held in {path.name} was lost before the hand-over ({err})"
+            )
             return
         known = next((s for s in self.slots if _same_file(seg, s.segment)), None)
         if known is not None:  # adopted before: it takes the step its header names now
@@ -319,7 +322,7 @@ class Persister:
                 return
             time.sleep(0.1)
         self._stop_writer()
-        self._release(unlink=True)
+        self._release_unless_fenced()
 
     def _adopt_unhanded(self) -> None:
         """The held slots our trainer filled and never handed over. Only while no newer
@@ -336,10 +339,21 @@ class Persister:
         except OSError:  # no lock (an unwritable directory): the newer attempt adopts them
             return
 
+    def _release_unless_fenced(self) -> None:
+        """The linger ended: unlink the slots unless a newer attempt raised the fence since
+        the last look. Decided under the fence's lock: a newer trainer raises the fence
+        (under it) before it creates a held slot, and its held slots carry the same names
+        as ours, so no name it reused can be unlinked here."""
+        fence = self.writer.fence
+        with contextlib.ExitStack() as stack:
+            with contextlib.suppress(OSError):  # no lock (an unwritable directory): the
+                stack.enter_context(fence.locked())  # names' own check below still holds
+            self._release(unlink=fence.current() <= self.spec.epoch)
+
     def _release(self, unlink: bool) -> None:
         for slot in self.slots:
             del slot.data
-            if unlink and _owner(slot.segment) in (os.getpid(), 0):
+            if unlink and _owner(slot.segment) in (os.getpid(), 0) and _names(slot.segment):
                 slot.segment.unlink()
             slot.segment.close()
         self.slots = []
@@ -369,6 +383,17 @@ def _unlink_debris(path: Path) -> None:
         info = path.stat()
         if info.st_size < HEADER_BYTES and time.time() - info.st_mtime > _DEBRIS_AGE_S:
             path.unlink(missing_ok=True)
+
+
+def _names(seg: Segment) -> bool:
+    """Whether the segment's path still names the file it maps: slot names are reused (a
+    newer trainer's held slots carry the names of the killed one's), so unlinking a name
+    that now belongs to another file would drop that file's snapshot."""
+    try:
+        a, b = os.stat(seg.path), os.fstat(seg.fd)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _owner_of(path: Path) -> int:
