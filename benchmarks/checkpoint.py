@@ -33,13 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from checkpoint_duel import duel
 from checkpoint_floors import disk_floor, memcpy_floor
-from checkpoint_peers import PEERS, make_state, med, nbytes
+from checkpoint_peers import PEERS, bench_job, bench_job_prefix, make_state, med, nbytes
 
 RUNNERS = PEERS | {"duel": duel}
 """What a worker runs: every peer, and `duel` (argosy and DLRover in turns, one process)."""
@@ -57,7 +56,7 @@ def loop_figure(steps: int, interval_s: float) -> dict:
     opt = torch.optim.AdamW(model.parameters())
     x = torch.randn(32, 2048)
     work = Path(tempfile.mkdtemp(prefix="argosy-bench-loop-"))
-    job = f"bench-{uuid.uuid4().hex[:8]}"
+    job = bench_job()
     ckpt = FlashCheckpointer(work, keep=1, job_id=job, persist_interval_s=interval_s)
 
     def step(i: int, save: bool) -> float:
@@ -124,8 +123,10 @@ def _clean_children_and_shm(before: set[str]) -> None:
             child.kill()
     except ImportError:
         pass
+    mine = f"argosy-ckpt-{bench_job_prefix()}"  # argosy slots of other workers stay
     for name in set(os.listdir("/dev/shm")) - before:
-        if "ckpt" in name or "argosy-bench" in name or name.startswith("torch_"):
+        theirs = name.startswith("argosy-") and not name.startswith(mine)
+        if not theirs and ("ckpt" in name or name.startswith("torch_")):
             Path("/dev/shm", name).unlink(missing_ok=True)
 
 

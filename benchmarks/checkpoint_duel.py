@@ -20,12 +20,17 @@ import os
 import shutil
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from checkpoint_floors import floor_buffer, pair_ratios, write_once
-from checkpoint_peers import _dlrover_checkpointer, fsync_with_dir, nbytes, wait_pruned
+from checkpoint_peers import (
+    _dlrover_checkpointer,
+    bench_job,
+    fsync_with_dir,
+    nbytes,
+    wait_pruned,
+)
 
 
 def _dlrover_saver(state: dict, work: Path) -> Callable[[int], float]:
@@ -54,7 +59,7 @@ def _argosy_saver(state: dict, work: Path) -> tuple[Callable[[int], float], Call
 
     work.mkdir()
     slots = 2 if shutil.disk_usage("/dev/shm").free > 4 * nbytes(state) else 1
-    ckpt = FlashCheckpointer(work, keep=2, job_id=f"bench-{uuid.uuid4().hex[:8]}", slots=slots)
+    ckpt = FlashCheckpointer(work, keep=2, job_id=bench_job(), slots=slots)
     ckpt.save(0, state)  # storages move to shared memory, slots are allocated
     ckpt.wait()
 

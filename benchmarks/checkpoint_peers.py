@@ -269,6 +269,16 @@ def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
     }
 
 
+def bench_job_prefix() -> str:
+    """The job-name prefix of this worker's argosy checkpointers: a worker's clean-up
+    removes only its own shared-memory slots, never those of a worker running beside it."""
+    return f"bench-{os.getpid()}-"
+
+
+def bench_job() -> str:
+    return f"{bench_job_prefix()}{uuid.uuid4().hex[:8]}"
+
+
 def wait_pruned(work: Path, keep: int, timeout_s: float = 120.0) -> None:
     """Until argosy's persister has deleted the steps beyond `keep` (it prunes after the
     flush is answered): a floor written meanwhile would race that deletion for the disk."""
@@ -287,7 +297,7 @@ def wait_pruned(work: Path, keep: int, timeout_s: float = 120.0) -> None:
 def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     from argosy.checkpoint import FlashCheckpointer
 
-    job = f"bench-{uuid.uuid4().hex[:8]}"
+    job = bench_job()
     free = shutil.disk_usage("/dev/shm").free
     slots = 2 if free > 2.5 * nbytes(state) else 1
     ckpt = FlashCheckpointer(work, keep=2, job_id=job, slots=slots)

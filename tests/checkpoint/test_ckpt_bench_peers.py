@@ -4,6 +4,7 @@ argosy with a floor per durable save), and argosy's pairs wait for its pruning."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,25 @@ def test_argosy_peer_pairs_every_durable_save_with_a_floor() -> None:
     result = run_worker("argosy", "cpu")
     check(result, same_saves=False)
     assert result["durable_pairs"]["pairs"] == 1 and result["durable_pairs"]["median"] > 0
+
+
+def test_a_worker_cleans_up_only_its_own_slots(tmp_path: Path) -> None:
+    """Workers of two peers run side by side (xdist): one's clean-up must not unlink the
+    other's argosy slots, which silently lost a held snapshot before the hand-over."""
+    from checkpoint import _clean_children_and_shm
+    from checkpoint_peers import bench_job
+
+    from argosy.checkpoint.segment import SHM_DIR, segment_name
+
+    before = set(os.listdir(SHM_DIR))
+    other = SHM_DIR / segment_name("bench-1-0000beef", 0, 0)  # another worker's slot
+    mine = SHM_DIR / segment_name(bench_job(), 0, 0)
+    try:
+        for path in (other, mine):
+            path.write_bytes(b"x")
+        _clean_children_and_shm(before)
+        assert other.exists(), "another worker's slot was unlinked"
+        assert not mine.exists(), "this worker's own slot was left behind"
+    finally:
+        other.unlink(missing_ok=True)
+        mine.unlink(missing_ok=True)
