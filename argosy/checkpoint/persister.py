@@ -474,8 +474,8 @@ def main(address: str) -> None:
     multiprocessing.current_process().authkey = key
     try:
         conn = Client(address, family="AF_UNIX", authkey=key)
-    except OSError:  # the trainer died before we could connect: act as its orphan
-        conn = None
+    except (OSError, EOFError):
+        conn = None  # the trainer died before or during the handshake: act as its orphan
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     try:
         Persister(spec, conn).serve()
