@@ -78,6 +78,7 @@ def write_rank(
     on_write: Callable[[int], None] | None = None,
     writers: int | None = None,
     below: int = 0,
+    hurry: Callable[[], bool] | None = None,
 ) -> RankPiece:
     """Write this rank's data file and index into `staging`, fsynced, checksummed.
 
@@ -87,7 +88,7 @@ def write_rank(
     `on_write(bytes_so_far)` runs after every chunk written: progress for the watchdog,
     and the writer's fence (it raises to abandon the write). The caller publishes the
     returned piece (commit.py's done-marker) once this returns. `below`: nice levels
-    under the caller's process for the threads that write (pwrite.py).
+    under the caller's process for the threads that write, until `hurry()` (pwrite.py).
     """
     from argosy.checkpoint import pwrite
 
@@ -104,6 +105,7 @@ def write_rank(
         on_write=on_write,
         sync=lambda: sync_paths(paths),
         below=below,
+        hurry=hurry,
     )
     files = {
         name: {"bytes": out.pos, "crc32": crc},

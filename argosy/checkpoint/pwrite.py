@@ -21,6 +21,12 @@ Contract:
   stops at its next chunk and the error is raised to the caller (the file is then
   garbage: the caller never publishes it). Disk errors (ENOSPC, EIO) are raised the same
   way.
+- `below` > 0 lowers the threads of a background write; `hurry()` says when someone now
+  waits for it (a flush, a close). A lowered thread cannot raise itself back, so from then
+  on the caller and `writers - 1` new threads at the process's own priority take the
+  remaining chunks from the same file-order queue; the checksum pass and the sync start
+  unlowered, and a sync already running lowered is run again unlowered beside it (the
+  second fsync submits what the first has not yet and waits on the same flush).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import contextlib
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +45,7 @@ from argosy.checkpoint.crc import crc32, crc32_combine
 BY_REFERENCE_BYTES = 1 << 16
 DEFAULT_CHUNK_BYTES = 16 << 20
 _IOV_MAX = 1024
+_HURRY_POLL_S = 0.005
 
 
 def default_writers() -> int:
@@ -118,6 +126,11 @@ class _Shared:
             self.next_chunk += 1
             return self.next_chunk - 1
 
+    def untaken(self) -> bool:
+        """Whether chunks are left to take (and none failed)."""
+        with self.lock:
+            return self.error is None and self.next_chunk < self.chunks
+
     def advance(self, n: int) -> None:
         with self.lock:
             self.done += n
@@ -170,10 +183,18 @@ def _lower(below: int) -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, now + below))
 
 
-def _in_threads(threads: int, work: Callable[[], None], shared: _Shared, below: int) -> None:
+def _in_threads(
+    threads: int,
+    work: Callable[[], None],
+    shared: _Shared,
+    below: int,
+    hurry: Callable[[], bool] | None = None,
+) -> None:
     """`work()` on `threads` threads, the first error stopping the others at their next
     chunk and raised. The caller is one of them, unless they run `below` its priority
-    (then it only waits: a thread cannot raise its own priority back)."""
+    (then it only waits: a thread cannot raise its own priority back); if `hurry()` turns
+    true while chunks are left, the caller and `threads - 1` new threads at its own
+    priority join in, taking the rest of the same queue."""
 
     def body(lowered: bool) -> None:
         if lowered:
@@ -185,9 +206,18 @@ def _in_threads(threads: int, work: Callable[[], None], shared: _Shared, below: 
                 shared.error = shared.error or err
 
     helpers = threads if below > 0 else threads - 1
-    spawned = [threading.Thread(target=body, args=(True,)) for _ in range(helpers)]
+    spawned = [threading.Thread(target=body, args=(below > 0,)) for _ in range(helpers)]
     for thread in spawned:
         thread.start()
+    if below > 0 and hurry is not None:
+        while shared.untaken() and not hurry():
+            time.sleep(_HURRY_POLL_S)
+        if shared.untaken():  # hurried: the rest at the caller's priority
+            below = 0
+            raised = [threading.Thread(target=body, args=(False,)) for _ in range(threads - 1)]
+            for thread in raised:
+                thread.start()
+            spawned += raised
     if below <= 0:
         body(False)
     for thread in spawned:
@@ -205,6 +235,7 @@ def write_parallel(
     fsync: bool = True,
     sync: Callable[[], None] | None = None,
     below: int = 0,
+    hurry: Callable[[], bool] | None = None,
 ) -> int:
     """Write `plan` to `path` (created or truncated) and make it durable: `sync()` when
     given (the caller syncs this file with others), else an fsync (none with
@@ -212,24 +243,30 @@ def write_parallel(
     are written, while the sync waits on the disk (the checksum pass costs no wall time
     beside the flush); the sync's error, if any, is raised after it. `below` > 0: the
     writing, checksumming and syncing threads run that many nice levels under the
-    caller's process (a background write that must not slow the training loop)."""
+    caller's process (a background write that must not slow the training loop), until
+    `hurry()` (polled while they work) says the write is now waited for: the rest runs
+    at the process's priority (the module's docstring)."""
     chunks = -(-plan.pos // chunk_bytes)
     writers = max(1, min(writers or default_writers(), chunks))
+
+    def lowered() -> int:  # `below`, until the write is hurried
+        return 0 if hurry is not None and hurry() else below
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         shared = _Shared(chunks, on_write)
-        _in_threads(writers, lambda: _write_chunks(fd, plan, chunk_bytes, shared), shared, below)
+        write = functools.partial(_write_chunks, fd, plan, chunk_bytes, shared)
+        _in_threads(writers, write, shared, lowered(), hurry)
         if sync is None and fsync:
             sync = functools.partial(os.fsync, fd)
-        syncing = _Background(sync, below)
+        syncing = _Background(sync, lowered())
         crcs = [0] * chunks
         try:
             summing = _Shared(chunks, None)
-            _in_threads(
-                writers, lambda: _checksum_chunks(plan, chunk_bytes, summing, crcs), summing, below
-            )
+            checksum = functools.partial(_checksum_chunks, plan, chunk_bytes, summing, crcs)
+            _in_threads(writers, checksum, summing, lowered(), hurry)
         finally:
-            syncing.join()
+            syncing.join(hurry)
     finally:
         os.close(fd)
     crc = 0
@@ -244,6 +281,7 @@ class _Background:
     def __init__(self, work: Callable[[], None] | None, below: int = 0) -> None:
         self.error: BaseException | None = None
         self.thread = None
+        self.work, self.below = work, below
         if work is not None:
             self.thread = threading.Thread(target=self._run, args=(work, below))
             self.thread.start()
@@ -253,10 +291,18 @@ class _Background:
         try:
             work()
         except BaseException as err:
-            self.error = err
+            self.error = self.error or err
 
-    def join(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
+    def join(self, hurry: Callable[[], bool] | None = None) -> None:
+        """Wait for the work; a lowered one that `hurry()` finds still running is run
+        again on this thread, at its priority, and the first error of either raised."""
+        if self.thread is None:
+            return
+        if self.below > 0 and hurry is not None:
+            while self.thread.is_alive() and not hurry():
+                self.thread.join(_HURRY_POLL_S)
+            if self.thread.is_alive():
+                self._run(self.work, 0)
+        self.thread.join()
         if self.error is not None:
             raise self.error

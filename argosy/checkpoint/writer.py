@@ -82,7 +82,12 @@ class Writer:
         however nice the whole job runs; one the trainer waits for (a flush, a close, a
         dead trainer) runs at the job's own priority, since nothing else of the job runs
         meanwhile (below it, on a busy machine, every other process's work came first)."""
-        return 0 if self.flush_wanted or self.urgent else _BELOW_WHEN_BACKGROUND
+        return 0 if self.hurried() else _BELOW_WHEN_BACKGROUND
+
+    def hurried(self) -> bool:
+        """Whether the trainer now waits for the write: a background write that finds it
+        so mid-way writes the rest at the job's priority (pwrite.py)."""
+        return self.flush_wanted or self.urgent
 
     def is_fenced(self) -> bool:
         if not self.fenced and self.fence.fenced(self.epoch):
@@ -110,7 +115,9 @@ class Writer:
         self.fence.check(self.epoch)
         data = slot.segment.data_view(meta.data_len)
         try:
-            piece = disk.write_rank(staging, meta, data, on_write, below=self.below())
+            piece = disk.write_rank(
+                staging, meta, data, on_write, below=self.below(), hurry=self.hurried
+            )
         finally:
             data.release()
         self.fence.check(self.epoch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import zlib
 from pathlib import Path
 
@@ -133,3 +134,77 @@ def test_a_background_write_runs_below_the_caller_and_a_waited_one_at_its_level(
         )
         assert writing == {want} and syncing == [want], (below, writing, syncing)
         assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+
+
+def test_a_write_hurried_midway_takes_the_rest_at_the_callers_priority(tmp_path: Path) -> None:
+    """A lowered write that `hurry()` finds waited for mid-way: threads at the process's
+    own priority take the chunks left in the same queue (the lowered ones are held at
+    their first hurried chunk until one has), each chunk written once, the bytes and crc
+    whole, and the sync, started after, runs unlowered."""
+    blob = os.urandom(64 * 4096)
+    plan = pwrite.FilePlan()
+    plan.write(bytearray(blob))
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    low = min(19, mine + 3)
+    assert low != mine, "the test process must run below nice 19"
+    hurried, unlowered_wrote = threading.Event(), threading.Event()
+    levels: list[int] = []
+    syncing: list[int] = []
+
+    def on_write(_: int) -> None:
+        level = os.getpriority(os.PRIO_PROCESS, 0)
+        levels.append(level)
+        if level == mine:
+            unlowered_wrote.set()
+        elif hurried.is_set():  # a lowered thread may go on only once the rest is taken over
+            unlowered_wrote.wait(10)
+        hurried.set()
+
+    def synced() -> None:
+        syncing.append(os.getpriority(os.PRIO_PROCESS, 0))
+
+    crc = pwrite.write_parallel(
+        tmp_path / "f", plan, 2, 4096, on_write=on_write, sync=synced, below=3,
+        hurry=hurried.is_set,
+    )  # fmt: skip
+    assert (tmp_path / "f").read_bytes() == blob and crc == zlib.crc32(blob)
+    assert len(levels) == 64  # one call per chunk: none written twice, none skipped
+    assert levels[0] == low and mine in levels, levels
+    assert syncing == [mine]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+
+
+def test_a_lowered_sync_hurried_midway_is_run_again_at_the_callers_priority(
+    tmp_path: Path,
+) -> None:
+    """The sync of a background write started lowered; a flush arrives while it runs: a
+    second sync at the process's priority runs beside it, and an error of either is
+    raised."""
+    plan = pwrite.FilePlan()
+    plan.write(bytearray(1 << 16))
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    low = min(19, mine + 3)
+    assert low != mine, "the test process must run below nice 19"
+    for failing in (None, low, mine):
+        hurried, second = threading.Event(), threading.Event()
+        levels: list[int] = []
+
+        def sync(levels: list[int] = levels, hurried=hurried, second=second, failing=failing):
+            level = os.getpriority(os.PRIO_PROCESS, 0)
+            levels.append(level)
+            if level == low:
+                hurried.set()
+                assert second.wait(10), "no sync at the caller's priority came"
+            else:
+                second.set()
+            if level == failing:
+                raise OSError(errno.EIO, "Input/output error")
+
+        if failing is None:
+            pwrite.write_parallel(tmp_path / "f", plan, 2, 4096, sync=sync, below=3,
+                                  hurry=hurried.is_set)  # fmt: skip
+        else:
+            with pytest.raises(OSError, match="Input/output"):
+                pwrite.write_parallel(tmp_path / "f", plan, 2, 4096, sync=sync, below=3,
+                                      hurry=hurried.is_set)  # fmt: skip
+        assert sorted(levels) == sorted([low, mine]), (failing, levels)
