@@ -56,6 +56,10 @@ class Capacity:
         for gi, (s, e) in enumerate(self.ranges):
             self.hist[gi, self.dpn[gi]] = e - s
         self.free_devices = np.array([g.num_devices for g in cluster.groups], dtype=np.int64)
+        self._full: dict[int, tuple] = {}
+        """Group -> (version, its whole free nodes, their leaves, the lowest leaf, nodes
+        per leaf): what `_whole_nodes` derives from `avail`, kept until the group changes."""
+        self._groups_of: dict[tuple[str, ...], list[int]] = {}  # chip types -> their groups
         self.groups_of_chip: dict[str, list[int]] = {}
         for gi, chip in enumerate(self.chips):
             self.groups_of_chip.setdefault(chip, []).append(gi)
@@ -71,14 +75,20 @@ class Capacity:
 
     def versions(self, chips: tuple[str, ...]) -> tuple[int, ...]:
         """Capacity versions of every group of `chips`: equal tuples, same capacity."""
+        groups = self._groups_of.get(chips)
+        if groups is None:
+            groups = self._groups_of[chips] = [g for c in chips for g in self.groups_of_chip[c]]
         v = self.version
-        return tuple(v[g] for c in chips for g in self.groups_of_chip[c])
+        return tuple([v[g] for g in groups])
 
     def whole_free_nodes(self, g: int) -> int:
         return int(self.hist[g, self.dpn[g]])
 
     def chip_free(self, chip: str) -> int:
-        return int(sum(self.free_devices[g] for g in self.groups_of_chip.get(chip, ())))
+        groups = self.groups_of_chip.get(chip, ())
+        if len(groups) == 1:  # the usual case: one group per chip type
+            return int(self.free_devices[groups[0]])
+        return int(sum(self.free_devices[g] for g in groups))
 
     # ---- placement --------------------------------------------------------------------
     def place(
@@ -90,7 +100,7 @@ class Capacity:
         d = self.dpn[g]
         if devices < d:
             node = self._best_fit(g, devices)
-            return Allocation(g, np.array([node]), np.array([devices], dtype=np.int32))
+            return Allocation(g, np.array([node]), np.array([devices], dtype=np.int32), devices)
         whole, rest = divmod(devices, d)
         nodes = self._whole_nodes(g, whole + (1 if rest else 0), prefer_leaves)
         if nodes is None:
@@ -98,7 +108,7 @@ class Capacity:
         counts = np.full(len(nodes), d, dtype=np.int32)
         if rest:
             counts[-1] = rest
-        return Allocation(g, nodes, counts)
+        return Allocation(g, nodes, counts, devices)
 
     def _best_fit(self, g: int, devices: int) -> int:
         s, e = self.ranges[g]
@@ -106,14 +116,25 @@ class Capacity:
         level = devices + int(np.flatnonzero(self.hist[g, devices:])[0])
         return s + int(np.flatnonzero(av == level)[0])
 
-    def _whole_nodes(self, g: int, k: int, prefer: np.ndarray | None) -> np.ndarray | None:
+    def _free_nodes(self, g: int) -> tuple:
+        """(whole free nodes of group `g` as offsets in it, their leaf switches, the lowest
+        of those, whole free nodes per leaf from it), recomputed only when `g` changed."""
+        known = self._full.get(g)
+        if known is not None and known[0] == self.version[g]:
+            return known[1:]
         s, e = self.ranges[g]
         full = np.flatnonzero(self.avail[s:e] == self.dpn[g])
+        leaves = self.leaf[s:e][full]
+        base = int(leaves.min()) if len(full) else 0
+        counts = np.bincount(leaves - base)
+        self._full[g] = (self.version[g], full, leaves, base, counts)
+        return full, leaves, base, counts
+
+    def _whole_nodes(self, g: int, k: int, prefer: np.ndarray | None) -> np.ndarray | None:
+        s = self.ranges[g][0]
+        full, leaves, base, counts = self._free_nodes(g)
         if len(full) < k:
             return None
-        leaves = self.leaf[s:e][full]
-        base = int(leaves.min())
-        counts = np.bincount(leaves - base)
         score = counts.astype(np.int64)
         if prefer is not None and len(prefer):
             boost = np.zeros_like(score)

@@ -54,6 +54,7 @@ class Scheduler:
         self.hold_s: dict[int, tuple[float, float]] = {}  # group -> (mean hold, when seen)
         self.waited: dict[str, float] = {}  # chip -> device-seconds its pending work waited
         self._demand: dict[str, int] | None = None
+        self._spare_targets: tuple[SchedulerConfig, list[int]] | None = None
         self.peak_ahead: dict[tuple[str, int, int], float] = {}
         """(service, profile step, steps ahead) -> peak load (`growth.service_need`)."""
 
@@ -213,8 +214,14 @@ class Scheduler:
         return out
 
     def _keep_spares(self) -> None:
-        for g in range(len(self.cluster.groups)):
-            self.cap.reserve_spares(g, self.spare_target(g))
+        known = self._spare_targets
+        if known is None or known[0] is not self.config:  # fixed by the config: once
+            known = self._spare_targets = (
+                self.config,
+                [self.spare_target(g) for g in range(len(self.cluster.groups))],
+            )
+        for g, target in enumerate(known[1]):
+            self.cap.reserve_spares(g, target)
 
     def spare_target(self, g: int) -> int:
         """Hot spares group `g` holds: enough to cover the hardware faults expected in it

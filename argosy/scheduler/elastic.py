@@ -163,17 +163,29 @@ def grow(sched, now: float) -> None:
         and a.devices < int(w.max_devices * over)
         and w.resize_stall_s <= budget * max(0.0, now - w.started_s)
     ]  # fmt: skip
-    cands.sort(key=lambda w: (-w.priority, w.devices / w.max_devices, w.id))
+    cands.sort(key=lambda w: (-w.priority, w.alloc.devices / w.max_devices, w.id))
     need: dict[tuple[str, float], int] = {}
+    # growth changes neither the learnt hold times nor the services: one set of options
+    # per group and chip serves every candidate on it
+    per_group: dict[tuple[int, str], list[tuple[float, int]]] = {}
     for w in cands:
-        g = w.alloc.group
-        hold = growth.expected_hold_s(sched, g, now)
-        options = []  # (hold of the increment, devices reserved for services and pending)
-        for ahead, credit in growth.lookaheads(sched, hold):
-            if (w.chip, ahead) not in need:
-                need[w.chip, ahead] = growth.service_need(sched, w.chip, now, ahead)
-            options.append((credit, need[w.chip, ahead] + demand.get(w.chip, 0)))
+        options = per_group.get((w.alloc.group, w.chip))
+        if options is None:
+            options = per_group[w.alloc.group, w.chip] = _options(sched, w, now, demand, need)
         _grow_one(sched, w, now, growth.max_size(sched, w), options)
+
+
+def _options(sched, w: Workload, now: float, demand: dict[str, int], need: dict) -> list:
+    """(hold of the increment, devices reserved for services and pending work) for each
+    horizon growth considers on `w`'s group (`growth.lookaheads`); `need` memoises the
+    services' need per (chip, horizon)."""
+    hold = growth.expected_hold_s(sched, w.alloc.group, now)
+    options = []
+    for ahead, credit in growth.lookaheads(sched, hold):
+        if (w.chip, ahead) not in need:
+            need[w.chip, ahead] = growth.service_need(sched, w.chip, now, ahead)
+        options.append((credit, need[w.chip, ahead] + demand.get(w.chip, 0)))
+    return options
 
 
 def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
@@ -181,19 +193,19 @@ def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
     capacity beyond `reserve` (what services need within `hold`, and pending work) is
     expected to be held `hold` seconds; the largest increment that pays is taken."""
     cap, tree = sched.cap, sched.tree
-    g, chip = w.alloc.group, w.chip
+    g, chip, size = w.alloc.group, w.chip, w.alloc.devices
     d = cap.dpn[g]
-    most = min(limit - w.devices, cap.whole_free_nodes(g) * d)
+    most = min(limit - size, cap.whole_free_nodes(g) * d)
     if sched.policy.quotas:
         most = min(most, tree.headroom(w.queue, chip))
     free = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
-    add, smallest = 0, max(d, w.devices // 20)
+    add, smallest = 0, max(d, size // 20)
     for hold, reserve in options:
         n = (min(most, free - reserve) // d) * d
         if n <= add or n < smallest or not growth.pays(sched, w, n, hold):
             continue
         if growth.within_budget(  # this grow and the shrink after it
-            sched, w, now, sum(growth.round_trip_s(sched, w, w.devices, w.devices + n))
+            sched, w, now, sum(growth.round_trip_s(sched, w, size, size + n))
         ):
             add = n
     if add <= 0:
@@ -201,7 +213,7 @@ def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
     free_for_q = cap.chip_free(chip) - tree.reserved_for_others(w.queue, chip)
     lent = max(0, add - max(0, free_for_q))
     borrowed = tree.borrowed_if(w.queue, chip, add)
-    placed = cap.place(g, add, prefer_leaves=np.unique(cap.leaf[w.alloc.nodes]))
+    placed = cap.place(g, add, prefer_leaves=cap.leaf[w.alloc.nodes])  # repeats do no harm
     if placed is None:
         return
     cap.take(placed)
@@ -211,6 +223,7 @@ def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
         g,
         np.concatenate([w.alloc.nodes, placed.nodes]),
         np.concatenate([w.alloc.counts, placed.counts]),
+        before + placed.devices,
     )
     w.lent += lent
     w.borrowed += borrowed

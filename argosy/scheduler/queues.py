@@ -84,6 +84,10 @@ class QueueTree:
         children = {p for p in parents if p >= 0}
         self.leaves = [n for i, n in enumerate(names) if i not in children]
         self.ancestors = {n: np.array(self._chain(self.index[n])) for n in names}
+        self.chain = {n: tuple(self._chain(self.index[n])) for n in names}
+        """Leaf-to-root row indices of each queue, as Python ints (scalar loops)."""
+        self._unused: dict[int, int] = {}
+        """Chip column -> unused guarantees of all queues, summed (until `add` changes it)."""
 
     def _chain(self, i: int) -> list[int]:
         out = []
@@ -130,15 +134,21 @@ class QueueTree:
     def reserved_for_others(self, queue: str, chip: str) -> int:
         """Unused guarantees of every other queue on `chip` (not free for `queue`)."""
         c = self.chip_index[chip]
-        unused = np.maximum(self.guarantee[:, c] - self.usage[:, c], 0)
-        own = unused[self.index[queue]]
-        return int(unused.sum() - own)
+        total = self._unused.get(c)
+        if total is None:  # summed once per change of the column's usage
+            total = self._unused[c] = int(
+                np.maximum(self.guarantee[:, c] - self.usage[:, c], 0).sum()
+            )
+        i = self.index[queue]
+        return total - max(0, int(self.guarantee[i, c]) - int(self.usage[i, c]))
 
     def borrowed_if(self, queue: str, chip: str, devices: int) -> int:
         """Devices of a `devices` request that would sit above some ancestor's nominal."""
-        anc, c = self.ancestors[queue], self.chip_index[chip]
-        over = self.usage[anc, c] + devices - self.nominal[anc, c]
-        return int(np.clip(over, 0, devices).max())
+        c, usage, nominal = self.chip_index[chip], self.usage, self.nominal
+        return max(
+            min(max(int(usage[i, c]) + devices - int(nominal[i, c]), 0), devices)
+            for i in self.chain[queue]
+        )
 
     def within_nominal(self, queue: str, chip: str, devices: int) -> bool:
         """Whether the leaf queue stays within its own nominal share with `devices` more:
@@ -147,7 +157,10 @@ class QueueTree:
         return bool(self.usage[i, c] + devices <= self.nominal[i, c])
 
     def add(self, queue: str, chip: str, devices: int) -> None:
-        self.usage[self.ancestors[queue], self.chip_index[chip]] += devices
+        c, usage = self.chip_index[chip], self.usage
+        for i in self.chain[queue]:  # a few rows: scalar updates beat fancy indexing
+            usage[i, c] += devices
+        self._unused.pop(c, None)
 
     def share(self, queue: str, *, throughput: bool = False) -> float:
         """The queue's share over its nominal, divided by its weight: dominant share (max

@@ -45,7 +45,7 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Alloc
     # a training queue taking back its share is not gated (evaluation waits for it to pay)
     owed = (entitled and w.kind in TRAINING_KINDS) or not sched.policy.elastic
     shrink = _shrinkable(sched, w, g, urgent)
-    releasable = sum(v.devices - v.min_devices for v in shrink)
+    releasable = sum(v.alloc.devices - v.min_devices for v in shrink)
     evict = None  # found only when shrinking cannot be enough (the scan is the cost)
     if releasable + free < n:
         evict = _victims(sched, w, g, now, urgent, entitled)
@@ -58,7 +58,8 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Alloc
         missing = max(missing, batch)
     elif sched.policy.batch_reclaim:  # the service's whole shortfall in one stall
         missing = max(missing, want - int(sched.cap.free_devices[g]))
-    shrink.sort(key=lambda v: _shrink_order(sched, v, d, missing))
+    memo: dict[tuple, float] = {}  # many jobs share a state, size and floor
+    shrink.sort(key=lambda v: _shrink_order(sched, v, d, missing, memo))
     for v in shrink:
         nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
         if nodes <= 0:
@@ -139,15 +140,22 @@ def _shrinkable(sched, w, g, urgent) -> list[Workload]:
     return out
 
 
-def _shrink_order(sched, v: Workload, d: int, missing: int) -> tuple:
+def _shrink_order(sched, v: Workload, d: int, missing: int, memo: dict | None = None) -> tuple:
     """Cheapest first: lent and overgrown increments, then by priority, then the fewest
     device-seconds stalled per device freed (the resize cost of the job's size and state
-    times what it keeps, over what it gives: `missing` at most)."""
-    nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
-    freed = max(1, nodes * d)
-    keep = v.devices - freed
-    per_device = growth.resize_cost(sched, v, v.devices, keep) * keep / freed
-    return (v.lent == 0, v.devices <= v.max_devices, v.priority, per_device, v.id)
+    times what it keeps, over what it gives: `missing` at most). `memo` keeps that cost
+    per (state bytes, size, minimum size) over one sort."""
+    devices = v.alloc.devices  # an elastic training job: what its allocation holds
+    key = (v.state_bytes, devices, v.min_devices)
+    per_device = memo.get(key) if memo is not None else None
+    if per_device is None:
+        nodes = min((devices - v.min_devices) // d, max(1, -(-missing // d)))
+        freed = max(1, nodes * d)
+        keep = devices - freed
+        per_device = growth.resize_cost(sched, v, devices, keep) * keep / freed
+        if memo is not None:
+            memo[key] = per_device
+    return (v.lent == 0, devices <= v.max_devices, v.priority, per_device, v.id)
 
 
 def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:

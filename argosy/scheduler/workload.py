@@ -35,10 +35,11 @@ class Allocation:
     nodes: np.ndarray
     counts: np.ndarray
     devices: int = -1
-    """Total devices (computed from `counts`)."""
+    """Total devices (computed from `counts` unless the caller gives it)."""
 
     def __post_init__(self) -> None:
-        self.devices = int(self.counts.sum())
+        if self.devices < 0:
+            self.devices = int(self.counts.sum())
 
 
 @dataclass(eq=False, slots=True)

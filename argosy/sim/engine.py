@@ -379,7 +379,7 @@ class Simulation:
         if a is None or len(a.nodes) < 2:
             return 0.0
         cap = self.sched.cap
-        used = len(np.unique(cap.leaf[a.nodes]))
+        used = len(set(cap.leaf[a.nodes].tolist()))
         per_leaf = self.per_leaf.get(a.group)
         if per_leaf is None:  # the topology is fixed: once per group
             s, e = cap.ranges[a.group]
@@ -390,7 +390,7 @@ class Simulation:
     def _spread(self, w: Workload) -> None:
         if w.alloc is None or len(w.alloc.nodes) < 2:
             return
-        leaves = len(np.unique(self.sched.cap.leaf[w.alloc.nodes]))
+        leaves = len(set(self.sched.cap.leaf[w.alloc.nodes].tolist()))
         self.acc.leaf_spread.append((1 - 0.05 * (leaves - 1) / leaves, w.alloc.devices))
 
     def _finish(self) -> None:

@@ -61,11 +61,20 @@ class PlanCosts:
 
     def __init__(self, seq_len: int = SEQ_LEN) -> None:
         self.seq_len = seq_len
+        self._known: dict[tuple[str, str, int, bool], tuple[float, float]] = {}
 
     def efficiency(
         self, model: str, chip: str, devices: int, *, stock: bool
     ) -> tuple[float, float]:
-        """(single-chip efficiency, parallel scaling) of `model` on `devices` x `chip`."""
+        """(single-chip efficiency, parallel scaling) of `model` on `devices` x `chip`
+        (remembered per question: a job starts or resizes thousands of times a day)."""
+        key = (model, chip, devices, stock)
+        known = self._known.get(key)
+        if known is None:
+            known = self._known[key] = self._efficiency(model, chip, devices, stock)
+        return known
+
+    def _efficiency(self, model: str, chip: str, devices: int, stock: bool) -> tuple[float, float]:
         top = max(8, 1 << max(0, round(math.log2(max(devices, 1)))))
         sizes = [1 << k for k in range(3, int(math.log2(top)) + 1)]
         mfus = [_mfu(model, chip, n, stock, self.seq_len) for n in sizes]
