@@ -103,7 +103,6 @@ def worker(peer: str, gb: float, repeats: int, device: str = "cpu") -> dict:
         state = make_state(gb, device)
         # the floors: same process, same moment as the peer
         floors = disk_floor(nbytes(state), work, min(repeats, 2))
-        os.environ["BENCH_FLOOR_WRITERS"] = str(floors["disk_floor_writers"])
         floors["floor_s"] = memcpy_floor(list(state["model"].values()), repeats)
         result = RUNNERS[peer](state, work, repeats)
         result["gb"] = nbytes(state) / 2**30
@@ -167,8 +166,11 @@ def _row(r: dict) -> list[str]:
 
 def _note(r: dict) -> str:
     notes = [f"slots={r['slots']}"] if "slots" in r else []
-    if "disk_floor_writers" in r:
-        notes.append(f"floor: {r['disk_floor_writers']} writer(s)")
+    if "disk_floor_by_writers" in r:
+        by = ", ".join(f"{w}: {t:.2f} s" for w, t in r["disk_floor_by_writers"].items())
+        notes.append(f"start-up floor by writers {by}")
+    if "writers" in r:
+        notes.append(f"bracket floors: {r['writers']} writer(s), as argosy's")
     return ", ".join(notes)
 
 
@@ -252,11 +254,23 @@ def ratios(peers: dict[str, dict]) -> list[str]:
     for label, peer, key in PAIRED:
         p = peers.get(peer, {}).get(key)
         if p:
-            out.append(
-                f"{label}: median {p['median']:.2f} over {p['pairs']} pairs"
-                f" (lowest {p['low']:.2f}, highest {p['high']:.2f})"
-            )
+            out.append(f"{label}: {_pairs(p)}")
     return out + _dlrover_synced(a, peers.get("dlrover", {})) + _duel(peers.get("duel", {}))
+
+
+def _pairs(p: dict) -> str:
+    """Per-pair ratios: median over n (lowest, highest); for a bracket (floor, save, floor),
+    over the two floors' mean, then over the faster floor, and the floors' drift."""
+    line = f"median {p['median']:.2f} over {p['pairs']} pairs ({p['low']:.2f}-{p['high']:.2f})"
+    if "over_faster" in p:
+        f, d = p["over_faster"], p["drift"]
+        line = (
+            f"{line} over the mean of the floors before and after; over the faster of the two"
+            f" {f['median']:.2f} ({f['low']:.2f}-{f['high']:.2f}), over the one before"
+            f" {p['over_before']['median']:.2f}, after {p['over_after']['median']:.2f};"
+            f" floor after / before {d['median']:.2f} ({d['low']:.2f}-{d['high']:.2f})"
+        )
+    return line
 
 
 def _spread(xs: list[float]) -> str:
@@ -267,15 +281,12 @@ def _duel(d: dict) -> list[str]:
     """The duel's lines: both over their floors, and head to head, round by round."""
     if "head_to_head" not in d:
         return []
-    a, s = d["durable_pairs"], d["synced_pairs"]
     return [
-        f"duel, argosy time to durable / disk floor, per pair: median {a['median']:.2f}"
-        f" ({a['low']:.2f}-{a['high']:.2f})",
-        f"duel, DLRover with its file fsynced / disk floor, per pair: median {s['median']:.2f}"
-        f" ({s['low']:.2f}-{s['high']:.2f})",
+        f"duel, argosy time to durable / disk floor: {_pairs(d['durable_pairs'])}",
+        f"duel, DLRover with its file fsynced / disk floor: {_pairs(d['synced_pairs'])}",
         "duel, argosy time to durable / DLRover's with its file fsynced, same round"
         f" (target <= 1.0): {_spread(d['head_to_head'])}",
-        "duel, the same, each over the floor written just before it:"
+        "duel, the same, each over the mean of its two floors:"
         f" {_spread(d['head_to_head_over_floors'])}",
     ]
 

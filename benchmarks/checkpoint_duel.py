@@ -6,24 +6,31 @@
 The two peers of checkpoint_peers.py run in separate workers, minutes apart, and on a
 shared machine the disk floor swings more between minutes than the gap between them. Here
 both checkpointers hold the same state in one worker, and each round runs, in an order
-that alternates between rounds: [a disk floor, DLRover DISK save + fsync of its file and
-directory] and [a disk floor, argosy save to durable]. Each save is timed from its call;
-each is paired with the floor written just before it, and the round's two saves compare
-directly (`argosy / DLRover`, seconds apart). Before each floor, each peer's disk holds
-its two newest steps only (argosy prunes after answering the flush; DLRover's older files
-are deleted here, untimed), so every write lands in page cache freed just before it.
+that alternates between rounds: [floor, DLRover DISK save + fsync of its file and
+directory, floor] and [floor, argosy save to durable, floor]. Each save is timed from its
+call and bracketed by the floors written just before and after it (the disk settled
+before each timed write, `checkpoint_floors.bracket_ratios`); the round's two saves also
+compare directly (`argosy / DLRover`, seconds apart). Each peer's disk holds its two
+newest steps when its bracket starts, and deletes the step two back between the save and
+the second floor (argosy prunes after answering the flush; DLRover's older file is
+deleted here, untimed).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint_floors import floor_buffer, pair_ratios, write_once
+from checkpoint_floors import (
+    bracket_ratios,
+    bracket_writers,
+    floor_buffer,
+    settle_disk,
+    settled_floor,
+)
 from checkpoint_peers import (
     _dlrover_checkpointer,
     bench_job,
@@ -79,18 +86,25 @@ def duel(state: dict, work: Path, repeats: int) -> dict:
     except ImportError as err:
         return {"missing": f"dlrover not installed ({err}); pip install -e '.[bench]'"}
     ar_save, close = _argosy_saver(state, work / "argosy")
-    buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
-    dl_pairs, ar_pairs, rounds = [], [], []
+    buffer, writers = floor_buffer(nbytes(state)), bracket_writers()
+    dl_brackets, ar_brackets, rounds = [], [], []
 
-    def dl_turn(step: int) -> tuple[float, float]:
+    def floor() -> float:
+        return settled_floor(work / "floor.bin", buffer, writers)
+
+    def dl_turn(step: int) -> tuple[float, float, float]:
+        before = floor()
+        settle_disk()
+        saved = dl_save(step)
         (work / "dlrover" / f"{step - 2}.pt").unlink(missing_ok=True)
-        floor = write_once(work / "floor.bin", buffer, writers)
-        return floor, dl_save(step)
+        return before, saved, floor()
 
-    def ar_turn(step: int) -> tuple[float, float]:
+    def ar_turn(step: int) -> tuple[float, float, float]:
+        before = floor()
+        settle_disk()
+        saved = ar_save(step)
         wait_pruned(work / "argosy", keep=2)
-        floor = write_once(work / "floor.bin", buffer, writers)
-        return floor, ar_save(step)
+        return before, saved, floor()
 
     try:
         for step in range(1, repeats + 2):
@@ -99,21 +113,26 @@ def duel(state: dict, work: Path, repeats: int) -> dict:
             else:
                 ar, dl = ar_turn(step), dl_turn(step)
             if step > 1:  # the first round warms both (DLRover's first disk write, argosy's)
-                dl_pairs.append(dl)
-                ar_pairs.append(ar)
+                dl_brackets.append(dl)
+                ar_brackets.append(ar)
                 rounds.append((dl[1], ar[1]))
     finally:
         close()
     head_to_head = sorted(a / d for d, a in rounds)
     normalized = sorted(
-        (a / fa) / (d / fd) for (fd, d), (fa, a) in zip(dl_pairs, ar_pairs, strict=True)
+        (a / (fa + ga)) / (d / (fd + gd))
+        for (fd, d, gd), (fa, a, ga) in zip(dl_brackets, ar_brackets, strict=True)
     )
     return {
         "durable_s": statistics.median(a for _, a in rounds),
         "synced_s": statistics.median(d for d, _ in rounds),
-        "disk_floor_s": statistics.median(f for f, _ in dl_pairs + ar_pairs),
-        "durable_pairs": pair_ratios(ar_pairs),
-        "synced_pairs": pair_ratios(dl_pairs),
+        "disk_floor_s": statistics.median(
+            f for b in dl_brackets + ar_brackets for f in (b[0], b[2])
+        ),
+        "durable_pairs": bracket_ratios(ar_brackets),
+        "synced_pairs": bracket_ratios(dl_brackets),
         "head_to_head": head_to_head,
         "head_to_head_over_floors": normalized,
+        "disk_brackets": {"argosy": ar_brackets, "dlrover": dl_brackets},
+        "writers": writers,
     }

@@ -11,7 +11,19 @@
 Both are measured inside each peer's worker process, just before the peer runs, so a
 peer and its floors see the same moment of a shared machine; the headline ratios come
 from pairs instead (`pair_ratios`): a floor measured right before each save, and the
-median of the per-pair ratios.
+median of the per-pair ratios. For durable saves, a floor on both sides of each save
+(`bracket_ratios`: floor, save, floor), the save over the two floors' mean (the disk's
+speed at the save's moment, however it drifts between them) and over the faster of the
+two (the strict lower bound), so that one slow floor can neither flatter nor punish it.
+
+Before each timed disk write (a floor or a save) the disk is settled (`settle_disk`:
+`sync()`, then a wait until it has nothing in flight), so no timed write shares the disk
+with writeback left by the one before it. The floors of a bracket are written with the
+writer count of argosy's shard writer (`pwrite.default_writers()`, like for like); the
+worker's start-up floor (`disk_floor`) records the best of 1, 2 and 4 writers beside it.
+What the `discard` mount option costs was measured (checkpoint_probe.py `discard`): the
+trim of a deleted 1 GB file runs inside its `unlink` (1,024 MB discarded during the call,
+none during the next floor), which no floor or save times.
 """
 
 from __future__ import annotations
@@ -74,6 +86,52 @@ def pair_ratios(pairs: list[tuple[float, float]]) -> dict[str, float]:
             "pairs": len(ratios)}  # fmt: skip
 
 
+DISK = os.environ.get("BENCH_DISK", "vda")
+"""The block device of the checkpoint's file system, as /proc/diskstats names it."""
+
+
+def disk_counters() -> dict[str, int]:
+    """The disk's cumulative counters (0 where it is not found): bytes written, bytes
+    discarded, writes and discards in flight."""
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 17 and f[2] == DISK:
+            return {"written": int(f[9]) * 512, "discarded": int(f[16]) * 512,
+                    "in_flight": int(f[11])}  # fmt: skip
+    return {"written": 0, "discarded": 0, "in_flight": 0}
+
+
+def settle_disk(quiet_s: float = 0.2, timeout_s: float = 3.0) -> float:
+    """`sync()`, then wait until the disk has nothing in flight and its written and
+    discarded bytes have not moved for `quiet_s`, at most `timeout_s` (other processes
+    may write all along); returns the seconds waited. Not part of any timing."""
+    t0 = time.perf_counter()
+    os.sync()
+    last, still = disk_counters(), time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        time.sleep(0.02)
+        now = disk_counters()
+        if now != last or now["in_flight"]:
+            last, still = now, time.perf_counter()
+        elif time.perf_counter() - still >= quiet_s:
+            break
+    return time.perf_counter() - t0
+
+
+def bracket_ratios(brackets: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Per-save ratios from (floor before, save, floor after), each taken back to back:
+    `pair_ratios` of the save over the mean of its two floors (the headline), and the
+    same over the faster floor, the floor before, the floor after; `drift`: floor after
+    over floor before (1.0 when the disk kept its speed across the save)."""
+    out: dict[str, Any] = dict(pair_ratios([((a + b) / 2, s) for a, s, b in brackets]))
+    if out:
+        out["over_faster"] = pair_ratios([(min(a, b), s) for a, s, b in brackets])
+        out["over_before"] = pair_ratios([(a, s) for a, s, _ in brackets])
+        out["over_after"] = pair_ratios([(b, s) for _, s, b in brackets])
+        out["drift"] = pair_ratios([(a, b) for a, _, b in brackets])
+    return out
+
+
 def write_phases(path: Path, buffer: memoryview, writers: int) -> tuple[float, float]:
     """Write `buffer` to `path` with `writers` threads in DISK_CHUNK pieces, then fsync it;
     returns (write seconds, fsync seconds). The file is left in place."""
@@ -121,4 +179,18 @@ def disk_floor(size: int, work: Path, repeats: int) -> dict[str, Any]:
             by_writers[writers].append(write_once(work / "floor.bin", view, writers))
     medians = {w: statistics.median(ts) for w, ts in by_writers.items()}
     best = min(medians, key=medians.__getitem__)
-    return {"disk_floor_s": medians[best], "disk_floor_writers": best}
+    return {"disk_floor_s": medians[best], "disk_floor_writers": best,
+            "disk_floor_by_writers": medians}  # fmt: skip
+
+
+def bracket_writers() -> int:
+    """The writer count of a bracket's floors: that of argosy's shard writer."""
+    from argosy.checkpoint import pwrite
+
+    return pwrite.default_writers()
+
+
+def settled_floor(path: Path, buffer: memoryview, writers: int) -> float:
+    """A disk floor (`write_once`) on a settled disk."""
+    settle_disk()
+    return write_once(path, buffer, writers)

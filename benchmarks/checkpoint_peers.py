@@ -5,8 +5,9 @@ times into the directory `work` and returns medians in seconds under the keys th
 tabulates (`stall_s`, `durable_s`, `memory_restore_s`, `disk_restore_s`, ...) and, for
 argosy and DLRover, per-pair ratios against a floor measured just before each save
 (`*_pairs`, from `checkpoint_floors.pair_ratios`). A peer that cannot run here returns
-`{"missing": why}`. Each runs alone in a worker process (the driver's `--worker`), which
-exports `BENCH_FLOOR_WRITERS`: the writer count of the disk floor measured in that process.
+`{"missing": why}`. Each runs alone in a worker process (the driver's `--worker`). Durable
+saves of argosy and DLRover are bracketed: a disk floor before and after each
+(`checkpoint_floors.bracket_ratios`), the disk settled before each timed write.
 
 - torch_save: `torch.save` to a file, then fsync.
 - dcp_save: `torch.distributed.checkpoint.save` (no process group), then every file fsynced.
@@ -26,7 +27,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from checkpoint_floors import copy_buffer, copy_once, floor_buffer, pair_ratios, write_once
+from checkpoint_floors import (
+    bracket_ratios,
+    bracket_writers,
+    copy_buffer,
+    copy_once,
+    floor_buffer,
+    pair_ratios,
+    settle_disk,
+    settled_floor,
+)
 
 TENSOR_MB = 64
 
@@ -211,9 +221,9 @@ def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
     framing) and fsyncs only its tracker file (`dlrover_latest.txt`): `durable_s` is the
     save call to the tracker naming the step, with the state still in the page cache.
     `synced_s` adds what makes the state itself durable: an fsync of that file and of its
-    directory, timed from the same save call. The files of all but the newest two steps
-    are deleted before each pair (argosy keeps two), outside the timing, so that the floor
-    and the save both write into page cache freed just before them."""
+    directory, timed from the same save call. Each DISK save is bracketed by two floors;
+    the step two back is deleted between the save and the second floor (where argosy's
+    prune falls), outside the timing, so each holds two steps when a bracket starts."""
     try:
         from dlrover.trainer.torch.flash_checkpoint.ddp import StorageType
 
@@ -234,23 +244,25 @@ def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
             stall_pairs.append((floor, stall))
         else:
             dst = copy_buffer(tensors)
-    buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
+    buffer, writers = floor_buffer(nbytes(state)), bracket_writers()
     tracker = work / "dlrover_latest.txt"
     for r in range(repeats + 1, 2 * repeats + 1):
-        (work / f"{r - 2}.pt").unlink(missing_ok=True)  # keep two steps, as argosy does
-        floor = write_once(work / "floor.bin", buffer, writers)  # the pair's disk floor
+        floor = settled_floor(work / "floor.bin", buffer, writers)  # the bracket's first
+        settle_disk()
         t0 = time.perf_counter()
         ckpt.save_checkpoint(r, state, str(work / f"{r}.pt"), storage_type=StorageType.DISK)
         while not (tracker.exists() and tracker.read_text().strip() == str(r)):
             time.sleep(0.002)
         durables.append(time.perf_counter() - t0)
-        durable_pairs.append((floor, durables[-1]))
         written = work / f"{r}.pt"
         file_bytes.append(written.stat().st_size)  # raises if DLRover wrote elsewhere
         fsync_with_dir(written)
         synced.append(time.perf_counter() - t0)
         fsyncs.append(synced[-1] - durables[-1])
-        synced_pairs.append((floor, synced[-1]))
+        (work / f"{r - 2}.pt").unlink(missing_ok=True)  # keeps two steps, as argosy prunes
+        after = settled_floor(work / "floor.bin", buffer, writers)
+        durable_pairs.append((floor, durables[-1], after))
+        synced_pairs.append((floor, synced[-1], after))
     for _ in range(repeats):
         t0 = time.perf_counter()
         loaded = ckpt.load_checkpoint()
@@ -261,10 +273,11 @@ def peer_dlrover(state: dict, work: Path, repeats: int) -> dict:
         "durable_s": med(durables),
         "memory_restore_s": med(mem_loads),
         "stall_pairs": pair_ratios(stall_pairs),
-        "durable_pairs": pair_ratios(durable_pairs),
+        "durable_pairs": bracket_ratios(durable_pairs),
         "synced_s": med(synced),
         "synced_fsync_s": med(fsyncs),
-        "synced_pairs": pair_ratios(synced_pairs),
+        "synced_pairs": bracket_ratios(synced_pairs),
+        "disk_brackets": durable_pairs,
         "file_bytes": max(file_bytes),
     }
 
@@ -326,11 +339,12 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         ckpt.before_optimizer_step()
         overlapped.append(stall + time.perf_counter() - t1)
         ckpt.wait()
-    buffer, writers = floor_buffer(nbytes(state)), int(os.environ["BENCH_FLOOR_WRITERS"])
+    buffer, writers = floor_buffer(nbytes(state)), bracket_writers()
     floors = []
     for r in range(2 * repeats + 1, 3 * repeats + 1):
         wait_pruned(work, keep=2)
-        floors.append(write_once(work / "floor.bin", buffer, writers))  # the pair's floor
+        before = settled_floor(work / "floor.bin", buffer, writers)  # the bracket's first
+        settle_disk()
         t0 = time.perf_counter()
         ckpt.save(r, state)
         ckpt.before_optimizer_step()  # the snapshot is in memory: the persist starts
@@ -338,8 +352,11 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         ckpt.wait()
         durables.append(time.perf_counter() - t0)
         persists.append(time.perf_counter() - t1)
-        durable_pairs.append((floors[-1], durables[-1]))
-        persist_pairs.append((floors[-1], persists[-1]))
+        wait_pruned(work, keep=2)  # the prune after the flush, as before the first floor
+        after = settled_floor(work / "floor.bin", buffer, writers)
+        floors += [before, after]
+        durable_pairs.append((before, durables[-1], after))
+        persist_pairs.append((before, persists[-1], after))
     for _ in range(repeats):
         t0 = time.perf_counter()
         ckpt.load(into=state)
@@ -357,13 +374,15 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         "stall_overlap_s": med(overlapped),
         "durable_s": med(durables),
         "persist_s": med(persists),
-        "disk_floor_s": med(floors),  # interleaved with the durable saves
+        "disk_floor_s": med(floors),  # around the durable saves
         "memory_restore_s": med(mem_loads),
         "disk_restore_s": med(disk_loads),
         "slots": slots,
         "stall_pairs": pair_ratios(stall_pairs),
-        "durable_pairs": pair_ratios(durable_pairs),
-        "persist_pairs": pair_ratios(persist_pairs),
+        "durable_pairs": bracket_ratios(durable_pairs),
+        "persist_pairs": bracket_ratios(persist_pairs),
+        "disk_brackets": durable_pairs,
+        "writers": writers,
     }
 
 

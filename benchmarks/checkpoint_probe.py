@@ -9,6 +9,12 @@ Dirty around each phase), next to two floors (incompressible bytes; the state's 
 `page-cache`: a 1 GB write+fsync whose page cache must grow, against one written right
 after a 1 GB file was unlinked (both phases timed): why a pair's floor and its save must
 see the same deletions.
+`discard`: a 1 GB floor right after a 1 GB fsynced file was unlinked, against one after
+the same unlink once the disk is settled (`settle_disk`: sync, trims done), with the
+bytes the disk wrote and discarded during each phase: what the `discard` mount option
+costs the write that follows a deletion.
+
+    .venv/bin/python benchmarks/checkpoint_probe.py discard --n 4 --writers 2
 """
 
 from __future__ import annotations
@@ -21,7 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint_floors import floor_buffer, write_once, write_phases
+from checkpoint_floors import (
+    disk_counters,
+    floor_buffer,
+    settle_disk,
+    write_once,
+    write_phases,
+)
 from checkpoint_peers import make_state, nbytes
 
 DISK = os.environ.get("BENCH_DISK", "vda")
@@ -154,13 +166,53 @@ def page_cache(n: int, writers: int) -> None:
     work.rmdir()
 
 
+def discard(n: int, writers: int) -> None:
+    """1 GB floors right after a 1 GB unlink, unsettled and settled, in turns."""
+    work = Path(tempfile.mkdtemp(prefix="argosy-bench-discardprobe-"))
+    buf = floor_buffer(1 << 30)
+    try:
+        for i in range(2 * n):
+            settled = bool(i % 2)
+            write_once(work / "old.bin", buf, writers)  # fsynced, then unlinked:
+            settle_disk()  # its own trim done; now a fresh 1 GB deletion
+            old = work / "old2.bin"
+            write_phases(old, buf, writers)
+            settle_disk()
+            c = [disk_counters()]
+            t0 = time.perf_counter()
+            old.unlink()
+            unlink_s = time.perf_counter() - t0
+            c.append(disk_counters())
+            waited = settle_disk() if settled else 0.0
+            c.append(disk_counters())
+            w, f = write_phases(work / "floor.bin", buf, writers)
+            c.append(disk_counters())
+            time.sleep(3)
+            c.append(disk_counters())
+            (work / "floor.bin").unlink()
+            mb = {
+                k: [(y[k] - x[k]) >> 20 for x, y in zip(c, c[1:], strict=False)]
+                for k in ("written", "discarded")
+            }
+            print(json.dumps({
+                "after_unlink": "settled" if settled else "at once",
+                "unlink_s": round(unlink_s, 3), "settle_s": round(waited, 3),
+                "write_s": round(w, 3), "fsync_s": round(f, 3), "total_s": round(w + f, 3),
+                "mb_written_unlink_settle_floor_3s": mb["written"],
+                "mb_discarded_unlink_settle_floor_3s": mb["discarded"],
+            }), flush=True)  # fmt: skip
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["dlrover", "page-cache"])
+    parser.add_argument("what", choices=["dlrover", "page-cache", "discard"])
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--writers", type=int, default=4)
     args = parser.parse_args()
-    (dlrover_phases if args.what == "dlrover" else page_cache)(args.n, args.writers)
+    probes = {"dlrover": dlrover_phases, "page-cache": page_cache, "discard": discard}
+    probes[args.what](args.n, args.writers)
 
 
 if __name__ == "__main__":

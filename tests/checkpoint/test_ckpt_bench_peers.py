@@ -98,3 +98,17 @@ def test_a_worker_cleans_up_only_its_own_slots(tmp_path: Path) -> None:
     finally:
         other.unlink(missing_ok=True)
         mine.unlink(missing_ok=True)
+
+
+def test_a_save_is_taken_against_the_floors_on_both_sides() -> None:
+    """(floor before, save, floor after): the headline is the save over the two floors'
+    mean, beside it the save over the faster floor (the strict bound) and the drift."""
+    from checkpoint_floors import bracket_ratios
+
+    got = bracket_ratios([(1.0, 1.5, 2.0), (2.0, 2.0, 2.0), (4.0, 1.0, 1.0)])
+    assert got["median"] == 1.0 and got["pairs"] == 3  # 1.0, 1.0, 0.4
+    assert got["low"] == 0.4
+    assert got["over_faster"]["median"] == 1.0 and got["over_faster"]["high"] == 1.5
+    assert got["over_before"]["median"] == 1.0 and got["over_after"]["low"] == 0.75
+    assert got["drift"]["low"] == 0.25 and got["drift"]["high"] == 2.0
+    assert bracket_ratios([]) == {}
