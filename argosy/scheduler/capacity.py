@@ -173,14 +173,20 @@ class Capacity:
             self.version[g] += 1
             return
         usable = self.up[nodes] & ~self.spare[nodes]
-        nodes, delta = nodes[usable], delta[usable]
+        if not usable.all():
+            nodes, delta = nodes[usable], delta[usable]
         old = self.avail[nodes]
         new = old + delta
         assert (new >= 0).all() and (new <= self.cap[nodes]).all(), "capacity over/underflow"
         self.avail[nodes] = new
         hist = self.hist[g]
-        hist -= np.bincount(old, minlength=len(hist))
-        hist += np.bincount(new, minlength=len(hist))
+        if len(nodes) <= 8:  # a few nodes: a scalar loop beats two histograms
+            for before, after in zip(old.tolist(), new.tolist(), strict=True):
+                hist[before] -= 1
+                hist[after] += 1
+        else:
+            hist -= np.bincount(old, minlength=len(hist))
+            hist += np.bincount(new, minlength=len(hist))
         self.free_devices[g] += int(delta.sum())
         self.version[g] += 1
 

@@ -87,7 +87,7 @@ class QueueTree:
         self.chain = {n: tuple(self._chain(self.index[n])) for n in names}
         """Leaf-to-root row indices of each queue, as Python ints (scalar loops)."""
         self._unused: dict[int, int] = {}
-        """Chip column -> unused guarantees of all queues, summed (until `add` changes it)."""
+        """Chip column -> unused guarantees of all queues, summed once, then kept by `add`."""
 
     def _chain(self, i: int) -> list[int]:
         out = []
@@ -157,10 +157,15 @@ class QueueTree:
         return bool(self.usage[i, c] + devices <= self.nominal[i, c])
 
     def add(self, queue: str, chip: str, devices: int) -> None:
-        c, usage = self.chip_index[chip], self.usage
+        c, usage, guarantee = self.chip_index[chip], self.usage, self.guarantee
+        unused = self._unused.get(c)
         for i in self.chain[queue]:  # a few rows: scalar updates beat fancy indexing
+            if unused is not None:  # keep the column's unused guarantees in step
+                left = int(guarantee[i, c]) - int(usage[i, c])
+                unused += max(0, left - devices) - max(0, left)
             usage[i, c] += devices
-        self._unused.pop(c, None)
+        if unused is not None:
+            self._unused[c] = unused
 
     def share(self, queue: str, *, throughput: bool = False) -> float:
         """The queue's share over its nominal, divided by its weight: dominant share (max
