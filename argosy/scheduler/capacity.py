@@ -114,7 +114,7 @@ class Capacity:
         s, e = self.ranges[g]
         av = self.avail[s:e]
         level = devices + int(np.flatnonzero(self.hist[g, devices:])[0])
-        return s + int(np.flatnonzero(av == level)[0])
+        return s + int(np.argmax(av == level))  # the first node at that level
 
     def _free_nodes(self, g: int) -> tuple:
         """(whole free nodes of group `g` as offsets in it, their leaf switches, the lowest

@@ -145,10 +145,8 @@ class QueueTree:
     def borrowed_if(self, queue: str, chip: str, devices: int) -> int:
         """Devices of a `devices` request that would sit above some ancestor's nominal."""
         c, usage, nominal = self.chip_index[chip], self.usage, self.nominal
-        return max(
-            min(max(int(usage[i, c]) + devices - int(nominal[i, c]), 0), devices)
-            for i in self.chain[queue]
-        )
+        over = max([int(usage[i, c]) - int(nominal[i, c]) for i in self.chain[queue]])
+        return min(max(over + devices, 0), devices)  # clipping commutes with the max
 
     def within_nominal(self, queue: str, chip: str, devices: int) -> bool:
         """Whether the leaf queue stays within its own nominal share with `devices` more:
