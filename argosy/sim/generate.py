@@ -4,15 +4,15 @@
     gen.offered_load                                 # ~1.0 x what the cluster can do
     write_generated(gen, Path("runs/t"))             # trace.jsonl + queues.yaml
 
-The mix: arrivals follow the Helios hour-of-day and weekday profile in bursts; job
-kinds, sizes and run times follow Acme (Seren) per job type; pretraining jobs are
-elastic, and the tail of their run times is solved for so the trace offers `load` times
-the work the cluster can do (inference included); inference services have DLRM-like
-replica counts and a diurnal load. Load is balanced per pool: services by each pool's
-devices, and each batch job's accepted chips (one vendor's chip types, or one chip type
-for a third of jobs) chosen in submit order for the pool offered the least work against
-its capacity over the job's run (`balanced_chips`), so every pool is offered about its
-capacity share in every day of the trace. Constants and sources: `argosy.sim.calibration`.
+The mix: evaluation, fine-tuning and debug jobs arrive in bursts following the Helios
+hour-of-day and weekday profile, with kinds, sizes and run times from Acme (Seren) per
+job type; inference services have DLRM-like replica counts and a diurnal load.
+Pretraining runs (elastic; Seren sizes and run times, the tail up to Seren's longest job)
+are then placed one after another, each in the first hour with room for it, until every
+chip pool is offered `load` times its capacity in every hour: offered load is flat over
+the period and the same in every pool (`_pretraining`). Each job accepts one vendor's
+chip types, or one chip type for a third of jobs; bursty jobs are spread over the
+options by capacity (`spread`). Constants and sources: `argosy.sim.calibration`.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def generate(cluster: Cluster, days: float, seed: int = 0, load: float = 1.0) ->
     speeds = {c: relative_speed(c) for c in cluster.devices_by_chip()}
     capacity = sum(n * speeds[c] for c, n in cluster.devices_by_chip().items()) * horizon
     services, infer_work = _services(cluster, rng, horizon, speeds)
-    jobs = _batch_jobs(cluster, rng, horizon, speeds, load * capacity - infer_work)
+    jobs = _batch_jobs(cluster, rng, horizon, speeds, infer_work, load)
     records = sorted(services + jobs, key=lambda r: r.submit_s)
-    offered = (infer_work + sum(r.work_device_s for r in jobs)) / capacity
+    offered = (infer_work.sum() + sum(r.work_device_s for r in jobs)) / capacity
     return GeneratedTrace(records, _queues(cluster, services), offered, capacity)
 
 
@@ -79,22 +79,25 @@ def diurnal_profile(peak_hour: float, steps: int = 144) -> list[float]:
     return [round(float(x), 4) for x in trough + (1 - trough) * base**hi]
 
 
-def _services(cluster: Cluster, rng, horizon: float, speeds) -> tuple[list[TraceRecord], float]:
+def _services(
+    cluster: Cluster, rng, horizon: float, speeds
+) -> tuple[list[TraceRecord], np.ndarray]:
     """Services per chip pool in proportion to its devices (at least one each), their
     peaks summing to `INFER_PEAK_SHARE` of every pool: no pool serves more than its
-    share, so batch work sees the same room everywhere."""
+    share, so batch work sees the same room everywhere. Returns them and the work they
+    offer per pool at their mean load."""
     by_chip = cluster.devices_by_chip()
     total = cluster.num_devices
     count = max(len(by_chip), round(total / 1000 * cal.INFER_SERVICES_PER_1K_DEVICES))
     counts = _apportion(count, np.array(list(by_chip.values()), dtype=float))
     sigma = math.log(cal.INFER_REPLICA_P90 / cal.INFER_REPLICA_MEDIAN) / 1.2816
-    records, work = [], 0.0
-    for (chip, devices), k in zip(by_chip.items(), counts, strict=True):
+    records, work = [], np.zeros(len(by_chip))
+    for p, ((chip, devices), k) in enumerate(zip(by_chip.items(), counts, strict=True)):
         raw = rng.lognormal(math.log(cal.INFER_REPLICA_MEDIAN), sigma, size=int(k))
         peaks = np.maximum(1, np.floor(raw / raw.sum() * cal.INFER_PEAK_SHARE * devices))
         for peak in peaks.astype(int):
             profile = diurnal_profile(cal.INFER_PEAK_HOUR + float(rng.uniform(-2, 2)))
-            work += peak * float(np.mean(profile)) * horizon * speeds[chip]
+            work[p] += peak * float(np.mean(profile)) * horizon * speeds[chip]
             records.append(
                 TraceRecord(
                     id=f"svc{len(records):03d}", submit_s=0.0, kind="infer", queue="infer",
@@ -114,6 +117,101 @@ def _apportion(n: int, weights: np.ndarray) -> np.ndarray:
 
 
 # ---- batch jobs -----------------------------------------------------------------------
+BIN_S = 3600.0
+
+
+@dataclass
+class _Choices:
+    """What a job may accept: the chip types of one vendor (`free`) or one chip type
+    (`pinned`); per option its chips (names), which pools they are (0/1 rows), each
+    pool's share of its capacity, its capacity and its fastest chip's speed."""
+
+    names: list[list[str]]
+    member: np.ndarray
+    share: np.ndarray
+    total: np.ndarray
+    fastest: np.ndarray
+
+
+def _choices(cluster: Cluster, speeds) -> tuple[np.ndarray, list[_Choices]]:
+    """Pool capacities (devices x speed) and the [free, pinned] option tables."""
+    pools = list(cluster.devices_by_chip())
+    cap = np.array([cluster.devices_by_chip()[c] * speeds[c] for c in pools])
+    vendors: dict[str, list[str]] = {}
+    for g in cluster.groups:
+        chips = vendors.setdefault(g.chip.vendor, [])
+        if g.chip.id not in chips:
+            chips.append(g.chip.id)
+    tables = []
+    for options in (list(vendors.values()), [[c] for c in pools]):
+        member = np.array([[c in opt for c in pools] for opt in options], dtype=float)
+        total = member @ cap
+        fastest = np.array([max(speeds[c] for c in opt) for opt in options])
+        tables.append(_Choices(options, member, member * cap / total[:, None], total, fastest))
+    return cap, tables
+
+
+def _batch_jobs(cluster, rng, horizon, speeds, infer_work, load) -> list[TraceRecord]:
+    """Evaluation, fine-tuning and debug jobs arrive in bursts (`_short_jobs`); pretraining
+    runs are then placed so every pool is offered `load` x its capacity in every hour
+    (`_pretraining`)."""
+    n_jobs = cal.JOBS_PER_DEVICE_DAY * cluster.num_devices * horizon / DAY_S
+    cap, tables = _choices(cluster, speeds)
+    bins = max(1, int(math.ceil(horizon / BIN_S)))
+    width = np.minimum(BIN_S, horizon - np.arange(bins) * BIN_S)
+    level = np.outer(infer_work / horizon, width)  # offered work per pool and bin
+    short = _short_jobs(cluster, rng, horizon, n_jobs * (1 - cal.KIND_SHARE["train"]), tables)
+    submit, sizes, durations, pinned, pick = short[0], short[2], short[3], short[4], short[5]
+    shares, fastest = (_per_job(tables, pinned, pick, a) for a in ("share", "fastest"))
+    for p in range(len(cap)):
+        rate = sizes * fastest * shares[:, p]
+        level[p] += _hourly(submit, submit + durations, rate, bins)
+    level /= cap[:, None] * width
+    train = _pretraining(cluster, rng, horizon, cap, tables, level, width, load,
+                         n_jobs * cal.KIND_SHARE["train"])  # fmt: skip
+    jobs = [(*row, tables[int(row[4])].names[int(row[5])]) for row in zip(*short, strict=True)]
+    jobs += train
+    jobs.sort(key=lambda j: j[0])
+    return [
+        _job_record(i, float(t), str(kind), int(size), float(d),
+                    chips, float(tables[int(pin)].fastest[int(k)]))
+        for i, (t, kind, size, d, pin, k, chips) in enumerate(jobs)
+    ]  # fmt: skip
+
+
+def _per_job(tables: list[_Choices], pinned, pick, attr: str) -> np.ndarray:
+    """`attr` of each job's option: its row of the free or of the pinned table."""
+    free, pins = getattr(tables[0], attr), getattr(tables[1], attr)
+    out = free[np.minimum(pick, len(free) - 1)]
+    out[pinned] = pins[pick[pinned]]
+    return out
+
+
+def _short_jobs(cluster, rng, horizon, n_expected, tables):
+    """(submit, kind, size, run time, pinned, option) of every evaluation, fine-tuning and
+    debug job: bursts of one kind and size (`_arrivals`), run times from the Acme
+    quantiles, options spread over the pools by capacity (`spread`)."""
+    arr = _arrivals(rng, horizon / DAY_S, n_expected)
+    n_batches = int(arr[:, 1].max()) + 1 if len(arr) else 0
+    kinds_list = [k for k in cal.KIND_SHARE if k != "train"]
+    shares = np.array([cal.KIND_SHARE[k] for k in kinds_list])
+    kind_of_batch = np.array(kinds_list)[rng.choice(len(kinds_list), size=n_batches,
+                                                    p=shares / shares.sum())]  # fmt: skip
+    batch = arr[:, 1].astype(int)
+    kinds = kind_of_batch[batch]
+    sizes = _sizes(cluster, rng, kind_of_batch)[batch]
+    u = rng.uniform(0, 1, size=len(arr))
+    durations = np.zeros(len(arr))
+    for kind in kinds_list:
+        mask = kinds == kind
+        durations[mask] = sample_quantiles(rng, cal.DURATION_QUANTILES[kind], u[mask])
+    submit = arr[:, 0]
+    durations = np.minimum(durations, horizon - submit)
+    pinned = rng.uniform(size=len(arr)) < cal.PINNED_CHIP_SHARE
+    pick = spread(submit, sizes * durations, pinned, [t.total for t in tables], horizon)
+    return submit, kinds, sizes, durations, pinned, pick
+
+
 def _arrivals(rng, days: float, n_expected: float) -> np.ndarray:
     """(time, batch id) of every job: batches arrive as a Poisson process following the
     Venus hour-of-day and weekday profile; batch sizes follow `burst_law`."""
@@ -154,89 +252,115 @@ def burst_law(jobs_per_10min: float, hourly_weight: np.ndarray) -> np.ndarray:
     return law(hi)
 
 
+def spread(submit, work, pinned, totals: list[np.ndarray], horizon: float) -> np.ndarray:
+    """Each job's option, in submit order, so every option takes its capacity share of
+    the work submitted over any stretch of time: the jobs' work laid end to end on a
+    wheel of ten minutes' submitted work cut in arcs by capacity, each job going to the
+    arc that holds its midpoint (systematic sampling; no random draws, vectorised)."""
+    pick = np.zeros(len(submit), dtype=int)
+    order = np.argsort(submit, kind="stable")
+    for p, total in enumerate(totals):
+        idx = order[pinned[order] == bool(p)]
+        if len(total) == 1 or not len(idx):
+            continue
+        w = work[idx]
+        period = max(float(w.sum()) / max(horizon / 600.0, 1.0), 1e-9)
+        where = ((np.cumsum(w) - w / 2) / period) % 1.0
+        bounds = np.cumsum(total / total.sum())
+        pick[idx] = np.minimum(np.searchsorted(bounds, where, side="right"), len(total) - 1)
+    return pick
+
+
+def _hourly(start, end, rate, bins: int) -> np.ndarray:
+    """Work per `BIN_S` bin of jobs running at `rate` from `start` to `end` (s)."""
+    a = np.minimum((start // BIN_S).astype(int), bins - 1)
+    b = np.minimum((end // BIN_S).astype(int), bins - 1)
+    one = a == b
+    out = np.zeros(bins)
+    out += np.bincount(a[one], (rate * (end - start))[one], minlength=bins)
+    a, b, start, end, rate = a[~one], b[~one], start[~one], end[~one], rate[~one]
+    out += np.bincount(a, rate * ((a + 1) * BIN_S - start), minlength=bins)
+    out += np.bincount(b, rate * (end - b * BIN_S), minlength=bins)
+    inner = np.bincount(a + 1, rate, minlength=bins + 1) - np.bincount(b, rate, minlength=bins + 1)
+    return out + np.cumsum(inner)[:bins] * BIN_S
+
+
+def _pretraining(cluster, rng, horizon, cap, tables, level, width, load, n_expected):
+    """Pretraining runs placed one after another until every pool is offered `load` x its
+    capacity in every hour (a lab keeps its fleet busy: the next run starts when there is
+    room for it). Each run's size, run time (`_tail_durations`) and pinning are drawn as
+    usual; in draw order, each starts in the first hour, from the previous run's on, in
+    which an option it may take (a vendor, or one chip type when pinned) has room for
+    half of it, that hour and the next; it takes the option least loaded once it is
+    added, and its work goes to that option's least loaded pools (`_pour`). Runs that
+    would start after the period are left out. Updates `level` (offered work over
+    capacity, per pool and hour) in place; returns (submit, kind, size, run time,
+    pinned, option, chips) per run."""
+    bins = level.shape[1]
+    n = max(16, round(n_expected))
+    sizes, u, pinned = _pretraining_draws(cluster, rng, n)
+    durations = _tail_durations(u)
+    out, misses, i, front = [], 0, 0, 0
+    while misses < 32 and i < 50 * n + 1000:
+        if i == len(sizes):
+            more = _pretraining_draws(cluster, rng, n)
+            sizes, u, pinned = (
+                np.concatenate([x, y]) for x, y in zip((sizes, u, pinned), more, strict=True)
+            )
+            durations = _tail_durations(u)
+        size, d, pin = int(sizes[i]), float(durations[i]), int(pinned[i])
+        i += 1
+        t = tables[pin]
+        ahead = level[:, front:]
+        ahead = np.maximum(ahead, np.concatenate([ahead[:, 1:], ahead[:, -1:]], axis=1))
+        lvl = (t.member * cap) @ ahead / t.total[:, None]  # this hour or the next, if higher
+        inc = size * t.fastest / t.total * min(1.0, d / BIN_S)
+        room = lvl + inc[:, None] / 2 <= load
+        if not room.any():  # it would start after the end of the period
+            misses += 1
+            continue
+        misses = 0
+        h = int(room.any(axis=0).argmax())
+        k = int(np.argmin(np.where(room[:, h], lvl[:, h] + inc, np.inf)))
+        h = front = front + h
+        submit = h * BIN_S + (float(rng.uniform(0, width[h])) if h else 0.0)
+        d = min(d, horizon - submit)
+        rate = size * t.fastest[k] * _pour(ahead[:, h - front], cap, t.member[k])
+        level += np.outer(rate, _hourly(np.array([submit]), np.array([submit + d]),
+                                        np.ones(1), bins)) / (cap[:, None] * width)  # fmt: skip
+        out.append((submit, "train", size, d, pin, k, t.names[k]))
+    return out
+
+
+def _pour(level: np.ndarray, cap: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """How a job offered to several pools (`member`) splits its work over them: poured
+    into the least loaded first, as a scheduler would place it (water-filling; one job's
+    worth of work is assumed, as a share of the option's capacity)."""
+    if member.sum() == 1:
+        return member
+    idx = np.flatnonzero(member)
+    amount = float(cap[idx].sum()) * 0.05  # a typical increment: 5% of the option
+    lo, hi = float(level[idx].min()), float(level[idx].max()) + amount / float(cap[idx].sum())
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (
+            (mid, hi) if (np.maximum(mid - level[idx], 0) * cap[idx]).sum() < amount else (lo, mid)
+        )
+    out = np.zeros(len(cap))
+    out[idx] = np.maximum(hi - level[idx], 0) * cap[idx]
+    return out / out.sum()
+
+
+def _pretraining_draws(cluster, rng, n: int):
+    sizes = _sizes(cluster, rng, np.array(["train"] * n))
+    return sizes, rng.uniform(0, 1, size=n), rng.uniform(size=n) < cal.PINNED_CHIP_SHARE
+
+
 def sample_quantiles(rng, table: dict[float, float], u: np.ndarray) -> np.ndarray:
     """Inverse-sample a quantile table with log-linear interpolation."""
     ps = np.array(list(table))
     logs = np.log(np.array(list(table.values())))
     return np.exp(np.interp(u, ps, logs))
-
-
-def _batch_jobs(cluster, rng, horizon, speeds, target_work) -> list[TraceRecord]:
-    days = horizon / DAY_S
-    arr = _arrivals(rng, days, cal.JOBS_PER_DEVICE_DAY * cluster.num_devices * days)
-    n_batches = int(arr[:, 1].max()) + 1 if len(arr) else 0
-    kinds_list = list(cal.KIND_SHARE)
-    shares = np.array(list(cal.KIND_SHARE.values()))
-    kind_of_batch = rng.choice(len(kinds_list), size=n_batches, p=shares / shares.sum())
-    batch = arr[:, 1].astype(int)
-    kinds = np.array(kinds_list)[kind_of_batch[batch]]
-    size_of_batch = _sizes(cluster, rng, np.array(kinds_list)[kind_of_batch])
-    sizes = size_of_batch[batch]
-    u = rng.uniform(0, 1, size=len(arr))
-    arr, kinds, sizes, u = _standing_runs(cluster, rng, arr, kinds, sizes, u)
-    durations = np.zeros(len(arr))
-    for kind in ("eval", "finetune", "debug"):
-        mask = kinds == kind
-        durations[mask] = sample_quantiles(rng, cal.DURATION_QUANTILES[kind], u[mask])
-    pinned = rng.uniform(size=len(arr)) < cal.PINNED_CHIP_SHARE
-    window = horizon - arr[:, 0]
-    durations = np.minimum(durations, window)
-    by_chip = cluster.devices_by_chip()
-    mean = np.full(len(arr), sum(n * speeds[c] for c, n in by_chip.items()) / sum(by_chip.values()))
-    _enough_pretraining(cluster, rng, kinds, sizes, durations * sizes * mean, window * mean,
-                        target_work)  # fmt: skip
-    train = kinds == "train"
-    best = mean
-    for _ in range(2):  # run times at the chips' speeds, then chips by those run times
-        other = float((sizes * durations * best)[~train].sum())
-        durations[train] = _train_durations(
-            u[train], sizes[train] * best[train], target_work - other, window[train]
-        )
-        chips, best = balanced_chips(cluster, speeds, arr[:, 0], sizes, durations, pinned, horizon)
-    other = float((sizes * durations * best)[~train].sum())
-    durations[train] = _train_durations(
-        u[train], sizes[train] * best[train], target_work - other, window[train]
-    )
-    return [
-        _job_record(i, float(arr[i, 0]), str(kinds[i]), int(sizes[i]), float(durations[i]),
-                    chips[i], float(best[i]))
-        for i in range(len(arr))
-    ]  # fmt: skip
-
-
-def _standing_runs(cluster, rng, arr, kinds, sizes, u):
-    """A cluster never starts empty: at time 0 the trace holds the standing pretraining
-    runs (sizes from the pretraining distribution, run times from the tail above p90)
-    until they add up to STANDING_RUNS_SHARE of the devices."""
-    warm: list[int] = []
-    while sum(warm) < cal.STANDING_RUNS_SHARE * cluster.num_devices:
-        warm.append(int(_sizes(cluster, rng, np.array(["train"]))[0]))
-    n = len(warm)
-    head = np.column_stack([np.zeros(n), np.full(n, -1.0)])
-    return (
-        np.concatenate([head, arr]),
-        np.concatenate([np.array(["train"] * n, dtype=kinds.dtype), kinds]),
-        np.concatenate([np.array(warm, dtype=sizes.dtype), sizes]),
-        np.concatenate([rng.uniform(0.9, 1.0, size=n), u]),
-    )
-
-
-def _enough_pretraining(cluster, rng, kinds, sizes, work, reach, target) -> None:
-    """Short periods or small clusters have too few pretraining jobs to carry the load:
-    turn evaluation jobs into pretraining jobs (in place) until they could."""
-    for _ in range(20):
-        train = kinds == "train"
-        room = float((sizes * reach)[train].sum())
-        need = 1.3 * (target - float(work[~train].sum()))
-        if room >= need:
-            return
-        evals = np.flatnonzero(kinds == "eval")
-        per_job = float(np.mean(sizes[train])) if train.any() else 128.0
-        k = min(len(evals), max(1, int((need - room) / (per_job * float(reach.mean())))))
-        pick = rng.choice(evals, size=k, replace=False)
-        kinds[pick] = "train"
-        sizes[pick] = _sizes(cluster, rng, np.array(["train"] * k))
-        work[pick] = 0.0
 
 
 def _sizes(cluster: Cluster, rng, kinds: np.ndarray) -> np.ndarray:
@@ -265,89 +389,14 @@ def _pretrain_sizes(rng, n: int, cap: int) -> np.ndarray:
     return np.where(quartile == 3, tail, body)
 
 
-def _train_durations(u: np.ndarray, rate: np.ndarray, target: float, window: np.ndarray):
-    """Body from the Seren pretrain quantiles; the tail above p90 stretched to a maximum
-    T found by bisection so the jobs' work within the period adds up to `target`; each
-    run time is then cut at the end of the period (what is offered is what can run).
-    When the period is too short for the p90 tail alone to carry the load (few
-    pretraining jobs), the tail starts at a lower quantile (p75, p50, p25, p0)."""
+def _tail_durations(u: np.ndarray) -> np.ndarray:
+    """Pretraining run times: the Seren pretrain quantiles up to p90, log-uniform from
+    there to Seren's longest GPU job (`PRETRAIN_MAX_RUN_S`)."""
     table = cal.DURATION_QUANTILES["train"]
-    for q in (0.9, 0.75, 0.5, 0.25, 0.0):
-        durations, reached = _solve_tail(u, rate, target, window, table, q)
-        if reached:
-            break
-    return durations
-
-
-def _solve_tail(u, rate, target, window, table, q):
-    body = sample_quantiles(None, table, np.minimum(u, q))
-    start = float(sample_quantiles(None, table, np.array([q]))[0])
-    tail = u > q
-
-    def durations(t_max: float) -> np.ndarray:
-        d = body.copy()
-        d[tail] = start * (t_max / start) ** ((u[tail] - q) / (1 - q))
-        return np.minimum(d, window)
-
-    lo, hi = start, 1e60
-    for _ in range(80):
-        mid = math.sqrt(lo * hi)
-        if float((durations(mid) * rate).sum()) < target:
-            lo = mid
-        else:
-            hi = mid
-    return durations(hi), float((durations(hi) * rate).sum()) >= 0.99 * target
-
-
-BALANCE_BIN_S = 3600.0
-
-
-def balanced_chips(cluster: Cluster, speeds, submit, sizes, durations, pinned, horizon):
-    """Each job's accepted chips, chosen in submit order so that every pool is offered
-    its share of capacity over time: a job accepts the chip types of one vendor (or, when
-    `pinned`, one chip type), and goes to the choice whose offered work over the job's
-    own run, hour by hour, is lowest against that choice's capacity (devices x speed).
-    A job offers `size` devices at its fastest accepted chip's speed from its submission
-    for `duration`; work offered to several chip types is spread over them by capacity.
-    Deterministic: no random draws. Returns (chips per job, fastest accepted speed)."""
-    names = list(cluster.devices_by_chip())
-    cap = np.array([cluster.devices_by_chip()[c] * speeds[c] for c in names])
-    free, pins = [], [[c] for c in names]
-    for g in cluster.groups:
-        if not any(g.chip.vendor == v for v, _ in free):
-            free.append((g.chip.vendor, []))
-        chips = next(cs for v, cs in free if v == g.chip.vendor)
-        if g.chip.id not in chips:
-            chips.append(g.chip.id)
-    choices = [[cs for _, cs in free], pins]
-    tables = [_choice_table(names, cap, speeds, opts) for opts in choices]
-    if len(names) == 1:  # one chip type: nothing to balance
-        return [list(names)] * len(submit), np.full(len(submit), tables[0][3][0])
-    bins = max(1, int(math.ceil(horizon / BALANCE_BIN_S)))
-    load = np.zeros((len(names), bins))
-    pick = np.zeros(len(submit), dtype=int)
-    for i in np.argsort(submit, kind="stable"):
-        member, share, total, fastest = tables[int(pinned[i])]
-        a = min(int(submit[i] // BALANCE_BIN_S), bins - 1)
-        b = min(max(a + 1, int(math.ceil((submit[i] + durations[i]) / BALANCE_BIN_S))), bins)
-        add = sizes[i] * fastest * durations[i] / (BALANCE_BIN_S * (b - a))
-        have = member @ load[:, a:b].sum(axis=1) / (b - a)
-        k = int(np.argmin((have + add) / total)) if len(total) > 1 else 0
-        load[:, a:b] += (share[k] * add[k])[:, None]
-        pick[i] = k
-    chips = [choices[int(p)][k] for p, k in zip(pinned, pick, strict=True)]
-    best = np.array([tables[int(p)][3][k] for p, k in zip(pinned, pick, strict=True)])
-    return chips, best
-
-
-def _choice_table(names, cap, speeds, options):
-    """Per option: which chips it holds (0/1), each chip's share of its capacity, its
-    capacity and its fastest chip's speed."""
-    member = np.array([[c in opt for c in names] for opt in options], dtype=float)
-    total = member @ cap
-    share = member * cap / total[:, None]
-    fastest = np.array([max(speeds[c] for c in opt) for opt in options])
-    return member, share, total, fastest
+    d = sample_quantiles(None, table, np.minimum(u, 0.9))
+    tail = u > 0.9
+    d[tail] = table[0.9] * (cal.PRETRAIN_MAX_RUN_S / table[0.9]) ** ((u[tail] - 0.9) / 0.1)
+    return d
 
 
 def _job_record(i, submit, kind, size, duration, chips, speed) -> TraceRecord:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from argosy.hardware.loader import load_cluster
+from argosy.scheduler.speed import relative_speed
 from argosy.sim import calibration as cal
 from argosy.sim.generate import generate
 
@@ -47,6 +48,8 @@ def test_constants_are_the_published_numbers(published):
     assert (
         published["gpu_sharing"]["gpu_type_constraint_share_of_gpu_tasks"] == cal.PINNED_CHIP_SHARE
     )
+    seren_longest = published["cluster_summary_gpu_jobs"]["values"]["Seren"]["max_run_time_gpu"]
+    assert seren_longest == cal.PRETRAIN_MAX_RUN_S
     over_256 = published["job_size_gpus"]["by_cluster"]
     seren = over_256["Seren"]["gpu_time"]["share_by_bin"]
     kalos = over_256["Kalos"]["gpu_time"]["share_by_bin"]
@@ -77,6 +80,17 @@ def test_generated_trace_has_the_published_statistics(spec):
     submit = np.array([r.submit_s for r in jobs if r.submit_s > 0])
     counts = np.bincount((submit // 600).astype(int), minlength=7 * 144)
     assert abs(counts.std() / counts.mean() - cal.ARRIVAL_CV_10MIN) < 0.4
+    # pretraining runs are placed where there is room, in draw order: the body of their
+    # run times is still Seren's (no size or length left out more than another). About
+    # 700 runs in 7 days: a quantile's sampling error is ~15% (log), hence 3x that; a
+    # placement that left out long runs read p75 at half Seren's (log 0.64)
+    train = [r for r in jobs if r.kind == "train"]
+    runs = np.array([r.work_device_s / r.max_devices for r in train])
+    speed = np.array([max(relative_speed(c) for c in r.chips) for r in train])
+    for q in (0.25, 0.5, 0.75):
+        want = cal.DURATION_QUANTILES["train"][q]
+        got = float(np.quantile(runs / speed, q))
+        assert abs(np.log(got / want)) < 0.45, (q, got, want)
     services = [r for r in gen.records if r.kind == "infer"]
     assert np.mean([np.mean(r.load_profile) for r in services]) == pytest.approx(
         cal.INFER_MEAN_TO_PEAK, abs=0.01

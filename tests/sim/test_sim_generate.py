@@ -15,11 +15,13 @@ def test_offered_load_and_mix(spec):
     cluster = load_cluster(spec)
     gen = generate(cluster, days=7, seed=3)
     assert 0.95 <= gen.offered_load <= 1.1
-    jobs = [r for r in gen.records if r.kind != "infer"]
-    kinds = np.array([r.kind for r in jobs])
+    # the bursty kinds keep the Seren mix among themselves (pretraining runs are as many
+    # as the load needs, not a share of the count)
+    kinds = np.array([r.kind for r in gen.records if r.kind not in ("infer", "train")])
+    rest = 1 - cal.KIND_SHARE["train"]
     share = {k: float((kinds == k).mean()) for k in cal.KIND_SHARE}
-    assert abs(share["eval"] - cal.KIND_SHARE["eval"]) < 0.04
-    assert abs(share["finetune"] - cal.KIND_SHARE["finetune"]) < 0.04
+    assert abs(share["eval"] - cal.KIND_SHARE["eval"] / rest) < 0.04
+    assert abs(share["finetune"] - cal.KIND_SHARE["finetune"] / rest) < 0.04
     have = set(cluster.devices_by_chip())
     assert all(set(r.chips) <= have for r in gen.records)
     services = [r for r in gen.records if r.kind == "infer"]
