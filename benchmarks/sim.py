@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/sim.py quality --cluster h100:10000 --days 30
     .venv/bin/python benchmarks/sim.py quality --cluster h100:10000 --plans stock
     .venv/bin/python benchmarks/sim.py speed --cluster h100:100000 --policies argosy
+    .venv/bin/python benchmarks/sim.py speed --cluster h100:10000 --trace DIR   # a stored trace
     .venv/bin/python benchmarks/sim.py cycle --devices 10000 --pending 5000
     .venv/bin/python benchmarks/sim.py calibration --devices 10000 --days 30
     .venv/bin/python benchmarks/sim.py isolation --cluster h100:10000 --days 30
@@ -26,6 +27,8 @@ import json
 import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -42,10 +45,22 @@ from argosy.sim.generate import generate
 from argosy.sim.isolation import HealthPolicyIsolation, NoIsolation
 
 
-def _trace(spec: str, days: float, seed: int):
+def _trace(spec: str, days: float, seed: int, stored: str | None = None):
+    """The cluster, a generated trace (or the one `argosy sim generate` wrote to the
+    directory `stored`: a fixed trace that later generator changes do not move), and
+    the seconds it took."""
     cluster = load_cluster(spec)
     t0 = time.perf_counter()
-    gen = generate(cluster, days, seed=seed)
+    if stored:
+        import yaml
+
+        from argosy.sim.trace import read_trace
+
+        queues = yaml.safe_load((Path(stored) / "queues.yaml").read_text())
+        gen = SimpleNamespace(records=read_trace(Path(stored) / "trace.jsonl").records,
+                              queues=queues)  # fmt: skip
+    else:
+        gen = generate(cluster, days, seed=seed)
     return cluster, gen, time.perf_counter() - t0
 
 
@@ -85,7 +100,7 @@ def isolation_part(args) -> dict:
 
 
 def speed(args) -> dict:
-    cluster, gen, gen_s = _trace(args.cluster, args.days, args.seed)
+    cluster, gen, gen_s = _trace(args.cluster, args.days, args.seed, args.trace)
     out = {"cluster": args.cluster, "days": args.days, "workloads": len(gen.records),
            "generate_s": round(gen_s, 1)}  # fmt: skip
     for policy in args.policies.split(","):
@@ -431,6 +446,9 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trace", default=None,
+                        help="speed part: a directory of `argosy sim generate` (trace.jsonl, "
+                             "queues.yaml) to replay instead of generating one")  # fmt: skip
     parser.add_argument("--isolations", default="off,scheduler,health",
                         help="isolation part: which of off, scheduler, health to run")  # fmt: skip
     parser.add_argument("--pools", action="store_true",
