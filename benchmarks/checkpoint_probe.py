@@ -15,6 +15,14 @@ bytes the disk wrote and discarded during each phase: what the `discard` mount o
 costs the write that follows a deletion.
 
     .venv/bin/python benchmarks/checkpoint_probe.py discard --n 4 --writers 2
+
+`source`: the same 1 GB written and fsynced four ways in turns, the disk settled before
+each: the floor (`write_once` from private memory), the floor's writer from a shared-memory
+file (where argosy's slots live), argosy's own writer (`pwrite.write_parallel`, 16 MiB
+chunks in file order, checksummed beside the fsync) from that file, and the floor again:
+whether the source memory or argosy's write path, not its persister, beats the floor.
+
+    .venv/bin/python benchmarks/checkpoint_probe.py source --n 4 --writers 2
 """
 
 from __future__ import annotations
@@ -205,13 +213,62 @@ def discard(n: int, writers: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def source(n: int, writers: int) -> None:
+    """1 GB: floor (private memory), floor from /dev/shm, argosy's writer from /dev/shm."""
+    import mmap
+
+    from argosy.checkpoint import pwrite
+
+    work = Path(tempfile.mkdtemp(prefix="argosy-bench-sourceprobe-"))
+    buf = floor_buffer(1 << 30)
+    shm_path = Path("/dev/shm") / f"argosy-bench-probe-{os.getpid()}"
+    fd = os.open(shm_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, buf.nbytes)
+        shm = mmap.mmap(fd, buf.nbytes)
+        shm[:] = buf
+        shared = memoryview(shm)
+
+        def argosy_write() -> float:
+            plan = pwrite.FilePlan()
+            for at in range(0, shared.nbytes, 64 << 20):  # 64 MiB tensors, by reference
+                plan.write(shared[at : at + (64 << 20)])
+            t0 = time.perf_counter()
+            pwrite.write_parallel(work / "argosy.bin", plan, writers)
+            seconds = time.perf_counter() - t0
+            (work / "argosy.bin").unlink()
+            return seconds
+
+        ways = {
+            "floor": lambda: write_once(work / "floor.bin", buf, writers),
+            "floor_from_shm": lambda: write_once(work / "floor.bin", shared, writers),
+            "argosy_writer_from_shm": argosy_write,
+            "floor_again": lambda: write_once(work / "floor.bin", buf, writers),
+        }
+        for _ in range(n):
+            row = {}
+            for name, way in ways.items():
+                settle_disk()
+                row[name] = round(way(), 3)
+            print(json.dumps(row), flush=True)
+    finally:
+        os.close(fd)
+        shm_path.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["dlrover", "page-cache", "discard"])
+    parser.add_argument("what", choices=["dlrover", "page-cache", "discard", "source"])
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--writers", type=int, default=4)
     args = parser.parse_args()
-    probes = {"dlrover": dlrover_phases, "page-cache": page_cache, "discard": discard}
+    probes = {
+        "dlrover": dlrover_phases,
+        "page-cache": page_cache,
+        "discard": discard,
+        "source": source,
+    }
     probes[args.what](args.n, args.writers)
 
 
