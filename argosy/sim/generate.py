@@ -169,14 +169,15 @@ def _batch_jobs(cluster, rng, horizon, speeds, infer_work, load) -> list[TraceRe
     level /= cap[:, None] * width
     train = _pretraining(cluster, rng, horizon, cap, tables, level, width, load,
                          n_jobs * cal.KIND_SHARE["train"])  # fmt: skip
-    jobs = [(*row, tables[int(row[4])].names[int(row[5])]) for row in zip(*short, strict=True)]
+    names, fastest = [t.names for t in tables], [t.fastest.tolist() for t in tables]
+    rows = zip(*(np.asarray(x).tolist() for x in short), strict=True)  # Python scalars
+    jobs = [(t, kind, size, d, int(pin), k, names[pin][k]) for t, kind, size, d, pin, k in rows]
     jobs += train
     jobs.sort(key=lambda j: j[0])
     return [
-        _job_record(i, float(t), str(kind), int(size), float(d),
-                    chips, float(tables[int(pin)].fastest[int(k)]))
+        _job_record(i, t, kind, int(size), float(d), chips, fastest[pin][k])
         for i, (t, kind, size, d, pin, k, chips) in enumerate(jobs)
-    ]  # fmt: skip
+    ]
 
 
 def _per_job(tables: list[_Choices], pinned, pick, attr: str) -> np.ndarray:
