@@ -23,6 +23,15 @@ chunks in file order, checksummed beside the fsync) from that file, and the floo
 whether the source memory or argosy's write path, not its persister, beats the floor.
 
     .venv/bin/python benchmarks/checkpoint_probe.py source --n 4 --writers 2
+
+`nice`: argosy saves of a 1 GB state in the benchmark's pattern (save, fence, `wait()` at
+once), the persister's threads sampled with `ps -L` every 20 ms: how many run at each nice
+level while the trainer waits (a write left below the job shows threads at its nice + 10).
+Run it under `nice -n 10` as the benchmark runs, with PYTHONPATH naming the tree to probe
+and a working directory outside the repository (the persister runs `python -m`).
+
+    cd /tmp && PYTHONPATH=<tree> nice -n 10 <repo>/.venv/bin/python \
+        <repo>/benchmarks/checkpoint_probe.py nice --n 4
 """
 
 from __future__ import annotations
@@ -257,9 +266,56 @@ def source(n: int, writers: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def nice_levels(n: int, writers: int) -> None:
+    """`n` saves to durable; per save, samples of (threads at each nice level)."""
+    import collections
+    import subprocess
+    import threading
+    import uuid
+
+    import psutil
+    import torch
+
+    from argosy.checkpoint import FlashCheckpointer
+
+    del writers  # the persister's own
+    gen = torch.Generator().manual_seed(0)
+    state = {"model": {f"l{i}": torch.rand(16 << 20, generator=gen) for i in range(16)}}
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with tempfile.TemporaryDirectory(prefix="argosy-bench-niceprobe-") as work:
+        ckpt = FlashCheckpointer(work, keep=2, job_id=f"niceprobe-{uuid.uuid4().hex[:8]}")
+        ckpt.save(0, state)
+        ckpt.wait()
+        children = psutil.Process().children(recursive=True)
+        pid = next(c.pid for c in children if "persister" in " ".join(c.cmdline()))
+        for step in range(1, n + 1):
+            seen: collections.Counter = collections.Counter()
+            stop = threading.Event()
+
+            def sample(seen: collections.Counter = seen, stop: threading.Event = stop) -> None:
+                while not stop.is_set():
+                    ps = ["ps", "-L", "-o", "ni=", "-p", str(pid)]
+                    levels = subprocess.run(ps, capture_output=True, text=True).stdout.split()
+                    seen[" ".join(f"{levels.count(v)}@{v}" for v in sorted(set(levels)))] += 1
+                    time.sleep(0.02)
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            t0 = time.perf_counter()
+            ckpt.save(step, state)
+            ckpt.before_optimizer_step()
+            ckpt.wait()
+            durable = time.perf_counter() - t0
+            stop.set()
+            sampler.join()
+            print(json.dumps({"step": step, "job_nice": mine, "durable_s": round(durable, 3),
+                              "samples_by_threads_at_nice": dict(seen)}), flush=True)  # fmt: skip
+        ckpt.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["dlrover", "page-cache", "discard", "source"])
+    parser.add_argument("what", choices=["dlrover", "page-cache", "discard", "source", "nice"])
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--writers", type=int, default=4)
     args = parser.parse_args()
@@ -268,6 +324,7 @@ def main() -> None:
         "page-cache": page_cache,
         "discard": discard,
         "source": source,
+        "nice": nice_levels,
     }
     probes[args.what](args.n, args.writers)
 
