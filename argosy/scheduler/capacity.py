@@ -68,8 +68,8 @@ class Capacity:
     def fits(self, g: int, devices: int) -> bool:
         """Whether `devices` could be placed on group `g` right now (never a false no)."""
         d = self.dpn[g]
-        if devices <= d:
-            return bool(self.hist[g, devices:].any())
+        if devices <= d:  # a row of at most a node's devices + 1 counts: plain Python
+            return any(self.hist[g].tolist()[devices:])
         whole, rest = divmod(devices, d)
         return int(self.hist[g, d]) >= whole + (1 if rest else 0)
 
@@ -113,7 +113,8 @@ class Capacity:
     def _best_fit(self, g: int, devices: int) -> int:
         s, e = self.ranges[g]
         av = self.avail[s:e]
-        level = devices + int(np.flatnonzero(self.hist[g, devices:])[0])
+        row = self.hist[g].tolist()  # a few counts: a scalar scan beats np.flatnonzero
+        level = next(k for k in range(devices, len(row)) if row[k])
         return s + int(np.argmax(av == level))  # the first node at that level
 
     def _free_nodes(self, g: int) -> tuple:
@@ -135,16 +136,17 @@ class Capacity:
         full, leaves, base, counts = self._free_nodes(g)
         if len(full) < k:
             return None
+        if prefer is None:
+            fitting = np.flatnonzero(counts >= k)
+            if fitting.size:
+                best = fitting[np.argmin(counts[fitting])]
+                return s + full[leaves - base == best][:k]
         score = counts.astype(np.int64)
         if prefer is not None and len(prefer):
             boost = np.zeros_like(score)
             inside = prefer[(prefer >= base) & (prefer < base + len(counts))] - base
             boost[inside] = 1 << 40
             score = score + boost
-        fitting = np.flatnonzero(counts >= k)
-        if fitting.size and prefer is None:
-            best = fitting[np.argmin(counts[fitting])]
-            return s + full[leaves - base == best][:k]
         order = np.argsort(-score, kind="stable")
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))

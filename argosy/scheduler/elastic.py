@@ -168,10 +168,24 @@ def grow(sched, now: float) -> None:
     # growth changes neither the learnt hold times nor the services: one set of options
     # per group and chip serves every candidate on it
     per_group: dict[tuple[int, str], list[tuple[float, int]]] = {}
+    # the most any option could add on a group (`_grow_one`'s `n` without the job's own
+    # limits), kept per capacity version: a job whose smallest step exceeds it is skipped
+    bounds: dict[tuple[int, str], tuple[int, int]] = {}
+    version = cap.version
     for w in cands:
-        options = per_group.get((w.alloc.group, w.chip))
+        g = w.alloc.group
+        options = per_group.get((g, w.chip))
         if options is None:
-            options = per_group[w.alloc.group, w.chip] = _options(sched, w, now, demand, need)
+            options = per_group[g, w.chip] = _options(sched, w, now, demand, need)
+        known = bounds.get((g, w.chip))
+        if known is None or known[0] != version[g]:
+            d = dpn[g]
+            whole = cap.whole_free_nodes(g) * d
+            free = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
+            most = max((min(whole, free - reserve) // d) * d for _, reserve in options)
+            known = bounds[g, w.chip] = (version[g], most)
+        if known[1] < max(dpn[g], w.alloc.devices // 20):
+            continue
         _grow_one(sched, w, now, growth.max_size(sched, w), options)
 
 

@@ -109,17 +109,18 @@ class QueueTree:
             binding = self._binding[queue, chip] = self._binding_ceilings(queue, chip)
         if not binding:
             return 1 << 40
-        rows, c, ceiling = binding
-        return int((ceiling - self.usage[rows, c]).min())
+        c, usage = binding[0], self.usage  # a few rows: scalars beat fancy indexing
+        return min(ceiling - int(usage[r, c]) for r, ceiling in binding[1])
 
     def _binding_ceilings(self, queue: str, chip: str) -> tuple:
-        """(ancestors of `queue` whose ceiling on `chip` is below the cluster's devices of
-        it, the chip's column, those ceilings), or () if none is: what `headroom` checks,
-        found once per pair (ceilings are fixed; setting `totals` forgets them)."""
+        """(the chip's column, (row, ceiling) of each ancestor of `queue` whose ceiling on
+        `chip` is below the cluster's devices of it), or () if none is: what `headroom`
+        checks, found once per pair (ceilings are fixed; setting `totals` forgets them)."""
         anc, c = self.ancestors[queue], self.chip_index[chip]
         ceiling = self.ceiling[anc, c]
         binding = ceiling < self.totals[c]
-        return (anc[binding], c, ceiling[binding]) if binding.any() else ()
+        pairs = tuple(zip(anc[binding].tolist(), ceiling[binding].tolist(), strict=True))
+        return (c, pairs) if pairs else ()
 
     @property
     def totals(self) -> np.ndarray:
