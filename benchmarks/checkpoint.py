@@ -124,7 +124,7 @@ def _clean_children_and_shm(before: set[str]) -> None:
         pass
     mine = f"argosy-ckpt-{bench_job_prefix()}"  # argosy slots of other workers stay
     for name in set(os.listdir("/dev/shm")) - before:
-        theirs = name.startswith("argosy-") and not name.startswith(mine)
+        theirs = name.startswith("argosy-ckpt-") and not name.startswith(mine)
         if not theirs and ("ckpt" in name or name.startswith("torch_")):
             Path("/dev/shm", name).unlink(missing_ok=True)
 

@@ -89,15 +89,17 @@ def test_a_worker_cleans_up_only_its_own_slots(tmp_path: Path) -> None:
     before = set(os.listdir(SHM_DIR))
     other = SHM_DIR / segment_name("bench-1-0000beef", 0, 0)  # another worker's slot
     mine = SHM_DIR / segment_name(bench_job(), 0, 0)
+    dlrover = SHM_DIR / "argosy-bench-0000beef_ckpt_shm_0"  # its run id names its segment
     try:
-        for path in (other, mine):
+        for path in (other, mine, dlrover):
             path.write_bytes(b"x")
         _clean_children_and_shm(before)
         assert other.exists(), "another worker's slot was unlinked"
         assert not mine.exists(), "this worker's own slot was left behind"
+        assert not dlrover.exists(), "this worker's DLRover segment was left behind"
     finally:
-        other.unlink(missing_ok=True)
-        mine.unlink(missing_ok=True)
+        for path in (other, mine, dlrover):
+            path.unlink(missing_ok=True)
 
 
 def test_a_save_is_taken_against_the_floors_on_both_sides() -> None:
