@@ -142,11 +142,10 @@ def grow(sched, now: float) -> None:
     # what a job on group g could grow into: whole free nodes, less the arrivals' buffer
     # and what pending work asks for (never grown into: `_grow_one`'s reserve holds it),
     # so a backlog larger than the free room skips the pass without a look at the jobs
-    room_for = [
-        min(cap.whole_free_nodes(g) * d,
-            int(cap.free_devices[g]) - room.buffer_devices(sched, g) - demand.get(chip, 0))
-        for g, (d, chip) in enumerate(zip(cap.dpn, cap.chips, strict=True))
-    ]  # fmt: skip
+    room_for = []
+    for g, chip in enumerate(cap.chips):
+        whole, free = _room(sched, g)
+        room_for.append(min(whole, free - demand.get(chip, 0)))
     if all(n < d for n, d in zip(room_for, cap.dpn, strict=True)):
         return
     cfg = sched.config
@@ -179,14 +178,26 @@ def grow(sched, now: float) -> None:
             options = per_group[g, w.chip] = _options(sched, w, now, demand, need)
         known = bounds.get((g, w.chip))
         if known is None or known[0] != version[g]:
-            d = dpn[g]
-            whole = cap.whole_free_nodes(g) * d
-            free = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
-            most = max((min(whole, free - reserve) // d) * d for _, reserve in options)
+            whole, free = _room(sched, g)
+            most = max(_increment(whole, free, reserve, dpn[g]) for _, reserve in options)
             known = bounds[g, w.chip] = (version[g], most)
         if known[1] < max(dpn[g], w.alloc.devices // 20):
             continue
         _grow_one(sched, w, now, growth.max_size(sched, w), options)
+
+
+def _room(sched, g: int) -> tuple[int, int]:
+    """(devices in group `g`'s whole free nodes, its free devices less the arrivals'
+    buffer): what growth may take there, before services, pending work and the job."""
+    cap = sched.cap
+    free = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
+    return cap.whole_free_nodes(g) * cap.dpn[g], free
+
+
+def _increment(most: int, free: int, reserve: int, d: int) -> int:
+    """Whole nodes of `d` devices a job may add: at most `most`, leaving `reserve` of
+    `free`."""
+    return (min(most, free - reserve) // d) * d
 
 
 def _options(sched, w: Workload, now: float, demand: dict[str, int], need: dict) -> list:
@@ -209,13 +220,13 @@ def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
     cap, tree = sched.cap, sched.tree
     g, chip, size = w.alloc.group, w.chip, w.alloc.devices
     d = cap.dpn[g]
-    most = min(limit - size, cap.whole_free_nodes(g) * d)
+    whole, free = _room(sched, g)
+    most = min(limit - size, whole)
     if sched.policy.quotas:
         most = min(most, tree.headroom(w.queue, chip))
-    free = int(cap.free_devices[g]) - room.buffer_devices(sched, g)
     add, smallest = 0, max(d, size // 20)
     for hold, reserve in options:
-        n = (min(most, free - reserve) // d) * d
+        n = _increment(most, free, reserve, d)
         if n <= add or n < smallest or not growth.pays(sched, w, n, hold):
             continue
         if growth.within_budget(  # this grow and the shrink after it
