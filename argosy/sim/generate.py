@@ -135,8 +135,9 @@ class _Choices:
 
 def _choices(cluster: Cluster, speeds) -> tuple[np.ndarray, list[_Choices]]:
     """Pool capacities (devices x speed) and the [free, pinned] option tables."""
-    pools = list(cluster.devices_by_chip())
-    cap = np.array([cluster.devices_by_chip()[c] * speeds[c] for c in pools])
+    have = cluster.devices_by_chip()
+    pools = list(have)
+    cap = np.array([have[c] * speeds[c] for c in pools])
     vendors: dict[str, list[str]] = {}
     for g in cluster.groups:
         chips = vendors.setdefault(g.chip.vendor, [])
