@@ -17,7 +17,9 @@ Contract:
   pre-touched shared-memory slot runs in the persister process, overlapping the next
   forward/backward. On CPU the state's tensor storages are moved into shared memory once
   (like `model.share_memory()`), so the persister reads them directly, and a copy under way
-  finishes even if the trainer is SIGKILLed right after `save` returns. Accelerator tensors
+  finishes even if the trainer is SIGKILLed right after `save` returns (a save of storages
+  the persister has not seen yet waits until it holds their file descriptors, which
+  travel through the trainer: one round trip, once per set of storages). Accelerator tensors
   are first copied on a side stream into pinned, shared host buffers.
 - `before_optimizer_step()`: call it before anything writes the saved tensors (the
   optimizer step); it waits only if the copy is not done yet. `save` calls it too.
@@ -163,6 +165,7 @@ class FlashCheckpointer:
         self._durable = -1
         self._errors: list[str] = []
         self._signature: Any = None
+        self._sources_taken = False
         self._sources: list[Any] = []
         self._stager: DeviceStager | None = None
         self._staged: tuple[int, bytes, dict[int, bytes]] | None = None
@@ -224,6 +227,8 @@ class FlashCheckpointer:
         kind = msg[0]
         if kind == "ready":
             self._ready = True
+        elif kind == "sources_taken":
+            self._sources_taken = True
         elif kind == "copied":
             self.last_copy_s = msg[2]
             if self._pending == msg[1]:
@@ -368,8 +373,13 @@ class FlashCheckpointer:
             for s in sources
         ]
         if signature != self._signature:
+            self._sources_taken = False
             self._send(("sources", sources))
             self._signature, self._sources = signature, sources
+            # their file descriptors travel through this process (torch's file_descriptor
+            # sharing): a persister still unpickling them when we die gets none, and
+            # every snap after them would be lost; so wait until it holds them
+            self._pump(lambda: self._sources_taken)
 
     def _is_ready(self) -> bool:
         """Whether the persister answered `ready` (never waits for it)."""

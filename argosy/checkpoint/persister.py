@@ -17,7 +17,8 @@ durable, so they are left to that attempt's load (its persister adopts them if i
 after this one exited).
 
 Messages in: ("sources", [tensor | None]), ("snap", step, meta_bytes, {index: bytes}),
-("flush",), ("close", unlink). Out: ("ready",), ("copied", step, seconds),
+("flush",), ("close", unlink). Out: ("ready",), ("sources_taken",) (once their file
+descriptors are here: the trainer may die from then on), ("copied", step, seconds),
 ("progress", phase, bytes), ("durable", step), ("flushed", durable, reason | None),
 ("error", message), ("closed",).
 """
@@ -124,6 +125,7 @@ class Persister:
             kind = msg[0]
             if kind == "sources":
                 self.sources = msg[1]
+                self.send("sources_taken")  # the trainer may die now: we hold their fds
                 _map_in_background(self.sources)
             elif kind == "snap":
                 self._snap(msg[1], msg[2], msg[3])

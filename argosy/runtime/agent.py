@@ -262,6 +262,7 @@ class Agent:
                 continue
             fault = self._exit_fault(snap, codes, now)
             if fault is not None:
+                fault.fields["last_lines"] = group.tail().get(fault.rank, [])
                 return fault
             if all(c == 0 for c in codes.values()):
                 return None

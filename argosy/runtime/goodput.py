@@ -166,7 +166,7 @@ def _fault_record(
         "lost_s": {k: round(v, 3) for k, v in lost.items()},
         **{
             k: fault[k]
-            for k in ("missing_ranks", "collective_seq", "slowdown", "exit_code")
+            for k in ("missing_ranks", "collective_seq", "slowdown", "exit_code", "last_lines")
             if k in fault
         },
     }

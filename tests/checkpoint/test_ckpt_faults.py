@@ -21,7 +21,7 @@ def run_trainer(ck, directory, job, steps, kill_after=None) -> tuple[int, list[s
     if kill_after is not None:
         cmd += ["--kill-after", str(kill_after)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ck.env_with_repo())
-    return proc.returncode, proc.stdout.split("\n")
+    return proc.returncode, proc.stdout.split("\n") + proc.stderr.split("\n")[-8:]
 
 
 def persisters_of(job: str) -> list[int]:

@@ -146,7 +146,7 @@ def test_straggler_policy_restart_swaps_it_for_a_spare(fault_free: Path, tmp_pat
         settings=QUICK_CONFIRM,
     )
     acted = [f for f in s["faults"] if f.get("action") != "warn"]
-    assert [(f["kind"], f["rank"]) for f in acted] == [("straggler", 0)]
+    assert [(f["kind"], f["rank"]) for f in acted] == [("straggler", 0)], acted
     # before the swap or after it (the one spare used), co-tenant noise on a 3 ms step
     # only warns
     warned = [f for f in s["faults"] if f.get("action") == "warn"]
