@@ -121,7 +121,6 @@ def _lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple
     and computing it is one more pass over the bytes): the manifest's crc32 covers the
     whole file.
     """
-    import torch
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import MetadataIndex
     from torch.utils.serialization import config
@@ -133,14 +132,9 @@ def _lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple
     config.save.compute_crc32 = False
     try:
         for entry in meta.tensors:
-            if out.tell() % 64:  # records start aligned, so raw tensor bytes are aligned too
-                out.write(bytes(64 - out.tell() % 64))
-            start = out.tell()
-            before = len(out.writes)
-            torch.save(_exact_tensor(data, entry), out)
-            raw = [pos for pos, n in out.writes[before:] if n == entry.nbytes]
-            if len(raw) == 1:  # else ambiguous: the reader parses the torch.save record
-                raw_offsets[entry.fqn] = raw[0]
+            start, raw = _record(out, _exact_tensor(data, entry), entry.nbytes)
+            if raw is not None:  # else ambiguous: the reader parses the torch.save record
+                raw_offsets[entry.fqn] = raw
             records[entry.fqn] = (start, out.tell() - start)
             if meta.rank == 0 or entry.sharded:
                 index = MetadataIndex(entry.fqn, entry.global_offset)
@@ -153,6 +147,31 @@ def _lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple
         if meta.rank == 0:
             items.append((MetadataIndex(obj.fqn), _StorageInfo(name, start, len(obj.payload))))
     return items, raw_offsets, records
+
+
+def _record(out: Any, tensor: Any, nbytes: int) -> tuple[int, int | None]:
+    """Lay out `tensor`'s torch.save record in `out`, after padding; returns where the
+    record starts and where its raw bytes start (None when that is ambiguous: more than
+    one piece of the record has their length). A large tensor's raw bytes land at a
+    `DIRECT_ALIGN`-aligned file offset, like its bytes in the slot, so pwrite.py writes
+    them with direct I/O; other records start 64-aligned (so do their raw bytes)."""
+    import torch
+
+    from argosy.checkpoint import pwrite
+
+    record = pwrite.FilePlan()
+    torch.save(tensor, record)  # its offsets count from the record's start
+    raw = [pos for pos, n in record.writes if n == nbytes]
+    if nbytes >= pwrite.DIRECT_MIN_BYTES and len(raw) == 1:
+        pad = -(out.tell() + raw[0]) % pwrite.DIRECT_ALIGN
+    else:
+        pad = -out.tell() % 64
+    if pad:
+        out.write(bytes(pad))
+    start = out.tell()
+    for _, piece in record.pieces:
+        out.write(piece)
+    return start, start + raw[0] if len(raw) == 1 else None
 
 
 def write_small(path: Path, payload: bytes, sync: bool = True) -> None:

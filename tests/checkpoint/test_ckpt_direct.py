@@ -1,0 +1,171 @@
+"""Direct I/O in the shard writer: aligned slot bytes go with O_DIRECT, everything else
+buffered, never both in one block; the file is the same bytes whichever path wrote it."""
+
+from __future__ import annotations
+
+import errno
+import io
+import mmap
+import os
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from argosy.checkpoint import disk, pwrite
+
+A = pwrite.DIRECT_ALIGN
+MIN = pwrite.DIRECT_MIN_BYTES
+
+
+def _arena(size: int) -> tuple[mmap.mmap, memoryview]:
+    """Page-aligned memory (like a slot's mapping), filled with a pattern."""
+    arena = mmap.mmap(-1, size)
+    view = memoryview(arena)
+    pattern = bytes(range(251)) * (size // 251 + 1)
+    view[:] = pattern[:size]
+    return arena, view
+
+
+def _supports_direct(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+    except OSError:
+        return False
+    os.close(fd)
+    path.unlink()
+    return True
+
+
+# a piece: ("small", n) bytes, or ("slot", start, n) a view of the arena
+piece_st = st.one_of(
+    st.tuples(st.just("small"), st.integers(0, 5000)),
+    st.tuples(
+        st.just("slot"),
+        st.integers(0, 3).map(lambda k: k * A) | st.integers(0, 9000),
+        st.integers(0, 3 * MIN),
+    ),
+)
+
+
+def _plan(view: memoryview, pieces: list[tuple]) -> tuple[pwrite.FilePlan, bytes]:
+    plan, want = pwrite.FilePlan(), []
+    for piece in pieces:
+        if piece[0] == "small":
+            blob = bytes([piece[1] % 256]) * piece[1]
+        else:
+            _, start, n = piece
+            blob = view[start : start + n]
+        plan.write(blob)
+        want.append(bytes(blob))
+    return plan, b"".join(want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(piece_st, max_size=8), pad=st.integers(0, 2 * A))
+def test_split_direct_covers_every_byte_once_and_keeps_direct_runs_whole_blocks(
+    pieces: list[tuple], pad: int
+) -> None:
+    arena, view = _arena(4 * MIN + 4 * A)
+    plan, want = _plan(view, [("small", pad), *pieces])
+    runs = pwrite.split_direct(plan.buffers(0, plan.pos), 0)
+    at, got, direct_blocks, buffered_blocks = 0, [], set(), set()
+    for offset, views, direct in runs:
+        assert offset == at  # in order, back to back
+        size = sum(v.nbytes for v in views)
+        if direct:
+            assert len(views) == 1 and size >= MIN
+            assert offset % A == 0 and size % A == 0
+            assert pwrite.address(views[0]) % A == 0
+            direct_blocks |= set(range(offset // A, (offset + size) // A))
+        elif size:
+            buffered_blocks |= set(range(offset // A, (offset + size - 1) // A + 1))
+        got += [bytes(v) for v in views]
+        at += size
+    assert b"".join(got) == want
+    assert not direct_blocks & buffered_blocks  # never one block by both paths
+
+
+@settings(max_examples=15, deadline=None)
+@given(pieces=st.lists(piece_st, min_size=1, max_size=6), writers=st.integers(1, 4))
+def test_a_file_written_with_direct_io_holds_the_same_bytes_and_crc(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[tuple], writers: int
+) -> None:
+    arena, view = _arena(4 * MIN + 4 * A)
+    plan, want = _plan(view, [("small", 100), *pieces])
+    path = tmp_path_factory.mktemp("direct") / "f"
+    crc = pwrite.write_parallel(path, plan, writers, 1 << 20)
+    assert path.read_bytes() == want
+    assert crc == zlib.crc32(want)
+
+
+def test_direct_writes_are_used_where_the_file_system_allows_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arena, view = _arena(2 * MIN)
+    plan = pwrite.FilePlan()
+    plan.write(view)
+    direct_bytes = []
+    real = pwrite._Fds.write_direct
+
+    def counted(self, piece, offset):  # noqa: ANN001
+        direct_bytes.append(piece.nbytes if self.direct is not None else 0)
+        real(self, piece, offset)
+
+    monkeypatch.setattr(pwrite._Fds, "write_direct", counted)
+    pwrite.write_parallel(tmp_path / "f", plan, 2, 1 << 20)
+    assert (tmp_path / "f").read_bytes() == bytes(view)
+    expected = 2 * MIN if _supports_direct(tmp_path / "probe") else 0
+    assert sum(direct_bytes) == expected
+
+
+def test_a_refused_direct_write_falls_back_to_buffered_for_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arena, view = _arena(3 * MIN)
+    plan = pwrite.FilePlan()
+    plan.write(b"head")
+    plan.write(view[4:])  # its address agrees with its file offset (4) modulo the block
+    real = os.pwrite
+    refused = []
+
+    def pwrite_refusing_direct(fd: int, data, offset: int) -> int:  # noqa: ANN001
+        if fcntl_direct(fd):
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "no direct I/O here")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite_refusing_direct)
+    pwrite.write_parallel(tmp_path / "f", plan, 2, 1 << 20)
+    assert (tmp_path / "f").read_bytes() == b"head" + bytes(view[4:])
+    if _supports_direct(tmp_path / "probe"):
+        assert refused  # the direct path was tried, refused, and the bytes still landed
+
+
+def fcntl_direct(fd: int) -> bool:
+    import fcntl
+
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+
+
+def test_a_large_tensor_lands_block_aligned_in_its_shard_and_reads_back(tmp_path: Path) -> None:
+    out = pwrite.FilePlan()
+    out.write(b"x" * 100)  # an unaligned start
+    big = torch.arange(MIN // 4 + 7, dtype=torch.float32)
+    small = torch.arange(1000, dtype=torch.float32)  # under DIRECT_MIN_BYTES
+    big_start, big_raw = disk._record(out, big, big.numel() * 4)
+    big_end = out.tell()
+    assert big_raw is not None and big_raw % A == 0 and big_raw > big_start >= 100
+    small_start, small_raw = disk._record(out, small, small.numel() * 4)
+    assert small_start % 64 == 0 and (small_raw is None or small_raw % 64 == 0)
+    path = tmp_path / "f"
+    pwrite.write_parallel(path, out, 2, 1 << 20)
+    data = path.read_bytes()
+    assert data[big_raw : big_raw + big.numel() * 4] == big.numpy().tobytes()
+    record = io.BytesIO(data[big_start:big_end])
+    assert torch.equal(torch.load(record, weights_only=True), big)
+    record = io.BytesIO(data[small_start:])
+    assert torch.equal(torch.load(record, weights_only=True), small)
