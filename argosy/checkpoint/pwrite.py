@@ -14,7 +14,9 @@ Contract:
   hands them out in file order to `writers` threads; each chunk is written with one
   `os.pwritev` (no copy of the pieces). Then the file is synced (one fsync, or the
   caller's `sync()`) on a thread while the writers checksum the same chunks: the crc pass
-  runs while the disk flushes, not before it. The chunks' crcs are combined
+  runs while the disk flushes, not before it (a chunk written with direct I/O, which
+  leaves the sync little to flush, is checksummed by its writer right after its write,
+  while the other writers keep the disk busy). The chunks' crcs are combined
   (`crc32_combine`) in file order, so the result is the crc32 of the whole file, as
   `zlib.crc32` of its bytes would give (crc.py). `on_write(bytes_so_far)` runs after each
   chunk, in the writing thread, and may raise to abandon the write: every other thread
@@ -242,29 +244,44 @@ def split_direct(bufs: list[Any], offset: int) -> list[tuple[int, list[Any], boo
     return runs
 
 
-def _write_chunks(fds: _Fds, plan: FilePlan, chunk: int, shared: _Shared) -> None:
+def _write_chunks(
+    fds: _Fds, plan: FilePlan, chunk: int, shared: _Shared, crcs: list[int | None]
+) -> None:
+    """Write the chunks `shared` hands out; a chunk written with direct I/O is checksummed
+    at once (the sync will have little to flush, so no pass could hide behind it; the
+    other writers keep the disk busy meanwhile)."""
     while (index := shared.take()) is not None:
         start = index * chunk
         stop = min(plan.pos, start + chunk)
         bufs = plan.buffers(start, stop)
+        went_direct = False
         if fds.direct is None:
             _pwritev_all(fds.buffered, bufs, start)
         else:
             for at, views, direct in split_direct(bufs, start):
                 if direct:
                     fds.write_direct(views[0], at)
+                    went_direct = True
                 else:
                     _pwritev_all(fds.buffered, views, at)
+        if went_direct:
+            crcs[index] = _crc_of(bufs)
         shared.advance(stop - start)
 
 
-def _checksum_chunks(plan: FilePlan, chunk: int, shared: _Shared, crcs: list[int]) -> None:
+def _crc_of(bufs: list[Any]) -> int:
+    crc = 0
+    for buf in bufs:
+        crc = crc32(buf, crc)
+    return crc
+
+
+def _checksum_chunks(plan: FilePlan, chunk: int, shared: _Shared, crcs: list[int | None]) -> None:
+    """Checksum the chunks `shared` hands out that their writer did not."""
     while (index := shared.take()) is not None:
-        start = index * chunk
-        crc = 0
-        for buf in plan.buffers(start, min(plan.pos, start + chunk)):
-            crc = crc32(buf, crc)
-        crcs[index] = crc
+        if crcs[index] is None:
+            start = index * chunk
+            crcs[index] = _crc_of(plan.buffers(start, min(plan.pos, start + chunk)))
 
 
 def _pwritev_all(fd: int, bufs: list[Any], offset: int) -> None:
@@ -368,14 +385,14 @@ def write_parallel(
     fds = _Fds(path, direct)
     fd = fds.buffered
     try:
+        crcs: list[int | None] = [None] * chunks
         shared = _Shared(chunks, on_write)
-        write = functools.partial(_write_chunks, fds, plan, chunk_bytes, shared)
+        write = functools.partial(_write_chunks, fds, plan, chunk_bytes, shared, crcs)
         _in_threads(writers, write, shared, lowered(), hurry)
         fds.close_direct()
         if sync is None and fsync:
             sync = functools.partial(os.fsync, fd)
         syncing = _Background(sync, lowered())
-        crcs = [0] * chunks
         try:
             summing = _Shared(chunks, None)
             checksum = functools.partial(_checksum_chunks, plan, chunk_bytes, summing, crcs)
@@ -386,6 +403,7 @@ def write_parallel(
         fds.close()
     crc = 0
     for index, part in enumerate(crcs):
+        assert part is not None
         crc = crc32_combine(crc, part, min(chunk_bytes, plan.pos - index * chunk_bytes))
     return crc
 
