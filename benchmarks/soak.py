@@ -170,7 +170,7 @@ def launch(runs: int, busy: int, seed: int) -> int:
     return 1 if failures else 0
 
 
-def fast(faults: int, storm_faults: int, seed: int, as_json: bool) -> int:
+def fast(faults: int, storm_faults: int, seed: int, as_json: bool, on_disk: bool = False) -> int:
     from rich.progress import Progress
 
     from argosy.checkpoint.soak import run_soak
@@ -182,6 +182,7 @@ def fast(faults: int, storm_faults: int, seed: int, as_json: bool) -> int:
             faults - storm_faults,
             seed,
             on_fault=lambda r: _progress(bar, task, r),
+            tmpfs=not on_disk,
         )
         if storm_faults:
             _merge_storm(report, run_storm(Path(tmp) / "storm", storm_faults, seed, busy=0))
@@ -248,6 +249,12 @@ def main() -> int:
     parser.add_argument("--storm-faults", type=int, default=0, help="of them, via the storm")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--on-disk",
+        action="store_true",
+        help="checkpoints on the temporary directory's disk, not a small tmpfs (direct I/O"
+        " in play; a full disk is an injected ENOSPC)",
+    )
     sub = parser.add_subparsers(dest="mode")
     s = sub.add_parser("storm", help="kill storms through the chaos harness")
     s.add_argument("--faults", type=int, default=1000)
@@ -262,7 +269,7 @@ def main() -> int:
     if args.mode is None:
         if args.faults < 1 or not 0 <= args.storm_faults <= args.faults:
             parser.error("--faults must be at least 1, --storm-faults between 0 and --faults")
-        return fast(args.faults, args.storm_faults, args.seed, args.json)
+        return fast(args.faults, args.storm_faults, args.seed, args.json, args.on_disk)
     if args.mode == "storm":
         return storm(args.faults, args.chunk, args.busy, args.seed)
     return launch(args.runs, args.busy, args.seed)

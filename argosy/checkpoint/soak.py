@@ -125,7 +125,9 @@ def _unmount(path: Path) -> None:
 class Soak:
     """One soak over one directory; see the module docstring."""
 
-    def __init__(self, directory: Path, seed: int, hang_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self, directory: Path, seed: int, hang_timeout_s: float = 3.0, tmpfs: bool = True
+    ) -> None:
         import torch
 
         self.directory = directory
@@ -134,7 +136,7 @@ class Soak:
         directory.mkdir(parents=True, exist_ok=True)
         self.fault_file.write_text("")
         os.environ[faultpoints.FILE_ENV] = str(self.fault_file)  # persisters started from now
-        self.tmpfs = _mount_tmpfs(self.ckpt_dir)
+        self.tmpfs = _mount_tmpfs(self.ckpt_dir) if tmpfs else False
         self.rng = random.Random(seed)
         self.hang_timeout_s = hang_timeout_s
         self.job = f"soak-{seed}-{os.getpid()}"
@@ -439,10 +441,13 @@ def run_soak(
     faults: int,
     seed: int,
     on_fault: Callable[[SoakReport], None] | None = None,
+    tmpfs: bool = True,
 ) -> SoakReport:
-    """`faults` rounds of one fault each; the report of every check."""
+    """`faults` rounds of one fault each; the report of every check. `tmpfs=False` keeps
+    the checkpoints on `directory`'s own file system (direct I/O in play there; a full
+    disk is then an injected ENOSPC)."""
     started = time.monotonic()
-    soak = Soak(directory, seed)
+    soak = Soak(directory, seed, tmpfs=tmpfs)
     try:
         while soak.report.faults < faults:
             soak.round()
