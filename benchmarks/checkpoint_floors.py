@@ -176,6 +176,20 @@ def write_once(path: Path, buffer: memoryview, writers: int, direct: bool = Fals
         path.unlink(missing_ok=True)
 
 
+def evict(path: Path) -> None:
+    """Drop `path`'s files (a file or a tree, already synced) from the page cache, so a
+    timed restore reads the disk, as after a restart on another machine, whichever way
+    (buffered or direct) the peer wrote them."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    for file in files:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)  # only clean pages can be dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def direct_io_works(directory: Path) -> bool:
     """Whether files in `directory` open with O_DIRECT (tmpfs: no)."""
     probe = directory / ".direct-probe"

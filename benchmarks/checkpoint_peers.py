@@ -7,7 +7,8 @@ argosy and DLRover, per-pair ratios against a floor measured just before each sa
 (`*_pairs`, from `checkpoint_floors.pair_ratios`). A peer that cannot run here returns
 `{"missing": why}`. Each runs alone in a worker process (the driver's `--worker`). Durable
 saves of argosy and DLRover are bracketed: a disk floor before and after each
-(`checkpoint_floors.bracket_ratios`), the disk settled before each timed write.
+(`checkpoint_floors.bracket_ratios`), the disk settled before each timed write. Disk
+restores read a cold page cache (`checkpoint_floors.evict` before each), for every peer.
 
 - torch_save: `torch.save` to a file, then fsync.
 - dcp_save: `torch.distributed.checkpoint.save` (no process group), then every file fsynced.
@@ -32,6 +33,7 @@ from checkpoint_floors import (
     bracket_writers,
     copy_buffer,
     copy_once,
+    evict,
     floor_buffer,
     pair_ratios,
     settle_disk,
@@ -108,6 +110,7 @@ def peer_torch_save(state: dict, work: Path, repeats: int) -> dict:
             (work / f"ckpt{r - 1}.pt").unlink()
     loads = []
     for _ in range(repeats):
+        evict(path)
         t0 = time.perf_counter()
         copy_into(state, torch.load(path, weights_only=True))
         loads.append(time.perf_counter() - t0)
@@ -127,6 +130,7 @@ def peer_dcp_save(state: dict, work: Path, repeats: int) -> dict:
             shutil.rmtree(work / f"s{r - 1}")
     loads = []
     for _ in range(repeats):
+        evict(work / f"s{repeats - 1}")
         t0 = time.perf_counter()
         dcp.load(state, checkpoint_id=str(work / f"s{repeats - 1}"), no_dist=True)
         loads.append(time.perf_counter() - t0)
@@ -365,6 +369,7 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     reader = FlashCheckpointer(work, job_id=job, prestart=False)
     disk_loads = []
     for _ in range(repeats):
+        evict(work)
         t0 = time.perf_counter()
         reader.load(into=state)
         disk_loads.append(time.perf_counter() - t0)
