@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from argosy.checkpoint.pwrite import DIRECT_ALIGN, direct_io_works
+
 DISK_WRITERS = (1, 2, 4)
 DISK_CHUNK = 16 << 20
 
@@ -144,7 +146,7 @@ def write_phases(
     per = -(-size // writers // DISK_CHUNK) * DISK_CHUNK
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     out = os.open(path, os.O_WRONLY | os.O_DIRECT) if direct else fd
-    aligned = size // 4096 * 4096 if direct else size
+    aligned = size // DIRECT_ALIGN * DIRECT_ALIGN if direct else size
     try:
         t0 = time.perf_counter()
 
@@ -188,18 +190,6 @@ def evict(path: Path) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-
-
-def direct_io_works(directory: Path) -> bool:
-    """Whether files in `directory` open with O_DIRECT (tmpfs: no)."""
-    probe = directory / ".direct-probe"
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600))
-    except OSError:
-        return False
-    finally:
-        probe.unlink(missing_ok=True)
-    return True
 
 
 def floor_buffer(size: int) -> memoryview:

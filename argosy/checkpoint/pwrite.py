@@ -194,6 +194,25 @@ class _Fds:
         os.close(self.buffered)
 
 
+def direct_io_works(directory: Path) -> bool:
+    """Whether files in `directory` take an aligned O_DIRECT write (tmpfs: no)."""
+    import mmap
+
+    probe = directory / ".direct-probe"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except (OSError, AttributeError):
+        return False
+    try:
+        os.pwrite(fd, mmap.mmap(-1, DIRECT_ALIGN), 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
+
+
 def address(view: memoryview) -> int:
     """Where a byte view's memory starts."""
     import numpy as np
@@ -206,41 +225,27 @@ def split_direct(bufs: list[Any], offset: int) -> list[tuple[int, list[Any], boo
     direct runs are one view of whole `DIRECT_ALIGN` blocks whose address agrees with its
     file offset, at least `DIRECT_MIN_BYTES` long; the rest (in order) is buffered."""
     runs: list[tuple[int, list[Any], bool]] = []
-    rest: list[Any] = []
-    rest_at = offset
 
-    def buffered(view: Any) -> None:
-        nonlocal rest_at
-        if not rest:
-            rest_at = offset
-        rest.append(view)
+    def buffered(at: int, view: Any) -> None:  # joins the buffered run ending at `at`
+        if runs and not runs[-1][2]:
+            runs[-1][1].append(view)
+        else:
+            runs.append((at, [view], False))
 
     for buf in bufs:
         view = memoryview(buf)
-        n = view.nbytes
+        end = offset + view.nbytes
         lo = -(-offset // DIRECT_ALIGN) * DIRECT_ALIGN
-        hi = (offset + n) // DIRECT_ALIGN * DIRECT_ALIGN
-        aligned = (
-            n >= DIRECT_MIN_BYTES
-            and hi - lo >= DIRECT_MIN_BYTES
-            and (address(view) - offset) % DIRECT_ALIGN == 0
-        )
-        if not aligned:
-            buffered(view)
-            offset += n
-            continue
-        if lo > offset:
-            buffered(view[: lo - offset])
-        if rest:
-            runs.append((rest_at, rest, False))
-            rest = []
-        runs.append((lo, [view[lo - offset : hi - offset]], True))
-        if hi < offset + n:
-            rest_at = hi
-            rest.append(view[hi - offset :])
-        offset += n
-    if rest:
-        runs.append((rest_at, rest, False))
+        hi = end // DIRECT_ALIGN * DIRECT_ALIGN
+        if hi - lo < DIRECT_MIN_BYTES or (address(view) - offset) % DIRECT_ALIGN:
+            buffered(offset, view)
+        else:
+            if lo > offset:
+                buffered(offset, view[: lo - offset])
+            runs.append((lo, [view[lo - offset : hi - offset]], True))
+            if hi < end:
+                buffered(hi, view[hi - offset :])
+        offset = end
     return runs
 
 
