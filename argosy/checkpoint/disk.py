@@ -79,6 +79,7 @@ def write_rank(
     writers: int | None = None,
     below: int = 0,
     hurry: Callable[[], bool] | None = None,
+    ready: Callable[[int], None] | None = None,
 ) -> RankPiece:
     """Write this rank's data file and index into `staging`, fsynced, checksummed.
 
@@ -89,12 +90,20 @@ def write_rank(
     and the writer's fence (it raises to abandon the write). The caller publishes the
     returned piece (commit.py's done-marker) once this returns. `below`: nice levels
     under the caller's process for the threads that write, until `hurry()` (pwrite.py).
+    `ready(n)`, when given, blocks until the first `n` bytes of `data` are in place (the
+    snapshot is still landing in its slot): each chunk is written as soon as its bytes
+    are there. The layout then must reference every tensor byte in `data`, never copy
+    it; should torch.save ever copy one, the layout is made again once `data` is whole.
     """
     from argosy.checkpoint import pwrite
 
     name, index_name = data_file(meta.rank), f"rank{meta.rank}.meta"
-    out = pwrite.FilePlan()
+    out = pwrite.FilePlan(source=data)
     items, raw_offsets, records = _lay_out(out, meta, data, name)
+    if ready is not None and out.source_bytes != sum(e.nbytes for e in meta.tensors):
+        ready(data.nbytes)  # some bytes were copied at layout: wait, and lay out again
+        out = pwrite.FilePlan(source=data)
+        items, raw_offsets, records = _lay_out(out, meta, data, name)
     index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
     write_small(staging / index_name, index_bytes, sync=False)  # synced with the data
     paths = [staging / name, staging / index_name]  # synced together, while checksummed
@@ -106,6 +115,7 @@ def write_rank(
         sync=lambda: sync_paths(paths),
         below=below,
         hurry=hurry,
+        ready=ready,
     )
     files = {
         name: {"bytes": out.pos, "crc32": crc},
@@ -154,12 +164,13 @@ def _record(out: Any, tensor: Any, nbytes: int) -> tuple[int, int | None]:
     record starts and where its raw bytes start (None when that is ambiguous: more than
     one piece of the record has their length). A large tensor's raw bytes land at a
     `DIRECT_ALIGN`-aligned file offset, like its bytes in the slot, so pwrite.py writes
-    them with direct I/O; other records start 64-aligned (so do their raw bytes)."""
+    them with direct I/O; other records start 64-aligned (so do their raw bytes). Its
+    pieces inside the slot (`out.source`) stay references (a write behind the copy)."""
     import torch
 
     from argosy.checkpoint import pwrite
 
-    record = pwrite.FilePlan()
+    record = pwrite.FilePlan(source=getattr(out, "source", None))
     torch.save(tensor, record)  # its offsets count from the record's start
     raw = [pos for pos, n in record.writes if n == nbytes]
     if nbytes >= pwrite.DIRECT_MIN_BYTES and len(raw) == 1:

@@ -5,7 +5,9 @@ does not reach it. The trainer hands it, once, the shared-memory storages of the
 tensors; on every `snap` it copies them into a free slot (while the trainer runs the next
 forward/backward), marks the slot complete and answers `copied`. A helper thread
 (writer.py) writes snapshots to disk: rank 0 picks the step and commits it, the other
-ranks write the step rank 0 announced (commit.py: two-phase, fenced by epoch).
+ranks write the step rank 0 announced (commit.py: two-phase, fenced by epoch). A slot is
+offered to that thread as soon as its copy starts (`_Slot.landing` says how far it got),
+so the disk write of a snapshot runs behind its copy, not after it.
 
 When the trainer dies, the persister finishes the copy it was doing, settles the newest
 snapshot (written and committed, or given up), then keeps the slots for `linger_s` so a
@@ -50,7 +52,7 @@ from argosy.checkpoint.segment import (
     held_name,
     segment_name,
 )
-from argosy.checkpoint.staging import write_snapshot
+from argosy.checkpoint.staging import CopyProgress, write_snapshot
 from argosy.checkpoint.writer import Writer
 from argosy.core.procs import pid_alive
 
@@ -84,6 +86,8 @@ class _Slot:
         self.persisting = False
         self.stale = False
         """Newer than the step the ranks resumed from: never to be committed."""
+        self.landing: CopyProgress | None = None
+        """While the snapshot is being copied in: how far it got (the disk writer follows)."""
         self.data = torch.frombuffer(segment.map, dtype=torch.uint8)[HEADER_BYTES:]
 
 
@@ -214,21 +218,42 @@ class Persister:
 
     def _snap(self, step: int, meta_bytes: bytes, inline: dict[int, bytes]) -> None:
         started = time.perf_counter()
+        slot = None
         try:
             meta: SnapshotMeta = pickle.loads(meta_bytes)
             need = meta.data_len + 2 * len(meta_bytes)
             self._ensure_slots(need)
             slot = self._pick_slot(need)
-            copied = lambda n: self.writer.progress(n, "copy")  # noqa: E731
-            write_snapshot(slot.segment, slot.data, meta, meta_bytes, inline, self.sources, copied)
-            with self.cond:
-                slot.step, slot.meta = step, meta
+            landed = CopyProgress()
+            with self.cond:  # the disk writer may start on it now, behind the copy
+                slot.step, slot.meta, slot.landing = step, meta, landed
                 self.cond.notify_all()
+            copied = lambda n: self.writer.progress(n, "copy")  # noqa: E731
+            try:
+                write_snapshot(
+                    slot.segment, slot.data, meta, meta_bytes, inline, self.sources, copied, landed
+                )
+            except BaseException as err:
+                landed.finish(err)
+                raise
+            landed.finish()
+            self._landed(slot)
             self.send("copied", step, time.perf_counter() - started)
         except Exception as err:  # reported to the trainer, which raises it
             traceback.print_exc()
+            if slot is not None:
+                self._landed(slot, failed=True)
             self.send("error", f"snapshot of step {step} failed: {err!r}")
             self.send("copied", step, time.perf_counter() - started)
+
+    def _landed(self, slot: _Slot, failed: bool = False) -> None:
+        """The copy into `slot` ended; a failed one leaves nothing to persist or load (a
+        disk writer already on it stops: CopyFailedError)."""
+        with self.cond:
+            slot.landing = None
+            if failed:
+                slot.step, slot.meta = None, None
+            self.cond.notify_all()
 
     def _forget_after(self, step: int) -> None:
         """Drop snapshots newer than the step the ranks resumed from (a given-up history)."""

@@ -1,28 +1,32 @@
 """One file written at disk speed: laid out first, then written by parallel threads.
 
-    plan = FilePlan()
-    plan.write(b"header")                       # small pieces are kept as bytes
-    plan.write(memoryview_of_a_slot)            # large ones by reference: never copied
-    crc = write_parallel(path, plan, writers=4, chunk_bytes=16 << 20)
+    plan = FilePlan(source=slot_view)           # pieces inside the slot: by reference
+    plan.write(b"header")                       # small pieces elsewhere are kept as bytes
+    plan.write(slot_view[a:b])                  # slot bytes (and large pieces): never copied
+    crc = write_parallel(path, plan, writers=4, chunk_bytes=16 << 20, ready=landing.wait_for)
 
 Contract:
 - `FilePlan` is a write-only file object (what `torch.save` writes into): it records every
-  piece at its file offset; pieces of at least `BY_REFERENCE_BYTES` are kept as views of
-  the caller's buffer (which must stay unchanged until `write_parallel` returns), smaller
-  ones are copied.
+  piece at its file offset. Pieces that lie inside `source` (the snapshot's slot) and
+  pieces of at least `BY_REFERENCE_BYTES` are kept as views of the caller's buffer (which
+  must hold its final bytes by the time they are written, and keep them until
+  `write_parallel` returns); smaller ones are copied. For the pieces of `source` it also
+  records which of its bytes each file range needs (`source_needed`).
 - `write_parallel` cuts the file into `chunk_bytes` chunks aligned to file offsets and
-  hands them out in file order to `writers` threads; each chunk is written with one
-  `os.pwritev` (no copy of the pieces). Then the file is synced (one fsync, or the
-  caller's `sync()`) on a thread while the writers checksum the same chunks: the crc pass
-  runs while the disk flushes, not before it (a chunk written with direct I/O, which
-  leaves the sync little to flush, is checksummed by its writer right after its write,
-  while the other writers keep the disk busy). The chunks' crcs are combined
-  (`crc32_combine`) in file order, so the result is the crc32 of the whole file, as
-  `zlib.crc32` of its bytes would give (crc.py). `on_write(bytes_so_far)` runs after each
+  hands them out in file order to `writers` threads; a thread first waits, through
+  `ready(n)`, until the first `n` bytes of `source` its chunk needs are in place (the
+  snapshot may still be landing in its slot: the write runs behind the copy), then
+  writes it with one `os.pwritev` (no copy of the pieces). Then the file is synced (one
+  fsync, or the caller's `sync()`) on a thread while the writers checksum the same
+  chunks: the crc pass runs while the disk flushes, not before it (a chunk written with
+  direct I/O, which leaves the sync little to flush, is checksummed by its writer right
+  after its write, while the other writers keep the disk busy). The chunks' crcs are
+  combined (`crc32_combine`) in file order, so the result is the crc32 of the whole
+  file, as `zlib.crc32` of its bytes would give (crc.py). `on_write(bytes_so_far)` runs after each
   chunk, in the writing thread, and may raise to abandon the write: every other thread
   stops at its next chunk and the error is raised to the caller (the file is then
-  garbage: the caller never publishes it). Disk errors (ENOSPC, EIO) are raised the same
-  way.
+  garbage: the caller never publishes it). Disk errors (ENOSPC, EIO) and errors of
+  `ready` (a copy that failed) are raised the same way.
 - Direct I/O: a piece held by reference whose memory address agrees with its file offset
   modulo `DIRECT_ALIGN` (a slot's tensor bytes, laid out so by disk.py) has its whole
   aligned blocks written with `O_DIRECT` (no copy into the page cache, and nothing of
@@ -42,6 +46,7 @@ Contract:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import functools
@@ -76,12 +81,20 @@ def default_writers() -> int:
 class FilePlan:
     """A write-only file object that records pieces at offsets instead of writing them."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: memoryview | None = None) -> None:
         self.pieces: list[tuple[int, Any]] = []
         """(file offset, bytes or a byte memoryview), in file order, back to back."""
         self.writes: list[tuple[int, int]] = []
         """(offset, length) of every `write` call: where the caller's buffers landed."""
         self.pos = 0
+        self.source = source
+        self.source_bytes = 0
+        """Bytes of the pieces that lie inside `source`."""
+        self._source = (address(source), source.nbytes) if source is not None else (0, 0)
+        self._from_source: list[tuple[int, int, int]] = []
+        """(file offset, source offset, length) of every piece of `source`, in file order."""
+        self._needed_before: list[int] = [0]
+        """Source bytes needed by every earlier piece of `source` (a running maximum)."""
 
     def writable(self) -> bool:
         return True
@@ -90,10 +103,30 @@ class FilePlan:
         view = memoryview(data).cast("B")
         self.writes.append((self.pos, view.nbytes))
         if view.nbytes:
-            piece = view if view.nbytes >= BY_REFERENCE_BYTES else bytes(view)
-            self.pieces.append((self.pos, piece))
+            at = self._source_offset(view)
+            if at is not None:
+                self._from_source.append((self.pos, at, view.nbytes))
+                self._needed_before.append(max(self._needed_before[-1], at + view.nbytes))
+                self.source_bytes += view.nbytes
+            by_reference = at is not None or view.nbytes >= BY_REFERENCE_BYTES
+            self.pieces.append((self.pos, view if by_reference else bytes(view)))
         self.pos += view.nbytes
         return view.nbytes
+
+    def _source_offset(self, view: memoryview) -> int | None:
+        base, size = self._source
+        if not size:
+            return None
+        at = address(view) - base
+        return at if at >= 0 and at + view.nbytes <= size else None
+
+    def source_needed(self, end: int) -> int:
+        """How many leading bytes of `source` must be in place to write [0, end)."""
+        index = bisect.bisect_left(self._from_source, (end,)) - 1
+        if index < 0:
+            return 0
+        offset, at, length = self._from_source[index]
+        return max(self._needed_before[index], at + min(length, end - offset))
 
     def tell(self) -> int:
         return self.pos
@@ -250,14 +283,22 @@ def split_direct(bufs: list[Any], offset: int) -> list[tuple[int, list[Any], boo
 
 
 def _write_chunks(
-    fds: _Fds, plan: FilePlan, chunk: int, shared: _Shared, crcs: list[int | None]
+    fds: _Fds,
+    plan: FilePlan,
+    chunk: int,
+    shared: _Shared,
+    crcs: list[int | None],
+    ready: Callable[[int], None] | None,
 ) -> None:
-    """Write the chunks `shared` hands out; a chunk written with direct I/O is checksummed
-    at once (the sync will have little to flush, so no pass could hide behind it; the
-    other writers keep the disk busy meanwhile)."""
+    """Write the chunks `shared` hands out, each once `ready` says the bytes of the source
+    it needs are in place; a chunk written with direct I/O is checksummed at once (the
+    sync will have little to flush, so no pass could hide behind it; the other writers
+    keep the disk busy meanwhile)."""
     while (index := shared.take()) is not None:
         start = index * chunk
         stop = min(plan.pos, start + chunk)
+        if ready is not None:
+            ready(plan.source_needed(stop))
         bufs = plan.buffers(start, stop)
         went_direct = False
         if fds.direct is None:
@@ -370,6 +411,7 @@ def write_parallel(
     below: int = 0,
     hurry: Callable[[], bool] | None = None,
     direct: bool = True,
+    ready: Callable[[int], None] | None = None,
 ) -> int:
     """Write `plan` to `path` (created or truncated) and make it durable: `sync()` when
     given (the caller syncs this file with others), else an fsync (none with
@@ -380,7 +422,9 @@ def write_parallel(
     caller's process (a background write that must not slow the training loop), until
     `hurry()` (polled while they work) says the write is now waited for: the rest runs
     at the process's priority (the module's docstring). `direct`: aligned pieces go with
-    O_DIRECT where the file system allows it (the module's docstring)."""
+    O_DIRECT where the file system allows it (the module's docstring). `ready(n)` blocks
+    until the first `n` bytes of the plan's source are in place (it may raise: the write
+    is then abandoned like on any error)."""
     chunks = -(-plan.pos // chunk_bytes)
     writers = max(1, min(writers or default_writers(), chunks))
 
@@ -392,7 +436,7 @@ def write_parallel(
     try:
         crcs: list[int | None] = [None] * chunks
         shared = _Shared(chunks, on_write)
-        write = functools.partial(_write_chunks, fds, plan, chunk_bytes, shared, crcs)
+        write = functools.partial(_write_chunks, fds, plan, chunk_bytes, shared, crcs, ready)
         _in_threads(writers, write, shared, lowered(), hurry)
         fds.close_direct()
         if sync is None and fsync:

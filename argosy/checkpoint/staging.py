@@ -7,11 +7,16 @@ storages that cannot be shared) travel inline as bytes.
 
 Accelerator: each tensor is copied, on a side stream, into a pinned, shared host buffer
 allocated once; the persister then copies from those buffers while training goes on.
+
+The persister's copy into a slot (`write_snapshot`) reports how far it got through a
+`CopyProgress`, which the disk writer follows: a snapshot is written to disk while it is
+still landing in its slot.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +25,10 @@ import torch
 from argosy.checkpoint import faultpoints
 from argosy.checkpoint.layout import view_of
 from argosy.checkpoint.segment import HEADER_BYTES, Header, Segment, SlotState
+
+COPY_PIECE_BYTES = 16 << 20
+"""A large tensor is copied into its slot in pieces of this size, each announced, so the
+disk writer can follow closely behind."""
 
 
 def _inline_bytes(tensor: torch.Tensor) -> bytes:
@@ -98,6 +107,48 @@ class DeviceStager:
         self.buffers.clear()
 
 
+class CopyFailedError(Exception):
+    """The snapshot never landed whole in its slot: nothing of it may be published."""
+
+
+class CopyProgress:
+    """How far a snapshot has landed in its slot: the disk writer follows it, so the write
+    runs behind the copy instead of after it.
+
+    The copy calls `advance(n)` once the slot's first `n` data bytes are in place, then
+    `finish()` (or `finish(error)`); the writer calls `wait_for(n)` before it writes bytes
+    that need them, and `wait_for(None)` before it says its shard is whole.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.copied = 0
+        self.finished = False
+        self.error: BaseException | None = None
+
+    def advance(self, copied: int) -> None:
+        with self._cond:
+            self.copied = max(self.copied, copied)
+            self._cond.notify_all()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        with self._cond:
+            self.finished, self.error = True, error
+            self._cond.notify_all()
+
+    def wait_for(self, nbytes: int | None, check: Callable[[], None] | None = None) -> None:
+        """Until `nbytes` are in place (None: until the copy ended); CopyFailedError when
+        the copy failed first. `check()` runs every 0.1 s while waiting (a fence: it may
+        raise to give up)."""
+        with self._cond:
+            while not self.finished and (nbytes is None or self.copied < nbytes):
+                self._cond.wait(0.1)
+                if check is not None:
+                    check()
+            if self.error is not None:
+                raise CopyFailedError(f"the snapshot's copy into its slot failed: {self.error!r}")
+
+
 def write_snapshot(
     seg: Segment,
     data: torch.Tensor,
@@ -106,9 +157,12 @@ def write_snapshot(
     inline: dict[int, bytes],
     sources: list[torch.Tensor | None],
     on_copy: Callable[[int], None] | None = None,
+    landed: CopyProgress | None = None,
 ) -> None:
     """Copy one snapshot into a slot: WRITING first, COMPLETE (with the metadata checksum)
-    only once every byte is in place, so a copy cut short is never read as good."""
+    only once every byte is in place, so a copy cut short is never read as good. Tensors
+    are copied in slot order, large ones in `COPY_PIECE_BYTES` pieces, and `landed` learns
+    of every piece (a disk writer may follow it; `finish` is the caller's)."""
     owner = os.getpid()
     seg.write_header(Header(SlotState.WRITING, meta.step, meta.data_len, 0, 0, owner))
     for index, entry in enumerate(meta.tensors):
@@ -121,7 +175,9 @@ def write_snapshot(
         else:
             source = sources[index]
             assert source is not None, f"no source for {entry.fqn}"
-            dst.copy_(source)
+            _copy_in_pieces(dst, source, entry.offset, landed)
+        if landed is not None:
+            landed.advance(entry.offset + entry.nbytes)
         if on_copy is not None:
             on_copy(entry.nbytes)
             faultpoints.reach("copy")
@@ -129,6 +185,21 @@ def write_snapshot(
     seg.write_header(
         Header(SlotState.COMPLETE, meta.step, meta.data_len, len(meta_bytes), crc, owner)
     )
+
+
+def _copy_in_pieces(
+    dst: torch.Tensor, source: torch.Tensor, offset: int, landed: CopyProgress | None
+) -> None:
+    """dst.copy_(source); a contiguous host tensor piece by piece, each piece announced."""
+    if landed is None or not (source.is_contiguous() and source.device.type == "cpu"):
+        dst.copy_(source)
+        return
+    into = dst.reshape(-1).view(torch.uint8)
+    out_of = source.detach().reshape(-1).view(torch.uint8)
+    for start in range(0, into.numel(), COPY_PIECE_BYTES):
+        stop = min(into.numel(), start + COPY_PIECE_BYTES)
+        into[start:stop].copy_(out_of[start:stop])
+        landed.advance(offset + stop)
 
 
 def slot_data(seg: Segment) -> torch.Tensor:

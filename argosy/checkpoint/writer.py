@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from argosy.checkpoint import commit as cm
 from argosy.checkpoint import disk, faultpoints
 from argosy.checkpoint.layout import SnapshotMeta
+from argosy.checkpoint.staging import CopyFailedError
 
 _POLL_S = 0.05
 _PROGRESS_EVERY_S = 0.2
@@ -104,6 +105,8 @@ class Writer:
         return max(held, key=lambda s: s.step, default=None)
 
     def _write_shard(self, staging: Path, step: int, meta: SnapshotMeta, slot: Any) -> Any:
+        """Write this rank's shard of `step` from `slot` (behind its copy while the snapshot
+        still lands there) and publish it once the copy ended whole."""
         last = [0]
 
         def on_write(total: int) -> None:
@@ -112,15 +115,22 @@ class Writer:
             faultpoints.reach("write")
             self.fence.check(self.epoch)
 
-        self.fence.check(self.epoch)
+        def check() -> None:
+            self.fence.check(self.epoch)
+
+        check()
+        landing = getattr(slot, "landing", None)  # None once the snapshot is whole
+        ready = None if landing is None else lambda n: landing.wait_for(n, check)
         data = slot.segment.data_view(meta.data_len)
         try:
             piece = disk.write_rank(
-                staging, meta, data, on_write, below=self.below(), hurry=self.hurried
+                staging, meta, data, on_write, below=self.below(), hurry=self.hurried, ready=ready
             )
         finally:
             data.release()
-        self.fence.check(self.epoch)
+        if landing is not None:
+            landing.wait_for(None, check)  # the copy ended whole: the shard may be published
+        check()
         faultpoints.reach("publish")
         cm.publish(staging, piece, self.epoch)
         return piece
@@ -229,6 +239,9 @@ class Writer:
         except cm.FencedError as err:
             cm.abort(staging, str(err))
             return str(err)
+        except CopyFailedError as err:  # the persister reported the failed copy already
+            cm.abort(staging, str(err))
+            return str(err)
         except Exception as err:  # disk full, unwritable directory, ...
             traceback.print_exc()
             cm.abort(staging, f"rank 0 failed: {err}")
@@ -302,6 +315,9 @@ class Writer:
             self.written[step] = staging
         except cm.FencedError:
             return
+        except CopyFailedError as err:  # the persister reported the failed copy already
+            cm.refuse(staging, self.spec.rank, "failed", str(err))
+            self.settled[step] = str(err)
         except Exception as err:
             if cm.aborted(staging):  # rank 0 gave the step up while this rank wrote it
                 self.settled[step] = "aborted by rank 0"

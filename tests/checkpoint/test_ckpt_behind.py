@@ -1,0 +1,135 @@
+"""The disk write behind the snapshot's copy: a chunk goes out only once the slot bytes it
+needs have landed, a copy that fails stops the write, and its step is never committed."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from argosy.checkpoint import FlashCheckpointer, disk, pwrite
+from argosy.checkpoint.flash import CheckpointError
+from argosy.checkpoint.staging import CopyFailedError, CopyProgress
+
+
+def _plan_over(source: bytearray, sizes: list[int]) -> tuple[pwrite.FilePlan, list[tuple]]:
+    """A plan of a header before every slice of `source` (as torch.save records are)."""
+    plan, parts, at = pwrite.FilePlan(source=memoryview(source)), [], 0
+    for index, n in enumerate(sizes):
+        header = f"record {index}".encode()
+        plan.write(header)
+        plan.write(memoryview(source)[at : at + n])
+        parts.append((header, at, n))
+        at += n
+    return plan, parts
+
+
+def _copy_in(source: bytearray, final: bytes, piece: int, landed: CopyProgress) -> None:
+    for at in range(0, len(final), piece):
+        source[at : at + piece] = final[at : at + piece]
+        landed.advance(min(len(final), at + piece))
+    landed.finish()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 200_000), min_size=1, max_size=6),
+    piece=st.sampled_from([777, 65_536, 1 << 20]),
+    chunk=st.sampled_from([4096, 65_536, 1 << 20]),
+    writers=st.integers(1, 3),
+    seed=st.integers(0, 1000),
+)
+def test_a_write_behind_the_copy_writes_only_bytes_that_landed(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    piece: int,
+    chunk: int,
+    writers: int,
+    seed: int,
+) -> None:
+    final = random.Random(seed).randbytes(sum(sizes))
+    source = bytearray(len(final))  # zeros until the copy lands them: a write too early shows
+    plan, parts = _plan_over(source, sizes)
+    landed = CopyProgress()
+    copy = threading.Thread(target=_copy_in, args=(source, final, piece, landed))
+    path = tmp_path_factory.mktemp("behind") / "f"
+    copy.start()
+    try:
+        crc = pwrite.write_parallel(path, plan, writers, chunk, ready=landed.wait_for)
+    finally:
+        copy.join()
+    want = b"".join(header + final[at : at + n] for header, at, n in parts)
+    assert path.read_bytes() == want
+    assert crc == zlib.crc32(want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=8), end=st.integers(0, 60_000))
+def test_source_needed_covers_every_slot_byte_before_the_end(sizes: list[int], end: int) -> None:
+    source = bytearray(sum(sizes))
+    plan, _ = _plan_over(source, sizes)
+    needed = plan.source_needed(end)
+    file_at, slot_at, wanted = 0, 0, 0
+    for index, n in enumerate(sizes):
+        file_at += len(f"record {index}".encode())
+        if file_at < end:  # this slice starts before `end`: its bytes up to `end` are needed
+            wanted = slot_at + min(n, end - file_at)
+        file_at += n
+        slot_at += n
+    assert needed == wanted
+    assert plan.source_bytes == len(source)
+
+
+def test_a_copy_that_fails_stops_the_write_behind_it(tmp_path: Path) -> None:
+    source = bytearray(1 << 20)
+    plan, _ = _plan_over(source, [1 << 19, 1 << 19])
+    landed = CopyProgress()
+    landed.advance(1 << 19)  # the first half landed, then the copy failed
+    landed.finish(OSError("source gone"))
+    with pytest.raises(CopyFailedError, match="source gone"):
+        pwrite.write_parallel(tmp_path / "f", plan, 2, 1 << 16, ready=landed.wait_for)
+
+
+def test_a_snapshot_whose_copy_fails_midway_is_never_committed(
+    tmp_path: Path, job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = {f"w{i}": torch.full((2 << 20,), float(i)) for i in range(6)}  # 8 MiB each
+    faults = tmp_path.parent / f"{job}.faults"
+    faults.write_text("")
+    monkeypatch.setenv("ARGOSY_CKPT_FAULTS", str(faults))  # armed in the persister only
+    ckpt = FlashCheckpointer(tmp_path, keep=3, job_id=job)
+    try:
+        ckpt.save(1, state)
+        ckpt.wait()
+        for value in state.values():
+            value.add_(100)
+        # the persister's copy fails at the 5th tensor of the next save, with the disk
+        # writer already behind it (its first chunks landed)
+        faults.write_text("copy:5:enospc")
+        ckpt.save(2, state)
+        with pytest.raises(CheckpointError, match="step 2"):
+            ckpt.wait()
+        assert disk.committed_steps(tmp_path) == [1]
+        for value in state.values():
+            value.add_(100)
+        ckpt.save(3, state)
+        ckpt.wait()
+    finally:
+        ckpt.close()
+    assert disk.committed_steps(tmp_path) == [1, 3]
+    assert not [p for p in os.listdir(tmp_path) if "2" in p and not p.startswith(".")]
+    reader = FlashCheckpointer(tmp_path, job_id=job, prestart=False)
+    try:
+        step, got = reader.load()
+    finally:
+        reader.close()
+    assert step == 3
+    for name, value in state.items():
+        assert torch.equal(got[name], value)
