@@ -73,8 +73,7 @@ def _argosy_saver(state: dict, work: Path) -> tuple[Callable[[int], float], Call
     def save(step: int) -> float:
         t0 = time.perf_counter()
         ckpt.save(step, state)
-        ckpt.before_optimizer_step()
-        ckpt.wait()
+        ckpt.wait()  # a durable save: save, then wait
         return time.perf_counter() - t0
 
     return save, ckpt.close

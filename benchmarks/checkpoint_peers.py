@@ -325,6 +325,7 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     dst = copy_buffer(tensors)
     stall_pairs, durable_pairs, persist_pairs = [], [], []
     for r in range(1, repeats + 1):
+        wait_pruned(work, keep=2)  # the last save's cleanup (an unlink) is not this one's
         floor = copy_once(tensors, dst)  # the pair's memcpy floor, this very moment
         t0 = time.perf_counter()
         ckpt.save(r, state)
@@ -351,11 +352,9 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         settle_disk()
         t0 = time.perf_counter()
         ckpt.save(r, state)
-        ckpt.before_optimizer_step()  # the snapshot is in memory: the persist starts
-        t1 = time.perf_counter()
-        ckpt.wait()
+        ckpt.wait()  # a durable save: save, then wait (the fence is wait's own first step)
         durables.append(time.perf_counter() - t0)
-        persists.append(time.perf_counter() - t1)
+        persists.append(durables[-1] - ckpt.last_copy_s)  # from the snapshot in memory on
         wait_pruned(work, keep=2)  # the prune after the flush, as before the first floor
         after = settled_floor(work / "floor.bin", buffer, writers)
         floors += [before, after]

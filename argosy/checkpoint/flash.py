@@ -21,6 +21,10 @@ Contract:
   the persister has not seen yet waits until it holds their file descriptors, which
   travel through the trainer: one round trip, once per set of storages). Accelerator tensors
   are first copied on a side stream into pinned, shared host buffers.
+- `wait()`: blocks until the last saved step is committed. Called while the persister
+  still copies that snapshot, it asks for the flush at once, so the disk write follows the
+  copy instead of starting after it (`save` then `wait` is a durable save at about the
+  disk's speed); without a waiting caller the write starts once the copy ended.
 - `before_optimizer_step()`: call it before anything writes the saved tensors (the
   optimizer step); it waits only if the copy is not done yet. `save` calls it too.
 - The persisters write snapshots to `directory` in DCP format: rank 0 picks the step, every
@@ -421,14 +425,18 @@ class FlashCheckpointer:
         Raises CheckpointError when it could not be committed (after every rank has
         reached this point, so no rank is left waiting for another).
         """
+        if self._staged is not None:
+            self.before_optimizer_step()  # sends the device snapshot's snap, waits for nothing
+        flushed = self._flush_early()
         self.before_optimizer_step()
         self._send_held(block=True)
         self._wait_copied()
-        if self._saved is not None:
+        if self._saved is not None or flushed:
             self._pump(lambda: self._ready, self.start_timeout_s)
             self._send_forget()
-            self._flushed = None
-            self._send(("flush",))
+            if not flushed:
+                self._flushed = None
+                self._send(("flush",))
             self._pump(lambda: self._flushed is not None)
             durable, reason = self._flushed
             if reason is None and durable < self._saved:  # the persister never held it
@@ -443,6 +451,17 @@ class FlashCheckpointer:
             torch.distributed.barrier()
         self._raise_errors()
         return self._saved
+
+    def _flush_early(self) -> bool:
+        """While the persister still copies the last snapshot, ask for the flush at once:
+        it reads it between the copy's pieces and its disk write then follows the copy
+        closely instead of starting after it. Only then (nothing else is owed before a
+        flush: no held slots to hand over, no forget); True when it was sent."""
+        if self._pending is None or self._held or self._forget is not None:
+            return False
+        self._flushed = None
+        self._send(("flush",))
+        return True
 
     @property
     def persister_pid(self) -> int | None:

@@ -6,8 +6,10 @@ tensors; on every `snap` it copies them into a free slot (while the trainer runs
 forward/backward), marks the slot complete and answers `copied`. A helper thread
 (writer.py) writes snapshots to disk: rank 0 picks the step and commits it, the other
 ranks write the step rank 0 announced (commit.py: two-phase, fenced by epoch). A slot is
-offered to that thread as soon as its copy starts (`_Slot.landing` says how far it got),
-so the disk write of a snapshot runs behind its copy, not after it.
+offered to that thread as soon as its copy starts (`_Slot.landing` says how far it got);
+the write follows the copy closely when the trainer waits for durability (a flush, read
+between the copy's pieces, or a dead trainer), else it starts once the copy ended, so it
+never slows a copy the trainer may be waiting on.
 
 When the trainer dies, the persister finishes the copy it was doing, settles the newest
 snapshot (written and committed, or given up), then keeps the slots for `linger_s` so a
@@ -27,6 +29,7 @@ descriptors are here: the trainer may die from then on), ("copied", step, second
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import mmap
@@ -100,6 +103,8 @@ class Persister:
         self.slots: list[_Slot] = []
         self.sources: list[torch.Tensor | None] = []
         self.writer = Writer(spec, self)
+        self.deferred: collections.deque[tuple] = collections.deque()
+        """Messages read during a copy (while looking for a flush), handled after it."""
 
     # -- messages -----------------------------------------------------------------------
 
@@ -120,9 +125,12 @@ class Persister:
         self.send("ready")
         while True:
             try:
-                if self.conn is None:
+                if self.deferred:
+                    msg = self.deferred.popleft()
+                elif self.conn is None:
                     raise EOFError
-                msg = self.conn.recv()
+                else:
+                    msg = self.conn.recv()
             except (EOFError, OSError):
                 self._orphaned()
                 return
@@ -138,12 +146,28 @@ class Persister:
             elif kind == "forget_after":
                 self._forget_after(msg[1])
             elif kind == "flush":
-                with self.cond:
-                    self.writer.want_flush()
-                    self.cond.notify_all()
+                self._want_flush()
             elif kind == "close":
                 self._close(unlink=msg[1])
                 return
+
+    def _want_flush(self) -> None:
+        with self.cond:
+            self.writer.want_flush()
+            self.cond.notify_all()
+
+    def _read_flush(self) -> None:
+        """During a copy: a flush that came meanwhile is taken at once (the disk write
+        then follows the copy closely); other messages wait for the copy to end."""
+        try:
+            while self.conn is not None and self.conn.poll(0):
+                msg = self.conn.recv()
+                if msg[0] == "flush":
+                    self._want_flush()
+                else:
+                    self.deferred.append(msg)
+        except (EOFError, OSError):  # the trainer is gone: the serve loop finds out next
+            return
 
     # -- slots --------------------------------------------------------------------------
 
@@ -231,7 +255,15 @@ class Persister:
             copied = lambda n: self.writer.progress(n, "copy")  # noqa: E731
             try:
                 write_snapshot(
-                    slot.segment, slot.data, meta, meta_bytes, inline, self.sources, copied, landed
+                    slot.segment,
+                    slot.data,
+                    meta,
+                    meta_bytes,
+                    inline,
+                    self.sources,
+                    copied,
+                    landed,
+                    self._read_flush,
                 )
             except BaseException as err:
                 landed.finish(err)

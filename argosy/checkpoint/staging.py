@@ -136,12 +136,21 @@ class CopyProgress:
             self.finished, self.error = True, error
             self._cond.notify_all()
 
-    def wait_for(self, nbytes: int | None, check: Callable[[], None] | None = None) -> None:
+    def wait_for(
+        self,
+        nbytes: int | None,
+        check: Callable[[], None] | None = None,
+        follow: Callable[[], bool] | None = None,
+    ) -> None:
         """Until `nbytes` are in place (None: until the copy ended); CopyFailedError when
         the copy failed first. `check()` runs every 0.1 s while waiting (a fence: it may
-        raise to give up)."""
+        raise to give up). `follow()`, when given, says whether to follow the copy
+        closely now; while it says no, this waits for the whole copy (asked again at
+        every piece that lands)."""
         with self._cond:
-            while not self.finished and (nbytes is None or self.copied < nbytes):
+            while not self.finished and (
+                nbytes is None or self.copied < nbytes or (follow is not None and not follow())
+            ):
                 self._cond.wait(0.1)
                 if check is not None:
                     check()
@@ -158,11 +167,13 @@ def write_snapshot(
     sources: list[torch.Tensor | None],
     on_copy: Callable[[int], None] | None = None,
     landed: CopyProgress | None = None,
+    between: Callable[[], None] | None = None,
 ) -> None:
     """Copy one snapshot into a slot: WRITING first, COMPLETE (with the metadata checksum)
     only once every byte is in place, so a copy cut short is never read as good. Tensors
     are copied in slot order, large ones in `COPY_PIECE_BYTES` pieces, and `landed` learns
-    of every piece (a disk writer may follow it; `finish` is the caller's)."""
+    of every piece (a disk writer may follow it; `finish` is the caller's); `between()`
+    runs after every piece (the persister reads a flush that came meanwhile)."""
     owner = os.getpid()
     seg.write_header(Header(SlotState.WRITING, meta.step, meta.data_len, 0, 0, owner))
     for index, entry in enumerate(meta.tensors):
@@ -175,9 +186,11 @@ def write_snapshot(
         else:
             source = sources[index]
             assert source is not None, f"no source for {entry.fqn}"
-            _copy_in_pieces(dst, source, entry.offset, landed)
+            _copy_in_pieces(dst, source, entry.offset, landed, between)
         if landed is not None:
             landed.advance(entry.offset + entry.nbytes)
+        if between is not None:
+            between()
         if on_copy is not None:
             on_copy(entry.nbytes)
             faultpoints.reach("copy")
@@ -188,7 +201,11 @@ def write_snapshot(
 
 
 def _copy_in_pieces(
-    dst: torch.Tensor, source: torch.Tensor, offset: int, landed: CopyProgress | None
+    dst: torch.Tensor,
+    source: torch.Tensor,
+    offset: int,
+    landed: CopyProgress | None,
+    between: Callable[[], None] | None = None,
 ) -> None:
     """dst.copy_(source); a contiguous host tensor piece by piece, each piece announced."""
     if landed is None or not (source.is_contiguous() and source.device.type == "cpu"):
@@ -200,6 +217,8 @@ def _copy_in_pieces(
         stop = min(into.numel(), start + COPY_PIECE_BYTES)
         into[start:stop].copy_(out_of[start:stop])
         landed.advance(offset + stop)
+        if between is not None and stop < into.numel():
+            between()
 
 
 def slot_data(seg: Segment) -> torch.Tensor:

@@ -105,8 +105,11 @@ class Writer:
         return max(held, key=lambda s: s.step, default=None)
 
     def _write_shard(self, staging: Path, step: int, meta: SnapshotMeta, slot: Any) -> Any:
-        """Write this rank's shard of `step` from `slot` (behind its copy while the snapshot
-        still lands there) and publish it once the copy ended whole."""
+        """Write this rank's shard of `step` from `slot` and publish it once the copy ended
+        whole. While the snapshot still lands there, the write follows the copy closely
+        when someone waits for it (`hurried`: the copy's memory traffic is then worth
+        sharing), else it waits for the whole copy (a trainer stalled on a copy must not
+        find it slowed by the disk's DMA)."""
         last = [0]
 
         def on_write(total: int) -> None:
@@ -120,7 +123,7 @@ class Writer:
 
         check()
         landing = getattr(slot, "landing", None)  # None once the snapshot is whole
-        ready = None if landing is None else lambda n: landing.wait_for(n, check)
+        ready = None if landing is None else lambda n: landing.wait_for(n, check, self.hurried)
         data = slot.segment.data_view(meta.data_len)
         try:
             piece = disk.write_rank(

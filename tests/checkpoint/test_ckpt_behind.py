@@ -1,8 +1,12 @@
 """The disk write behind the snapshot's copy: a chunk goes out only once the slot bytes it
-needs have landed, a copy that fails stops the write, and its step is never committed."""
+needs have landed, it follows the copy closely only while someone waits for the write (a
+flush, which the persister reads between the copy's pieces), a copy that fails stops the
+write, and its step is never committed."""
 
 from __future__ import annotations
 
+import collections
+import multiprocessing
 import os
 import random
 import threading
@@ -133,3 +137,51 @@ def test_a_snapshot_whose_copy_fails_midway_is_never_committed(
     assert step == 3
     for name, value in state.items():
         assert torch.equal(got[name], value)
+
+
+def test_a_writer_not_asked_to_follow_waits_for_the_whole_copy() -> None:
+    landed, follow, returned = CopyProgress(), threading.Event(), threading.Event()
+
+    def writer() -> None:
+        landed.wait_for(100, follow=follow.is_set)
+        returned.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    landed.advance(500)  # its bytes landed, but nobody waits for the write: it waits on
+    assert not returned.wait(0.3)
+    follow.set()  # a flush came: from the next piece on it follows the copy closely
+    landed.advance(600)
+    assert returned.wait(5)
+    thread.join()
+    assert not landed.finished
+
+
+def test_a_writer_never_asked_to_follow_goes_when_the_copy_ends() -> None:
+    landed = CopyProgress()
+    threading.Timer(0.1, landed.finish).start()
+    landed.wait_for(1 << 30, follow=lambda: False)  # returns once the copy ended
+    assert landed.finished
+
+
+def test_the_persister_takes_a_flush_during_a_copy_and_defers_the_rest() -> None:
+    from argosy.checkpoint.persister import Persister
+
+    class Writer:
+        flushes = 0
+
+        def want_flush(self) -> None:
+            self.flushes += 1
+
+    ours, theirs = multiprocessing.Pipe()
+    persister = Persister.__new__(Persister)  # only what the copy's poll uses
+    persister.conn, persister.cond, persister.writer = ours, threading.Condition(), Writer()
+    persister.deferred = collections.deque()
+    theirs.send(("forget_after", 3))
+    theirs.send(("flush",))
+    persister._read_flush()
+    assert persister.writer.flushes == 1
+    assert list(persister.deferred) == [("forget_after", 3)]  # handled after the copy
+    theirs.close()
+    persister._read_flush()  # the trainer went away: left to the serve loop
+    assert persister.writer.flushes == 1
