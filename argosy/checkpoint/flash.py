@@ -431,7 +431,7 @@ class FlashCheckpointer:
         self.before_optimizer_step()
         self._send_held(block=True)
         self._wait_copied()
-        if self._saved is not None or flushed:
+        if self._saved is not None:  # always so after an early flush (it follows a save)
             self._pump(lambda: self._ready, self.start_timeout_s)
             self._send_forget()
             if not flushed:

@@ -22,10 +22,10 @@ Contract:
   direct I/O, which leaves the sync little to flush, is checksummed by its writer right
   after its write, while the other writers keep the disk busy). The chunks' crcs are
   combined (`crc32_combine`) in file order, so the result is the crc32 of the whole
-  file, as `zlib.crc32` of its bytes would give (crc.py). `on_write(bytes_so_far)` runs after each
-  chunk, in the writing thread, and may raise to abandon the write: every other thread
-  stops at its next chunk and the error is raised to the caller (the file is then
-  garbage: the caller never publishes it). Disk errors (ENOSPC, EIO) and errors of
+  file, as `zlib.crc32` of its bytes would give (crc.py). `on_write(bytes_so_far)` runs
+  after each chunk, in the writing thread, and may raise to abandon the write: every
+  other thread stops at its next chunk and the error is raised to the caller (the file
+  is then garbage: the caller never publishes it). Disk errors (ENOSPC, EIO) and errors of
   `ready` (a copy that failed) are raised the same way.
 - Direct I/O: a piece held by reference whose memory address agrees with its file offset
   modulo `DIRECT_ALIGN` (a slot's tensor bytes, laid out so by disk.py) has its whole
@@ -88,9 +88,7 @@ class FilePlan:
         """(offset, length) of every `write` call: where the caller's buffers landed."""
         self.pos = 0
         self.source = source
-        self.source_bytes = 0
-        """Bytes of the pieces that lie inside `source`."""
-        self._source = (address(source), source.nbytes) if source is not None else (0, 0)
+        self._base = address(source) if source is not None else 0
         self._from_source: list[tuple[int, int, int]] = []
         """(file offset, source offset, length) of every piece of `source`, in file order."""
         self._needed_before: list[int] = [0]
@@ -107,18 +105,21 @@ class FilePlan:
             if at is not None:
                 self._from_source.append((self.pos, at, view.nbytes))
                 self._needed_before.append(max(self._needed_before[-1], at + view.nbytes))
-                self.source_bytes += view.nbytes
             by_reference = at is not None or view.nbytes >= BY_REFERENCE_BYTES
             self.pieces.append((self.pos, view if by_reference else bytes(view)))
         self.pos += view.nbytes
         return view.nbytes
 
+    @property
+    def source_bytes(self) -> int:
+        """Bytes of the pieces that lie inside `source`."""
+        return sum(length for _, _, length in self._from_source)
+
     def _source_offset(self, view: memoryview) -> int | None:
-        base, size = self._source
-        if not size:
+        if self.source is None or not self.source.nbytes:
             return None
-        at = address(view) - base
-        return at if at >= 0 and at + view.nbytes <= size else None
+        at = address(view) - self._base
+        return at if at >= 0 and at + view.nbytes <= self.source.nbytes else None
 
     def source_needed(self, end: int) -> int:
         """How many leading bytes of `source` must be in place to write [0, end)."""
