@@ -29,7 +29,7 @@ from argosy.checkpoint.crc import crc32
 if TYPE_CHECKING:  # torch loads only where tensors are written or read (the CLI lists without it)
     import torch
 
-    from argosy.checkpoint.layout import SnapshotMeta, TensorEntry
+    from argosy.checkpoint.layout import SnapshotMeta
 
 MANIFEST = "manifest.json"
 STEP_PREFIX = "step_"
@@ -61,16 +61,6 @@ class RankPiece:
     files: dict[str, dict[str, int]]
 
 
-def _exact_tensor(data: memoryview, entry: TensorEntry) -> torch.Tensor:
-    """A tensor whose storage is exactly the entry's bytes, so torch.save writes only them."""
-    import torch
-
-    if entry.nbytes == 0:
-        return torch.empty(entry.shape, dtype=entry.dtype)
-    raw = torch.frombuffer(data[entry.offset : entry.offset + entry.nbytes], dtype=torch.uint8)
-    return raw.view(entry.dtype).view(entry.shape)
-
-
 def write_rank(
     staging: Path,
     meta: SnapshotMeta,
@@ -96,14 +86,15 @@ def write_rank(
     it; should torch.save ever copy one, the layout is made again once `data` is whole.
     """
     from argosy.checkpoint import pwrite
+    from argosy.checkpoint.records import lay_out
 
     name, index_name = data_file(meta.rank), f"rank{meta.rank}.meta"
     out = pwrite.FilePlan(source=data)
-    items, raw_offsets, records = _lay_out(out, meta, data, name)
+    items, raw_offsets, records = lay_out(out, meta, data, name)
     if ready is not None and out.source_bytes != sum(e.nbytes for e in meta.tensors):
         ready(data.nbytes)  # some bytes were copied at layout: wait, and lay out again
         out = pwrite.FilePlan(source=data)
-        items, raw_offsets, records = _lay_out(out, meta, data, name)
+        items, raw_offsets, records = lay_out(out, meta, data, name)
     index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
     write_small(staging / index_name, index_bytes, sync=False)  # synced with the data
     paths = [staging / name, staging / index_name]  # synced together, while checksummed
@@ -122,67 +113,6 @@ def write_rank(
         index_name: {"bytes": len(index_bytes), "crc32": crc32(index_bytes)},
     }
     return RankPiece(meta.rank, items, raw_offsets, files)
-
-
-def _lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple[list, dict, dict]:
-    """Every tensor as a torch.save record (DCP's format) and every object, into `out`.
-
-    The records' zip entries carry no crc32 of their own (torch.load does not check it,
-    and computing it is one more pass over the bytes): the manifest's crc32 covers the
-    whole file.
-    """
-    from torch.distributed.checkpoint.filesystem import _StorageInfo
-    from torch.distributed.checkpoint.metadata import MetadataIndex
-    from torch.utils.serialization import config
-
-    items: list[tuple[Any, Any]] = []
-    raw_offsets: dict[str, int] = {}
-    records: dict[str, tuple[int, int]] = {}
-    saved_crc = config.save.compute_crc32
-    config.save.compute_crc32 = False
-    try:
-        for entry in meta.tensors:
-            start, raw = _record(out, _exact_tensor(data, entry), entry.nbytes)
-            if raw is not None:  # else ambiguous: the reader parses the torch.save record
-                raw_offsets[entry.fqn] = raw
-            records[entry.fqn] = (start, out.tell() - start)
-            if meta.rank == 0 or entry.sharded:
-                index = MetadataIndex(entry.fqn, entry.global_offset)
-                items.append((index, _StorageInfo(name, start, out.tell() - start)))
-    finally:
-        config.save.compute_crc32 = saved_crc
-    for obj in meta.objects:
-        start = out.tell()
-        out.write(obj.payload)
-        if meta.rank == 0:
-            items.append((MetadataIndex(obj.fqn), _StorageInfo(name, start, len(obj.payload))))
-    return items, raw_offsets, records
-
-
-def _record(out: Any, tensor: Any, nbytes: int) -> tuple[int, int | None]:
-    """Lay out `tensor`'s torch.save record in `out`, after padding; returns where the
-    record starts and where its raw bytes start (None when that is ambiguous: more than
-    one piece of the record has their length). A large tensor's raw bytes land at a
-    `DIRECT_ALIGN`-aligned file offset, like its bytes in the slot, so pwrite.py writes
-    them with direct I/O; other records start 64-aligned (so do their raw bytes). Its
-    pieces inside the slot (`out.source`) stay references (a write behind the copy)."""
-    import torch
-
-    from argosy.checkpoint import pwrite
-
-    record = pwrite.FilePlan(source=getattr(out, "source", None))
-    torch.save(tensor, record)  # its offsets count from the record's start
-    raw = [pos for pos, n in record.writes if n == nbytes]
-    if nbytes >= pwrite.DIRECT_MIN_BYTES and len(raw) == 1:
-        pad = -(out.tell() + raw[0]) % pwrite.DIRECT_ALIGN
-    else:
-        pad = -out.tell() % 64
-    if pad:
-        out.write(bytes(pad))
-    start = out.tell()
-    for _, piece in record.pieces:
-        out.write(piece)
-    return start, start + raw[0] if len(raw) == 1 else None
 
 
 def write_small(path: Path, payload: bytes, sync: bool = True) -> None:

@@ -101,7 +101,7 @@ class FilePlan:
         view = memoryview(data).cast("B")
         self.writes.append((self.pos, view.nbytes))
         if view.nbytes:
-            at = self._source_offset(view)
+            at = self.source_offset(view)
             if at is not None:
                 self._from_source.append((self.pos, at, view.nbytes))
                 self._needed_before.append(max(self._needed_before[-1], at + view.nbytes))
@@ -115,7 +115,8 @@ class FilePlan:
         """Bytes of the pieces that lie inside `source`."""
         return sum(length for _, _, length in self._from_source)
 
-    def _source_offset(self, view: memoryview) -> int | None:
+    def source_offset(self, view: memoryview) -> int | None:
+        """Where `view` starts inside `source`; None when it is not wholly inside it."""
         if self.source is None or not self.source.nbytes:
             return None
         at = address(view) - self._base

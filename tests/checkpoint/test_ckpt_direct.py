@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argosy.checkpoint import disk, pwrite
+from argosy.checkpoint import pwrite, records
 
 A = pwrite.DIRECT_ALIGN
 MIN = pwrite.DIRECT_MIN_BYTES
@@ -167,10 +167,10 @@ def test_a_large_tensor_lands_block_aligned_in_its_shard_and_reads_back(tmp_path
     out.write(b"x" * 100)  # an unaligned start
     big = torch.arange(MIN // 4 + 7, dtype=torch.float32)
     small = torch.arange(1000, dtype=torch.float32)  # under DIRECT_MIN_BYTES
-    big_start, big_raw = disk._record(out, big, big.numel() * 4)
+    big_start, big_raw = records._record(out, big, big.numel() * 4)
     big_end = out.tell()
     assert big_raw is not None and big_raw % A == 0 and big_raw > big_start >= 100
-    small_start, small_raw = disk._record(out, small, small.numel() * 4)
+    small_start, small_raw = records._record(out, small, small.numel() * 4)
     assert small_start % 64 == 0 and (small_raw is None or small_raw % 64 == 0)
     path = tmp_path / "f"
     pwrite.write_parallel(path, out, 2, 1 << 20)
