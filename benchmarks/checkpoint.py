@@ -38,7 +38,15 @@ from typing import Any
 
 from checkpoint_duel import duel
 from checkpoint_floors import disk_floor, memcpy_floor
-from checkpoint_peers import PEERS, bench_job, bench_job_prefix, make_state, med, nbytes
+from checkpoint_peers import (
+    PEERS,
+    TENSOR_MB,
+    bench_job,
+    bench_job_prefix,
+    make_state,
+    med,
+    nbytes,
+)
 
 RUNNERS = PEERS | {"duel": duel}
 """What a worker runs: every peer, and `duel` (argosy and DLRover in turns, one process)."""
@@ -94,13 +102,15 @@ def loop_figure(steps: int, interval_s: float) -> dict:
 # -- driver ---------------------------------------------------------------------------
 
 
-def worker(peer: str, gb: float, repeats: int, device: str = "cpu") -> dict:
+def worker(
+    peer: str, gb: float, repeats: int, device: str = "cpu", tensor_mb: float = TENSOR_MB
+) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"argosy-bench-{peer}-"))
     shm_before = set(os.listdir("/dev/shm"))
     try:
         if peer == "loop":
             return {"loops": [loop_figure(repeats, 30.0), loop_figure(repeats, 0.0)]}
-        state = make_state(gb, device)
+        state = make_state(gb, device, tensor_mb)
         # the floors: same process, same moment as the peer
         floors = disk_floor(nbytes(state), work, min(repeats, 2))
         floors["floor_s"] = memcpy_floor(list(state["model"].values()), repeats)
@@ -129,9 +139,11 @@ def _clean_children_and_shm(before: set[str]) -> None:
             Path("/dev/shm", name).unlink(missing_ok=True)
 
 
-def run_peer(peer: str, gb: float, repeats: int, device: str = "cpu") -> dict:
+def run_peer(
+    peer: str, gb: float, repeats: int, device: str = "cpu", tensor_mb: float = TENSOR_MB
+) -> dict:
     cmd = [sys.executable, "-W", "ignore", __file__, "--worker", peer, "--gb", str(gb)]
-    cmd += ["--repeats", str(repeats), "--device", device]
+    cmd += ["--repeats", str(repeats), "--device", device, "--tensor-mb", str(tensor_mb)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -400,6 +412,10 @@ def main() -> None:
     parser.add_argument(
         "--device", default="cpu", help="where the state lives: cpu, or cuda on a GPU host"
     )
+    parser.add_argument(
+        "--tensor-mb", type=float, default=TENSOR_MB,
+        help=f"size of each state tensor (default {TENSOR_MB}; 1 gives 1,024 tensors a GB)",
+    )  # fmt: skip
     parser.add_argument("--markdown", type=Path, default=None, help="Also write a table here.")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gb", type=float, default=1.0, help=argparse.SUPPRESS)
@@ -421,7 +437,7 @@ def main() -> None:
             first_save(args.repeats, tree)
         return
     if args.worker:
-        result = worker(args.worker, args.gb, args.repeats, args.device)
+        result = worker(args.worker, args.gb, args.repeats, args.device, args.tensor_mb)
         print("RESULT " + json.dumps(result), flush=True)
         return
     results: dict[float, dict[str, dict]] = {}
@@ -430,7 +446,7 @@ def main() -> None:
         results[gb] = {}
         for peer in args.peers.split(","):
             print(f"[{gb:g} GB] {peer} ...", file=sys.stderr, flush=True)
-            results[gb][peer] = run_peer(peer, gb, repeats, args.device)
+            results[gb][peer] = run_peer(peer, gb, repeats, args.device, args.tensor_mb)
     loop = None
     if args.loop_steps:
         print("[loop] ...", file=sys.stderr, flush=True)

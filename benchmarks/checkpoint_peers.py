@@ -43,11 +43,13 @@ from checkpoint_floors import (
 TENSOR_MB = 64
 
 
-def make_state(gb: float, device: str = "cpu") -> dict[str, Any]:
+def make_state(gb: float, device: str = "cpu", tensor_mb: float = TENSOR_MB) -> dict[str, Any]:
+    """`gb` of float32 tensors of `tensor_mb` each (a model's state has hundreds to
+    thousands of tensors: `tensor_mb` 1 gives 1,024 a GB)."""
     import torch
 
-    n = max(1, round(gb * 1024 / TENSOR_MB))
-    numel = TENSOR_MB * (1 << 20) // 4
+    n = max(1, round(gb * 1024 / tensor_mb))
+    numel = int(tensor_mb * (1 << 20)) // 4
     gen = torch.Generator(device=device).manual_seed(0)
     layers = {  # random bits: a disk or host that compresses must not favour a peer's bytes
         f"layer{i}.weight": torch.rand(numel, device=device, generator=gen) for i in range(n)

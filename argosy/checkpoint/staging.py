@@ -171,26 +171,38 @@ def write_snapshot(
 ) -> None:
     """Copy one snapshot into a slot: WRITING first, COMPLETE (with the metadata checksum)
     only once every byte is in place, so a copy cut short is never read as good. Tensors
-    are copied in slot order, large ones in `COPY_PIECE_BYTES` pieces, and `landed` learns
-    of every piece (a disk writer may follow it; `finish` is the caller's); `between()`
-    runs after every piece (the persister reads a flush that came meanwhile)."""
+    are copied in slot order, large ones in `COPY_PIECE_BYTES` pieces; `landed` learns how
+    far the copy got (a disk writer may follow it; `finish` is the caller's) and
+    `between()` runs (the persister reads a flush that came meanwhile) once per piece's
+    worth of bytes, not per tensor: a state of a thousand small tensors would otherwise
+    wake the disk writer a thousand times, for nothing it can write yet."""
     owner = os.getpid()
     seg.write_header(Header(SlotState.WRITING, meta.step, meta.data_len, 0, 0, owner))
+    told = 0  # slot bytes `landed` knows of
+
+    def tell(end: int, last: bool) -> None:
+        nonlocal told
+        if end - told < COPY_PIECE_BYTES and not last:
+            return
+        told = end
+        if landed is not None:
+            landed.advance(end)
+        if between is not None and not last:
+            between()
+
+    count = len(meta.tensors)
     for index, entry in enumerate(meta.tensors):
-        dst = view_of(data, entry)
         if index in inline:
             payload = inline[index]
             if payload:
-                src = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-                dst.reshape(-1).view(torch.uint8).copy_(src)
+                dst = data[entry.offset : entry.offset + entry.nbytes]
+                dst.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
         else:
             source = sources[index]
             assert source is not None, f"no source for {entry.fqn}"
-            _copy_in_pieces(dst, source, entry.offset, landed, between)
-        if landed is not None:
-            landed.advance(entry.offset + entry.nbytes)
-        if between is not None:
-            between()
+            piece_landed = None if landed is None else (lambda end: tell(end, False))
+            _copy_one(data, entry, source, piece_landed)
+        tell(entry.offset + entry.nbytes, index == count - 1)
         if on_copy is not None:
             on_copy(entry.nbytes)
             faultpoints.reach("copy")
@@ -200,25 +212,38 @@ def write_snapshot(
     )
 
 
-def _copy_in_pieces(
-    dst: torch.Tensor,
-    source: torch.Tensor,
-    offset: int,
-    landed: CopyProgress | None,
-    between: Callable[[], None] | None = None,
+def as_bytes(sources: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    """Each contiguous host source as a flat uint8 view of its bytes (made once per set of
+    sources, not at every copy: three tensor ops each, a few ms a save for a thousand
+    tensors); the others as they are."""
+    return [
+        s.detach().reshape(-1).view(torch.uint8)
+        if s is not None and s.device.type == "cpu" and s.is_contiguous()
+        else s
+        for s in sources
+    ]
+
+
+def _copy_one(
+    data: torch.Tensor, entry: Any, source: torch.Tensor, landed: Callable[[int], None] | None
 ) -> None:
-    """dst.copy_(source); a contiguous host tensor piece by piece, each piece announced."""
-    if landed is None or not (source.is_contiguous() and source.device.type == "cpu"):
-        dst.copy_(source)
+    """Copy `source` to its entry's bytes of `data`; a contiguous host tensor as raw bytes
+    (already flat bytes when it went through `as_bytes`), a large one piece by piece,
+    `landed(end)` after each piece but the last."""
+    if not (source.is_contiguous() and source.device.type == "cpu"):
+        view_of(data, entry).copy_(source)
         return
-    into = dst.reshape(-1).view(torch.uint8)
-    out_of = source.detach().reshape(-1).view(torch.uint8)
-    for start in range(0, into.numel(), COPY_PIECE_BYTES):
-        stop = min(into.numel(), start + COPY_PIECE_BYTES)
+    into = data[entry.offset : entry.offset + entry.nbytes]
+    flat = source.dtype == torch.uint8 and source.dim() == 1
+    out_of = source if flat else source.detach().reshape(-1).view(torch.uint8)
+    if landed is None or entry.nbytes <= COPY_PIECE_BYTES:
+        into.copy_(out_of)
+        return
+    for start in range(0, entry.nbytes, COPY_PIECE_BYTES):
+        stop = min(entry.nbytes, start + COPY_PIECE_BYTES)
         into[start:stop].copy_(out_of[start:stop])
-        landed.advance(offset + stop)
-        if between is not None and stop < into.numel():
-            between()
+        if stop < entry.nbytes:
+            landed(entry.offset + stop)
 
 
 def slot_data(seg: Segment) -> torch.Tensor:

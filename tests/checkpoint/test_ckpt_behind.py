@@ -185,3 +185,62 @@ def test_the_persister_takes_a_flush_during_a_copy_and_defers_the_rest() -> None
     theirs.close()
     persister._read_flush()  # the trainer went away: left to the serve loop
     assert persister.writer.flushes == 1
+
+
+class _Counted(CopyProgress):
+    """A CopyProgress that checks, at every announcement, that the bytes it announces are
+    in the slot already, and counts the announcements."""
+
+    def __init__(self, slot: torch.Tensor, want: bytes) -> None:
+        super().__init__()
+        self.slot, self.want, self.told = slot, want, []
+
+    def advance(self, copied: int) -> None:
+        assert bytes(self.slot[:copied].numpy()) == self.want[:copied]
+        assert not self.told or copied > self.told[-1]
+        self.told.append(copied)
+        super().advance(copied)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(
+        st.one_of(st.integers(0, 3000), st.integers(1 << 20, 3 << 20), st.just(40 << 20)),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_a_copy_announces_landed_bytes_once_a_piece_not_once_a_tensor(sizes: list[int]) -> None:
+    import tempfile
+
+    from argosy.checkpoint.layout import SnapshotMeta, data_len, plan
+    from argosy.checkpoint.segment import HEADER_BYTES, Segment
+    from argosy.checkpoint.staging import COPY_PIECE_BYTES, as_bytes, slot_data, write_snapshot
+
+    gen = torch.Generator().manual_seed(len(sizes))
+    flat = {
+        f"t{i}": torch.randint(0, 255, (n,), dtype=torch.uint8, generator=gen)
+        for i, n in enumerate(sizes)
+    }
+    entries, tensors, _ = plan(flat)
+    meta = SnapshotMeta(1, 0, 1, {}, entries, [], data_len(entries))
+    want = bytearray(meta.data_len)
+    for entry, tensor in zip(entries, tensors, strict=True):
+        want[entry.offset : entry.offset + entry.nbytes] = tensor.numpy().tobytes()
+    scratch = tempfile.TemporaryDirectory(dir="/dev/shm")
+    seg = Segment.create(Path(scratch.name) / "slot", HEADER_BYTES + meta.data_len + (1 << 20))
+    try:
+        data = slot_data(seg)
+        data[: meta.data_len].fill_(0)
+        landed, betweens = _Counted(data, bytes(want)), []
+        write_snapshot(
+            seg, data, meta, b"m", {}, as_bytes(tensors), None, landed, lambda: betweens.append(1)
+        )
+        assert bytes(data[: meta.data_len].numpy()) == bytes(want)
+        assert landed.told[-1] == entries[-1].offset + entries[-1].nbytes  # the end, whole
+        assert len(landed.told) <= meta.data_len // COPY_PIECE_BYTES + 2
+        assert len(betweens) <= len(landed.told)
+        del data
+    finally:
+        seg.close()
+        scratch.cleanup()
