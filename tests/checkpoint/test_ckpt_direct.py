@@ -1,5 +1,6 @@
-"""Direct I/O in the shard writer: aligned slot bytes go with O_DIRECT, everything else
-buffered, never both in one block; the file is the same bytes whichever path wrote it."""
+"""Direct I/O in the shard writer: aligned slot bytes go with O_DIRECT as they are, the
+pieces between them gathered into whole blocks and written with them (only the file's last
+partial block goes buffered); the file is the same bytes whichever path wrote it."""
 
 from __future__ import annotations
 
@@ -104,9 +105,23 @@ def test_a_file_written_with_direct_io_holds_the_same_bytes_and_crc(
     arena, view = _arena(4 * MIN + 4 * A)
     plan, want = _plan(view, [("small", 100), *pieces])
     path = tmp_path_factory.mktemp("direct") / "f"
-    crc = pwrite.write_parallel(path, plan, writers, 1 << 20)
+    direct_ok = _supports_direct(path.parent / "probe")
+    buffered: list[int] = []
+    real = os.pwritev
+
+    def counting(fd: int, buffers, offset: int) -> int:  # noqa: ANN001
+        written = real(fd, buffers, offset)
+        if not fcntl_direct(fd):
+            buffered.append(written)
+        return written
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "pwritev", counting)
+        crc = pwrite.write_parallel(path, plan, writers, 1 << 20)
     assert path.read_bytes() == want
     assert crc == zlib.crc32(want)
+    if direct_ok:  # nothing buffered but the file's last partial block
+        assert sum(buffered) == len(want) % A
 
 
 def test_direct_writes_are_used_where_the_file_system_allows_them(
@@ -116,18 +131,18 @@ def test_direct_writes_are_used_where_the_file_system_allows_them(
     plan = pwrite.FilePlan()
     plan.write(view)
     direct_bytes = []
-    real = os.pwrite
+    real = os.pwritev
 
-    def counting(fd: int, data, offset: int) -> int:  # noqa: ANN001
-        written = real(fd, data, offset)
+    def counting(fd: int, buffers, offset: int) -> int:  # noqa: ANN001
+        written = real(fd, buffers, offset)
         if fcntl_direct(fd):
             direct_bytes.append(written)
         return written
 
-    monkeypatch.setattr(os, "pwrite", counting)
+    monkeypatch.setattr(os, "pwritev", counting)
     pwrite.write_parallel(tmp_path / "f", plan, 2, 1 << 20)
     assert (tmp_path / "f").read_bytes() == bytes(view)
-    monkeypatch.setattr(os, "pwrite", real)
+    monkeypatch.setattr(os, "pwritev", real)
     expected = 2 * MIN if _supports_direct(tmp_path / "probe") else 0
     assert sum(direct_bytes) == expected
 
@@ -140,16 +155,16 @@ def test_a_refused_direct_write_falls_back_to_buffered_for_the_rest(
     plan.write(b"head")
     plan.write(view[4:])  # its address agrees with its file offset (4) modulo the block
     direct_ok = _supports_direct(tmp_path / "probe")  # asked before os.pwrite is patched
-    real = os.pwrite
+    real = os.pwritev
     refused = []
 
-    def pwrite_refusing_direct(fd: int, data, offset: int) -> int:  # noqa: ANN001
+    def pwritev_refusing_direct(fd: int, buffers, offset: int) -> int:  # noqa: ANN001
         if fcntl_direct(fd):
             refused.append(offset)
             raise OSError(errno.EINVAL, "no direct I/O here")
-        return real(fd, data, offset)
+        return real(fd, buffers, offset)
 
-    monkeypatch.setattr(os, "pwrite", pwrite_refusing_direct)
+    monkeypatch.setattr(os, "pwritev", pwritev_refusing_direct)
     pwrite.write_parallel(tmp_path / "f", plan, 2, 1 << 20)
     assert (tmp_path / "f").read_bytes() == b"head" + bytes(view[4:])
     if direct_ok:
