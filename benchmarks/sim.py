@@ -9,6 +9,7 @@
     .venv/bin/python benchmarks/sim.py calibration --devices 10000 --days 30
     .venv/bin/python benchmarks/sim.py isolation --cluster h100:10000 --days 30
     .venv/bin/python benchmarks/sim.py offered --cluster a100-80g:4000+h100:4000+910b:2000
+    .venv/bin/python benchmarks/sim.py left --cluster h100:10000 --policies argosy,quota
 
 `quality` runs fifo, quota and argosy side by side on the same trace and seed (30 days,
 the published fault model), prints a table with argosy's ratios to each, and checks the
@@ -17,7 +18,9 @@ issue-11 targets (allocation >= 92%, effective training time >= 99%, SLO >= 99%,
 p99 wait no worse than quota's, < 60 s per policy); `speed` times each policy; `cycle`
 times scheduling cycles with N pending workloads on a full cluster; `isolation` runs
 argosy with node isolation off, by the scheduler's fault count and by the health layer's
-node-record policy (effective training time with and without isolating lemon nodes).
+node-record policy (effective training time with and without isolating lemon nodes);
+`left` lists the training work each policy leaves undone at the horizon (what stands
+between its product and the trace's ceiling), by state, kind and accepted chips.
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ def _run(cluster, gen, policy: str, seed: int, heads: int | None = None,
          plans: str = "planner", isolation: str = "health") -> dict:  # fmt: skip
     """One policy on the trace; `isolation`: health (the health layer's node-record
     policy, as `argosy sim run`), scheduler (its own fault count) or off."""
+    return _simulation(cluster, gen, policy, seed, heads, plans, isolation).run()
+
+
+def _simulation(cluster, gen, policy: str, seed: int, heads: int | None = None,
+                plans: str = "planner", isolation: str = "health") -> Simulation:  # fmt: skip
+    """The simulation `_run` runs (its jobs stay readable after `run()`)."""
     tree = build_tree(QueuesFile.model_validate(gen.queues), cluster)
     chosen = policies.get(policy)
     if heads is not None:  # e.g. quota without Kueue's one admission per queue per cycle
@@ -77,7 +86,32 @@ def _run(cluster, gen, policy: str, seed: int, heads: int | None = None,
     isolate = {"health": lambda: HealthPolicyIsolation(config), "off": NoIsolation,
                "scheduler": lambda: None}[isolation]()  # fmt: skip
     return Simulation(cluster, tree, gen.records, chosen, seed=seed, sim=sim, config=config,
-                      isolation=isolate).run()  # fmt: skip
+                      isolation=isolate)  # fmt: skip
+
+
+def left_part(args) -> dict:
+    """Per policy: the work not done at the horizon, in product points (the trace's
+    ceiling minus the policy's product), by state (running, never started, waiting after
+    a start), kind and accepted chips, largest first; with how long before the end those
+    jobs were submitted."""
+    from sim_left import left_at_horizon
+
+    cluster, gen, _ = _trace(args.cluster, args.days, args.seed)
+    out = {}
+    for policy in args.policies.split(","):
+        simulation = _simulation(cluster, gen, policy, args.seed, plans=args.plans)
+        product = simulation.run()["five_factor"]["product"]["value"]
+        rows = left_at_horizon(simulation)
+        total = sum(r["product_points"] for r in rows)
+        print(f"\n{policy}: product {product:.4f}; left undone {total:.4f} (product + "
+              f"left {product + total:.4f})")  # fmt: skip
+        print("| product points | jobs | state | kind | chips | submitted, days before the end |")
+        print("|---|---|---|---|---|---|")
+        for r in rows[:8]:
+            print(f"| {r['product_points']:.4f} | {r['jobs']} | {r['state']} | {r['kind']} | "
+                  f"{r['chips']} | {r['days_before_end']} |")  # fmt: skip
+        out[policy] = {"product": product, "left": rows}
+    return out
 
 
 def isolation_part(args) -> dict:
@@ -437,7 +471,7 @@ def calibration(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", choices=["speed", "cycle", "quality", "calibration", "isolation",
-                                         "offered"])  # fmt: skip
+                                         "offered", "left"])  # fmt: skip
     parser.add_argument("--devices", type=int, default=10000)
     parser.add_argument("--cluster", default="a100-80g:4000+h100:4000+910b:2000")
     parser.add_argument("--plans", choices=["planner", "stock"], default="planner")
@@ -458,7 +492,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     parts = {"speed": speed, "cycle": cycle, "quality": quality, "calibration": calibration,
-             "isolation": isolation_part, "offered": offered}  # fmt: skip
+             "isolation": isolation_part, "offered": offered, "left": left_part}  # fmt: skip
     parts[args.part](args)
 
 
