@@ -305,19 +305,24 @@ def _write_chunks(
 
 class _Bounce:
     """A writer thread's page-aligned scratch, where the small pieces between a chunk's
-    direct runs (records' headers, small tensors) are gathered into whole blocks."""
+    direct runs (records' headers, small tensors) are gathered into whole blocks; room
+    for one chunk, mapped at the first use."""
 
-    def __init__(self, size: int) -> None:
-        self.size, self.used = size, 0
+    def __init__(self, chunk: int) -> None:
+        self.size = -(-chunk // DIRECT_ALIGN) * DIRECT_ALIGN
+        self.used = 0
         self._map: Any = None
 
-    def gather(self, views: list[Any]) -> memoryview:
+    def gather(self, views: list[Any], n: int) -> memoryview:
+        """The `n` bytes of `views`, back to back at the next block boundary."""
         import mmap
 
-        n = sum(v.nbytes for v in views)
         if self._map is None:
             self._map = mmap.mmap(-1, self.size)
-        assert self.used + n <= self.size
+        if self.used + n > self.size:
+            raise ValueError(
+                f"{n} bytes do not fit the scratch block ({self.size - self.used} left)"
+            )
         out = memoryview(self._map)[self.used : self.used + n]
         at = 0
         for view in views:
@@ -340,13 +345,14 @@ def _write_direct(fds: _Fds, bufs: list[Any], start: int, last: bool, bounce: _B
         if direct:
             vectors.append(views[0])
             continue
-        gathered = bounce.gather(views)
-        whole = gathered.nbytes // DIRECT_ALIGN * DIRECT_ALIGN
-        if at % DIRECT_ALIGN or (whole != gathered.nbytes and not last):
-            return False  # not block-aligned (cannot happen with split_direct's runs)
+        n = sum(v.nbytes for v in views)
+        whole = n // DIRECT_ALIGN * DIRECT_ALIGN
+        if at % DIRECT_ALIGN or (whole != n and not last):
+            return False  # a chunk not block-aligned (`chunk_bytes` not a whole block)
+        gathered = bounce.gather(views, n)
         if whole:
             vectors.append(gathered[:whole])
-        if whole != gathered.nbytes:
+        if whole != n:
             tail = (at + whole, gathered[whole:])
     assert fds.direct is not None
     try:
