@@ -12,26 +12,18 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from argosy.hardware.catalog import default_catalog
-from argosy.scheduler.speed import REFERENCE_CHIP
-from argosy.sim.plans import job_model
-
 MIN_POINTS = 1e-6
 
 
 def left_at_horizon(simulation: Any) -> list[dict[str, Any]]:
     ledger, horizon = simulation.ledger, simulation.horizon
-    reference = default_catalog().get(REFERENCE_CHIP).peak_tflops("bf16") * 1e12
     points: dict[tuple, float] = collections.Counter()
     ages: dict[tuple, list[float]] = collections.defaultdict(list)
     for job in simulation.jobs.values():
         w = job.w
         if w.kind == "infer" or job.work - job.done <= 0:
             continue
-        mfu, scaling = ledger.costs.efficiency(
-            job_model(w.kind, w.max_devices), REFERENCE_CHIP, w.max_devices, stock=True
-        )
-        value = (job.work - job.done) * reference * mfu * scaling / ledger.owned
+        value = (job.work - job.done) * ledger.work_flops(w) / ledger.owned
         if value < MIN_POINTS:  # finished but for rounding
             continue
         state = "running" if job.devices else "never started" if not job.starts else "waiting"

@@ -251,7 +251,8 @@ def address(view: memoryview) -> int:
 def split_direct(bufs: list[Any], offset: int) -> list[tuple[int, list[Any], bool]]:
     """`bufs`, to be written back to back at `offset`, as runs (offset, views, direct):
     direct runs are one view of whole `DIRECT_ALIGN` blocks whose address agrees with its
-    file offset, at least `DIRECT_MIN_BYTES` long; the rest (in order) is buffered."""
+    file offset, at least `DIRECT_MIN_BYTES` long, sent as they are; the rest (in order)
+    lies between them, gathered into whole blocks by `_write_direct`."""
     runs: list[tuple[int, list[Any], bool]] = []
 
     def buffered(at: int, view: Any) -> None:  # joins the buffered run ending at `at`
@@ -313,6 +314,10 @@ class _Bounce:
         self.used = 0
         self._map: Any = None
 
+    def clear(self) -> None:
+        """Free for the next chunk (the last chunk's vectors are written)."""
+        self.used = 0
+
     def gather(self, views: list[Any], n: int) -> memoryview:
         """The `n` bytes of `views`, back to back at the next block boundary."""
         import mmap
@@ -340,7 +345,7 @@ def _write_direct(fds: _Fds, bufs: list[Any], start: int, last: bool, bounce: _B
     buffered; direct I/O is off for the rest of the file)."""
     vectors: list[Any] = []
     tail: tuple[int, Any] | None = None
-    bounce.used = 0
+    bounce.clear()
     for at, views, direct in split_direct(bufs, start):
         if direct:
             vectors.append(views[0])

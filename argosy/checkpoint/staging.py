@@ -190,6 +190,7 @@ def write_snapshot(
         if between is not None and not last:
             between()
 
+    piece_landed = None if landed is None else (lambda end: tell(end, False))
     count = len(meta.tensors)
     for index, entry in enumerate(meta.tensors):
         if index in inline:
@@ -200,7 +201,6 @@ def write_snapshot(
         else:
             source = sources[index]
             assert source is not None, f"no source for {entry.fqn}"
-            piece_landed = None if landed is None else (lambda end: tell(end, False))
             _copy_one(data, entry, source, piece_landed)
         tell(entry.offset + entry.nbytes, index == count - 1)
         if on_copy is not None:
@@ -217,11 +217,16 @@ def as_bytes(sources: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
     sources, not at every copy: three tensor ops each, a few ms a save for a thousand
     tensors); the others as they are."""
     return [
-        s.detach().reshape(-1).view(torch.uint8)
-        if s is not None and s.device.type == "cpu" and s.is_contiguous()
-        else s
+        _flat_bytes(s) if s is not None and s.device.type == "cpu" and s.is_contiguous() else s
         for s in sources
     ]
+
+
+def _flat_bytes(source: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's bytes as a flat uint8 view (itself when it is one already)."""
+    if source.dtype == torch.uint8 and source.dim() == 1:
+        return source
+    return source.detach().reshape(-1).view(torch.uint8)
 
 
 def _copy_one(
@@ -234,8 +239,7 @@ def _copy_one(
         view_of(data, entry).copy_(source)
         return
     into = data[entry.offset : entry.offset + entry.nbytes]
-    flat = source.dtype == torch.uint8 and source.dim() == 1
-    out_of = source if flat else source.detach().reshape(-1).view(torch.uint8)
+    out_of = _flat_bytes(source)
     if landed is None or entry.nbytes <= COPY_PIECE_BYTES:
         into.copy_(out_of)
         return

@@ -239,10 +239,7 @@ class Writer:
             cm.commit(self.directory, step, self.epoch, metas, pieces, self.fence)
             faultpoints.reach("renamed")
             return None
-        except cm.FencedError as err:
-            cm.abort(staging, str(err))
-            return str(err)
-        except CopyFailedError as err:  # the persister reported the failed copy already
+        except (cm.FencedError, CopyFailedError) as err:  # a failed copy: reported already
             cm.abort(staging, str(err))
             return str(err)
         except Exception as err:  # disk full, unwritable directory, ...

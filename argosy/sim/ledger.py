@@ -77,6 +77,12 @@ class FlopsLedger:
         trace's unit of work: device-seconds of the reference chip running the stock plan
         at the job's nominal size. A better plan, a faster chip or a tighter placement
         therefore finishes the same work sooner; 0 when the plan could not be priced."""
+        ref = self.work_flops(w)
+        return peak * mfu * scaling / ref if ref > 0 else 0.0
+
+    def work_flops(self, w: Workload) -> float:
+        """Model FLOPs of one unit of `w`'s trace work (a device-second of the reference
+        chip running the stock plan at the job's nominal size)."""
         model = job_model(w.kind, w.max_devices)
         key = (model, w.max_devices)
         ref = self._reference.get(key)
@@ -84,7 +90,7 @@ class FlopsLedger:
             ref_mfu, ref_scaling = self.costs.efficiency(model, REFERENCE_CHIP, w.max_devices,
                                                          stock=True)  # fmt: skip
             ref = self._reference[key] = self.reference_peak * ref_mfu * ref_scaling
-        return peak * mfu * scaling / ref if ref > 0 else 0.0
+        return ref
 
     def factors(self) -> dict[str, float]:
         def ratio(a: float, b: float) -> float:
