@@ -55,7 +55,7 @@ from argosy.checkpoint.segment import (
     held_name,
     segment_name,
 )
-from argosy.checkpoint.staging import CopyProgress, as_bytes, write_snapshot
+from argosy.checkpoint.staging import CopyProgress, write_snapshot
 from argosy.checkpoint.writer import Writer
 from argosy.core.procs import pid_alive
 
@@ -136,7 +136,7 @@ class Persister:
                 return
             kind = msg[0]
             if kind == "sources":
-                self.sources = as_bytes(msg[1])
+                self.sources = msg[1]
                 self.send("sources_taken")  # the trainer may die now: we hold their fds
                 _map_in_background(self.sources)
             elif kind == "snap":

@@ -8,9 +8,9 @@ storages that cannot be shared) travel inline as bytes.
 Accelerator: each tensor is copied, on a side stream, into a pinned, shared host buffer
 allocated once; the persister then copies from those buffers while training goes on.
 
-The persister's copy into a slot (`write_snapshot`) reports how far it got through a
-`CopyProgress`, which the disk writer follows: a snapshot is written to disk while it is
-still landing in its slot.
+The persister's copy into a slot (`write_snapshot`, in pieces on a few threads: pieces.py)
+reports how far it got through a `CopyProgress`, which the disk writer follows: a snapshot
+is written to disk while it is still landing in its slot.
 """
 
 from __future__ import annotations
@@ -23,12 +23,8 @@ from typing import Any
 import torch
 
 from argosy.checkpoint import faultpoints
-from argosy.checkpoint.layout import view_of
+from argosy.checkpoint.pieces import PIECE_BYTES, Piece, copy_pieces, plan_pieces
 from argosy.checkpoint.segment import HEADER_BYTES, Header, Segment, SlotState
-
-COPY_PIECE_BYTES = 16 << 20
-"""A large tensor is copied into its slot in pieces of this size, each announced, so the
-disk writer can follow closely behind."""
 
 
 def _inline_bytes(tensor: torch.Tensor) -> bytes:
@@ -168,86 +164,38 @@ def write_snapshot(
     on_copy: Callable[[int], None] | None = None,
     landed: CopyProgress | None = None,
     between: Callable[[], None] | None = None,
+    threads: int | None = None,
 ) -> None:
     """Copy one snapshot into a slot: WRITING first, COMPLETE (with the metadata checksum)
-    only once every byte is in place, so a copy cut short is never read as good. Tensors
-    are copied in slot order, large ones in `COPY_PIECE_BYTES` pieces; `landed` learns how
-    far the copy got (a disk writer may follow it; `finish` is the caller's) and
-    `between()` runs (the persister reads a flush that came meanwhile) once per piece's
-    worth of bytes, not per tensor: a state of a thousand small tensors would otherwise
-    wake the disk writer a thousand times, for nothing it can write yet."""
+    only once every byte is in place, so a copy cut short is never read as good. The copy
+    runs in pieces on `threads` threads (pieces.py); `landed` learns how far, in slot
+    order, the copy got (a disk writer may follow it; `finish` is the caller's), and
+    `between()` runs (the persister reads a flush that came meanwhile) once per
+    `PIECE_BYTES` of progress, not per tensor: a state of a thousand small tensors would
+    otherwise wake the disk writer a thousand times, for nothing it can write yet."""
     owner = os.getpid()
     seg.write_header(Header(SlotState.WRITING, meta.step, meta.data_len, 0, 0, owner))
+    planned = plan_pieces(data, meta.tensors, inline, sources)
+    last = planned[-1] if planned else None
     told = 0  # slot bytes `landed` knows of
 
-    def tell(end: int, last: bool) -> None:
+    def passed(piece: Piece) -> None:
         nonlocal told
-        if end - told < COPY_PIECE_BYTES and not last:
-            return
-        told = end
-        if landed is not None:
-            landed.advance(end)
-        if between is not None and not last:
-            between()
-
-    piece_landed = None if landed is None else (lambda end: tell(end, False))
-    count = len(meta.tensors)
-    for index, entry in enumerate(meta.tensors):
-        if index in inline:
-            payload = inline[index]
-            if payload:
-                dst = data[entry.offset : entry.offset + entry.nbytes]
-                dst.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
-        else:
-            source = sources[index]
-            assert source is not None, f"no source for {entry.fqn}"
-            _copy_one(data, entry, source, piece_landed)
-        tell(entry.offset + entry.nbytes, index == count - 1)
+        if piece.end - told >= PIECE_BYTES or piece is last:
+            told = piece.end
+            if landed is not None:
+                landed.advance(piece.end)
+            if between is not None and piece is not last:
+                between()
         if on_copy is not None:
-            on_copy(entry.nbytes)
-            faultpoints.reach("copy")
+            on_copy(piece.nbytes)
+        faultpoints.reach("copy")
+
+    copy_pieces(planned, passed, threads)
     crc = seg.write_meta(meta.data_len, meta_bytes)
     seg.write_header(
         Header(SlotState.COMPLETE, meta.step, meta.data_len, len(meta_bytes), crc, owner)
     )
-
-
-def as_bytes(sources: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
-    """Each contiguous host source as a flat uint8 view of its bytes (made once per set of
-    sources, not at every copy: three tensor ops each, a few ms a save for a thousand
-    tensors); the others as they are."""
-    return [
-        _flat_bytes(s) if s is not None and s.device.type == "cpu" and s.is_contiguous() else s
-        for s in sources
-    ]
-
-
-def _flat_bytes(source: torch.Tensor) -> torch.Tensor:
-    """A contiguous tensor's bytes as a flat uint8 view (itself when it is one already)."""
-    if source.dtype == torch.uint8 and source.dim() == 1:
-        return source
-    return source.detach().reshape(-1).view(torch.uint8)
-
-
-def _copy_one(
-    data: torch.Tensor, entry: Any, source: torch.Tensor, landed: Callable[[int], None] | None
-) -> None:
-    """Copy `source` to its entry's bytes of `data`; a contiguous host tensor as raw bytes
-    (already flat bytes when it went through `as_bytes`), a large one piece by piece,
-    `landed(end)` after each piece but the last."""
-    if not (source.is_contiguous() and source.device.type == "cpu"):
-        view_of(data, entry).copy_(source)
-        return
-    into = data[entry.offset : entry.offset + entry.nbytes]
-    out_of = _flat_bytes(source)
-    if landed is None or entry.nbytes <= COPY_PIECE_BYTES:
-        into.copy_(out_of)
-        return
-    for start in range(0, entry.nbytes, COPY_PIECE_BYTES):
-        stop = min(entry.nbytes, start + COPY_PIECE_BYTES)
-        into[start:stop].copy_(out_of[start:stop])
-        if stop < entry.nbytes:
-            landed(entry.offset + stop)
 
 
 def slot_data(seg: Segment) -> torch.Tensor:

@@ -214,8 +214,9 @@ def test_a_copy_announces_landed_bytes_once_a_piece_not_once_a_tensor(sizes: lis
     import tempfile
 
     from argosy.checkpoint.layout import SnapshotMeta, data_len, plan
+    from argosy.checkpoint.pieces import PIECE_BYTES
     from argosy.checkpoint.segment import HEADER_BYTES, Segment
-    from argosy.checkpoint.staging import COPY_PIECE_BYTES, as_bytes, slot_data, write_snapshot
+    from argosy.checkpoint.staging import slot_data, write_snapshot
 
     gen = torch.Generator().manual_seed(len(sizes))
     flat = {
@@ -233,12 +234,10 @@ def test_a_copy_announces_landed_bytes_once_a_piece_not_once_a_tensor(sizes: lis
         data = slot_data(seg)
         data[: meta.data_len].fill_(0)
         landed, betweens = _Counted(data, bytes(want)), []
-        write_snapshot(
-            seg, data, meta, b"m", {}, as_bytes(tensors), None, landed, lambda: betweens.append(1)
-        )
+        write_snapshot(seg, data, meta, b"m", {}, tensors, None, landed, lambda: betweens.append(1))
         assert bytes(data[: meta.data_len].numpy()) == bytes(want)
         assert landed.told[-1] == entries[-1].offset + entries[-1].nbytes  # the end, whole
-        assert len(landed.told) <= meta.data_len // COPY_PIECE_BYTES + 2
+        assert len(landed.told) <= meta.data_len // PIECE_BYTES + 2
         assert len(betweens) <= len(landed.told)
         del data
     finally:
