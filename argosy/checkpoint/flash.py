@@ -67,16 +67,10 @@ from argosy.checkpoint.commit import Fence
 from argosy.checkpoint.config import CheckpointConfig
 from argosy.checkpoint.held import HeldSlots
 from argosy.checkpoint.launch import PersisterHandle
-from argosy.checkpoint.layout import (
-    ObjectEntry,
-    SnapshotMeta,
-    data_len,
-    encode_object,
-    flatten,
-    plan,
-)
+from argosy.checkpoint.layout import ObjectEntry, SnapshotMeta, encode_object, flatten
 from argosy.checkpoint.link import CheckpointError, PersisterLink
 from argosy.checkpoint.persister import PersisterSpec
+from argosy.checkpoint.saveplan import SavePlanner, source_signature
 from argosy.checkpoint.segment import (
     SHM_DIR,
     Segment,
@@ -84,7 +78,7 @@ from argosy.checkpoint.segment import (
     job_segments,
     segment_paths,
 )
-from argosy.checkpoint.staging import DeviceStager, share_sources
+from argosy.checkpoint.staging import DeviceStager
 from argosy.core.errors import ArgosyError
 
 
@@ -166,6 +160,7 @@ class FlashCheckpointer(PersisterLink):
         self._durable = -1
         self._errors: list[str] = []
         self._signature: Any = None
+        self._planner = SavePlanner(inline_bytes)
         self._sources_taken = False
         self._sources: list[Any] = []
         self._stager: DeviceStager | None = None
@@ -216,22 +211,23 @@ class FlashCheckpointer(PersisterLink):
         self._wait_copied()
         self._raise_errors()
         flat, mappings = flatten(state)
-        entries, tensors, object_keys = plan(flat)
+        planned = self._planner.plan(flat)
         meta = SnapshotMeta(
             step,
             self.rank,
             self.world_size,
             mappings,
-            entries,
-            [ObjectEntry(k, encode_object(flat[k])) for k in object_keys],
-            data_len(entries),
+            planned.entries,
+            [ObjectEntry(k, encode_object(flat[k])) for k in planned.object_keys],
+            planned.data_len,
         )
-        on_device = any(t.device.type != "cpu" for t in tensors)
+        on_device, signature = planned.on_device, planned.signature
         if on_device:
             self._stager = self._stager or DeviceStager()
-            sources, inline = self._stager.stage(tensors, self.inline_bytes)
+            sources, inline = self._stager.stage(planned.tensors, self.inline_bytes)
+            signature = None
         else:
-            sources, inline = share_sources(tensors, self.inline_bytes)
+            sources, inline = planned.sources, planned.inline_bytes()
         self._saved = step
         if not on_device and not self._is_ready() and _nbytes(sources) <= self.hold_limit_bytes:
             self._held.hold(step, pickle.dumps(meta), inline, sources)
@@ -239,20 +235,17 @@ class FlashCheckpointer(PersisterLink):
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
         self._send_forget()
-        self._send_sources(sources)
+        self._send_sources(sources, signature)
         if on_device:  # sent by the fence, once the device-to-host copy is done
             self._staged = (step, pickle.dumps(meta), inline)
             return
         self._send(("snap", step, pickle.dumps(meta), inline))
         self._pending = step
 
-    def _send_sources(self, sources: list[Any]) -> None:
+    def _send_sources(self, sources: list[Any], signature: list[Any] | None = None) -> None:
         # Storage addresses identify the sources: `self._sources` keeps them alive, so an
         # address cannot be reused by another tensor while the persister holds it.
-        signature = [
-            None if s is None else (s.data_ptr(), s.dtype, tuple(s.shape), tuple(s.stride()))
-            for s in sources
-        ]
+        signature = signature if signature is not None else source_signature(sources)
         if signature != self._signature:
             self._sources_taken = False
             self._send(("sources", sources))
@@ -432,6 +425,7 @@ class FlashCheckpointer(PersisterLink):
         """Wait for the last snapshot to be durable, stop the persister, free shared memory."""
         atexit.unregister(self.close)
         self._maps.close()
+        self._planner.last = None  # the plan holds the state's tensors
         if self._proc is None:
             self._closed = True
             return

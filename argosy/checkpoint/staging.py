@@ -32,27 +32,31 @@ def _inline_bytes(tensor: torch.Tensor) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
-def share_sources(
-    tensors: list[torch.Tensor], inline_limit: int
-) -> tuple[list[torch.Tensor | None], dict[int, bytes]]:
-    """Per tensor: the shared tensor the persister reads, or None and its bytes inline."""
+def share_sources(tensors: list[torch.Tensor], inline_limit: int) -> list[torch.Tensor | None]:
+    """Per tensor: the shared tensor the persister reads, or None when its bytes travel
+    inline (`inline_bytes_of`): a small one, or one whose storage cannot be shared."""
     sources: list[torch.Tensor | None] = []
-    inline: dict[int, bytes] = {}
-    for index, tensor in enumerate(tensors):
+    for tensor in tensors:
         tensor = tensor.detach()
         if tensor.numel() * tensor.element_size() <= inline_limit:
             sources.append(None)
-            inline[index] = _inline_bytes(tensor)
             continue
         if not tensor.untyped_storage().is_shared():  # Tensor.is_shared: 10x the cost
             try:
                 tensor.share_memory_()
             except RuntimeError:
                 sources.append(None)
-                inline[index] = _inline_bytes(tensor)
                 continue
         sources.append(tensor)
-    return sources, inline
+    return sources
+
+
+def inline_bytes_of(
+    tensors: list[torch.Tensor], sources: list[torch.Tensor | None]
+) -> dict[int, bytes]:
+    """The current bytes of the tensors without a shared source, by index."""
+    pairs = enumerate(zip(tensors, sources, strict=True))
+    return {index: _inline_bytes(tensor) for index, (tensor, source) in pairs if source is None}
 
 
 class DeviceStager:
