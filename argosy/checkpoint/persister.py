@@ -205,9 +205,12 @@ class Persister:
             self.slots.append(_adopt(seg))
 
     def _ensure_slots(self, need: int) -> None:
+        """Every slot able to hold `need` bytes. A slot that holds them is kept; one made
+        anew (a GB costs ~1.5 s to allocate and touch) gets a MiB of room to spare, so a
+        state whose objects grow a little from step to step keeps its slots."""
         size = HEADER_BYTES + align(need + (1 << 20))
         for index in range(self.spec.slots):
-            if index < len(self.slots) and self.slots[index].segment.size >= size:
+            if index < len(self.slots) and self.slots[index].segment.capacity() >= need:
                 continue
             if index < len(self.slots):
                 old = self.slots[index]
@@ -216,6 +219,8 @@ class Persister:
                         self.cond.wait()
                     old.step, old.meta = None, None
                 del old.data
+                if _owner(old.segment) in (os.getpid(), 0) and _names(old.segment):
+                    old.segment.unlink()  # an adopted held slot has a name of its own
                 old.segment.close()
             path = self._path(index)
             path.unlink(missing_ok=True)  # a fresh file: a reader's mapping stays whole

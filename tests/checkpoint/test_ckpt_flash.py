@@ -120,3 +120,30 @@ def test_latest_step_and_nothing_to_load(tmp_path, job, ck):
         ckpt.before_optimizer_step()
         assert ckpt.latest_step() == 5
         assert ckpt.load(step=4) is None
+
+
+def test_a_state_whose_objects_grow_a_little_keeps_its_slots(tmp_path, job):
+    """A slot that still holds the snapshot is kept: a state whose logged objects grow by
+    a few KB a step must not pay a new slot (~1.5 s a GB to allocate) every few steps.
+    Growth past the slots' room gets new ones, and the saves stay good."""
+    import os
+
+    from argosy.checkpoint.segment import segment_paths
+
+    state = {"w": torch.rand(1 << 18), "log": []}
+    with FlashCheckpointer(tmp_path, keep=2, job_id=job, slots=2) as ckpt:
+        ckpt.save(0, state)
+        ckpt.wait()
+        inodes = {p.name: os.stat(p).st_ino for p in segment_paths(job, 0)}
+        assert len(inodes) == 2
+        for step in range(1, 7):
+            state["log"].append(os.urandom(15_000).hex())  # the snapshot grows ~60 KB
+            ckpt.save(step, state)
+            ckpt.wait()
+            assert {p.name: os.stat(p).st_ino for p in segment_paths(job, 0)} == inodes
+        state["log"].append(os.urandom(1 << 20).hex())  # past the room to spare
+        ckpt.save(7, state)
+        ckpt.wait()
+        assert {p.name: os.stat(p).st_ino for p in segment_paths(job, 0)} != inodes
+        step, got = ckpt.load()
+    assert step == 7 and got["log"] == state["log"] and torch.equal(got["w"], state["w"])
