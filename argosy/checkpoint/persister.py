@@ -269,6 +269,7 @@ class Persister:
                     copied,
                     landed,
                     self._read_flush,
+                    narrow=self.writer.hurried,  # a flush: the writer gets a core
                 )
             except BaseException as err:
                 landed.finish(err)

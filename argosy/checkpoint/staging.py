@@ -169,6 +169,7 @@ def write_snapshot(
     landed: CopyProgress | None = None,
     between: Callable[[], None] | None = None,
     threads: int | None = None,
+    narrow: Callable[[], bool] | None = None,
 ) -> None:
     """Copy one snapshot into a slot: WRITING first, COMPLETE (with the metadata checksum)
     only once every byte is in place, so a copy cut short is never read as good. The copy
@@ -176,7 +177,8 @@ def write_snapshot(
     order, the copy got (a disk writer may follow it; `finish` is the caller's), and
     `between()` runs (the persister reads a flush that came meanwhile) once per
     `PIECE_BYTES` of progress, not per tensor: a state of a thousand small tensors would
-    otherwise wake the disk writer a thousand times, for nothing it can write yet."""
+    otherwise wake the disk writer a thousand times, for nothing it can write yet.
+    `narrow()`: whether the copy should go on with one thread (pieces.py)."""
     owner = os.getpid()
     seg.write_header(Header(SlotState.WRITING, meta.step, meta.data_len, 0, 0, owner))
     planned = plan_pieces(data, meta.tensors, inline, sources)
@@ -195,7 +197,7 @@ def write_snapshot(
             on_copy(piece.nbytes)
         faultpoints.reach("copy")
 
-    copy_pieces(planned, passed, threads)
+    copy_pieces(planned, passed, threads, narrow)
     crc = seg.write_meta(meta.data_len, meta_bytes)
     seg.write_header(
         Header(SlotState.COMPLETE, meta.step, meta.data_len, len(meta_bytes), crc, owner)

@@ -155,3 +155,27 @@ def test_a_wrong_index_fails_before_any_raw_copy(case: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         plan_pieces(data, entries, {}, sources)
     assert not data.any()
+
+
+@pytest.mark.parametrize("after", [0, 5, 20])
+def test_once_narrowed_only_the_calling_thread_copies(after: int) -> None:
+    """A flush came (`narrow()`): the helpers take no more pieces, leaving the disk writer
+    a core, and the calling thread copies the rest; every piece still lands once."""
+    took: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    def copy(index: int) -> None:
+        with lock:
+            took.append((index, threading.current_thread().name))
+        time.sleep(0.001)
+
+    def narrow() -> bool:
+        with lock:
+            return len(took) >= after
+
+    pieces = [Piece(i + 1, 1, lambda i=i: copy(i)) for i in range(40)]
+    copy_pieces(pieces, lambda piece: None, threads=3, narrow=narrow)
+    assert sorted(i for i, _ in took) == list(range(40))
+    me = threading.current_thread().name
+    helpers_after = [i for n, (i, name) in enumerate(took) if n >= after and name != me]
+    assert len(helpers_after) <= 2  # at most one piece each helper took before it saw
