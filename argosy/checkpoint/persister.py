@@ -219,8 +219,7 @@ class Persister:
                         self.cond.wait()
                     old.step, old.meta = None, None
                 del old.data
-                if _owner(old.segment) in (os.getpid(), 0) and _names(old.segment):
-                    old.segment.unlink()  # an adopted held slot has a name of its own
+                _unlink_if_ours(old.segment)  # an adopted held slot has a name of its own
                 old.segment.close()
             path = self._path(index)
             path.unlink(missing_ok=True)  # a fresh file: a reader's mapping stays whole
@@ -418,8 +417,8 @@ class Persister:
     def _release(self, unlink: bool) -> None:
         for slot in self.slots:
             del slot.data
-            if unlink and _owner(slot.segment) in (os.getpid(), 0) and _names(slot.segment):
-                slot.segment.unlink()
+            if unlink:
+                _unlink_if_ours(slot.segment)
             slot.segment.close()
         self.slots = []
 
@@ -448,6 +447,13 @@ def _unlink_debris(path: Path) -> None:
         info = path.stat()
         if info.st_size < HEADER_BYTES and time.time() - info.st_mtime > _DEBRIS_AGE_S:
             path.unlink(missing_ok=True)
+
+
+def _unlink_if_ours(seg: Segment) -> None:
+    """Unlink a slot's file when this process (or no one) owns it and its name still
+    names that file."""
+    if _owner(seg) in (os.getpid(), 0) and _names(seg):
+        seg.unlink()
 
 
 def _names(seg: Segment) -> bool:

@@ -193,9 +193,9 @@ def write_snapshot(
                 landed.advance(piece.end)
             if between is not None and piece is not last:
                 between()
-        if on_copy is not None:
+        if on_copy is not None:  # the persister's copy: the trainer's held one has none
             on_copy(piece.nbytes)
-        faultpoints.reach("copy")
+            faultpoints.reach("copy")
 
     copy_pieces(planned, passed, threads, narrow)
     crc = seg.write_meta(meta.data_len, meta_bytes)
