@@ -19,8 +19,8 @@ Contract:
   writes it with one `os.pwritev` (no copy of the pieces). Then the file is synced (one
   fsync, or the caller's `sync()`) on a thread while the writers checksum the same
   chunks: the crc pass runs while the disk flushes, not before it (a chunk written with
-  direct I/O, which leaves the sync little to flush, is checksummed by its writer right
-  after its write, while the other writers keep the disk busy). The chunks' crcs are
+  direct I/O, which leaves the sync little to flush, is checksummed right after its
+  write by a thread of its own, while its writer goes on to the next). The chunks' crcs are
   combined (`crc32_combine`) in file order, so the result is the crc32 of the whole
   file, as `zlib.crc32` of its bytes would give (crc.py). `on_write(bytes_so_far)` runs
   after each chunk, in the writing thread, and may raise to abandon the write: every
@@ -51,6 +51,7 @@ Contract:
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import errno
 import functools
@@ -70,6 +71,7 @@ block size in common use)."""
 DIRECT_MIN_BYTES = 1 << 20
 """Smaller aligned runs are written buffered (not worth a direct write's latency)."""
 DEFAULT_CHUNK_BYTES = 16 << 20
+SUMMER_THREAD = "argosy-chunk-crc"
 _IOV_MAX = 1024
 _HURRY_POLL_S = 0.005
 
@@ -283,13 +285,12 @@ def _write_chunks(
     plan: FilePlan,
     chunk: int,
     shared: _Shared,
-    crcs: list[int | None],
+    summer: _Summer,
     ready: Callable[[int], None] | None,
 ) -> None:
     """Write the chunks `shared` hands out, each once `ready` says the bytes of the source
-    it needs are in place; a chunk written with direct I/O is checksummed at once (the
-    sync will have little to flush, so no pass could hide behind it; the other writers
-    keep the disk busy meanwhile)."""
+    it needs are in place; a chunk written with direct I/O goes to `summer` at once (the
+    sync will have little to flush, so no pass could hide behind it)."""
     bounce = _Bounce(chunk)
     while (index := shared.take()) is not None:
         start = index * chunk
@@ -298,10 +299,71 @@ def _write_chunks(
             ready(plan.source_needed(stop))
         bufs = plan.buffers(start, stop)
         if fds.direct_usable and _write_direct(fds, bufs, start, stop == plan.pos, bounce):
-            crcs[index] = _crc_of(bufs)
+            summer.add(index)
         else:
             _pwritev_all(fds.buffered, bufs, start)
         shared.advance(stop - start)
+
+
+class _Summer:
+    """Checksums chunks written with direct I/O on a thread of its own, while the writers
+    go on: a writer that summed its own chunk left the disk one write short meanwhile
+    (1 GB at 1.07x the disk's floor, against 1.03x so). `finish()` sums what is left on
+    the caller's thread too (at its priority) and waits; `stop()` drops what is left."""
+
+    def __init__(self, plan: FilePlan, chunk: int, crcs: list[int | None], below: int) -> None:
+        self.plan, self.chunk, self.crcs = plan, chunk, crcs
+        self._cond = threading.Condition()
+        self._todo: collections.deque[int] = collections.deque()
+        self._closed = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(below,), name=SUMMER_THREAD, daemon=True
+        )
+        self._thread.start()
+
+    def add(self, index: int) -> None:
+        with self._cond:
+            self._todo.append(index)
+            self._cond.notify()
+
+    def finish(self) -> None:
+        """Every added chunk summed (some here), the thread gone; its error raised."""
+        self._close(drop=False)
+        self._drain(wait=False)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        self._close(drop=True)
+        self._thread.join()
+
+    def _close(self, drop: bool) -> None:
+        with self._cond:
+            self._closed = True
+            if drop:
+                self._todo.clear()
+            self._cond.notify_all()
+
+    def _run(self, below: int) -> None:
+        _lower(below)
+        try:
+            self._drain(wait=True)
+        except BaseException as err:  # raised by finish()
+            self.error = err
+
+    def _drain(self, wait: bool) -> None:
+        while True:
+            with self._cond:
+                while wait and not self._todo and not self._closed:
+                    self._cond.wait()
+                if not self._todo:
+                    return
+                index = self._todo.popleft()
+            start = index * self.chunk
+            bufs = self.plan.buffers(start, min(self.plan.pos, start + self.chunk))
+            self.crcs[index] = _crc_of(bufs)
 
 
 class _Bounce:
@@ -493,8 +555,14 @@ def write_parallel(
     try:
         crcs: list[int | None] = [None] * chunks
         shared = _Shared(chunks, on_write)
-        write = functools.partial(_write_chunks, fds, plan, chunk_bytes, shared, crcs, ready)
-        _in_threads(writers, write, shared, lowered(), hurry)
+        summer = _Summer(plan, chunk_bytes, crcs, lowered())
+        write = functools.partial(_write_chunks, fds, plan, chunk_bytes, shared, summer, ready)
+        try:
+            _in_threads(writers, write, shared, lowered(), hurry)
+        except BaseException:
+            summer.stop()
+            raise
+        summer.finish()
         fds.close_direct()
         if sync is None and fsync:
             sync = functools.partial(os.fsync, fd)

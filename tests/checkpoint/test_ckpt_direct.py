@@ -199,3 +199,50 @@ def test_a_large_tensor_lands_block_aligned_in_its_shard_and_reads_back(tmp_path
     assert torch.equal(torch.load(record, weights_only=True), big)
     record = io.BytesIO(data[small_start:])
     assert torch.equal(torch.load(record, weights_only=True), small)
+
+
+def _summers() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == pwrite.SUMMER_THREAD]
+
+
+@pytest.mark.parametrize("fail_at", [None, 1, 3])
+def test_chunks_are_summed_beside_the_writers_and_no_summer_outlives_the_write(
+    tmp_path: Path, fail_at: int | None
+) -> None:
+    """Direct chunks are checksummed on a thread of their own; it is gone when the write
+    returns, whether the write ended whole (every chunk then in the file's crc) or was
+    abandoned mid-way (by `on_write`, like the writer's fence)."""
+    arena, view = _arena(4 * MIN)
+    plan = pwrite.FilePlan()
+    plan.write(view)
+    seen: list[int] = []
+
+    def on_write(done: int) -> None:
+        seen.append(done)
+        if fail_at is not None and len(seen) >= fail_at:
+            raise RuntimeError("fenced")
+
+    if fail_at is None:
+        crc = pwrite.write_parallel(tmp_path / "f", plan, 2, MIN // 2, on_write=on_write)
+        assert crc == zlib.crc32(bytes(view))
+    else:
+        with pytest.raises(RuntimeError, match="fenced"):
+            pwrite.write_parallel(tmp_path / "f", plan, 2, MIN // 2, on_write=on_write)
+    assert _summers() == []
+
+
+def test_an_error_of_a_checksum_is_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raised whichever thread sums the chunk (the summer, or the pass beside the sync)."""
+    arena, view = _arena(2 * MIN)
+    plan = pwrite.FilePlan()
+    plan.write(view)
+
+    def broken(bufs: list) -> int:  # noqa: ARG001
+        raise MemoryError("crc")
+
+    monkeypatch.setattr(pwrite, "_crc_of", broken)
+    with pytest.raises(MemoryError, match="crc"):
+        pwrite.write_parallel(tmp_path / "f", plan, 2, MIN)
+    assert _summers() == []
