@@ -33,19 +33,20 @@ if TYPE_CHECKING:
     import torch
 
     from argosy.checkpoint.layout import SnapshotMeta, TensorEntry
+    from argosy.checkpoint.pwrite import PlanLayout
 
 TEMPLATES_KEPT = 4
 
 
 @dataclass(frozen=True)
 class _Tensors:
-    """The tensor records of one layout. `pieces`, to replay it: header bytes or (offset,
-    length) ranges of the slot's data, in file order; None when it cannot be replayed."""
+    """The tensor records of one layout. `plan`, to replay it over another slot
+    (`FilePlan.replay`); None when it cannot be replayed."""
 
     items: tuple[tuple[Any, Any], ...]
     raw_offsets: dict[str, int]
     records: dict[str, tuple[int, int]]
-    pieces: tuple[bytes | tuple[int, int], ...] | None
+    plan: PlanLayout | None
 
 
 _templates: OrderedDict[tuple, _Tensors] = OrderedDict()
@@ -60,12 +61,11 @@ def lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple[
     tensors = _recall(key)
     if tensors is None:
         tensors = _lay_out_tensors(out, meta, data, name)
-        if tensors.pieces is not None:
+        if tensors.plan is not None:
             _remember(key, tensors)
     else:
-        assert tensors.pieces is not None and out.tell() == 0
-        for piece in tensors.pieces:
-            out.write(piece if isinstance(piece, bytes) else data[piece[0] : piece[0] + piece[1]])
+        assert tensors.plan is not None and out.source is data
+        out.replay(tensors.plan)
     items = list(tensors.items)
     for obj in meta.objects:
         start = out.tell()
@@ -122,25 +122,7 @@ def _lay_out_tensors(out: Any, meta: SnapshotMeta, data: memoryview, name: str) 
                 items.append(_item(entry.fqn, entry.global_offset, name, start, out.tell() - start))
     finally:
         config.save.compute_crc32 = saved_crc
-    return _Tensors(tuple(items), raw_offsets, records, _replayable(out, data))
-
-
-def _replayable(out: Any, data: memoryview) -> tuple[bytes | tuple[int, int], ...] | None:
-    """`out`'s pieces as header bytes and ranges of `data`; None if one is neither (a
-    large piece outside `data`, kept by reference: it could be gone by the next step)."""
-    pieces: list[bytes | tuple[int, int]] = []
-    for _, piece in out.pieces:
-        if isinstance(piece, bytes):
-            if pieces and isinstance(pieces[-1], bytes):  # header bytes back to back: one write
-                pieces[-1] += piece
-            else:
-                pieces.append(piece)
-            continue
-        at = out.source_offset(piece)
-        if at is None:
-            return None
-        pieces.append((at, piece.nbytes))
-    return tuple(pieces)
+    return _Tensors(tuple(items), raw_offsets, records, out.layout())
 
 
 def _record(out: Any, tensor: Any, nbytes: int) -> tuple[int, int | None]:

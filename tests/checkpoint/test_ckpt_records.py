@@ -47,7 +47,10 @@ def _file(meta: SnapshotMeta, data: memoryview) -> tuple[bytes, tuple]:
     items, raw, recs = records.lay_out(out, meta, data, disk.data_file(meta.rank))
     body = b"".join(bytes(piece) for _, piece in out.pieces)
     assert len(body) == out.pos
-    return body, (items, raw, recs, out.source_bytes)
+    assert [pos for pos, _ in out.pieces] == [pos for pos, _ in out.writes]
+    ends = range(0, out.pos + 1, max(1, out.pos // 37))  # what a write behind the copy waits for
+    needed = tuple(out.source_needed(end) for end in ends)
+    return body, (items, raw, recs, out.source_bytes, needed)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
