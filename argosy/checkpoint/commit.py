@@ -3,8 +3,9 @@
 Phase 1 (every rank): the coordinator (rank 0's persister) announces a step by creating
 its staging directory `.tmp-e<epoch>-step_<12 digits>/`; each rank that still holds that
 snapshot writes its shard there (fsynced, crc32 computed while it syncs) and publishes
-`rank<r>.done` (its files with sizes and checksums). A rank that no longer holds the step
-writes `rank<r>.skip`; a rank whose write failed writes `rank<r>.failed`.
+`rank<r>.done` (its files with sizes and checksums; rank 0 keeps its own in memory). A
+rank that no longer holds the step writes `rank<r>.skip`; a rank whose write failed
+writes `rank<r>.failed`.
 
 Phase 2 (coordinator): once every rank's done-marker is there and every file has the size
 it announced, it writes `.metadata` and `manifest.json` (every file with its checksum, and
@@ -179,8 +180,9 @@ class Collected:
     """Bytes in the staging directory (progress while waiting for the other ranks)."""
 
 
-def collect(staging: Path, world_size: int, epoch: int) -> Collected:
-    """One non-blocking look at the staging directory."""
+def collect(staging: Path, world_size: int, epoch: int, own: RankPiece | None = None) -> Collected:
+    """One non-blocking look at the staging directory. `own`: the caller's piece, which it
+    holds (rank 0 publishes none: its marker would only be read back by itself)."""
     for rank in range(world_size):
         for kind in ("failed", "skip"):
             marker = staging / f"rank{rank}.{kind}"
@@ -190,17 +192,18 @@ def collect(staging: Path, world_size: int, epoch: int) -> Collected:
     seen = 0
     with contextlib.suppress(OSError):
         seen = sum(p.stat().st_size for p in staging.iterdir())
-    done = [staging / f"rank{r}.done" for r in range(world_size)]
+    mine = None if own is None else own.rank
+    done = [staging / f"rank{r}.done" for r in range(world_size) if r != mine]
     if not all(p.exists() for p in done):
         return Collected(None, None, seen)
-    pieces = []
+    pieces = [] if own is None else [own]
     for path in done:
         got_epoch, piece = pickle.loads(path.read_bytes())
         if got_epoch != epoch:
             why = f"{path.name} is of epoch {got_epoch}, not {epoch}"
             return Collected(None, ("failed", why), seen)
         pieces.append(piece)
-    return Collected(pieces, None, seen)
+    return Collected(sorted(pieces, key=lambda p: p.rank), None, seen)
 
 
 def abort(staging: Path, reason: str) -> None:

@@ -105,11 +105,12 @@ class Writer:
         return max(held, key=lambda s: s.step, default=None)
 
     def _write_shard(self, staging: Path, step: int, meta: SnapshotMeta, slot: Any) -> Any:
-        """Write this rank's shard of `step` from `slot` and publish it once the copy ended
-        whole. While the snapshot still lands there, the write follows the copy closely
-        when someone waits for it (`hurried`: the copy's memory traffic is then worth
-        sharing), else it waits for the whole copy (a trainer stalled on a copy must not
-        find it slowed by the disk's DMA)."""
+        """Write this rank's shard of `step` from `slot` and publish it once the copy
+        ended whole (rank 0 keeps its piece: `_gather` takes it as it is). While the
+        snapshot still lands there, the write follows the copy closely when someone
+        waits for it (`hurried`: the copy's memory traffic is then worth sharing), else
+        it waits for the whole copy (a trainer stalled on a copy must not find it slowed
+        by the disk's DMA)."""
         last = [0]
 
         def on_write(total: int) -> None:
@@ -135,7 +136,8 @@ class Writer:
             landing.wait_for(None, check)  # the copy ended whole: the shard may be published
         check()
         faultpoints.reach("publish")
-        cm.publish(staging, piece, self.epoch)
+        if not self.coordinator:
+            cm.publish(staging, piece, self.epoch)
         return piece
 
     def _release(self, slot: Any) -> None:
@@ -224,8 +226,8 @@ class Writer:
         try:
             self.fence.check(self.epoch)
             staging.mkdir(parents=True, exist_ok=True)  # the announcement
-            self._write_shard(staging, step, meta, slot)
-            pieces = self._gather(staging, meta.world_size)
+            piece = self._write_shard(staging, step, meta, slot)
+            pieces = self._gather(staging, meta.world_size, piece)
             if isinstance(pieces, tuple):
                 kind, reason = pieces
                 cm.abort(staging, reason)
@@ -251,12 +253,13 @@ class Writer:
     def _error(self, step: int, reason: str) -> None:
         self.host.send("error", f"persisting step {step} to {self.directory} failed: {reason}")
 
-    def _gather(self, staging: Path, world_size: int) -> list | tuple[str, str]:
-        """Every rank's piece, or (kind, why) the step cannot be committed."""
+    def _gather(self, staging: Path, world_size: int, own: Any) -> list | tuple[str, str]:
+        """Every rank's piece (`own`: this rank's), or (kind, why) the step cannot be
+        committed."""
         deadline = time.monotonic() + self.spec.commit_timeout_s
         seen = 0
         while True:
-            got = cm.collect(staging, world_size, self.epoch)
+            got = cm.collect(staging, world_size, self.epoch, own)
             if got.pieces is not None:
                 return got.pieces
             if got.refusal is not None:

@@ -148,3 +148,25 @@ def test_staging_names_carry_step_and_epoch():
     assert cm.parse_tmp(name) == (40, 1795433157516910)
     assert cm.parse_tmp("step_000000000040") is None
     assert pickle.loads(pickle.dumps(name)) == name
+
+
+def test_rank_0_collects_with_its_own_piece_in_hand(tmp_path):
+    """Rank 0 publishes no marker of its own: it hands its piece to `collect`, which waits
+    for the other ranks' markers only and returns every piece in rank order."""
+    fence = cm.Fence(tmp_path)
+    staging = tmp_path / cm.tmp_dir_name(10, 0)
+    staging.mkdir()
+    metas, pieces = [], []
+    for rank in range(3):
+        meta, data = _meta(10, rank, 3)
+        metas.append(meta)
+        pieces.append(disk.write_rank(staging, meta, data))
+    cm.publish(staging, pieces[2], 0)
+    assert cm.collect(staging, 3, 0, own=pieces[0]).pieces is None  # rank 1 still writes
+    cm.publish(staging, pieces[1], 0)
+    got = cm.collect(staging, 3, 0, own=pieces[0])
+    assert not (staging / "rank0.done").exists()
+    assert got.refusal is None and [p.rank for p in got.pieces] == [0, 1, 2]
+    assert got.pieces[0] is pieces[0]
+    final = cm.commit(tmp_path, 10, 0, metas, got.pieces, fence)
+    assert disk.verify(final) == []
