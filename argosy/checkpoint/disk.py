@@ -59,6 +59,8 @@ class RankPiece:
     items: list[tuple[Any, Any]]  # (MetadataIndex, _StorageInfo)
     raw_offsets: dict[str, int]
     files: dict[str, dict[str, int]]
+    layout: bytes | None = None
+    """The digest of its tensor part (records.Laid.digest), when it has one."""
 
 
 def write_rank(
@@ -90,12 +92,12 @@ def write_rank(
 
     name, index_name = data_file(meta.rank), f"rank{meta.rank}.meta"
     out = pwrite.FilePlan(source=data)
-    items, raw_offsets, records = lay_out(out, meta, data, name)
+    laid = lay_out(out, meta, data, name)
     if ready is not None and out.source_bytes != sum(e.nbytes for e in meta.tensors):
         ready(data.nbytes)  # some bytes were copied at layout: wait, and lay out again
         out = pwrite.FilePlan(source=data)
-        items, raw_offsets, records = lay_out(out, meta, data, name)
-    index_bytes = pickle.dumps((meta, {"raw": raw_offsets, "records": records}))
+        laid = lay_out(out, meta, data, name)
+    index_bytes = pickle.dumps((meta, {"raw": laid.raw_offsets, "records": laid.records}))
     write_small(staging / index_name, index_bytes, sync=False)  # synced with the data
     paths = [staging / name, staging / index_name]  # synced together, while checksummed
     crc = pwrite.write_parallel(
@@ -112,7 +114,7 @@ def write_rank(
         name: {"bytes": out.pos, "crc32": crc},
         index_name: {"bytes": len(index_bytes), "crc32": crc32(index_bytes)},
     }
-    return RankPiece(meta.rank, items, raw_offsets, files)
+    return RankPiece(meta.rank, laid.items, laid.raw_offsets, files, laid.digest)
 
 
 def write_small(path: Path, payload: bytes, sync: bool = True) -> None:

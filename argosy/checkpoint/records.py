@@ -1,11 +1,11 @@
 """A rank's data file laid out as DCP's torch.save records, once per layout.
 
-    items, raw_offsets, records = lay_out(plan, meta, data, "__0_0.distcp")
+    items, raw_offsets, records, digest = lay_out(plan, meta, data, "__0_0.distcp")
 
 `lay_out` writes into `plan` (a `pwrite.FilePlan` over the snapshot's slot `data`) one
 torch.save record per tensor, then every object's payload, and returns what the index
 and DCP's metadata need: the (MetadataIndex, _StorageInfo) items, where each tensor's raw
-bytes start, and where each record lies.
+bytes start, where each record lies, and a digest naming the tensor part (`Laid`).
 
 Contract:
 - A tensor's record references its bytes in `data` (never copies them); a large tensor's
@@ -24,10 +24,12 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import torch
@@ -47,16 +49,31 @@ class _Tensors:
     raw_offsets: dict[str, int]
     records: dict[str, tuple[int, int]]
     plan: PlanLayout | None
+    digest: bytes | None
+    """Names the tensor entries and their items (`Laid.digest`); None with `plan`."""
+
+
+class Laid(NamedTuple):
+    """What `lay_out` returns."""
+
+    items: list[tuple[Any, Any]]
+    """(MetadataIndex, _StorageInfo) of every tensor record (rank 0's, or a shard's) and,
+    on rank 0, of every object, in that order."""
+    raw_offsets: dict[str, int]
+    records: dict[str, tuple[int, int]]
+    digest: bytes | None
+    """A digest of the file's name, the rank, its tensor entries and their items: equal
+    digests, equal tensor items and entries (so a commit may reuse what it derived from
+    them, commit.py); None for a layout that is not remembered."""
 
 
 _templates: OrderedDict[tuple, _Tensors] = OrderedDict()
 _lock = threading.Lock()
 
 
-def lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple[list, dict, dict]:
+def lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> Laid:
     """Every tensor as a torch.save record (DCP's format) and every object, into `out`
-    (a FilePlan over `data`); returns (items, raw_offsets, records). See the module's
-    contract."""
+    (a FilePlan over `data`). See the module's contract."""
     key = (name, meta.rank, tuple(meta.tensors))
     tensors = _recall(key)
     if tensors is None:
@@ -72,7 +89,7 @@ def lay_out(out: Any, meta: SnapshotMeta, data: memoryview, name: str) -> tuple[
         out.write(obj.payload)
         if meta.rank == 0:
             items.append(_item(obj.fqn, None, name, start, len(obj.payload)))
-    return items, dict(tensors.raw_offsets), dict(tensors.records)
+    return Laid(items, dict(tensors.raw_offsets), dict(tensors.records), tensors.digest)
 
 
 def forget() -> None:
@@ -122,7 +139,12 @@ def _lay_out_tensors(out: Any, meta: SnapshotMeta, data: memoryview, name: str) 
                 items.append(_item(entry.fqn, entry.global_offset, name, start, out.tell() - start))
     finally:
         config.save.compute_crc32 = saved_crc
-    return _Tensors(tuple(items), raw_offsets, records, out.layout())
+    plan = out.layout()
+    digest = None
+    if plan is not None:
+        named = pickle.dumps((name, meta.rank, meta.tensors, items))
+        digest = hashlib.blake2b(named, digest_size=16).digest()
+    return _Tensors(tuple(items), raw_offsets, records, plan, digest)
 
 
 def _record(out: Any, tensor: Any, nbytes: int) -> tuple[int, int | None]:

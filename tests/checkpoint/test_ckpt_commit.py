@@ -6,18 +6,25 @@ import pickle
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from argosy.checkpoint import commit as cm
 from argosy.checkpoint import disk
-from argosy.checkpoint.layout import SnapshotMeta, data_len, flatten, plan
+from argosy.checkpoint.layout import (
+    ObjectEntry,
+    SnapshotMeta,
+    data_len,
+    encode_object,
+    flatten,
+    plan,
+)
 
 
 def _meta(step: int, rank: int, world: int) -> tuple[SnapshotMeta, memoryview]:
     state = {"w": torch.full((1024,), float(step * 10 + rank)), "n": step}
     flat, mappings = flatten(state)
     entries, tensors, objects = plan(flat)
-    from argosy.checkpoint.layout import ObjectEntry, encode_object
-
     meta = SnapshotMeta(
         step,
         rank,
@@ -170,3 +177,54 @@ def test_rank_0_collects_with_its_own_piece_in_hand(tmp_path):
     assert got.pieces[0] is pieces[0]
     final = cm.commit(tmp_path, 10, 0, metas, got.pieces, fence)
     assert disk.verify(final) == []
+
+
+def _step_of(specs: tuple, step: int, payload: int, nested: bool) -> tuple:
+    """One rank-0 step of a world of 1: tensors named by `specs` (sizes), an object of
+    `payload` bytes, the tensors nested ({"m": {"w0": ...}}) or flat ({"m.w0": ...})."""
+    tensors = {f"w{i}": torch.full((n,), float(step)) for i, n in enumerate(specs)}
+    state = {"m": tensors} if nested else {f"m.{k}": v for k, v in tensors.items()}
+    state["extra"] = b"x" * payload
+    flat, mappings = flatten(state)
+    entries, values, keys = plan(flat)
+    objects = [ObjectEntry(k, encode_object(flat[k])) for k in keys]
+    meta = SnapshotMeta(step, 0, 1, mappings, entries, objects, data_len(entries))
+    buffer = bytearray(meta.data_len)
+    for entry, value in zip(entries, values, strict=True):
+        raw = value.contiguous().view(torch.uint8).numpy().tobytes()
+        buffer[entry.offset : entry.offset + entry.nbytes] = raw
+    return meta, memoryview(buffer)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from([(3,), (3, 5), (5, 3), (1 << 10,)]),
+            st.integers(0, 3),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_metadata_of_a_commit_is_what_a_fresh_build_gives(tmp_path_factory, steps):
+    """Over any sequence of steps (tensors kept or changed, objects that grow, the same
+    names nested another way), the `.metadata` a commit writes is the fresh one, whether
+    the memo of the last commit answered or not."""
+    directory = tmp_path_factory.mktemp("memo")
+    last: tuple = (None, b"")
+    for step, (specs, payload, nested) in enumerate(steps):
+        meta, data = _step_of(specs, step, payload, nested)
+        staging = directory / cm.tmp_dir_name(step, 0)
+        staging.mkdir()
+        piece = disk.write_rank(staging, meta, data)
+        assert piece.layout is not None
+        fresh = pickle.dumps(cm._dcp_metadata([meta], [piece]))
+        got = cm.dcp_metadata_bytes([meta], [piece])
+        assert got == fresh
+        if last[0] == (specs, payload, nested):
+            assert got is last[1]  # the memo answered
+        last = ((specs, payload, nested), got)
+        final = cm.commit(directory, step, 0, [meta], [piece], cm.Fence(directory))
+        assert (final / cm.METADATA).read_bytes() == fresh

@@ -44,13 +44,13 @@ def _slot(meta: SnapshotMeta, fill: int) -> memoryview:
 
 def _file(meta: SnapshotMeta, data: memoryview) -> tuple[bytes, tuple]:
     out = pwrite.FilePlan(source=data)
-    items, raw, recs = records.lay_out(out, meta, data, disk.data_file(meta.rank))
+    items, raw, recs, digest = records.lay_out(out, meta, data, disk.data_file(meta.rank))
     body = b"".join(bytes(piece) for _, piece in out.pieces)
     assert len(body) == out.pos
     assert [pos for pos, _ in out.pieces] == [pos for pos, _ in out.writes]
     ends = range(0, out.pos + 1, max(1, out.pos // 37))  # what a write behind the copy waits for
     needed = tuple(out.source_needed(end) for end in ends)
-    return body, (items, raw, recs, out.source_bytes, needed)
+    return body, (items, raw, recs, out.source_bytes, needed, digest)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,16 +70,18 @@ def test_a_replayed_layout_is_byte_for_byte_a_fresh_one(specs, rank, fills):
     assert replayed == fresh
     # every tensor byte is referenced inside the slot, never copied (a write behind the copy)
     assert replayed[1][3] == sum(e.nbytes for e in second.tensors)
+    assert replayed[1][5] is not None  # remembered layouts are named by a digest
 
 
 def test_another_layout_is_laid_out_afresh():
     a, _ = _meta([(torch.float32, [4])], step=1)
     b, _ = _meta([(torch.float32, [5])], step=2)  # one more element: another layout
     records.forget()
-    _file(a, _slot(a, 1))
+    first = _file(a, _slot(a, 1))
     mixed = _file(b, _slot(b, 1))
     records.forget()
     assert mixed == _file(b, _slot(b, 1))
+    assert first[1][5] != mixed[1][5]
 
 
 def test_only_the_newest_layouts_are_kept():
