@@ -220,11 +220,11 @@ def test_the_metadata_of_a_commit_is_what_a_fresh_build_gives(tmp_path_factory, 
         staging.mkdir()
         piece = disk.write_rank(staging, meta, data)
         assert piece.layout is not None
-        fresh = pickle.dumps(cm._dcp_metadata([meta], [piece]))
+        fresh = cm._dcp_metadata([meta], [piece])
         got = cm.dcp_metadata_bytes([meta], [piece])
-        assert got == fresh
+        assert pickle.loads(got) == fresh  # bytes may differ: pickle memoizes by identity
         if last[0] == (specs, payload, nested):
             assert got is last[1]  # the memo answered
         last = ((specs, payload, nested), got)
         final = cm.commit(directory, step, 0, [meta], [piece], cm.Fence(directory))
-        assert (final / cm.METADATA).read_bytes() == fresh
+        assert pickle.loads((final / cm.METADATA).read_bytes()) == fresh
