@@ -20,6 +20,13 @@ too, unless a newer attempt raised the fence: what they hold may be newer than a
 durable, so they are left to that attempt's load (its persister adopts them if it starts
 after this one exited).
 
+Garbage collection: the interpreter's full collections walk every object it tracks, and
+torch's import alone leaves a few hundred thousand: each took 0.1 s on the 2-core VM,
+holding the GIL, so one that fell inside a copy or a write stopped it (a 1,024-tensor
+save's copy at 3x its usual time). What exists once the persister is set up, and again
+once it has laid out and written its first step (`Writer`), is frozen (`gc.freeze`): the
+collector leaves it alone from then on, and a full collection walks only what came after.
+
 Messages in: ("sources", [tensor | None]), ("snap", step, meta_bytes, {index: bytes}),
 ("flush",), ("close", unlink). Out: ("ready",), ("sources_taken",) (once their file
 descriptors are here: the trainer may die from then on), ("copied", step, seconds),
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import json
 import mmap
 import os
@@ -120,6 +128,7 @@ class Persister:
         import torch.distributed.checkpoint.filesystem  # noqa: F401
 
         self._adopt_existing()
+        gc.freeze()  # see the module docstring
         self.thread = threading.Thread(target=self.writer.run, daemon=True)
         self.thread.start()
         self.send("ready")

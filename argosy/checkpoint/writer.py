@@ -17,6 +17,7 @@ The thread talks to its persister through a small host interface: `slots`, `cond
 
 from __future__ import annotations
 
+import gc
 import pickle
 import time
 import traceback
@@ -214,6 +215,7 @@ class Writer:
         self.settled[step] = reason
         if reason is None:
             self.durable = max(self.durable, step)
+        _freeze_once()
         self.host.send("durable", self.durable)
         with self.host.cond:
             self._answer_flush()  # durable now: deleting older steps is no one's wait
@@ -316,6 +318,7 @@ class Writer:
         try:
             self._write_shard(staging, step, meta, slot)
             self.written[step] = staging
+            _freeze_once()
         except cm.FencedError:
             return
         except CopyFailedError as err:  # the persister reported the failed copy already
@@ -348,6 +351,18 @@ class Writer:
             else:
                 continue
             del self.written[step]
+
+
+_frozen = False
+
+
+def _freeze_once() -> None:
+    """After the first step written: what its layout and commit left behind (templates,
+    imports, caches) is kept from then on; the collector leaves it alone (persister.py)."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
 
 
 def _reason(staging: Path) -> str:
