@@ -12,11 +12,16 @@ bytes (what DCP stores for non-tensor values).
 from __future__ import annotations
 
 import io
+import pickle
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from argosy.checkpoint.crc import crc32
 
 ALIGN = 4096
 
@@ -43,7 +48,11 @@ class ObjectEntry:
 
 @dataclass
 class SnapshotMeta:
-    """Everything but the tensor bytes: enough to rebuild the state and write DCP files."""
+    """Everything but the tensor bytes: enough to rebuild the state and write DCP files.
+
+    It pickles its tensor entries as one inner pickle, the same bytes for every step of a
+    layout, made once and read once per process (`_Entries`): a save of 1,024 tensors
+    pickled and unpickled them at every step, 1.3 ms inside the stall."""
 
     step: int
     rank: int
@@ -53,6 +62,69 @@ class SnapshotMeta:
     objects: list[ObjectEntry]
     data_len: int
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple:
+        blob = _ENTRIES.pickled(self.tensors)
+        fields = (self.step, self.rank, self.world_size, self.mappings)
+        return (_rebuild_meta, (*fields, blob, self.objects, self.data_len, self.extra))
+
+
+def _rebuild_meta(
+    step: int,
+    rank: int,
+    world_size: int,
+    mappings: dict[str, tuple],
+    blob: bytes,
+    objects: list[ObjectEntry],
+    data_len: int,
+    extra: dict[str, Any],
+) -> SnapshotMeta:
+    tensors = _ENTRIES.unpickled(blob)
+    return SnapshotMeta(step, rank, world_size, mappings, tensors, objects, data_len, extra)
+
+
+class _Entries:
+    """The inner pickle of a meta's tensor entries, both ways, for the layouts seen last.
+
+    `pickled` gives the last bytes again while the entries equal the last ones (they are
+    the same objects from one save to the next: the comparison takes microseconds);
+    `unpickled` recognises bytes it has read before (by crc32 and length, then compared
+    whole) and returns a fresh list of the same entries (frozen), so a caller may change
+    its meta's list without touching another's."""
+
+    KEPT = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[list[TensorEntry], bytes] | None = None
+        self._read: OrderedDict[tuple[int, int], tuple[bytes, list[TensorEntry]]] = OrderedDict()
+
+    def pickled(self, tensors: list[TensorEntry]) -> bytes:
+        with self._lock:
+            last = self._last
+        if last is not None and tensors == last[0]:
+            return last[1]
+        blob = pickle.dumps(list(tensors), protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self._last = (list(tensors), blob)
+        return blob
+
+    def unpickled(self, blob: bytes) -> list[TensorEntry]:
+        key = (crc32(blob), len(blob))
+        with self._lock:
+            found = self._read.get(key)
+            if found is not None and found[0] == blob:
+                self._read.move_to_end(key)
+                return list(found[1])
+        tensors = pickle.loads(blob)
+        with self._lock:
+            self._read[key] = (blob, tensors)
+            while len(self._read) > self.KEPT:
+                self._read.popitem(last=False)
+        return list(tensors)
+
+
+_ENTRIES = _Entries()
 
 
 def align(n: int) -> int:

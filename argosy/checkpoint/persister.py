@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from argosy.checkpoint.layout import SnapshotMeta, align
+from argosy.checkpoint.pieces import PiecePlanner
 from argosy.checkpoint.segment import (
     HEADER_BYTES,
     HELD_SLOTS,
@@ -110,6 +111,7 @@ class Persister:
         self.cond = threading.Condition()
         self.slots: list[_Slot] = []
         self.sources: list[torch.Tensor | None] = []
+        self.pieces = PiecePlanner()
         self.writer = Writer(spec, self)
         self.deferred: collections.deque[tuple] = collections.deque()
         """Messages read during a copy (while looking for a flush), handled after it."""
@@ -278,6 +280,7 @@ class Persister:
                     landed,
                     self._read_flush,
                     narrow=self.writer.hurried,  # a flush: the writer gets a core
+                    planner=self.pieces,
                 )
             except BaseException as err:
                 landed.finish(err)

@@ -16,6 +16,9 @@ calling thread copies the rest alone, leaving the writer threads and the kernel'
 direct-I/O submission a core (on the 2-core VM a durable save went from 1.19-1.23x to
 1.13-1.15x the disk floor; one thread copies at ~90% of two threads' speed).
 
+`PiecePlanner` remembers the pieces of each slot while the entries, the sources and the
+inline set stay the same (a persister copies the same state at every save).
+
 `copy_pieces` reports pieces in slot order, in the calling thread, once each piece and
 every one before it are in place (`passed(piece)`): the disk writer follows that prefix,
 and a crash point there counts every piece once whichever thread copied it. It returns
@@ -67,14 +70,60 @@ def plan_pieces(
     """The pieces that copy every entry's bytes into `data` (a flat uint8 slot region), in
     slot order. Raw addresses are used only after checking that the source holds exactly
     the entry's bytes and that they fit in `data`: a wrong index must fail, not scribble."""
-    pieces: list[Piece] = []
+    pieces, inline_at = _plan(data, entries, inline.keys(), sources)
+    return _with_inline(pieces, inline_at, data, entries, inline)
+
+
+class PiecePlanner:
+    """`plan_pieces`, remembered per slot: a persister copies the same entries from the
+    same sources into the same few slots at every save, and planning 1,024 tensors took
+    1.6-6 ms of the stall. A plan is reused while the slot's region, the sources (the same
+    list object: the persister's, replaced whole when the trainer sends new ones), the
+    entries and which of them travel inline are what they were; the inline pieces carry
+    this save's bytes."""
+
+    KEPT = 8
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, int], tuple] = {}
+
+    def plan(
+        self,
+        data: torch.Tensor,
+        entries: list[Any],
+        inline: dict[int, bytes],
+        sources: list[torch.Tensor | None],
+    ) -> list[Piece]:
+        region = (data.data_ptr(), data.numel())
+        kept = self._kept.get(region)
+        if kept is None or not (
+            kept[0] is sources and kept[1] == inline.keys() and kept[2] == entries
+        ):
+            pieces, inline_at = _plan(data, entries, inline.keys(), sources)
+            if len(self._kept) >= self.KEPT:
+                self._kept.clear()
+            kept = (sources, set(inline), list(entries), pieces, inline_at)
+            self._kept[region] = kept
+        return _with_inline(kept[3], kept[4], data, entries, inline)
+
+
+def _plan(
+    data: torch.Tensor,
+    entries: list[Any],
+    inline: Any,
+    sources: list[torch.Tensor | None],
+) -> tuple[list[Piece | None], list[tuple[int, int]]]:
+    """`plan_pieces` but for the inline entries (`inline`: their indexes), whose places
+    are left None: (pieces, [(place, entry index)])."""
+    pieces: list[Piece | None] = []
+    inline_at: list[tuple[int, int]] = []
     for index, entry in enumerate(entries):
         end = entry.offset + entry.nbytes
         if end > data.numel():
             raise ValueError(f"{entry.fqn}: bytes {entry.offset}..{end} past the slot's data")
         if index in inline:
-            put = functools.partial(_put, data, entry, inline[index])
-            pieces.append(Piece(end, entry.nbytes, put))
+            inline_at.append((len(pieces), index))
+            pieces.append(None)
             continue
         source = sources[index]
         if source is None:
@@ -90,7 +139,22 @@ def plan_pieces(
             n = min(PIECE_BYTES, entry.nbytes - start)
             move = functools.partial(ctypes.memmove, into + start, out_of + start, n)
             pieces.append(Piece(entry.offset + start + n, n, move))
-    return pieces
+    return pieces, inline_at
+
+
+def _with_inline(
+    pieces: list[Piece | None],
+    inline_at: list[tuple[int, int]],
+    data: torch.Tensor,
+    entries: list[Any],
+    inline: dict[int, bytes],
+) -> list[Piece]:
+    out: list[Any] = list(pieces)  # every None is replaced below
+    for place, index in inline_at:
+        entry = entries[index]
+        put = functools.partial(_put, data, entry, inline[index])
+        out[place] = Piece(entry.offset + entry.nbytes, entry.nbytes, put)
+    return out
 
 
 def _put(data: torch.Tensor, entry: Any, payload: bytes) -> None:

@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from argosy.checkpoint import faultpoints
-from argosy.checkpoint.pieces import PIECE_BYTES, Piece, copy_pieces, plan_pieces
+from argosy.checkpoint.pieces import (
+    PIECE_BYTES,
+    Piece,
+    PiecePlanner,
+    copy_pieces,
+    plan_pieces,
+)
 from argosy.checkpoint.segment import HEADER_BYTES, Header, Segment, SlotState
 
 
@@ -170,6 +176,7 @@ def write_snapshot(
     between: Callable[[], None] | None = None,
     threads: int | None = None,
     narrow: Callable[[], bool] | None = None,
+    planner: PiecePlanner | None = None,
 ) -> None:
     """Copy one snapshot into a slot: WRITING first, COMPLETE (with the metadata checksum)
     only once every byte is in place, so a copy cut short is never read as good. The copy
@@ -178,10 +185,12 @@ def write_snapshot(
     `between()` runs (the persister reads a flush that came meanwhile) once per
     `PIECE_BYTES` of progress, not per tensor: a state of a thousand small tensors would
     otherwise wake the disk writer a thousand times, for nothing it can write yet.
-    `narrow()`: whether the copy should go on with one thread (pieces.py)."""
+    `narrow()`: whether the copy should go on with one thread; `planner` remembers the
+    pieces of the slots it saw (pieces.py)."""
     owner = os.getpid()
     seg.write_header(Header(SlotState.WRITING, meta.step, meta.data_len, 0, 0, owner))
-    planned = plan_pieces(data, meta.tensors, inline, sources)
+    plan = plan_pieces if planner is None else planner.plan
+    planned = plan(data, meta.tensors, inline, sources)
     last = planned[-1] if planned else None
     told = 0  # slot bytes `landed` knows of
 

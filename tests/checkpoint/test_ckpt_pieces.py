@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from argosy.checkpoint.layout import data_len, plan
-from argosy.checkpoint.pieces import PIECE_BYTES, Piece, copy_pieces, plan_pieces
+from argosy.checkpoint.pieces import (
+    PIECE_BYTES,
+    Piece,
+    PiecePlanner,
+    copy_pieces,
+    plan_pieces,
+)
 
 SIZES = st.one_of(st.integers(0, 5000), st.integers(1 << 20, 2 << 20), st.just(PIECE_BYTES + 3))
 
@@ -179,3 +185,72 @@ def test_once_narrowed_only_the_calling_thread_copies(after: int) -> None:
     me = threading.current_thread().name
     helpers_after = [i for n, (i, name) in enumerate(took) if n >= after and name != me]
     assert len(helpers_after) <= 2  # at most one piece each helper took before it saw
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    saves=st.lists(
+        st.tuples(
+            st.integers(0, 1),  # the slot
+            st.sampled_from(["same", "values", "new sources", "inline", "resized"]),
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_a_remembered_plan_copies_what_a_fresh_one_does(saves: list[tuple[int, str]]) -> None:
+    """Over saves into two slots where the values change in place, the sources are sent
+    anew, another tensor travels inline, or a tensor changes size: every copy through the
+    planner leaves the slot as a fresh plan's copy would (every byte of this save)."""
+    planner = PiecePlanner()
+    sizes = [3000, (1 << 20) + 5, 17, PIECE_BYTES + 3]
+    flat = _state(sizes, strided=False)
+    sources: list[torch.Tensor | None] = list(flat.values())
+    inline_index = 2
+    slots = [torch.zeros(data_len(plan(flat)[0]) + 8192, dtype=torch.uint8) for _ in range(2)]
+    shown: list[torch.Tensor | None] = []  # the persister's list: replaced whole, or kept
+    for step, (slot, change) in enumerate(saves):
+        if change == "values":
+            for tensor in flat.values():
+                tensor.add_(step + 1)
+        elif change == "new sources":
+            sources = [t.clone() for t in flat.values()]
+            flat = dict(zip(flat, sources, strict=True))
+        elif change == "inline":
+            inline_index = (inline_index + 1) % len(sizes)
+        elif change == "resized":
+            sizes[0] += 4096
+            flat = _state(sizes, strided=False)
+            sources = list(flat.values())
+            slots = [torch.zeros(data_len(plan(flat)[0]) + 8192, dtype=torch.uint8)] * 2
+        entries, tensors, _ = plan(flat)
+        inline = {inline_index: tensors[inline_index].numpy().tobytes()}
+        if change != "same" and change != "values" or not shown:
+            shown = [None if i in inline else s for i, s in enumerate(sources)]
+        data = slots[slot][: data_len(entries)]
+        data.zero_()
+        pieces = planner.plan(data, entries, inline, shown)
+        fresh = plan_pieces(data, entries, inline, shown)
+        assert [(p.end, p.nbytes) for p in pieces] == [(p.end, p.nbytes) for p in fresh]
+        copy_pieces(pieces, lambda piece: None, 2)
+        for entry, tensor in zip(entries, tensors, strict=True):
+            raw = tensor.reshape(-1).view(torch.uint8)
+            assert torch.equal(data[entry.offset : entry.offset + entry.nbytes], raw), entry.fqn
+
+
+def test_a_plan_is_remembered_while_nothing_it_reads_changed() -> None:
+    flat = _state([3000, 1 << 20, 17], strided=False)
+    entries, tensors, _ = plan(flat)
+    sources: list[torch.Tensor | None] = [tensors[0], tensors[1], None]
+    data = torch.zeros(data_len(entries), dtype=torch.uint8)
+    planner = PiecePlanner()
+    first = planner.plan(data, entries, {2: b"a" * 17}, sources)
+    again = planner.plan(data, list(entries), {2: b"b" * 17}, sources)
+    assert again[0] is first[0] and again[-1] is not first[-1]  # inline: this save's bytes
+    other = planner.plan(data, entries, {2: b"c" * 17}, list(sources))  # sources sent anew
+    assert other[0] is not first[0]
+    sources[2] = tensors[2]  # a source for every tensor, the first one travelling inline
+    planner.plan(data, entries, {}, sources)
+    now = planner.plan(data, entries, {0: bytes(3000)}, sources)
+    copy_pieces(now, lambda piece: None, 1)
+    assert not data[:3000].any()  # this save's inline bytes, not the source's
