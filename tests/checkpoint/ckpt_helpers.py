@@ -38,3 +38,22 @@ def assert_same(got: object, want: object) -> None:
 def env_with_repo() -> dict[str, str]:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def meta_of(state: dict, step: int, rank: int = 0, world: int = 1) -> tuple:
+    """(SnapshotMeta, the state's local tensors in entry order) of `state`, as a save
+    would describe it."""
+    from argosy.checkpoint.layout import (
+        ObjectEntry,
+        SnapshotMeta,
+        data_len,
+        encode_object,
+        flatten,
+        plan,
+    )
+
+    flat, mappings = flatten(state)
+    entries, tensors, keys = plan(flat)
+    objects = [ObjectEntry(k, encode_object(flat[k])) for k in keys]
+    meta = SnapshotMeta(step, rank, world, mappings, entries, objects, data_len(entries))
+    return meta, tensors

@@ -6,39 +6,28 @@ import pickle
 
 import pytest
 import torch
+from ckpt_helpers import meta_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from argosy.checkpoint import commit as cm
 from argosy.checkpoint import disk
-from argosy.checkpoint.layout import (
-    ObjectEntry,
-    SnapshotMeta,
-    data_len,
-    encode_object,
-    flatten,
-    plan,
-)
+from argosy.checkpoint.layout import SnapshotMeta
+
+
+def _slot_of(meta: SnapshotMeta, tensors: list) -> memoryview:
+    """The slot's data region of a snapshot of `tensors` described by `meta`."""
+    buffer = bytearray(meta.data_len)
+    for entry, tensor in zip(meta.tensors, tensors, strict=True):
+        raw = tensor.contiguous().view(torch.uint8).numpy().tobytes()
+        buffer[entry.offset : entry.offset + entry.nbytes] = raw
+    return memoryview(buffer)
 
 
 def _meta(step: int, rank: int, world: int) -> tuple[SnapshotMeta, memoryview]:
     state = {"w": torch.full((1024,), float(step * 10 + rank)), "n": step}
-    flat, mappings = flatten(state)
-    entries, tensors, objects = plan(flat)
-    meta = SnapshotMeta(
-        step,
-        rank,
-        world,
-        mappings,
-        entries,
-        [ObjectEntry(k, encode_object(flat[k])) for k in objects],
-        data_len(entries),
-    )
-    buffer = bytearray(meta.data_len)
-    for entry, tensor in zip(entries, tensors, strict=True):
-        raw = tensor.contiguous().view(torch.uint8).numpy().tobytes()
-        buffer[entry.offset : entry.offset + entry.nbytes] = raw
-    return meta, memoryview(buffer)
+    meta, tensors = meta_of(state, step, rank, world)
+    return meta, _slot_of(meta, tensors)
 
 
 def stage(directory, step: int, epoch: int, world: int = 2) -> tuple:
@@ -185,15 +174,8 @@ def _step_of(specs: tuple, step: int, payload: int, nested: bool) -> tuple:
     tensors = {f"w{i}": torch.full((n,), float(step)) for i, n in enumerate(specs)}
     state = {"m": tensors} if nested else {f"m.{k}": v for k, v in tensors.items()}
     state["extra"] = b"x" * payload
-    flat, mappings = flatten(state)
-    entries, values, keys = plan(flat)
-    objects = [ObjectEntry(k, encode_object(flat[k])) for k in keys]
-    meta = SnapshotMeta(step, 0, 1, mappings, entries, objects, data_len(entries))
-    buffer = bytearray(meta.data_len)
-    for entry, value in zip(entries, values, strict=True):
-        raw = value.contiguous().view(torch.uint8).numpy().tobytes()
-        buffer[entry.offset : entry.offset + entry.nbytes] = raw
-    return meta, memoryview(buffer)
+    meta, values = meta_of(state, step)
+    return meta, _slot_of(meta, values)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

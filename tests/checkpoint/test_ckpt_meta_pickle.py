@@ -7,17 +7,11 @@ from __future__ import annotations
 import pickle
 
 import torch
+from ckpt_helpers import meta_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argosy.checkpoint.layout import (
-    ObjectEntry,
-    SnapshotMeta,
-    data_len,
-    encode_object,
-    flatten,
-    plan,
-)
+from argosy.checkpoint.layout import SnapshotMeta
 
 DTYPES = [torch.float32, torch.bfloat16, torch.int64]
 
@@ -31,10 +25,7 @@ layouts = st.lists(
 def _meta(specs: list, step: int, as_list: bool) -> SnapshotMeta:
     tensors = [torch.zeros(shape, dtype=dtype) for dtype, shape in specs]
     state = {"t": tensors if as_list else dict(enumerate(tensors)), "step": step}
-    flat, mappings = flatten(state)
-    entries, _, keys = plan(flat)
-    objects = [ObjectEntry(k, encode_object(flat[k])) for k in keys]
-    return SnapshotMeta(step, 0, 1, mappings, entries, objects, data_len(entries))
+    return meta_of(state, step)[0]
 
 
 def _types(meta: SnapshotMeta) -> dict:
