@@ -32,6 +32,13 @@ and a working directory outside the repository (the persister runs `python -m`).
 
     cd /tmp && PYTHONPATH=<tree> nice -n 10 <repo>/.venv/bin/python \
         <repo>/benchmarks/checkpoint_probe.py nice --n 4
+
+`stall`: saves each right after the memcpy floor (the benchmark's stall pair), the stall
+and the persister's copy over that floor; run as is and under OMP_WAIT_POLICY=passive
+(the trainer's idle OpenMP workers then sleep instead of spinning beside the copy).
+
+    cd /tmp && OMP_WAIT_POLICY=passive PYTHONPATH=<tree> nice -n 10 <repo>/.venv/bin/python \
+        <repo>/benchmarks/checkpoint_probe.py stall --n 11 [--tensor-mb 1]
 """
 
 from __future__ import annotations
@@ -313,11 +320,59 @@ def nice_levels(n: int, writers: int) -> None:
         ckpt.close()
 
 
+def stall(n: int, writers: int, tensor_mb: int = 64) -> None:
+    """`n` saves of a 1 GB state of `tensor_mb` MiB tensors, each right after the memcpy
+    floor (the benchmark's pair): the stall (save + fence) and the persister's own copy,
+    each over that floor. Run it once as is and once under OMP_WAIT_POLICY=passive: the
+    difference is what the trainer's spinning OpenMP workers take from the copy."""
+    import statistics
+    import uuid
+
+    import torch
+    from checkpoint_floors import copy_buffer, copy_once
+
+    from argosy.checkpoint import FlashCheckpointer
+
+    del writers  # the persister's own
+    count = 1024 // tensor_mb
+    state = {"model": {f"w{i}": torch.randn((tensor_mb << 20) // 4) for i in range(count)}}
+    tensors = list(state["model"].values())
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="argosy-bench-stallprobe-") as work:
+        ckpt = FlashCheckpointer(work, keep=2, job_id=f"stallprobe-{uuid.uuid4().hex[:8]}")
+        ckpt.save(0, state)
+        ckpt.wait()
+        time.sleep(0.5)
+        dst = copy_buffer(tensors)
+        for step in range(1, n + 1):
+            floor = copy_once(tensors, dst)
+            t0 = time.perf_counter()
+            ckpt.save(step, state)
+            ckpt.before_optimizer_step()
+            stalled = time.perf_counter() - t0
+            rows.append((stalled / floor, ckpt.last_copy_s / floor))
+            print(json.dumps({"step": step, "floor_s": round(floor, 4),
+                              "stall_s": round(stalled, 4),
+                              "copy_s": round(ckpt.last_copy_s, 4)}), flush=True)  # fmt: skip
+            ckpt.wait()
+        ckpt.close()
+    summary = {
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+        "tensor_mb": tensor_mb,
+        "stall_over_floor": round(statistics.median(r[0] for r in rows), 3),
+        "copy_over_floor": round(statistics.median(r[1] for r in rows), 3),
+    }
+    print(json.dumps(summary))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["dlrover", "page-cache", "discard", "source", "nice"])
+    parser.add_argument(
+        "what", choices=["dlrover", "page-cache", "discard", "source", "nice", "stall"]
+    )
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--tensor-mb", type=int, default=64, help="stall: tensor size")
     args = parser.parse_args()
     probes = {
         "dlrover": dlrover_phases,
@@ -325,6 +380,7 @@ def main() -> None:
         "discard": discard,
         "source": source,
         "nice": nice_levels,
+        "stall": lambda n, w: stall(n, w, args.tensor_mb),
     }
     probes[args.what](args.n, args.writers)
 
