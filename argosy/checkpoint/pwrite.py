@@ -350,7 +350,7 @@ def _write_chunks(
             ready(plan.source_needed(stop))
         bufs = plan.buffers(start, stop)
         if fds.direct_usable and _write_direct(fds, bufs, start, stop == plan.pos, bounce):
-            summer.add(index)
+            summer.add(index, bufs)
         else:
             _pwritev_all(fds.buffered, bufs, start)
         shared.advance(stop - start)
@@ -362,10 +362,10 @@ class _Summer:
     (1 GB at 1.07x the disk's floor, against 1.03x so). `finish()` sums what is left on
     the caller's thread too (at its priority) and waits; `stop()` drops what is left."""
 
-    def __init__(self, plan: FilePlan, chunk: int, crcs: list[int | None], below: int) -> None:
-        self.plan, self.chunk, self.crcs = plan, chunk, crcs
+    def __init__(self, crcs: list[int | None], below: int) -> None:
+        self.crcs = crcs
         self._cond = threading.Condition()
-        self._todo: collections.deque[int] = collections.deque()
+        self._todo: collections.deque[tuple[int, list[Any]]] = collections.deque()
         self._closed = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(
@@ -373,9 +373,10 @@ class _Summer:
         )
         self._thread.start()
 
-    def add(self, index: int) -> None:
+    def add(self, index: int, bufs: list[Any]) -> None:
+        """Chunk `index`, whose bytes are `bufs` (the views its writer wrote)."""
         with self._cond:
-            self._todo.append(index)
+            self._todo.append((index, bufs))
             self._cond.notify()
 
     def finish(self) -> None:
@@ -411,9 +412,7 @@ class _Summer:
                     self._cond.wait()
                 if not self._todo:
                     return
-                index = self._todo.popleft()
-            start = index * self.chunk
-            bufs = self.plan.buffers(start, min(self.plan.pos, start + self.chunk))
+                index, bufs = self._todo.popleft()
             self.crcs[index] = _crc_of(bufs)
 
 
@@ -606,7 +605,7 @@ def write_parallel(
     try:
         crcs: list[int | None] = [None] * chunks
         shared = _Shared(chunks, on_write)
-        summer = _Summer(plan, chunk_bytes, crcs, lowered())
+        summer = _Summer(crcs, lowered())
         write = functools.partial(_write_chunks, fds, plan, chunk_bytes, shared, summer, ready)
         try:
             _in_threads(writers, write, shared, lowered(), hurry)
