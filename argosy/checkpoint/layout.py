@@ -104,9 +104,10 @@ class _Entries:
             last = self._last
         if last is not None and tensors == last[0]:
             return last[1]
-        blob = pickle.dumps(list(tensors), protocol=pickle.HIGHEST_PROTOCOL)
+        entries = list(tensors)
+        blob = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
-            self._last = (list(tensors), blob)
+            self._last = (entries, blob)
         return blob
 
     def unpickled(self, blob: bytes) -> list[TensorEntry]:

@@ -33,7 +33,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -85,7 +85,7 @@ class PiecePlanner:
     KEPT = 8
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[int, int], tuple] = {}
+        self._kept: dict[tuple[int, int], _Kept] = {}
 
     def plan(
         self,
@@ -97,14 +97,24 @@ class PiecePlanner:
         region = (data.data_ptr(), data.numel())
         kept = self._kept.get(region)
         if kept is None or not (
-            kept[0] is sources and kept[1] == inline.keys() and kept[2] == entries
+            kept.sources is sources and kept.inline == inline.keys() and kept.entries == entries
         ):
             pieces, inline_at = _plan(data, entries, inline.keys(), sources)
             if len(self._kept) >= self.KEPT:
                 self._kept.clear()
-            kept = (sources, set(inline), list(entries), pieces, inline_at)
+            kept = _Kept(sources, set(inline), list(entries), pieces, inline_at)
             self._kept[region] = kept
-        return _with_inline(kept[3], kept[4], data, entries, inline)
+        return _with_inline(kept.pieces, kept.inline_at, data, entries, inline)
+
+
+class _Kept(NamedTuple):
+    """A slot's remembered plan and what it was made from."""
+
+    sources: list[torch.Tensor | None]
+    inline: set[int]
+    entries: list[Any]
+    pieces: list[Piece | None]
+    inline_at: list[tuple[int, int]]
 
 
 def _plan(
