@@ -233,7 +233,7 @@ def source(n: int, writers: int) -> None:
     """1 GB: floor (private memory), floor from /dev/shm, argosy's writer from /dev/shm."""
     import mmap
 
-    from argosy.checkpoint import pwrite
+    from argosy.checkpoint import fileplan, pwrite
 
     work = Path(tempfile.mkdtemp(prefix="argosy-bench-sourceprobe-"))
     buf = floor_buffer(1 << 30)
@@ -246,7 +246,7 @@ def source(n: int, writers: int) -> None:
         shared = memoryview(shm)
 
         def argosy_write() -> float:
-            plan = pwrite.FilePlan()
+            plan = fileplan.FilePlan()
             for at in range(0, shared.nbytes, 64 << 20):  # 64 MiB tensors, by reference
                 plan.write(shared[at : at + (64 << 20)])
             t0 = time.perf_counter()

@@ -87,15 +87,15 @@ def write_rank(
     are there. The layout then must reference every tensor byte in `data`, never copy
     it; should torch.save ever copy one, the layout is made again once `data` is whole.
     """
-    from argosy.checkpoint import pwrite
+    from argosy.checkpoint import fileplan, pwrite
     from argosy.checkpoint.records import lay_out
 
     name, index_name = data_file(meta.rank), f"rank{meta.rank}.meta"
-    out = pwrite.FilePlan(source=data)
+    out = fileplan.FilePlan(source=data)
     laid = lay_out(out, meta, data, name)
     if ready is not None and out.source_bytes != sum(e.nbytes for e in meta.tensors):
         ready(data.nbytes)  # some bytes were copied at layout: wait, and lay out again
-        out = pwrite.FilePlan(source=data)
+        out = fileplan.FilePlan(source=data)
         laid = lay_out(out, meta, data, name)
     index_bytes = pickle.dumps((meta, {"raw": laid.raw_offsets, "records": laid.records}))
     write_small(staging / index_name, index_bytes, sync=False)  # synced with the data

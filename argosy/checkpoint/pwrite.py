@@ -6,12 +6,9 @@
     crc = write_parallel(path, plan, writers=4, chunk_bytes=16 << 20, ready=landing.wait_for)
 
 Contract:
-- `FilePlan` is a write-only file object (what `torch.save` writes into): it records every
-  piece at its file offset. Pieces that lie inside `source` (the snapshot's slot) and
-  pieces of at least `BY_REFERENCE_BYTES` are kept as views of the caller's buffer (which
-  must hold its final bytes by the time they are written, and keep them until
-  `write_parallel` returns); smaller ones are copied. For the pieces of `source` it also
-  records which of its bytes each file range needs (`source_needed`).
+- The file comes as a `fileplan.FilePlan`: every piece at its file offset, pieces of the
+  caller's buffers by reference (which must hold their final bytes by the time they are
+  written, and keep them until `write_parallel` returns).
 - `write_parallel` cuts the file into `chunk_bytes` chunks aligned to file offsets and
   hands them out in file order to `writers` threads; a thread first waits, through
   `ready(n)`, until the first `n` bytes of `source` its chunk needs are in place (the
@@ -50,7 +47,6 @@ Contract:
 
 from __future__ import annotations
 
-import bisect
 import collections
 import contextlib
 import errno
@@ -59,13 +55,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from argosy.checkpoint.crc import crc32, crc32_combine
+from argosy.checkpoint.fileplan import FilePlan, address
 
-BY_REFERENCE_BYTES = 1 << 16
 DIRECT_ALIGN = 4096
 """Alignment of a direct write's memory, file offset and length (the largest logical
 block size in common use)."""
@@ -80,137 +75,6 @@ _HURRY_POLL_S = 0.005
 def default_writers() -> int:
     """Parallel writers: enough to keep a fast disk busy, never more than the cores."""
     return max(1, min(4, os.cpu_count() or 1))
-
-
-# -- the layout -------------------------------------------------------------------------
-
-
-class FilePlan:
-    """A write-only file object that records pieces at offsets instead of writing them."""
-
-    def __init__(self, source: memoryview | None = None) -> None:
-        self.pieces: list[tuple[int, Any]] = []
-        """(file offset, bytes or a byte memoryview), in file order, back to back."""
-        self.writes: list[tuple[int, int]] = []
-        """(offset, length) of every `write` call: where the caller's buffers landed."""
-        self.pos = 0
-        self.source = source
-        self._base = address(source) if source is not None else 0
-        self._from_source: list[tuple[int, int, int]] = []
-        """(file offset, source offset, length) of every piece of `source`, in file order."""
-        self._needed_before: list[int] = [0]
-        """Source bytes needed by every earlier piece of `source` (a running maximum)."""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.writes.append((self.pos, view.nbytes))
-        if view.nbytes:
-            at = self.source_offset(view)
-            if at is not None:
-                self._from_source.append((self.pos, at, view.nbytes))
-                self._needed_before.append(max(self._needed_before[-1], at + view.nbytes))
-            by_reference = at is not None or view.nbytes >= BY_REFERENCE_BYTES
-            self.pieces.append((self.pos, view if by_reference else bytes(view)))
-        self.pos += view.nbytes
-        return view.nbytes
-
-    @property
-    def source_bytes(self) -> int:
-        """Bytes of the pieces that lie inside `source`."""
-        return sum(length for _, _, length in self._from_source)
-
-    def source_offset(self, view: memoryview) -> int | None:
-        """Where `view` starts inside `source`; None when it is not wholly inside it."""
-        if self.source is None or not self.source.nbytes:
-            return None
-        at = address(view) - self._base
-        return at if at >= 0 and at + view.nbytes <= self.source.nbytes else None
-
-    def source_needed(self, end: int) -> int:
-        """How many leading bytes of `source` must be in place to write [0, end)."""
-        index = bisect.bisect_left(self._from_source, (end,)) - 1
-        if index < 0:
-            return 0
-        offset, at, length = self._from_source[index]
-        return max(self._needed_before[index], at + min(length, end - offset))
-
-    def tell(self) -> int:
-        return self.pos
-
-    def layout(self) -> PlanLayout | None:
-        """What was written so far, to `replay` over another source of the same layout:
-        pieces of `source` as (offset, length) ranges of it, the rest as bytes (runs of
-        them joined); None when a piece is neither (a large piece outside `source`, kept
-        by reference: it could be gone by the next replay)."""
-        pieces: list[tuple[int, bytes | tuple[int, int]]] = []
-        for pos, piece in self.pieces:
-            if isinstance(piece, bytes):
-                if pieces and isinstance(pieces[-1][1], bytes):
-                    pieces[-1] = (pieces[-1][0], pieces[-1][1] + piece)
-                else:
-                    pieces.append((pos, piece))
-                continue
-            at = self.source_offset(piece)
-            if at is None:
-                return None
-            pieces.append((pos, (at, piece.nbytes)))
-        return PlanLayout(
-            tuple(pieces), tuple(self._from_source), tuple(self._needed_before), self.pos
-        )
-
-    def replay(self, layout: PlanLayout) -> None:
-        """Into this empty plan, what `layout` recorded, its ranges taken from this plan's
-        own `source`: the plan a fresh layout over it gives (but for `writes`, and header
-        runs joined), without the per-write work (1,024 tensors: 0.4 ms against 5 ms)."""
-        assert self.pos == 0 and self.source is not None
-        source = self.source
-        self.pieces = [
-            (pos, p if isinstance(p, bytes) else source[p[0] : p[0] + p[1]])
-            for pos, p in layout.pieces
-        ]
-        self.writes = [(pos, _length(p)) for pos, p in layout.pieces]
-        self._from_source = list(layout.from_source)
-        self._needed_before = list(layout.needed_before)
-        self.pos = layout.pos
-
-    def flush(self) -> None:
-        pass
-
-    def buffers(self, start: int, end: int) -> list[Any]:
-        """The byte views that cover [start, end) of the file, in order."""
-        out = []
-        lo, hi = 0, len(self.pieces)
-        while lo < hi:  # the last piece starting at or before `start`
-            mid = (lo + hi) // 2
-            if self.pieces[mid][0] <= start:
-                lo = mid + 1
-            else:
-                hi = mid
-        for offset, piece in self.pieces[max(0, lo - 1) :]:
-            if offset >= end:
-                break
-            view = memoryview(piece)
-            a, b = max(start, offset) - offset, min(end, offset + view.nbytes) - offset
-            if b > a:
-                out.append(view[a:b])
-        return out
-
-
-@dataclass(frozen=True)
-class PlanLayout:
-    """A FilePlan's pieces, independent of its source (`FilePlan.layout`)."""
-
-    pieces: tuple[tuple[int, bytes | tuple[int, int]], ...]
-    from_source: tuple[tuple[int, int, int], ...]
-    needed_before: tuple[int, ...]
-    pos: int
-
-
-def _length(piece: bytes | tuple[int, int]) -> int:
-    return len(piece) if isinstance(piece, bytes) else piece[1]
 
 
 # -- the parallel write -----------------------------------------------------------------
@@ -292,13 +156,6 @@ def direct_io_works(directory: Path) -> bool:
     finally:
         os.close(fd)
         probe.unlink(missing_ok=True)
-
-
-def address(view: memoryview) -> int:
-    """Where a byte view's memory starts."""
-    import numpy as np
-
-    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if view.nbytes else 0
 
 
 def split_direct(bufs: list[Any], offset: int) -> list[tuple[int, list[Any], bool]]:

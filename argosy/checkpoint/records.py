@@ -2,7 +2,7 @@
 
     items, raw_offsets, records, digest = lay_out(plan, meta, data, "__0_0.distcp")
 
-`lay_out` writes into `plan` (a `pwrite.FilePlan` over the snapshot's slot `data`) one
+`lay_out` writes into `plan` (a `fileplan.FilePlan` over the snapshot's slot `data`) one
 torch.save record per tensor, then every object's payload, and returns what the index
 and DCP's metadata need: the (MetadataIndex, _StorageInfo) items, where each tensor's raw
 bytes start, where each record lies, and a digest naming the tensor part (`Laid`).
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     import torch
 
+    from argosy.checkpoint.fileplan import PlanLayout
     from argosy.checkpoint.layout import SnapshotMeta, TensorEntry
-    from argosy.checkpoint.pwrite import PlanLayout
 
 TEMPLATES_KEPT = 4
 
@@ -156,9 +156,9 @@ def _record(out: Any, tensor: Any, nbytes: int) -> tuple[int, int | None]:
     pieces inside the slot (`out.source`) stay references (a write behind the copy)."""
     import torch
 
-    from argosy.checkpoint import pwrite
+    from argosy.checkpoint import fileplan, pwrite
 
-    record = pwrite.FilePlan(source=getattr(out, "source", None))
+    record = fileplan.FilePlan(source=getattr(out, "source", None))
     torch.save(tensor, record)  # its offsets count from the record's start
     raw = [pos for pos, n in record.writes if n == nbytes]
     if nbytes >= pwrite.DIRECT_MIN_BYTES and len(raw) == 1:

@@ -18,14 +18,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argosy.checkpoint import FlashCheckpointer, disk, pwrite
+from argosy.checkpoint import FlashCheckpointer, disk, fileplan, pwrite
 from argosy.checkpoint.flash import CheckpointError
 from argosy.checkpoint.staging import CopyFailedError, CopyProgress
 
 
-def _plan_over(source: bytearray, sizes: list[int]) -> tuple[pwrite.FilePlan, list[tuple]]:
+def _plan_over(source: bytearray, sizes: list[int]) -> tuple[fileplan.FilePlan, list[tuple]]:
     """A plan of a header before every slice of `source` (as torch.save records are)."""
-    plan, parts, at = pwrite.FilePlan(source=memoryview(source)), [], 0
+    plan, parts, at = fileplan.FilePlan(source=memoryview(source)), [], 0
     for index, n in enumerate(sizes):
         header = f"record {index}".encode()
         plan.write(header)

@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argosy.checkpoint import pwrite, records
+from argosy.checkpoint import fileplan, pwrite, records
 
 A = pwrite.DIRECT_ALIGN
 MIN = pwrite.DIRECT_MIN_BYTES
@@ -59,8 +59,8 @@ piece_st = st.one_of(
 )
 
 
-def _plan(view: memoryview, pieces: list[tuple]) -> tuple[pwrite.FilePlan, bytes]:
-    plan, want = pwrite.FilePlan(), []
+def _plan(view: memoryview, pieces: list[tuple]) -> tuple[fileplan.FilePlan, bytes]:
+    plan, want = fileplan.FilePlan(), []
     for piece in pieces:
         if piece[0] == "small":
             blob = bytes([piece[1] % 256]) * piece[1]
@@ -87,7 +87,7 @@ def test_split_direct_covers_every_byte_once_and_keeps_direct_runs_whole_blocks(
         if direct:
             assert len(views) == 1 and size >= MIN
             assert offset % A == 0 and size % A == 0
-            assert pwrite.address(views[0]) % A == 0
+            assert fileplan.address(views[0]) % A == 0
             direct_blocks |= set(range(offset // A, (offset + size) // A))
         elif size:
             buffered_blocks |= set(range(offset // A, (offset + size - 1) // A + 1))
@@ -132,7 +132,7 @@ def test_direct_writes_are_used_where_the_file_system_allows_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     arena, view = _arena(2 * MIN)
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(view)
     direct_bytes = []
     real = os.pwritev
@@ -155,7 +155,7 @@ def test_a_refused_direct_write_falls_back_to_buffered_for_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     arena, view = _arena(3 * MIN)
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(b"head")
     plan.write(view[4:])  # its address agrees with its file offset (4) modulo the block
     direct_ok = _supports_direct(tmp_path / "probe")  # asked before os.pwrite is patched
@@ -182,7 +182,7 @@ def fcntl_direct(fd: int) -> bool:
 
 
 def test_a_large_tensor_lands_block_aligned_in_its_shard_and_reads_back(tmp_path: Path) -> None:
-    out = pwrite.FilePlan()
+    out = fileplan.FilePlan()
     out.write(b"x" * 100)  # an unaligned start
     big = torch.arange(MIN // 4 + 7, dtype=torch.float32)
     small = torch.arange(1000, dtype=torch.float32)  # under DIRECT_MIN_BYTES
@@ -215,7 +215,7 @@ def test_chunks_are_summed_beside_the_writers_and_no_summer_outlives_the_write(
     returns, whether the write ended whole (every chunk then in the file's crc) or was
     abandoned mid-way (by `on_write`, like the writer's fence)."""
     arena, view = _arena(4 * MIN)
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(view)
     seen: list[int] = []
 
@@ -236,7 +236,7 @@ def test_chunks_are_summed_beside_the_writers_and_no_summer_outlives_the_write(
 def test_an_error_of_a_checksum_is_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Raised whichever thread sums the chunk (the summer, or the pass beside the sync)."""
     arena, view = _arena(2 * MIN)
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(view)
 
     def broken(bufs: list) -> int:  # noqa: ARG001

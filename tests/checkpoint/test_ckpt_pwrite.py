@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argosy.checkpoint import crc, pwrite
+from argosy.checkpoint import crc, fileplan, pwrite
 
 pieces_st = st.lists(st.binary(min_size=0, max_size=3000), min_size=0, max_size=12)
 
@@ -40,9 +40,9 @@ def test_parallel_write_equals_sequential(
     chunk: int,
 ) -> None:
     # large pieces are kept by reference: they must land byte for byte too
-    large = [bytes(range(256)) * (pwrite.BY_REFERENCE_BYTES // 256 + i) for i in range(big)]
+    large = [bytes(range(256)) * (fileplan.BY_REFERENCE_BYTES // 256 + i) for i in range(big)]
     blobs = pieces + large
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     for blob in blobs:
         plan.write(bytearray(blob))
     path = tmp_path_factory.mktemp("pw") / "f"
@@ -56,8 +56,8 @@ def test_parallel_write_equals_sequential(
 
 
 def test_large_pieces_are_referenced_not_copied(tmp_path: Path) -> None:
-    buffer = bytearray(pwrite.BY_REFERENCE_BYTES * 2)
-    plan = pwrite.FilePlan()
+    buffer = bytearray(fileplan.BY_REFERENCE_BYTES * 2)
+    plan = fileplan.FilePlan()
     plan.write(b"head")
     plan.write(buffer)
     buffer[:4] = b"late"  # changed after the layout: the write sees the change
@@ -66,7 +66,7 @@ def test_large_pieces_are_referenced_not_copied(tmp_path: Path) -> None:
 
 
 def test_an_abort_from_on_write_stops_every_writer(tmp_path: Path) -> None:
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(bytearray(1 << 20))
     calls: list[int] = []
 
@@ -84,7 +84,7 @@ def test_a_disk_error_is_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(pwrite.os, "pwritev", full)
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(bytearray(1 << 18))
     with pytest.raises(OSError, match="No space left"):
         pwrite.write_parallel(tmp_path / "f", plan, 2, 4096)
@@ -94,7 +94,7 @@ def test_the_sync_runs_once_every_byte_is_written_and_its_error_is_raised(tmp_pa
     """The crc pass runs beside the caller's sync: the sync sees the whole file, the crc is
     still the file's, and a failed sync (EIO at flush) fails the write."""
     blob = bytes(range(256)) * 1024
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(b"head")
     plan.write(bytearray(blob))
     path = tmp_path / "f"
@@ -116,7 +116,7 @@ def test_a_background_write_runs_below_the_caller_and_a_waited_one_at_its_level(
     """`below`: the threads that write, checksum and sync sit that many nice levels under
     the process (a persist behind training); 0: at its level (a flush the trainer waits
     for). The caller's own priority never changes (it could not be raised back)."""
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(bytearray(1 << 18))
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     for below, want in ((3, min(19, mine + 3)), (0, mine)):
@@ -142,7 +142,7 @@ def test_a_write_hurried_midway_takes_the_rest_at_the_callers_priority(tmp_path:
     their first hurried chunk until one has), each chunk written once, the bytes and crc
     whole, and the sync, started after, runs unlowered."""
     blob = os.urandom(64 * 4096)
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(bytearray(blob))
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     low = min(19, mine + 3)
@@ -180,7 +180,7 @@ def test_a_lowered_sync_hurried_midway_is_run_again_at_the_callers_priority(
     """The sync of a background write started lowered; a flush arrives while it runs: a
     second sync at the process's priority runs beside it, and an error of either is
     raised."""
-    plan = pwrite.FilePlan()
+    plan = fileplan.FilePlan()
     plan.write(bytearray(1 << 16))
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     low = min(19, mine + 3)

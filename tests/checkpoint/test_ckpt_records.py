@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from argosy.checkpoint import disk, pwrite, records
+from argosy.checkpoint import disk, fileplan, records
 from argosy.checkpoint.layout import ObjectEntry, SnapshotMeta, data_len, encode_object, plan
 
 DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.float16]
@@ -43,7 +43,7 @@ def _slot(meta: SnapshotMeta, fill: int) -> memoryview:
 
 
 def _file(meta: SnapshotMeta, data: memoryview) -> tuple[bytes, tuple]:
-    out = pwrite.FilePlan(source=data)
+    out = fileplan.FilePlan(source=data)
     items, raw, recs, digest = records.lay_out(out, meta, data, disk.data_file(meta.rank))
     body = b"".join(bytes(piece) for _, piece in out.pieces)
     assert len(body) == out.pos
