@@ -19,8 +19,10 @@ Contract:
   (like `model.share_memory()`), so the persister reads them directly, and a copy under way
   finishes even if the trainer is SIGKILLed right after `save` returns (a save of storages
   the persister has not seen yet waits until it holds their file descriptors, which
-  travel through the trainer: one round trip, once per set of storages). Accelerator tensors
-  are first copied on a side stream into pinned, shared host buffers.
+  travel through the trainer: one round trip, once per set of storages). Before it asks for
+  the copy, `save` ends the trainer's idle OpenMP workers, which would spin on the cores the
+  copy needs (openmp.py). Accelerator tensors are first copied on a side stream into
+  pinned, shared host buffers.
 - `wait()`: blocks until the last saved step is committed. Called while the persister
   still copies that snapshot, it asks for the flush at once, so the disk write follows the
   copy instead of starting after it (`save` then `wait` is a durable save at about the
@@ -69,6 +71,7 @@ from argosy.checkpoint.held import HeldSlots
 from argosy.checkpoint.launch import PersisterHandle
 from argosy.checkpoint.layout import ObjectEntry, SnapshotMeta, encode_object, flatten
 from argosy.checkpoint.link import CheckpointError, PersisterLink
+from argosy.checkpoint.openmp import release_idle_workers
 from argosy.checkpoint.persister import PersisterSpec
 from argosy.checkpoint.saveplan import SavePlanner, source_signature
 from argosy.checkpoint.segment import (
@@ -239,6 +242,7 @@ class FlashCheckpointer(PersisterLink):
         if on_device:  # sent by the fence, once the device-to-host copy is done
             self._staged = (step, pickle.dumps(meta), inline)
             return
+        release_idle_workers(torch.get_num_threads())  # the persister's copy needs the cores
         self._send(("snap", step, pickle.dumps(meta), inline))
         self._pending = step
 

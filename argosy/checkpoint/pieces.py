@@ -1,7 +1,8 @@
 """A snapshot's copy into its slot: cut into pieces, copied by a few threads at once.
 
 Each large contiguous host tensor becomes `PIECE_BYTES` pieces copied with a plain
-`memmove` (it releases the GIL); anything else (bytes that travel inline, a strided
+`memmove` (it releases the GIL; in the persister glibc's makes non-temporal stores from
+256 KiB on, launch.py); anything else (bytes that travel inline, a strided
 tensor) is one piece copied by torch. The calling thread and `threads - 1` helpers take
 the next piece whenever they are free, so a thread that gets less of the CPU copies fewer
 pieces instead of holding the copy up. That matters here: right after a parallel op
