@@ -48,6 +48,8 @@ from checkpoint_peers import (
     nbytes,
 )
 
+from argosy.checkpoint.launch import persister_env
+
 RUNNERS = PEERS | {"duel": duel}
 """What a worker runs: every peer, and `duel` (argosy and DLRover in turns, one process)."""
 
@@ -246,6 +248,8 @@ RATIOS = [  # (what, argosy's figure, peer, the peer's figure)
 PAIRED = [  # (what, peer, its pairs): per-pair ratios, each figure over the floor just before it
     ("argosy stall, nothing to overlap / memcpy floor, per pair (target <= 1.0)",
      "argosy", "stall_pairs"),
+    ("argosy stall, nothing to overlap / memmove floor (its copy alone, in-process), per pair",
+     "argosy", "memmove_stall_pairs"),
     ("argosy time to durable / disk floor, per pair (target <= 1.1)", "argosy", "durable_pairs"),
     ("argosy persist (snapshot in memory to durable) / disk floor, per pair",
      "argosy", "persist_pairs"),
@@ -437,6 +441,9 @@ def main() -> None:
             first_save(args.repeats, tree)
         return
     if args.worker:
+        env = persister_env(os.environ)  # glibc reads its tunables once, at the start
+        if env != dict(os.environ):  # every peer and the memmove floor, as the persister
+            os.execve(sys.executable, [sys.executable, "-W", "ignore", *sys.argv], env)
         result = worker(args.worker, args.gb, args.repeats, args.device, args.tensor_mb)
         print("RESULT " + json.dumps(result), flush=True)
         return

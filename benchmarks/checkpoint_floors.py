@@ -1,8 +1,11 @@
 """Floors of benchmarks/checkpoint.py: what the hardware allows for the same bytes.
 
-- memcpy floor: the state copied into a pre-touched host buffer (the least a snapshot in
-  memory can cost); from device memory, into a pinned buffer. torch's copy with the
-  process's intra-op threads (as many as the cores; the persister copies with as many).
+- memcpy floor: the state copied into a pre-touched host buffer; from device memory, into
+  a pinned buffer. torch's copy with the process's intra-op threads (as many as the
+  cores; the persister copies with as many): what a trainer, or a peer, copies with.
+- memmove floor (host state only): the persister's own copy (`memmove` in pieces, with
+  non-temporal stores) in the worker itself, with no message around it; ~20% under the
+  memcpy floor on the VM this was built on, so the least a snapshot in memory can cost.
 - disk floor: the same byte count written sequentially from page-aligned memory to a
   fresh file on the checkpoint's file system and fsynced, the best of 1, 2 and 4 writers
   (each writing a contiguous range with 16 MiB `os.pwrite`s), each way: buffered (what
@@ -69,6 +72,34 @@ def copy_once(tensors: list[Any], dst: Any) -> float:
         off += n
     if on_device:
         torch.accelerator.synchronize()
+    return time.perf_counter() - t0
+
+
+def memmove_once(tensors: list[Any], dst: Any) -> float | None:
+    """Seconds for the persister's own copy of host `tensors` into `dst` (pieces.py: 16
+    MiB `memmove`s taken by `copy_threads()` threads), in this process, with no message
+    around it; None for device tensors. The driver starts its workers with the
+    persister's glibc tunable (non-temporal stores, launch.py), so this is the fastest
+    host copy known here: what a stall would be if it cost nothing but its copy."""
+    import ctypes
+    import functools
+
+    from argosy.checkpoint.pieces import PIECE_BYTES, Piece, copy_pieces
+
+    if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
+        return None
+    pieces, off = [], 0
+    for t in tensors:
+        n = t.numel() * t.element_size()
+        for start in range(0, n, PIECE_BYTES):
+            size = min(PIECE_BYTES, n - start)
+            move = functools.partial(
+                ctypes.memmove, dst.data_ptr() + off + start, t.data_ptr() + start, size
+            )
+            pieces.append(Piece(off + start + size, size, move))
+        off += n
+    t0 = time.perf_counter()
+    copy_pieces(pieces, lambda piece: None)
     return time.perf_counter() - t0
 
 

@@ -35,6 +35,7 @@ from checkpoint_floors import (
     copy_once,
     evict,
     floor_buffer,
+    memmove_once,
     pair_ratios,
     settle_disk,
     settled_floor,
@@ -325,15 +326,18 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
     stalls, overlapped, durables, persists, mem_loads = [], [], [], [], []
     tensors = list(state["model"].values())
     dst = copy_buffer(tensors)
-    stall_pairs, durable_pairs, persist_pairs = [], [], []
+    stall_pairs, durable_pairs, persist_pairs, memmove_pairs = [], [], [], []
     for r in range(1, repeats + 1):
         wait_pruned(work, keep=2)  # the last save's cleanup (an unlink) is not this one's
+        alone = memmove_once(tensors, dst)  # the persister's copy alone, here
         floor = copy_once(tensors, dst)  # the pair's memcpy floor, this very moment
         t0 = time.perf_counter()
         ckpt.save(r, state)
         ckpt.before_optimizer_step()
         stalls.append(time.perf_counter() - t0)
         stall_pairs.append((floor, stalls[-1]))
+        if alone is not None:
+            memmove_pairs.append((alone, stalls[-1]))
         ckpt.wait()
     del dst
     copy_s = med(stalls)
@@ -385,6 +389,7 @@ def peer_argosy(state: dict, work: Path, repeats: int) -> dict:
         "disk_restore_s": med(disk_loads),
         "slots": slots,
         "stall_pairs": pair_ratios(stall_pairs),
+        "memmove_stall_pairs": pair_ratios(memmove_pairs),
         "durable_pairs": bracket_ratios(durable_pairs),
         "persist_pairs": bracket_ratios(persist_pairs),
         "disk_brackets": durable_pairs,

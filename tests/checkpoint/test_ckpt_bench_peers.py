@@ -76,6 +76,21 @@ def test_argosy_peer_pairs_every_durable_save_with_a_floor() -> None:
     result = run_worker("argosy", "cpu")
     check(result, same_saves=False)
     assert result["durable_pairs"]["pairs"] == 1 and result["durable_pairs"]["median"] > 0
+    assert result["memmove_stall_pairs"]["pairs"] == 1  # the worker ran its copy alone too
+
+
+def test_the_memmove_floor_copies_every_byte_in_order() -> None:
+    from checkpoint_floors import memmove_once
+
+    from argosy.checkpoint.pieces import PIECE_BYTES
+
+    sizes = [3, PIECE_BYTES // 4 + 5, 0, 17]  # a tensor of several pieces, an empty one
+    tensors = [torch.randint(0, 255, (n,), dtype=torch.uint8) for n in sizes]
+    tensors[1] = torch.randint(0, 255, (PIECE_BYTES + 4 * 7,), dtype=torch.uint8).view(torch.int32)
+    dst = torch.zeros(sum(t.numel() * t.element_size() for t in tensors), dtype=torch.uint8)
+    assert memmove_once(tensors, dst) > 0
+    assert torch.equal(dst, torch.cat([t.view(torch.uint8).flatten() for t in tensors]))
+    assert memmove_once([tensors[1][::2]], dst) is None  # strided: not a memmove
 
 
 def test_a_worker_cleans_up_only_its_own_slots(tmp_path: Path) -> None:
