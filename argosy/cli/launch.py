@@ -105,7 +105,9 @@ def launch(
         spec.extra_env.update(prepare(plan, emulate_chips, world, run_dir, policy))
     elif emulate_chips:
         raise ArgosyError("--emulate-chips needs --plan: the plan gives ranks their chips")
-    stopping = (signal.SIGTERM, signal.SIGHUP)  # stop the ranks, clean up, then exit
+    # stop the ranks, clean up, then exit; SIGINT too, even where it came in ignored (a
+    # launcher started in the background of a script, or by a process that ignores it)
+    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, _interrupt) for sig in stopping}
     try:
         try:

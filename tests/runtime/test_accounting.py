@@ -198,6 +198,10 @@ def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _launch_a_sleeper(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
     """`argosy launch` of one rank that sleeps a minute, once its rank was spawned:
     (launcher process, run dir, script)."""
@@ -210,6 +214,7 @@ def _launch_a_sleeper(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=_ignore_sigint,  # as a shell's background job: the launcher must still stop
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and '"spawn"' not in _text(run / "events.jsonl"):
