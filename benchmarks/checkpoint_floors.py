@@ -76,28 +76,23 @@ def copy_once(tensors: list[Any], dst: Any) -> float:
 
 
 def memmove_once(tensors: list[Any], dst: Any) -> float | None:
-    """Seconds for the persister's own copy of host `tensors` into `dst` (pieces.py: 16
-    MiB `memmove`s taken by `copy_threads()` threads), in this process, with no message
-    around it; None for device tensors. The driver starts its workers with the
-    persister's glibc tunable (non-temporal stores, launch.py), so this is the fastest
-    host copy known here: what a stall would be if it cost nothing but its copy."""
-    import ctypes
-    import functools
-
-    from argosy.checkpoint.pieces import PIECE_BYTES, Piece, copy_pieces
+    """Seconds for the persister's own copy of host `tensors` into `dst` back to back (its
+    plan, `pieces.plan_pieces`: 16 MiB `memmove`s taken by `copy_threads()` threads), in
+    this process, with no message around it; None for device tensors. The driver starts
+    its workers with the persister's glibc tunable (non-temporal stores, launch.py), so
+    this is the fastest host copy known here: what a stall would be if it cost nothing but
+    its copy."""
+    from argosy.checkpoint.layout import TensorEntry
+    from argosy.checkpoint.pieces import copy_pieces, plan_pieces
 
     if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
         return None
-    pieces, off = [], 0
-    for t in tensors:
-        n = t.numel() * t.element_size()
-        for start in range(0, n, PIECE_BYTES):
-            size = min(PIECE_BYTES, n - start)
-            move = functools.partial(
-                ctypes.memmove, dst.data_ptr() + off + start, t.data_ptr() + start, size
-            )
-            pieces.append(Piece(off + start + size, size, move))
+    entries, off = [], 0
+    for i, t in enumerate(tensors):  # where `copy_once` puts them, not the slot's alignment
+        n, shape = t.numel() * t.element_size(), tuple(t.shape)
+        entries.append(TensorEntry(f"t{i}", t.dtype, shape, off, n, shape, (0,) * t.dim(), False))
         off += n
+    pieces = plan_pieces(dst, entries, {}, tensors)
     t0 = time.perf_counter()
     copy_pieces(pieces, lambda piece: None)
     return time.perf_counter() - t0
