@@ -51,16 +51,36 @@ events = Table(
     Column("kind", String(32), nullable=False),
     Column("message", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+    Column("actor", String(200), nullable=False, default="system"),
     Index("ix_events_job", "job_id"),
 )
 
 tokens = Table(
     "tokens",
     metadata,
+    # SHA-256 of salt + secret (salt '': a token made before salts, hashed again on use)
     Column("hash", String(64), primary_key=True),
     Column("queue", String(100)),
     Column("name", String(100), nullable=False, default=""),
     Column("created_at", Float, nullable=False),
+    # public id (`argosy token list`, `revoke ID`, the actor of events)
+    Column("id", String(32), unique=True),
+    Column("salt", String(64), nullable=False, default=""),
+    Column("expires_at", Float),
+    Column("revoked_at", Float),
+    Column("created_by", String(200), nullable=False, default=""),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    # SHA-256 of the session id the console's cookie holds (never the API token)
+    Column("hash", String(64), primary_key=True),
+    Column("token_id", String(32), nullable=False),
+    Column("csrf", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_sessions_token", "token_id"),
 )
 
 nodes = Table(
