@@ -65,7 +65,8 @@ async def drive(url: str, token: str, total: int, clients: int, submit: bool) ->
         if not submit:
             head = f"GET /api/v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n"
             return head.encode()
-        body = json.dumps({"name": f"b{k}", "script": "/bin/true", "args": [str(left[0])]})
+        job = {"name": f"b{k}", "script": "/bin/true", "args": [str(left[0])], "workdir": "/"}
+        body = json.dumps(job)
         head = (
             f"POST /api/v1/jobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -101,7 +102,8 @@ def latencies(
         ),
         "GET /jobs/{id}": lambda i: c.get(f"/api/v1/jobs/{job_ids[i % len(job_ids)]}"),
         "POST /jobs": lambda i: c.post(
-            "/api/v1/jobs", json={"name": "lat", "script": "/bin/true", "args": [str(i)]}
+            "/api/v1/jobs",
+            json={"name": "lat", "script": "/bin/true", "args": [str(i)], "workdir": "/"},
         ),
         "GET /queues": lambda i: c.get("/api/v1/queues"),
         "GET /nodes": lambda i: c.get("/api/v1/nodes"),
@@ -127,7 +129,8 @@ def start_latency(c: httpx.Client, script: Path, home: Path, repeats: int) -> li
     out = []
     for _ in range(repeats):
         t0 = time.time()
-        job = c.post("/api/v1/jobs", json={"name": "start", "script": str(script)}).json()
+        body = {"name": "start", "script": str(script), "workdir": str(script.parent)}
+        job = c.post("/api/v1/jobs", json=body).json()
         log = home / "runs" / job["id"] / "logs" / "attempt0" / "rank0.log"
         deadline = time.monotonic() + 60
         while not (found := re.search(r"started (\d+\.\d+)\n", read(log))):

@@ -5,11 +5,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Whether every user may run this Python: a root server runs jobs as unprivileged users
+# (docs/server.md, Isolation), and a venv on a Python under /root (pyenv's) is theirs to
+# reach only if that Python is.
+reachable() {
+  "$1" -c 'import os, sys
+p = os.path.realpath(sys.executable)
+parts = [p] + [os.path.dirname(p)]
+while parts[-1] != "/": parts.append(os.path.dirname(parts[-1]))
+sys.exit(0 if all(os.stat(d).st_mode & 0o001 for d in parts) else 1)' 2>/dev/null
+}
+
 python_bin=${PYTHON:-}
 if [ -z "$python_bin" ]; then
-  for candidate in python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1; then python_bin=$candidate; break; fi
+  for candidate in python3.11 /usr/bin/python3.11 /usr/local/bin/python3.11 python3; do
+    command -v "$candidate" >/dev/null 2>&1 || continue
+    "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || continue
+    [ -z "$python_bin" ] && python_bin=$candidate
+    if [ "$(id -u)" != 0 ] || reachable "$candidate"; then python_bin=$candidate; break; fi
   done
+  python_bin=${python_bin:-python3}
+fi
+if [ -x .venv/bin/python ] && [ "$(id -u)" = 0 ] && ! reachable .venv/bin/python \
+   && reachable "$python_bin"; then
+  echo "setup: .venv's Python is not reachable by job users; making it again on $python_bin"
+  rm -rf .venv
 fi
 [ -x .venv/bin/python ] || "$python_bin" -m venv .venv
 

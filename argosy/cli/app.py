@@ -27,6 +27,7 @@ from argosy.cli import (
     server,
     services,
     sim,
+    tokens,
     zygote,
 )
 from argosy.cli.common import State, err_console
@@ -77,7 +78,7 @@ app.command("train-draft")(serve.train_draft)
 app.command("zygote")(zygote.zygote)
 for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon"):
     app.command(_name)(getattr(jobs, _name))
-app.add_typer(jobs.token_app, name="token")
+app.add_typer(tokens.app, name="token")
 app.command("services")(services.services)
 app.command("service")(services.service)
 app.command("demo")(demo.demo)

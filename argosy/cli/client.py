@@ -7,7 +7,6 @@ token from `--token`, then `ARGOSY_TOKEN`, then `$ARGOSY_HOME/admin.token`.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -50,7 +49,9 @@ class Client:
 
 
 def _admin_token() -> str | None:
-    home = Path(os.environ.get("ARGOSY_HOME") or Path.home() / ".argosy").expanduser()
+    from argosy.core.home import default_home
+
+    home = default_home()
     try:
         return (home / "admin.token").read_text().strip()
     except OSError:

@@ -106,12 +106,15 @@ class _Client:
 
 
 @contextlib.contextmanager
-def server_process(home: Path, port: int, slots: int) -> Iterator[str]:
-    """`argosy server` as a child process; stopped (SIGTERM, then SIGKILL) on exit."""
+def server_process(
+    home: Path, port: int, slots: int, extra: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """`argosy server` as a child process (`extra`: more of its flags); stopped (SIGTERM,
+    then SIGKILL) on exit."""
     home.mkdir(parents=True, exist_ok=True)
     log = (home / "server.log").open("ab")
     cmd = [sys.executable, "-m", "argosy", "server", "--home", str(home), "--port", str(port)]
-    cmd += ["--slots", str(slots)]
+    cmd += ["--slots", str(slots), *extra]
     env = os.environ | {"ARGOSY_HOME": str(home)}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"

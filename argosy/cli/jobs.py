@@ -1,10 +1,10 @@
-"""Job commands over HTTP: submit, jobs, job, logs, cancel, queues, nodes, cordon, token.
+"""Job commands over HTTP: submit, jobs, job, logs, cancel, queues, nodes, cordon.
 
 argosy submit job.yaml [--json]         # a service YAML goes to argosy.cli.services
 argosy jobs [--state running] [--queue team-a] [--json]
 argosy job JOB [--json]; argosy logs JOB [-f]; argosy cancel JOB
 argosy queues; argosy nodes; argosy cordon NODE [--undo]
-argosy token create --queue team-a
+(token commands: argosy.cli.tokens)
 
 httpx is imported when a command calls the server.
 """
@@ -203,25 +203,6 @@ def cordon(
         print_json(data)
         return
     console.print(f"{data['name']}: {'cordoned' if data['cordoned'] else 'schedulable'}")
-
-
-token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
-
-
-@token_app.command("create")
-def token_create(
-    queue: str | None = typer.Option(None, "--queue", help="Scope to one queue; none: admin."),
-    name: str = typer.Option("", "--name", help="Label."),
-    as_json: bool = JsonOption,
-    server: str | None = ServerOption,
-    token: str | None = TokenOption,
-) -> None:
-    """Create a token (needs an admin token); it is printed once."""
-    data = Client(server, token).call("POST", "/tokens", json={"queue": queue, "name": name})
-    if as_json:
-        print_json(data)
-        return
-    typer.echo(data["token"])
 
 
 def _chips(values: dict[str, int]) -> str:

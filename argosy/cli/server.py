@@ -9,6 +9,7 @@ FastAPI and uvicorn are imported only when the server starts.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -24,11 +25,19 @@ def server(
     executor: str = typer.Option("local", "--executor", help="local or ray."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster address."),
     queues: Path | None = typer.Option(None, "--queues", help="Queue tree YAML."),
-    home: Path | None = typer.Option(None, "--home", help="Default: $ARGOSY_HOME or ~/.argosy."),
+    home: Path | None = typer.Option(
+        None, "--home", help="Default: $ARGOSY_HOME, /var/lib/argosy for root, ~/.argosy."
+    ),
     slots: int = typer.Option(0, "--slots", min=0, help="CPU slots (local, no accelerator)."),
     policy: str = typer.Option("argosy", "--policy", help="Scheduling policy."),
     config_file: Path | None = typer.Option(
         None, "--config", help="YAML of ServerConfig fields (e.g. scheduler knobs)."
+    ),
+    run_as: str | None = typer.Option(
+        None, "--run-as", help="Root server: the user jobs run as (default argosy-job[-queue])."
+    ),
+    allow_root_jobs: bool = typer.Option(
+        False, "--allow-root-jobs", help="Root server: run jobs as root (no isolation)."
     ),
 ) -> None:
     """Run the control plane: REST API under /api/v1, OpenAPI at /docs."""
@@ -55,11 +64,18 @@ def server(
         "queues_file": queues,
         "local_slots": slots,
         "policy": policies.canonical(policy),
+        "run_as": run_as,
+        "allow_root_jobs": allow_root_jobs,
     }
     if home is not None:
         values["home"] = home
     config = _with_file(ServerConfig, config_file, values)
     writable_dir(config.home, "--home" if home is not None else "home ($ARGOSY_HOME or ~/.argosy)")
+    os.umask(0o077)  # what the server writes is its own (docs/server.md, Isolation)
+    from argosy.server.state_dir import check_job_user, job_identity, secure_home
+
+    identity = job_identity(config)
+    check_job_user(secure_home(config, identity), identity)  # a setup jobs can't run in fails
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
 

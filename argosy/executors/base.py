@@ -46,6 +46,8 @@ class LaunchRequest:
     command: tuple[str, ...] = ()
     """A command to run instead of `argosy launch` (a service replica's `argosy serve`);
     single node, one process."""
+    queue: str | None = None
+    """The job's queue: which user it runs as, where the executor isolates queues."""
 
 
 @dataclass(frozen=True)

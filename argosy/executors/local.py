@@ -19,6 +19,15 @@ machine without any, `slots` CPU slots: one node, or with `node_devices` nodes o
 many slots each (`<host>-0`, `<host>-1`, ...), so the scheduler can resize an elastic job
 and lend a service's device one node at a time on one machine. An attempt placed on
 several of them runs all its ranks here (`--nproc-per-node` = its devices).
+
+Isolation (`argosy.executors.isolation`): an attempt gets an allow-listed environment
+(no `ARGOSY_HOME`, no tokens) with `HOME` its run directory; when `identity` names a user
+for the job's queue (the server runs as root), the launcher runs as that user through
+`setpriv` while the wrapper, which writes the attempt records, stays the server's. The
+attempt records (`<run dir>/server/`, mode 0700) are then out of the job's reach: the run
+directory is root's with the job's group and the sticky bit, so the job cannot rename
+them away and plant its own pid files. The warm process serves only jobs that run as
+the server's own user.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from pathlib import Path
 
 from argosy.core.procs import pid_alive, signal_by_env
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
+from argosy.executors.isolation import JobIdentity, JobUser, job_environment, prepare_run_dir
 from argosy.hardware.discovery import discover
 
 WRAPPER = r"""
@@ -70,6 +80,10 @@ class LocalOptions:
     skips the CLI's imports."""
     node_devices: int = 0
     """Split the CPU slots into nodes of this many slots (0: one node with every slot)."""
+    identity: JobIdentity | None = None
+    """Which user each queue's jobs run as; None: the server's own user."""
+    env_allow: tuple[str, ...] = ()
+    """Extra environment names (fnmatch patterns) jobs inherit from the server."""
 
 
 @dataclass
@@ -95,7 +109,8 @@ class LocalExecutor:
         self.options = options or LocalOptions()
         self.host = socket.gethostname()
         self._running: dict[str, _Attempt] = {}
-        self._warm = WarmLauncher() if self.options.warm else None
+        base_env = job_environment(os.environ, {}, allow=self.options.env_allow)
+        self._warm = WarmLauncher(base_env) if self.options.warm else None
 
     def inventory(self) -> list[NodeInfo]:
         found = [d for d in discover() if d.catalog_id and d.backend != "cpu"]
@@ -114,17 +129,24 @@ class LocalExecutor:
             with contextlib.suppress(OSError):
                 os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
             kill_job_processes(request.job_id)  # ranks, in sessions of their own
+        user = self.user_for(request.queue)
+        prepare_run_dir(request.run_dir, user)
         where = attempt_dir(request.run_dir, request.attempt)
         where.mkdir(parents=True, exist_ok=True)
+        os.chmod(where.parent, 0o700)  # the server's records: no job reads or plants them
         extra = request.env | {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
+        env = self.environment(extra, request.run_dir, user)
         command = launch_command(request)
-        if self._warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
-            proc = self._warm.take(command[3:], extra, request.workdir, where)
+        warm = user is None and self._warm is not None
+        if warm and command[:3] == [sys.executable, "-m", "argosy"]:
+            assert self._warm is not None
+            proc = self._warm.take(command[3:], env, request.workdir, where)
         else:
+            prefix = user.setpriv() if user is not None else []
             proc = subprocess.Popen(
-                ["sh", "-c", WRAPPER, str(where), *command],
+                ["sh", "-c", WRAPPER, str(where), *prefix, *command],
                 cwd=request.workdir or None,
-                env=dict(os.environ) | extra,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -136,6 +158,18 @@ class LocalExecutor:
         self._running[request.job_id] = _Attempt(
             request.job_id, request.attempt, where, proc.pid, proc
         )
+
+    def user_for(self, queue: str | None) -> JobUser | None:
+        """The user a job of `queue` runs as (None: this process's own)."""
+        identity = self.options.identity
+        return identity.for_queue(queue) if identity is not None else None
+
+    def environment(
+        self, extra: dict[str, str], run_dir: Path, user: JobUser | None
+    ) -> dict[str, str]:
+        """A job's whole environment: the allowed part of ours, then `extra`."""
+        allow = self.options.env_allow
+        return job_environment(os.environ, extra, home=str(run_dir), allow=allow, user=user)
 
     def stop(self, job_id: str) -> None:
         current = self._running.get(job_id)
@@ -185,11 +219,11 @@ class WarmLauncher:
     """One `argosy.executors.warm` process under a wrapper, importing ahead of time;
     `take` hands it an attempt and starts the next one."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
+        self._env = env  # what the process starts with: already a job's allowed environment
         self._proc, self._pipe = self._spawn()
 
-    @staticmethod
-    def _spawn() -> tuple[subprocess.Popen, int]:
+    def _spawn(self) -> tuple[subprocess.Popen, int]:
         read_fd, write_fd = os.pipe()
         command = [sys.executable, "-m", "argosy.executors.warm", "--fd", str(read_fd)]
         proc = subprocess.Popen(
@@ -197,6 +231,7 @@ class WarmLauncher:
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=self._env,
             pass_fds=(read_fd,),
             start_new_session=True,
         )

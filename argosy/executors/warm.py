@@ -2,7 +2,7 @@
 of `argosy launch`'s start-up) and then waits for one request on a pipe.
 
 The local executor keeps one warm process ready. When an attempt starts, it writes one
-JSON line to the pipe: the argv after `argosy`, the environment to add, the working
+JSON line to the pipe: the argv after `argosy`, the job's whole environment, the working
 directory and the output file. The process applies them and runs the command in place,
 so the attempt skips the imports (a second or more on a loaded machine). EOF on the pipe
 (the executor closed or died) ends it quietly.
@@ -31,8 +31,9 @@ def serve_one(fd: int) -> None:
     request = json.loads(line)
     if request.get("cwd"):
         os.chdir(request["cwd"])
+    os.environ.clear()  # the job's environment, nothing else (it started with the allowed part)
     os.environ.update(request["env"])
-    out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)

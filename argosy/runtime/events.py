@@ -66,8 +66,13 @@ class EventLog:
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every complete event in the log; a torn or garbled line is skipped, not trusted."""
+    return parse_events(path.read_text(encoding="utf-8"))
+
+
+def parse_events(text: str) -> list[dict[str, Any]]:
+    """The events of an events.jsonl text (what `read_events` returns for its file)."""
     events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:

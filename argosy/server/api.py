@@ -7,12 +7,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse
+from pydantic import Field
 
 from argosy.core.errors import ArgosyError
+from argosy.server.admission import refuse_unless_runnable
 from argosy.server.auth import Principal
 from argosy.server.control import Control, NotFoundError
 from argosy.server.schemas import (
@@ -24,8 +26,6 @@ from argosy.server.schemas import (
     JobState,
     NodeView,
     QueueInfo,
-    TokenCreated,
-    TokenRequest,
 )
 from argosy.server.spec import JobSpec
 from argosy.server.store import IdempotencyConflictError
@@ -34,6 +34,7 @@ from argosy.server.views import (
     job_json,
     job_view,
     latest_rank_log,
+    launcher_log,
     node_views,
     queue_views,
     read_log_chunk,
@@ -62,6 +63,7 @@ async def principal(
     )
     if found is None:
         raise HTTPException(401, "missing or unknown token", {"WWW-Authenticate": "Bearer"})
+    request.state.actor = found.actor  # the access log's actor (argosy.server.access_log)
     return found
 
 
@@ -76,6 +78,11 @@ Who = Annotated[Principal, Depends(principal)]
 Admin = Annotated[Principal, Depends(admin)]
 Limit = Annotated[int, Query(ge=1, le=500)]
 Cursor = Annotated[int, Query(ge=0, le=2**62)]
+LAUNCHER = "launcher"
+LogRank = Annotated[
+    Literal["launcher"] | Annotated[int, Field(ge=0, le=100_000)],
+    Query(description="A rank number, or `launcher` for the launcher's own output."),
+]
 
 
 @router.get("/health")
@@ -94,15 +101,18 @@ async def submit(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Response:
     """Submit a job. A repeated `Idempotency-Key` with the same body returns the first job
-    (200) instead of a new one; with a different body it is a 409."""
+    (200) instead of a new one; with a different body it is a 409. A job that could never
+    run here (missing or relative workdir, a script that is missing, unreadable, outside
+    its workdir or not runnable, arguments over the OS limit) is a 422 naming the field."""
     if not who.may_change(spec.queue):
         raise HTTPException(403, f"this token may submit only to queue '{who.queue}'")
+    refuse_unless_runnable(spec, ctl.readable)  # 422 naming the field: it could never run
     digest = ""  # what a repeated Idempotency-Key is compared by
     if idempotency_key is not None:
         body = json.dumps(spec.model_dump(), sort_keys=True).encode()
         digest = hashlib.sha256(body).hexdigest()
     try:
-        row, created = ctl.submit(spec, idempotency_key, digest)
+        row, created = ctl.submit(spec, idempotency_key, digest, actor=who.actor)
     except IdempotencyConflictError as err:
         raise HTTPException(409, f"Idempotency-Key '{err}' was used with another body") from err
     except ArgosyError as err:
@@ -142,7 +152,7 @@ async def cancel(job_id: str, ctl: Ctl, who: Who) -> Job:
     row = _job(ctl, job_id)
     if not who.may_change(row["queue"]):
         raise HTTPException(403, f"this token may cancel only in queue '{who.queue}'")
-    return job_view(ctl.cancel(job_id))
+    return job_view(ctl.cancel(job_id, actor=who.actor))
 
 
 @router.get("/jobs/{job_id}/events", responses={404: {}})
@@ -160,12 +170,17 @@ async def job_logs(
     ctl: Ctl,
     who: Who,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
-    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    rank: LogRank = 0,
 ) -> PlainTextResponse:
-    """Output of one rank of the job's latest attempt from byte `offset`; the header
-    `X-Next-Offset` is where to continue (`argosy logs -f`)."""
-    _job(ctl, job_id)
-    return log_response(latest_rank_log(ctl.run_dir(job_id), rank), offset)
+    """Output of one rank of the job's latest attempt from byte `offset`, or with
+    `rank=launcher` the launcher's own output of the latest server attempt (where a
+    failure that never reached a rank says why); the header `X-Next-Offset` is where to
+    continue (`argosy logs -f`)."""
+    row = _job(ctl, job_id)
+    run_dir = ctl.run_dir(job_id)
+    if rank == LAUNCHER:
+        return log_response(launcher_log(run_dir, row["attempts"]), offset)
+    return log_response(latest_rank_log(run_dir, rank), offset)
 
 
 def log_response(path: Path | None, offset: int) -> PlainTextResponse:
@@ -195,22 +210,12 @@ async def nodes(ctl: Ctl, who: Who) -> list[NodeView]:
 @router.post("/nodes/{name}/cordon", responses={403: {}, 404: {}})
 async def cordon(name: str, ctl: Ctl, who: Admin) -> NodeView:
     """Keep new work off a node; what runs there keeps running."""
-    return _set_cordon(ctl, name, True)
+    return _set_cordon(ctl, name, True, who.actor)
 
 
 @router.post("/nodes/{name}/uncordon", responses={403: {}, 404: {}})
 async def uncordon(name: str, ctl: Ctl, who: Admin) -> NodeView:
-    return _set_cordon(ctl, name, False)
-
-
-@router.post("/tokens", status_code=201, responses={403: {}, 422: {}})
-async def create_token(body: TokenRequest, ctl: Ctl, who: Admin, request: Request) -> TokenCreated:
-    """A new token: admin (no queue) or scoped to one leaf queue."""
-    leaves = ctl.scheduling.sched.tree.leaves
-    if body.queue is not None and body.queue not in leaves:
-        raise HTTPException(422, f"unknown leaf queue '{body.queue}'; known: {', '.join(leaves)}")
-    token = request.app.state.tokens.create(body.queue, body.name)
-    return TokenCreated(token=token, queue=body.queue, name=body.name)
+    return _set_cordon(ctl, name, False, who.actor)
 
 
 def _job(ctl: Control, job_id: str) -> dict:
@@ -220,9 +225,9 @@ def _job(ctl: Control, job_id: str) -> dict:
         raise HTTPException(404, str(err)) from err
 
 
-def _set_cordon(ctl: Control, name: str, cordoned: bool) -> NodeView:
+def _set_cordon(ctl: Control, name: str, cordoned: bool, actor: str) -> NodeView:
     try:
-        ctl.set_cordon(name, cordoned)
+        ctl.set_cordon(name, cordoned, actor=actor)
     except NotFoundError as err:
         raise HTTPException(404, str(err)) from err
     views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())

@@ -18,17 +18,23 @@ from fastapi.responses import JSONResponse, Response
 
 from argosy.core.errors import ArgosyError
 from argosy.executors import Executor, executors
+from argosy.executors.isolation import JobIdentity
+from argosy.server.access_log import AccessLog
 from argosy.server.api import router
 from argosy.server.auth import Tokens, ensure_admin_token
 from argosy.server.config import ServerConfig
-from argosy.server.console import mount_console
+from argosy.server.console import UPLOAD_CAPS, mount_console
 from argosy.server.control import Control
+from argosy.server.guards import install_guards
 from argosy.server.node_api import router as node_router
 from argosy.server.service_api import router as service_router
+from argosy.server.sessions import Sessions
+from argosy.server.state_dir import check_job_user, job_identity, secure_files, secure_home
 from argosy.server.store import Store
+from argosy.server.token_api import router as token_router
 
 
-def make_executor(config: ServerConfig) -> Executor:
+def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> Executor:
     """The configured executor (an unknown name lists the known ones)."""
     cls = executors.get(config.executor)
     if config.executor == "ray":
@@ -38,7 +44,11 @@ def make_executor(config: ServerConfig) -> Executor:
     from argosy.executors.local import LocalOptions
 
     options = LocalOptions(
-        slots=config.local_slots, warm=config.warm_launcher, node_devices=config.local_node_devices
+        slots=config.local_slots,
+        warm=config.warm_launcher,
+        node_devices=config.local_node_devices,
+        identity=identity,
+        env_allow=tuple(config.job_env_allow),
     )
     return cls(options)
 
@@ -46,12 +56,17 @@ def make_executor(config: ServerConfig) -> Executor:
 def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        identity = job_identity(config)
+        settled = secure_home(config, identity)  # run dirs where job users reach them
         store = Store(config.database_url)
         ensure_admin_token(store, config.home)
-        ctl = Control(config, store, executor or make_executor(config))
+        secure_files(config)
+        ctl = Control(settled, store, executor or make_executor(settled, identity))
+        check_job_user(settled, identity if executor is None else None)
         ctl.recover()
         app.state.control = ctl
         app.state.tokens = Tokens(store)
+        app.state.sessions = Sessions(store, app.state.tokens, config.session_ttl_s)
         from argosy.server.metrics import make_registry
 
         app.state.registry = make_registry(ctl)  # the first scrape pays no import
@@ -77,7 +92,15 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
     app.include_router(router)
     app.include_router(service_router)
     app.include_router(node_router)
+    app.include_router(token_router)
     mount_console(app)  # the web console at / (pages, forms, /static)
+    install_guards(app, config, UPLOAD_CAPS)  # headers, same-origin, body caps, 422s
+    app.add_middleware(
+        AccessLog,
+        home=config.home,
+        max_bytes=config.access_log_max_bytes,
+        backups=config.access_log_backups,
+    )
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
 
     @app.exception_handler(ArgosyError)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,8 +13,11 @@ DEFAULT_PORT = 8265
 
 
 def default_home() -> Path:
-    """`$ARGOSY_HOME`, else `~/.argosy`: admin token, default database, run directories."""
-    return Path(os.environ.get("ARGOSY_HOME") or Path.home() / ".argosy").expanduser()
+    """`$ARGOSY_HOME`, else `/var/lib/argosy` for root, else `~/.argosy`: admin token,
+    default database, run directories (`argosy.core.home`)."""
+    from argosy.core.home import default_home as home
+
+    return home()
 
 
 class ServerConfig(BaseModel):
@@ -47,6 +49,23 @@ class ServerConfig(BaseModel):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     """The scheduler's knobs (a compressed tidal day needs compressed resize and hold
     times: docs/tidal.md)."""
+    runs_root: Path | None = None
+    """Where run directories live; default `<home>/runs`. A root server whose job users
+    cannot reach `<home>/runs` (a home under a 0700 directory) uses
+    `/var/lib/argosy/runs-<hash of home>` instead, and says so at start."""
+    run_as: str | None = None
+    """Local executor, server running as root: the unprivileged user jobs run as (created
+    when missing); None: `argosy-job`. Ignored when the server is not root (jobs then run
+    as the server's user and can read what it can: docs/server.md, Isolation)."""
+    run_as_per_queue: bool = True
+    """One user per queue (`<run_as>-<queue>`), so one tenant's jobs cannot read another's
+    files or processes."""
+    allow_root_jobs: bool = False
+    """Let a root server run jobs as root (no isolation at all); off by default."""
+    job_env_allow: list[str] = Field(default_factory=list, max_length=100)
+    """More environment names (fnmatch patterns) jobs inherit from the server, besides
+    the allow-list (paths, locale, threading and vendor runtime knobs). Names that look
+    like secrets (TOKEN, SECRET, PASSWORD, KEY, AUTH, ...) are never passed on."""
     warm_launcher: bool = True
     """Local executor: keep one `argosy` process warm (its imports done), so a job's
     `argosy launch` starts without them."""
@@ -60,6 +79,15 @@ class ServerConfig(BaseModel):
     """How often running attempts are checked for their exit."""
     nodes_interval_s: float = Field(default=2.0, gt=0)
     """How often the executor's inventory is checked for lost and returning nodes."""
+    session_ttl_s: float = Field(default=12 * 3600.0, gt=0)
+    """Lifetime of a console login session; after it the browser logs in again."""
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    """Largest request body the server reads (413 beyond it); simulator report uploads
+    have their own, larger cap (docs/server.md, Limits)."""
+    access_log_max_bytes: int = Field(default=10 << 20, ge=1024)
+    """Size at which `<home>/logs/access.log` is rotated (one line per HTTP request)."""
+    access_log_backups: int = Field(default=3, ge=1, le=100)
+    """Rotated access logs kept (`access.log.1` ... `.N`); older ones are deleted."""
 
     @property
     def database_url(self) -> str:
@@ -67,4 +95,4 @@ class ServerConfig(BaseModel):
 
     @property
     def runs_dir(self) -> Path:
-        return self.home / "runs"
+        return self.runs_root or self.home / "runs"

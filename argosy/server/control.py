@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.clock import Clock
+from argosy.core.confined import read_job_text
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest, NodeInfo
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import State as WorkloadState
+from argosy.server.admission import os_readable
 from argosy.server.config import ServerConfig
 from argosy.server.node_health import NodeHealth
 from argosy.server.scheduling import Scheduling
@@ -44,10 +46,13 @@ from argosy.server.schemas import ACTIVE, TERMINAL, Placement
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.services import Services, is_replica
 from argosy.server.spec import JobSpec
-from argosy.server.store import Row, Store
-from argosy.server.summaries import settle_summary, stamp_attempt
+from argosy.server.store import SYSTEM_ACTOR, Row, Store
+from argosy.server.summaries import exit_time, settle_summary, stamp_attempt
 from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
+from argosy.server.views import launcher_error
 
+NODE_HEALTH_LIMIT_BYTES = 4 << 20
+"""The most of a job's node_health.json the server reads (the job writes it)."""
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
 costs tens of milliseconds, which lands on some request (the API's p99). Freezing them
@@ -132,13 +137,17 @@ class Control:
             self._apply_exit(ended or _lost(row, "the server restarted without it"))
         self.services.recover()
 
-    def _queue(self, job_id: str, spec: JobSpec, submit_s: float) -> None:
+    def _queue(
+        self, job_id: str, spec: JobSpec, submit_s: float, actor: str = SYSTEM_ACTOR
+    ) -> None:
         reason = self.scheduling.submit(job_id, spec, submit_s)
         if reason:
-            self._finish(job_id, "failed", reason, ("rejected", reason))
+            self._finish(job_id, "failed", reason, ("rejected", reason), actor=actor)
 
     # ---- requests from the API -------------------------------------------------------
-    def submit(self, spec: JobSpec, key: str | None, request_hash: str) -> tuple[Row, bool]:
+    def submit(
+        self, spec: JobSpec, key: str | None, request_hash: str, *, actor: str = SYSTEM_ACTOR
+    ) -> tuple[Row, bool]:
         reason = self.scheduling.check(spec)
         if reason:
             raise ArgosyError(reason)
@@ -147,20 +156,21 @@ class Control:
             now=self.clock.now_s(),
             idempotency_key=key,
             request_hash=request_hash,
+            actor=actor,
         )
         if created:
-            self._queue(row["id"], spec, row["created_at"])
+            self._queue(row["id"], spec, row["created_at"], actor)
             self.poke()
         return row, created
 
-    def submit_service(self, spec: ServiceSpec) -> Row:
-        row = self.services.submit(spec, self.clock.now_s())
+    def submit_service(self, spec: ServiceSpec, *, actor: str = SYSTEM_ACTOR) -> Row:
+        row = self.services.submit(spec, self.clock.now_s(), actor=actor)
         self.poke()
         return row
 
-    def delete_service(self, service_id: str) -> Row:
+    def delete_service(self, service_id: str, *, actor: str = SYSTEM_ACTOR) -> Row:
         self.service(service_id)
-        self.services.delete(service_id)
+        self.services.delete(service_id, actor=actor)
         self.poke()
         return self.service(service_id)
 
@@ -170,40 +180,50 @@ class Control:
             raise NotFoundError(f"no service '{service_id}'")
         return row
 
-    def cancel(self, job_id: str) -> Row:
+    def cancel(self, job_id: str, *, actor: str = SYSTEM_ACTOR) -> Row:
+        """Cancel a job: a pending one at once, a running one when its attempt stops (the
+        `cancelled` event then names the actor of the `cancel` event)."""
         row = self.job(job_id)
         if row["state"] in TERMINAL:
             return row
         if row["state"] == "pending" or self.lease.waiting(job_id):
             self.scheduling.finished(job_id)
             self.lease.forget(job_id)
-            self._finish(job_id, "cancelled", "cancelled", ("cancelled", "cancelled while pending"))
+            event = ("cancelled", "cancelled while pending")
+            self._finish(job_id, "cancelled", "cancelled", event, actor=actor)
         else:
             self.store.update_job(
-                job_id, {"stop_requested": "cancel"}, event=("cancel", "stopping")
+                job_id, {"stop_requested": "cancel"}, event=("cancel", "stopping"), actor=actor
             )
             self.executor.stop(job_id)
         return self.job(job_id)
 
-    def set_cordon(self, name: str, cordoned: bool) -> None:
+    def set_cordon(self, name: str, cordoned: bool, *, actor: str = SYSTEM_ACTOR) -> None:
         if name not in self.scheduling.index:
             raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
-        self.store.set_cordon(name, cordoned)
+        self.store.set_cordon(name, cordoned, actor=actor)
         (self.cordoned.add if cordoned else self.cordoned.discard)(name)
         self._sync_node(name)
         self.poke()
 
-    def report_health(self, name: str, verdict: str, detail: str) -> None:
+    def report_health(
+        self, name: str, verdict: str, detail: str, *, actor: str = SYSTEM_ACTOR
+    ) -> None:
         """Apply a health verdict about a node (the node-record policy); a node the policy
         takes out of service leaves placement, one it lets back returns."""
         if name not in self.scheduling.index:
             raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
-        self.health.report(name, verdict, detail)
+        self.health.report(name, verdict, detail, actor=actor)
         self._sync_node(name)
         self.poke()
 
     def health_states(self) -> dict[str, str]:
         return {name: r.state.value for name, r in self.health.records.items()}
+
+    def readable(self, path: str) -> bool:
+        """Whether the user jobs run as may read `path` (admission asks before a job is
+        stored); here: this process's own access."""
+        return os_readable(path)
 
     def _sync_node(self, name: str) -> None:
         unhealthy = name in self.health.out_of_service()
@@ -411,6 +431,7 @@ class Control:
             max_restarts=spec.max_restarts,
             env=env,
             inject=tuple(spec.inject) if attempt == 1 else (),
+            queue=spec.queue,
         )
 
     def run_dir(self, job_id: str) -> Path:
@@ -428,11 +449,18 @@ class Control:
         self._absorb_node_health(row)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
+        ended = base | {"finished_at": exit_time(self.run_dir(e.job_id), n, time.time())}
         spec = JobSpec.model_validate(row["spec"])
         if stop == "cancel":
             self.scheduling.finished(e.job_id)
+            who = self.store.last_actor(e.job_id, "cancel")  # the request's actor, not ours
             self._finish(
-                e.job_id, "cancelled", "cancelled", ("cancelled", f"attempt {n} stopped"), base
+                e.job_id,
+                "cancelled",
+                "cancelled",
+                ("cancelled", f"attempt {n} stopped"),
+                ended,
+                actor=who,
             )
         elif stop == "resize" and e.exit_code != 0:
             self.lease.stopped(e.job_id, self.run_dir(e.job_id))
@@ -448,7 +476,8 @@ class Control:
             )
         elif e.exit_code == 0:
             self.scheduling.finished(e.job_id)
-            self._finish(e.job_id, "succeeded", "", ("succeeded", f"attempt {n} {e.reason}"), base)
+            event = ("succeeded", f"attempt {n} {e.reason}")
+            self._finish(e.job_id, "succeeded", "", event, ended)
         elif e.lost and n <= spec.max_restarts:
             self.scheduling.requeue(e.job_id)
             why = f"attempt {n} lost: {e.reason}; queued again to resume from its checkpoint"
@@ -458,9 +487,10 @@ class Control:
         else:
             self.scheduling.finished(e.job_id)
             why = f"attempt {n}: {e.reason}" + _cause(summary)
+            why += _error(launcher_error(self.run_dir(e.job_id), n), why)
             if e.lost:
                 why += f" (max_restarts={spec.max_restarts} used up)"
-            self._finish(e.job_id, "failed", why, ("failed", why), base)
+            self._finish(e.job_id, "failed", why, ("failed", why), ended)
 
     def _absorb_node_health(self, row: Row) -> None:
         """What the attempt's run says about its node (`node_health.json`) counts against
@@ -470,17 +500,25 @@ class Control:
         if len(nodes) != 1 or nodes[0] not in self.scheduling.index or not path.exists():
             return
         try:
-            entries = json.loads(path.read_text()).get("evidence") or []
+            text = read_job_text(path, limit=NODE_HEALTH_LIMIT_BYTES) or ""
+            entries = json.loads(text).get("evidence") or []
         except (OSError, ValueError, AttributeError):
             return
         self.health.absorb_run(nodes[0], entries)
         self._sync_node(nodes[0])
 
     def _finish(
-        self, job_id: str, state: str, reason: str, event: tuple[str, str], extra: Row | None = None
+        self,
+        job_id: str,
+        state: str,
+        reason: str,
+        event: tuple[str, str],
+        extra: Row | None = None,
+        *,
+        actor: str = SYSTEM_ACTOR,
     ) -> None:
-        values = (extra or {}) | {"state": state, "reason": reason, "finished_at": time.time()}
-        self.store.update_job(job_id, values, event=event)
+        values = {"finished_at": time.time()} | (extra or {}) | {"state": state, "reason": reason}
+        self.store.update_job(job_id, values, event=event, actor=actor)
 
 
 def _secret(home: Path) -> bytes:
@@ -493,6 +531,11 @@ def _secret(home: Path) -> bytes:
 
 def _lost(row: Row, reason: str) -> AttemptExit:
     return AttemptExit(row["id"], row["attempts"], None, True, reason)
+
+
+def _error(line: str, why: str) -> str:
+    """The launcher's own error line, when it adds to the reason."""
+    return f"; error: {line}" if line and line not in why else ""
 
 
 def _cause(summary: dict | None) -> str:

@@ -24,7 +24,7 @@ async def report_health(name: str, body: HealthReportBody, ctl: Ctl, who: Admin)
     """Report a verdict about a node; the node-record policy may cordon or quarantine it
     (it leaves placement) or return it to service (healthy checks, a repair)."""
     try:
-        ctl.report_health(name, body.verdict, body.detail)
+        ctl.report_health(name, body.verdict, body.detail, actor=who.actor)
     except NotFoundError as err:
         raise HTTPException(404, str(err)) from err
     return _detail(ctl, name)

@@ -17,7 +17,7 @@ import time
 
 from argosy.health.config import NodePolicyConfig
 from argosy.health.policy import Evidence, EvidenceKind, NodeRecord, Transition, decide
-from argosy.server.store import Row, Store
+from argosy.server.store import SYSTEM_ACTOR, Row, Store
 
 VERDICTS: dict[str, EvidenceKind] = {
     "healthy": EvidenceKind.CHECK_HEALTHY,
@@ -48,11 +48,13 @@ class NodeHealth:
     def record(self, node: str) -> NodeRecord:
         return self.records.get(node) or NodeRecord(node)
 
-    def report(self, node: str, verdict: str, detail: str) -> tuple[NodeRecord, Transition | None]:
-        """Apply one verdict to the node's record and store both."""
+    def report(
+        self, node: str, verdict: str, detail: str, *, actor: str = SYSTEM_ACTOR
+    ) -> tuple[NodeRecord, Transition | None]:
+        """Apply one verdict (reported by `actor`) to the node's record and store both."""
         if verdict not in VERDICTS:
             raise ValueError(f"unknown verdict '{verdict}'; known: {', '.join(VERDICTS)}")
-        return self._apply(node, VERDICTS[verdict], time.time(), detail, verdict)
+        return self._apply(node, VERDICTS[verdict], time.time(), detail, verdict, actor)
 
     def absorb_run(self, node: str, entries: list[dict]) -> None:
         """Apply the evidence a run wrote about its node (`node_health.json`'s `evidence`:
@@ -66,7 +68,13 @@ class NodeHealth:
             self._apply(node, kind, at_s, str(entry.get("detail") or ""), f"run {kind.value}")
 
     def _apply(
-        self, node: str, kind: EvidenceKind, at_s: float, detail: str, label: str
+        self,
+        node: str,
+        kind: EvidenceKind,
+        at_s: float,
+        detail: str,
+        label: str,
+        actor: str = SYSTEM_ACTOR,
     ) -> tuple[NodeRecord, Transition | None]:
         before = self.record(node)
         at_s = max(at_s, before.last_s)  # the policy wants evidence in order
@@ -76,7 +84,7 @@ class NodeHealth:
         if change is not None:
             why = f"node {node} {change.before.value} -> {change.after.value}: {change.reason}"
             event = ("node_health", why)
-        self.store.save_health(node, record.to_json(), evidence, event)
+        self.store.save_health(node, record.to_json(), evidence, event, actor=actor)
         self.records[node] = record
         return record, change
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import JobSpec
@@ -59,6 +59,8 @@ class Event(BaseModel):
     kind: str
     message: str
     created_at: str
+    actor: str = "system"
+    """Who caused it: `admin`, `token <id> (<name>)`, or `system` (the control loop)."""
 
 
 class EventPage(BaseModel):
@@ -88,6 +90,11 @@ class NodeView(BaseModel):
     chip: str
     devices: int
     free: int
+    """Devices new work may take now (0 on a node out of service: cordoned, lost or
+    unhealthy)."""
+    used: int
+    """Devices held by jobs and service replicas, also on a cordoned or lost node (what
+    runs there keeps running)."""
     cordoned: bool
     up: bool
     jobs: list[str]
@@ -95,20 +102,77 @@ class NodeView(BaseModel):
     """The node-record policy's state: healthy, repaired, cordoned or quarantined."""
 
 
+MAX_TOKEN_LIFETIME_S = 10 * 366 * 86_400.0
+"""The longest expiry a token may be given (about ten years)."""
+DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def duration_s(text: str) -> float:
+    """`30d`, `12h`, `90m`, `45s`, `2w` in seconds."""
+    return float(int(text[:-1]) * DURATION_UNITS_S[text[-1]])
+
+
 class TokenRequest(BaseModel):
+    """A new token: admin (no queue) or scoped to one leaf queue, with an optional
+    expiry (`expires_in_s` or `expires`, not both; none: it never expires)."""
+
     model_config = ConfigDict(extra="forbid")
 
     queue: str | None = Field(default=None, min_length=1, max_length=100)
     """Queue the token may submit to and cancel in; omitted: an admin token."""
-    name: str = Field(default="", max_length=100)
-    """Free-form label."""
+    name: str = Field(default="", max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")
+    """Free-form label (no control characters); events name the token by id and name."""
+    expires_in_s: float | None = Field(
+        default=None, gt=0, le=MAX_TOKEN_LIFETIME_S, strict=True, allow_inf_nan=False
+    )
+    """Seconds from now until the token stops working."""
+    expires: str | None = Field(default=None, max_length=12, pattern=r"^[1-9][0-9]{0,8}[smhdw]$")
+    """The same as a duration: a whole number and a unit s, m, h, d or w (`30d`)."""
+
+    @field_validator("expires")
+    @classmethod
+    def _bounded(cls, value: str | None) -> str | None:
+        if value is not None and duration_s(value) > MAX_TOKEN_LIFETIME_S:
+            raise ValueError(f"at most {MAX_TOKEN_LIFETIME_S / 86_400:.0f}d")
+        return value
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> TokenRequest:
+        if self.expires is not None and self.expires_in_s is not None:
+            raise ValueError("give expires or expires_in_s, not both")
+        return self
+
+    def lifetime_s(self) -> float | None:
+        """Seconds until expiry; None: never."""
+        return duration_s(self.expires) if self.expires is not None else self.expires_in_s
 
 
 class TokenCreated(BaseModel):
+    """A new token: the secret is in `token`, shown once; only a salted hash is kept."""
+
     token: str
-    """Shown once; only its hash is stored."""
+    """Shown once; only a salted hash of it is stored."""
+    id: str
+    """Public id: `argosy token list` shows it, events name it, `revoke` takes it."""
     queue: str | None
     name: str
+    expires_at: str | None = None
+    """ISO 8601, UTC; None: never."""
+
+
+class TokenInfo(BaseModel):
+    """A token as `argosy token list` shows it: never its secret or hash."""
+
+    id: str
+    name: str
+    queue: str | None
+    """None: an admin token."""
+    state: Literal["active", "expired", "revoked"]
+    created_at: str
+    expires_at: str | None = None
+    revoked_at: str | None = None
+    created_by: str
+    """The actor that created it (`server`: the server's own admin.token)."""
 
 
 class Health(BaseModel):

@@ -28,7 +28,7 @@ async def create_service(spec: ServiceSpec, ctl: Ctl, who: Who) -> Service:
     if not who.may_change(spec.queue):
         raise HTTPException(403, f"this token may create services only in queue '{who.queue}'")
     try:
-        row = ctl.submit_service(spec)
+        row = ctl.submit_service(spec, actor=who.actor)
     except ArgosyError as err:
         raise HTTPException(422, str(err)) from err
     return service_view(row)
@@ -59,7 +59,7 @@ async def delete_service(service_id: str, ctl: Ctl, who: Who) -> Service:
     row = _service(ctl, service_id)
     if not who.may_change(row["queue"]):
         raise HTTPException(403, f"this token may delete only in queue '{who.queue}'")
-    return service_view(ctl.delete_service(service_id))
+    return service_view(ctl.delete_service(service_id, actor=who.actor))
 
 
 @router.get("/services/{service_id}/events", responses={404: {}})

@@ -2,7 +2,9 @@
 
 A service is an inference endpoint: `replicas` processes of `argosy serve`, one device
 each, placed by the scheduler like jobs and restarted when they exit. Imports only
-pydantic and the core, so the CLI validates a file before anything goes over the wire:
+pydantic and the core (engine and speculative names are checked against the serving
+registries, imported when a spec is validated, without torch), so the CLI validates a
+file before anything goes over the wire:
 
     doc = load_yaml(Path("svc.yaml"))
     kind = document_kind(doc)            # "service" (a `kind: service` or a `model` key)
@@ -15,13 +17,14 @@ of the peak, and the replicas are awake again `lead_s` before the forecast rises
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from argosy.core.documents import Document
-from argosy.core.errors import ConfigError
-from argosy.server.spec import NAME_PATTERN
+from argosy.core.errors import ConfigError, UnknownNameError
+from argosy.server.spec import NAME_PATTERN, STRICT
 
 SPECULATIVE_PATTERN = r"^[a-z0-9_-]{1,32}$"
 Level = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -31,7 +34,7 @@ class TidalSpec(BaseModel):
     """A service's load forecast: its idle replicas yield their devices at the trough and
     are awake again `lead_s` before the forecast rises."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = STRICT
 
     levels: list[Level] = Field(min_length=1, max_length=10_000)
     """Load over one period as fractions of the peak (0 to 1), evenly spaced; the replicas
@@ -67,7 +70,7 @@ class TidalSpec(BaseModel):
 class ServiceSpec(BaseModel):
     """An inference service: `replicas` copies of `argosy serve --model M`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = STRICT
 
     kind: Literal["service"] = "service"
     """Marks the file as a service for `argosy submit` (optional)."""
@@ -78,9 +81,11 @@ class ServiceSpec(BaseModel):
     model: str = Field(default="smollm2-135m", min_length=1, max_length=4096)
     """Model served (`argosy serve --model`): a catalog name or a checkpoint directory."""
     engine: str = Field(default="transformers", min_length=1, max_length=64)
-    """Serving engine (`argosy serve --engine`)."""
+    """Serving engine (`argosy serve --engine`): transformers (alias hf) or vllm; an
+    unknown name is refused with the known ones."""
     speculative: str = Field(default="auto", pattern=SPECULATIVE_PATTERN)
-    """Speculative decoding (`argosy serve --speculative`): off, ngram or auto."""
+    """Speculative decoding (`argosy serve --speculative`): off or a registered method
+    (ngram, auto, self, draft and their aliases); an unknown name is refused."""
     threads: int = Field(default=0, ge=0, le=1024)
     """torch threads per replica (`argosy serve --threads`); 0: the engine's default."""
     replicas: int = Field(default=1, ge=1, le=256)
@@ -101,6 +106,22 @@ class ServiceSpec(BaseModel):
     """Load forecast that lets idle replicas lend their devices to elastic training
     (none: every replica stays awake)."""
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        """An engine `argosy serve` knows (the serving registry, loaded lazily)."""
+        from argosy.serving.engine import ENGINES
+
+        return _known(value, ENGINES.canonical)
+
+    @field_validator("speculative")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        """`off` or a registered speculative proposer."""
+        from argosy.serving.speculative import check_name
+
+        return _known(value, check_name)
+
     @field_validator("tidal")
     @classmethod
     def _floor_within_replicas(cls, value: TidalSpec | None, info: ValidationInfo) -> object:
@@ -111,6 +132,16 @@ class ServiceSpec(BaseModel):
                 f"min_replicas ({value.min_replicas}) is more than replicas ({replicas})"
             )
         return value
+
+
+def _known(value: str, check: Callable[[str], object]) -> str:
+    """`value` when `check` accepts it; else the registry's message, which lists the
+    known names."""
+    try:
+        check(value)
+    except UnknownNameError as err:
+        raise ValueError(str(err)) from None
+    return value
 
 
 def document_kind(doc: Document) -> str:

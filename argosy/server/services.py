@@ -6,8 +6,10 @@ missing ones through the executor as `argosy serve --model M --host H --port P .
 processes, each an executor attempt keyed `<service id>.r<i>`. `step` probes every
 started replica's `/health` from a thread pool (the event loop never waits on a
 replica), and `apply_exit` restarts a replica that exited (up to `max_restarts`, then
-the service fails). A replica that was ready and then fails `UNHEALTHY_AFTER` probes in
-a row is stopped, and so restarted.
+the service fails; a replica that fails before it is ready twice in a row with the same
+error line from its launcher is not restarted again: the service fails with that line).
+A replica that was ready and then fails `UNHEALTHY_AFTER` probes in a row is stopped,
+and so restarted.
 
 States: pending (no replica placed) -> starting (placed, not all ready) -> running (all
 ready); stopping (deleted or failed, replicas stopping) -> deleted | failed. Replica
@@ -35,8 +37,9 @@ from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest
 from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec
-from argosy.server.store import Row, Store
+from argosy.server.store import SYSTEM_ACTOR, Row, Store
 from argosy.server.tidal import HOLDING, Lease
+from argosy.server.views import launcher_error
 
 SERVICE_TERMINAL: frozenset[str] = frozenset({"deleted", "failed"})
 UNHEALTHY_AFTER = 3
@@ -82,24 +85,24 @@ class Services:
         self._last_probe_s = 0.0
 
     # ---- requests --------------------------------------------------------------------
-    def submit(self, spec: ServiceSpec, now: float) -> Row:
+    def submit(self, spec: ServiceSpec, now: float, *, actor: str = SYSTEM_ACTOR) -> Row:
         reason = self.scheduling.check_service(spec)
         if reason:
             raise ArgosyError(reason)
-        row = self.store.insert_service(spec.model_dump(), now=now)
+        row = self.store.insert_service(spec.model_dump(), now=now, actor=actor)
         reason = self.scheduling.submit_service(row["id"], spec, now)
         if reason:
             values = {"state": "failed", "reason": reason}
-            self.store.update_service(row["id"], values, event=("failed", reason))
+            self.store.update_service(row["id"], values, event=("failed", reason), actor=actor)
             return self.store.get_service(row["id"]) or row
         self.active[row["id"]] = row
         return row
 
-    def delete(self, service_id: str) -> None:
+    def delete(self, service_id: str, *, actor: str = SYSTEM_ACTOR) -> None:
         row = self.active.get(service_id)
         if row is None:
             return
-        self._stop_all(row, "delete", "deleted by request")
+        self._stop_all(row, "delete", "deleted by request", actor)
 
     # ---- start-up --------------------------------------------------------------------
     def recover(self) -> None:
@@ -176,6 +179,7 @@ class Services:
             chip=info.chip,
             env=self._replica_env(service_id, spec),
             command=tuple(serve_command(spec, address, port)),
+            queue=spec.queue,
         )
         try:
             self.executor.start(request)
@@ -201,14 +205,21 @@ class Services:
         rec = next((r for r in row["replicas"] if r["index"] == int(index)), None) if row else None
         if row is None or rec is None or rec["attempt"] != e.attempt:
             return
+        before_ready = rec["state"] == "starting"
         rec["state"] = "exited"
+        error = launcher_error(self.run_dir(e.job_id), e.attempt)
         message = f"replica {rec['index']} attempt {e.attempt}: {e.reason}"
+        message += f"; error: {error}" if error else ""
         if row["stop_requested"]:
             self.store.add_event(service_id, "replica_stopped", message)
             self._finish_if_stopped(row)
             return
         rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
+        if _fails_again(rec, error if before_ready and e.exit_code else ""):
+            why = f"{message}; failed the same way twice in a row before it was ready"
+            self._stop_all(row, "fail", why)
+            return
         if rec["restarts"] > spec.max_restarts:
             why = f"{message}; max_restarts={spec.max_restarts} used up"
             self._stop_all(row, "fail", why)
@@ -294,27 +305,33 @@ class Services:
             self.executor.stop(key)
 
     # ---- state -----------------------------------------------------------------------
-    def _stop_all(self, row: Row, why: str, reason: str) -> None:
+    def _stop_all(self, row: Row, why: str, reason: str, actor: str = SYSTEM_ACTOR) -> None:
         row["stop_requested"], row["reason"] = why, reason
         kind = "failed" if why == "fail" else "delete"
         self.store.update_service(
-            row["id"], {"stop_requested": why, "reason": reason}, event=(kind, reason)
+            row["id"], {"stop_requested": why, "reason": reason}, event=(kind, reason), actor=actor
         )
         for rec in row["replicas"]:
             if rec["state"] in (*HOLDING, "asleep"):
                 self.executor.stop(replica_key(row["id"], rec["index"]))
-        self._finish_if_stopped(row)
+        self._finish_if_stopped(row, actor)
 
-    def _finish_if_stopped(self, row: Row) -> None:
+    def _finish_if_stopped(self, row: Row, actor: str | None = None) -> None:
+        """Settle a stopping service once no replica holds a device; the final event
+        names who deleted it (`actor`, else the actor of its `delete` event)."""
         if any(r["state"] in (*HOLDING, "asleep") for r in row["replicas"]):
             self._save(row)
             return
+        if actor is None:
+            deleted = row["stop_requested"] == "delete"
+            actor = self.store.last_actor(row["id"], "delete") if deleted else SYSTEM_ACTOR
         self.scheduling.remove_service(row["id"])
         del self.active[row["id"]]
         state = "failed" if row["stop_requested"] == "fail" else "deleted"
         row["state"] = state
         values = {"state": state, "replicas": row["replicas"], "reason": row["reason"]}
-        self.store.update_service(row["id"], values, event=(state, row["reason"] or state))
+        event = (state, row["reason"] or state)
+        self.store.update_service(row["id"], values, event=event, actor=actor)
 
     def _save(self, row: Row) -> None:
         """Write the replicas and the state they add up to."""
@@ -340,6 +357,15 @@ AFTER_RESTART = {"yielding": "ready", "waking": "asleep"}
 
 def _new_record(index: int) -> dict[str, Any]:
     return {"index": index, "attempt": 0, "restarts": 0, "port": 0, "state": "pending"}
+
+
+def _fails_again(rec: dict[str, Any], error: str) -> bool:
+    """Whether this exit repeats the replica's previous one: both before it was ready,
+    with the same error line (a bad flag or model that no restart can fix). `error` is
+    "" for an exit that does not count (after ready, by signal, or without a line)."""
+    repeated = bool(error) and rec.get("last_error") == error
+    rec["last_error"] = error
+    return repeated
 
 
 def _missing(row: Row, wanted: int) -> bool:

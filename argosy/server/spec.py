@@ -31,10 +31,15 @@ from argosy.core.errors import ArgosyError, ConfigError
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
+"""Specs take values as typed: no bool or float for an int, no number for a string (a
+YAML or JSON int for an int field, a string for a string field); unknown keys refused."""
+
+
 class ElasticSpec(BaseModel):
     """The range of nodes an elastic job may run on (each with `nproc_per_node` ranks)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = STRICT
 
     min_nnodes: int = Field(default=1, ge=1, le=1024)
     """Fewest nodes the job runs on; it is never shrunk below them."""
@@ -53,7 +58,7 @@ class ElasticSpec(BaseModel):
 class JobSpec(BaseModel):
     """A training job: a script run as `nproc_per_node` ranks by `argosy launch`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = STRICT
 
     name: str = Field(pattern=NAME_PATTERN)
     """Job name (letters, digits, `.`, `_`, `-`); need not be unique."""

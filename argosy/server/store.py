@@ -31,12 +31,15 @@ from argosy.server.tables import (
     node_health,
     nodes,
     services,
+    sessions,
     tokens,
 )
 
 Row = dict[str, Any]
 JSON_COLUMNS = frozenset({"spec", "placement", "summary"})
 Event = tuple[str, str]  # (kind, message)
+SYSTEM_ACTOR = "system"
+"""The actor of the control loop's own events (no request caused them)."""
 
 
 def migrate(engine: Engine) -> None:
@@ -77,7 +80,7 @@ JOB_INSERT_SQL = (
     f"INSERT INTO jobs ({', '.join(JOB_INSERT_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(JOB_INSERT_COLUMNS))})"
 )
-EVENT_INSERT_COLUMNS = ("job_id", "kind", "message", "created_at")
+EVENT_INSERT_COLUMNS = ("job_id", "kind", "message", "created_at", "actor")
 EVENT_INSERT_SQL = (
     f"INSERT INTO events ({', '.join(EVENT_INSERT_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(EVENT_INSERT_COLUMNS))})"
@@ -117,7 +120,13 @@ class Store:
 
     # ---- jobs ------------------------------------------------------------------------
     def insert_job(
-        self, spec: Row, *, now: float, idempotency_key: str | None = None, request_hash: str = ""
+        self,
+        spec: Row,
+        *,
+        now: float,
+        idempotency_key: str | None = None,
+        request_hash: str = "",
+        actor: str = SYSTEM_ACTOR,
     ) -> tuple[Row, bool]:
         """Store a new pending job; returns (row, created). A repeated Idempotency-Key
         with the same request returns the first job and created=False."""
@@ -135,7 +144,7 @@ class Store:
             "idempotency_key": idempotency_key,
             "request_hash": request_hash,
         }
-        event = _event(job_id, ("submitted", "queued"), now)
+        event = _event(job_id, ("submitted", "queued"), now, actor)
         self._jobs_version += 1
         try:
             if self.engine.dialect.name == "sqlite":
@@ -222,14 +231,16 @@ class Store:
         with self.engine.connect() as c:
             return [dict(r) for r in c.execute(query).mappings()]
 
-    def update_job(self, job_id: str, values: Row, *, event: Event | None = None) -> None:
-        """Change a job and log why, in one transaction."""
+    def update_job(
+        self, job_id: str, values: Row, *, event: Event | None = None, actor: str = SYSTEM_ACTOR
+    ) -> None:
+        """Change a job and log why (and who asked), in one transaction."""
         now = time.time()
         self._jobs_version += 1
         with self.engine.begin() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(updated_at=now, **values))
             if event is not None:
-                c.execute(events.insert(), _event(job_id, event, now))
+                c.execute(events.insert(), _event(job_id, event, now, actor))
 
     def count_jobs(self) -> dict[tuple[str, str], int]:
         """Jobs per (queue, state); counted again only after a write (the server is the
@@ -247,7 +258,7 @@ class Store:
         return dict(counts)
 
     # ---- services --------------------------------------------------------------------
-    def insert_service(self, spec: Row, *, now: float) -> Row:
+    def insert_service(self, spec: Row, *, now: float, actor: str = SYSTEM_ACTOR) -> Row:
         """Store a new pending service with its replicas not yet placed."""
         values = {
             "id": "s" + secrets.token_hex(6),
@@ -263,7 +274,8 @@ class Store:
         }
         with self.engine.begin() as c:
             result = c.execute(services.insert(), values)
-            c.execute(events.insert(), _event(values["id"], ("submitted", "service"), now))
+            submitted = _event(values["id"], ("submitted", "service"), now, actor)
+            c.execute(events.insert(), submitted)
         return {"seq": result.inserted_primary_key[0], **values}
 
     def get_service(self, service_id: str) -> Row | None:
@@ -293,14 +305,21 @@ class Store:
         rows = rows[:limit]
         return rows, (rows[-1]["seq"] if more and rows else None)
 
-    def update_service(self, service_id: str, values: Row, *, event: Event | None = None) -> None:
-        """Change a service and log why, in one transaction."""
+    def update_service(
+        self,
+        service_id: str,
+        values: Row,
+        *,
+        event: Event | None = None,
+        actor: str = SYSTEM_ACTOR,
+    ) -> None:
+        """Change a service and log why (and who asked), in one transaction."""
         now = time.time()
         with self.engine.begin() as c:
             query = update(services).where(services.c.id == service_id)
             c.execute(query.values(updated_at=now, **values))
             if event is not None:
-                c.execute(events.insert(), _event(service_id, event, now))
+                c.execute(events.insert(), _event(service_id, event, now, actor))
 
     def mean_effective_training_time(self) -> float | None:
         """Mean effective training time in the summaries of finished jobs, computed in
@@ -316,9 +335,23 @@ class Store:
         return None if mean is None else float(mean)
 
     # ---- events ----------------------------------------------------------------------
-    def add_event(self, job_id: str | None, kind: str, message: str) -> None:
+    def add_event(
+        self, job_id: str | None, kind: str, message: str, *, actor: str = SYSTEM_ACTOR
+    ) -> None:
         with self.engine.begin() as c:
-            c.execute(events.insert(), _event(job_id, (kind, message), time.time()))
+            c.execute(events.insert(), _event(job_id, (kind, message), time.time(), actor))
+
+    def last_actor(self, subject_id: str, kind: str) -> str:
+        """Who caused the latest `kind` event of a job or service (e.g. the cancel that
+        an attempt's stop completes); the system's if there is none."""
+        query = (
+            select(events.c.actor)
+            .where(events.c.job_id == subject_id, events.c.kind == kind)
+            .order_by(events.c.seq.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as c:
+            return c.execute(query).scalar() or SYSTEM_ACTOR
 
     def list_events(
         self, *, job_id: str | None = None, cursor: int = 0, limit: int = 100
@@ -332,30 +365,61 @@ class Store:
         rows = rows[:limit]
         return rows, (rows[-1]["seq"] if more and rows else None)
 
-    # ---- tokens and nodes ------------------------------------------------------------
-    def add_token(self, token_hash: str, queue: str | None, name: str) -> None:
+    # ---- tokens (argosy.server.auth hashes them; the store never sees a secret) ----------
+    def add_token(
+        self, values: Row, *, event: Event | None = None, actor: str = SYSTEM_ACTOR
+    ) -> None:
+        """Store a token row (id, hash, salt, queue, name, expires_at, created_by) and
+        the event that explains it."""
+        now = time.time()
         with self.engine.begin() as c:
-            c.execute(
-                tokens.insert().values(
-                    hash=token_hash, queue=queue, name=name, created_at=time.time()
-                )
-            )
+            c.execute(tokens.insert().values(created_at=now, **values))
+            if event is not None:
+                c.execute(events.insert(), _event(None, event, now, actor))
 
-    def token(self, token_hash: str) -> Row | None:
+    def token_by_id(self, token_id: str) -> Row | None:
         with self.engine.connect() as c:
-            row = c.execute(select(tokens).where(tokens.c.hash == token_hash)).mappings().first()
+            row = c.execute(select(tokens).where(tokens.c.id == token_id)).mappings().first()
         return dict(row) if row else None
+
+    def update_token(self, token_id: str, values: Row, *, salt_was: str | None = None) -> bool:
+        """Change a token's row (a new salt and hash, its creator); with `salt_was`, only
+        if its salt is still that (two first uses of a legacy token re-hash it once)."""
+        query = update(tokens).where(tokens.c.id == token_id)
+        if salt_was is not None:
+            query = query.where(tokens.c.salt == salt_was)
+        with self.engine.begin() as c:
+            return c.execute(query.values(**values)).rowcount > 0
+
+    def list_tokens(self) -> list[Row]:
+        """Every token, oldest first, without its hash and salt."""
+        hidden = {"hash", "salt"}
+        columns = [c for c in tokens.c if c.name not in hidden]
+        query = select(*columns).order_by(tokens.c.created_at, tokens.c.id)
+        with self.engine.connect() as c:
+            return [dict(r) for r in c.execute(query).mappings()]
+
+    def revoke_token(self, token_id: str, *, now: float, event: Event, actor: str) -> None:
+        """Mark a token revoked (once) and end its console sessions, in one transaction."""
+        with self.engine.begin() as c:
+            query = update(tokens).where(tokens.c.id == token_id, tokens.c.revoked_at.is_(None))
+            c.execute(query.values(revoked_at=now))
+            c.execute(sessions.delete().where(sessions.c.token_id == token_id))
+            c.execute(events.insert(), _event(None, event, now, actor))
+
+    # ---- nodes -----------------------------------------------------------------------
 
     def cordoned(self) -> set[str]:
         with self.engine.connect() as c:
             return {r[0] for r in c.execute(select(nodes.c.name).where(nodes.c.cordoned))}
 
-    def set_cordon(self, name: str, cordoned: bool) -> None:
+    def set_cordon(self, name: str, cordoned: bool, *, actor: str = SYSTEM_ACTOR) -> None:
         with self.engine.begin() as c:
             c.execute(nodes.delete().where(nodes.c.name == name))
             c.execute(nodes.insert().values(name=name, cordoned=cordoned))
             kind = "cordoned" if cordoned else "uncordoned"
-            c.execute(events.insert().values(_event(None, (kind, f"node {name}"), time.time())))
+            event = _event(None, (kind, f"node {name}"), time.time(), actor)
+            c.execute(events.insert().values(event))
 
     # ---- node health -----------------------------------------------------------------
     def health_records(self) -> dict[str, Row]:
@@ -363,7 +427,15 @@ class Store:
         with self.engine.connect() as c:
             return {r.node: r.record for r in c.execute(select(node_health))}
 
-    def save_health(self, node: str, record: Row, evidence: Row, event: Event | None) -> None:
+    def save_health(
+        self,
+        node: str,
+        record: Row,
+        evidence: Row,
+        event: Event | None,
+        *,
+        actor: str = SYSTEM_ACTOR,
+    ) -> None:
         """The node's new record, the evidence that made it, and (on a change of state)
         the event, in one transaction."""
         now = time.time()
@@ -372,7 +444,7 @@ class Store:
             c.execute(node_health.insert().values(node=node, record=record, updated_at=now))
             c.execute(node_evidence.insert().values(node=node, created_at=now, **evidence))
             if event is not None:
-                c.execute(events.insert().values(_event(None, event, now)))
+                c.execute(events.insert().values(_event(None, event, now, actor)))
 
     def health_history(self, node: str, limit: int = 100) -> list[Row]:
         """The node's latest evidence, oldest first."""
@@ -387,5 +459,12 @@ class Store:
         return rows[::-1]
 
 
-def _event(job_id: str | None, event: Event, now: float) -> Row:
-    return {"job_id": job_id, "kind": event[0], "message": event[1], "created_at": now}
+def _event(job_id: str | None, event: Event, now: float, actor: str = SYSTEM_ACTOR) -> Row:
+    assert actor, "every event names its actor"
+    return {
+        "job_id": job_id,
+        "kind": event[0],
+        "message": event[1],
+        "created_at": now,
+        "actor": actor,
+    }

@@ -6,7 +6,8 @@ final one, and one killed before it started leaves the previous attempt's file i
 So the server stamps each attempt when it starts it (`server/attempt<N>/started`) and,
 when the attempt ends, takes `summary.json` only if it was written after that stamp and
 is final; otherwise the attempt's summary is marked missing with the reason. Either way
-it is kept as `server/attempt<N>/summary.json`, one per attempt.
+it is kept as `server/attempt<N>/summary.json`, one per attempt. `exit_time` is when the
+attempt ended by its own record (`exit.code`), which a server down at the time missed.
 
     stamp_attempt(run_dir, 2)
     summary = settle_summary(run_dir, 2, "the launcher was killed by SIGKILL (exit 137)")
@@ -14,14 +15,19 @@ it is kept as `server/attempt<N>/summary.json`, one per attempt.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from argosy.core.confined import read_job_text
 from argosy.executors.local import attempt_dir
 
 STAMP = "started"
+SUMMARY_LIMIT_BYTES = 16 << 20
+"""The job writes summary.json: read as such (`read_job_text`), and at most this much."""
+EXIT_RECORD = "exit.code"
 
 
 def stamp_attempt(run_dir: Path, attempt: int) -> None:
@@ -48,11 +54,26 @@ def settle_summary(run_dir: Path, attempt: int, reason: str) -> dict[str, Any]:
     return summary
 
 
+def exit_time(run_dir: Path, attempt: int, now_s: float) -> float:
+    """When attempt `attempt` ended: the time its exit status was recorded (the mtime of
+    `exit.code`, which the local executor's wrapper writes as the launcher exits), so a
+    job that ended while the server was down is not stamped with the restart time. Kept
+    within the attempt's start stamp and `now_s`; `now_s` when there is no record."""
+    where = attempt_dir(run_dir, attempt)
+    try:
+        ended_s = (where / EXIT_RECORD).stat().st_mtime
+    except OSError:
+        return now_s
+    with contextlib.suppress(OSError):  # no stamp: nothing to keep it after
+        ended_s = max(ended_s, (where / STAMP).stat().st_mtime)
+    return min(ended_s, now_s)
+
+
 def _final_summary_since(path: Path, stamp: Path) -> dict[str, Any] | None:
     try:
         if stamp.exists() and path.stat().st_mtime_ns < stamp.stat().st_mtime_ns:
             return None  # an earlier attempt's
-        data = json.loads(path.read_text())
+        data = json.loads(read_job_text(path, limit=SUMMARY_LIMIT_BYTES) or "")
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("status") == "running":

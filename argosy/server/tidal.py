@@ -330,13 +330,17 @@ def _wake_to_token(admin: ReplicaAdmin, url: str, token: str, model: str) -> dic
     return answer | {"first_token_s": admin.first_token(url, model)}
 
 
-def _events(run_dir: Path) -> list[dict[str, Any]]:
-    from argosy.runtime.events import read_events  # light: no torch
+EVENTS_LIMIT_BYTES = 64 << 20
+"""The most of a job's events.jsonl the lease reads."""
 
-    try:
-        return read_events(run_dir / "events.jsonl")
-    except OSError:
-        return []
+
+def _events(run_dir: Path) -> list[dict[str, Any]]:
+    """The job's runtime events, read as a file the job wrote (`read_job_text`)."""
+    from argosy.core.confined import read_job_text
+    from argosy.runtime.events import parse_events  # light: no torch
+
+    text = read_job_text(run_dir / "events.jsonl", limit=EVENTS_LIMIT_BYTES)
+    return parse_events(text) if text else []
 
 
 def _last_step(run_dir: Path) -> int | None:

@@ -6,11 +6,17 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _quote  # C: a JSON string
 from pathlib import Path
 
+from argosy.core.confined import read_job_file
+from argosy.executors.local import attempt_dir
+from argosy.server.failures import ERROR_LINE_CHARS, ERROR_TAIL_BYTES, telling_line
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo, Replica, Service
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import ElasticSpec, JobSpec
 from argosy.server.store import Row
+
+LAUNCHER_OUTPUT = "output.log"
+"""The launcher's stdout and stderr in its attempt directory (`attempt_dir`)."""
 
 
 def latest_rank_log(run_dir: Path, rank: int) -> Path | None:
@@ -20,12 +26,38 @@ def latest_rank_log(run_dir: Path, rank: int) -> Path | None:
 
 
 def read_log_chunk(path: Path | None, offset: int, limit: int) -> bytes:
-    """At most `limit` bytes of the log at `path` from byte `offset` (none when no log)."""
-    if path is None or not path.exists():
+    """At most `limit` bytes of the log at `path` from byte `offset` (none when no log).
+    A job writes its logs: they are read without following links (`read_job_file`), so
+    a log that is a link to a server secret reads as no log."""
+    if path is None:
         return b""
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read(limit)
+    return read_job_file(path, limit=limit, offset=offset) or b""
+
+
+def launcher_log(run_dir: Path, attempt: int) -> Path | None:
+    """The launcher's own output (stdout and stderr, as the executor keeps it) of attempt
+    `attempt`: the local wrapper's `output.log`, else node rank 0's log of a Ray attempt;
+    None before the first attempt."""
+    if attempt <= 0:
+        return None
+    where = attempt_dir(run_dir, attempt)
+    local = where / LAUNCHER_OUTPUT
+    ray = where / "node0.log"
+    return ray if not local.exists() and ray.exists() else local
+
+
+def launcher_error(run_dir: Path, attempt: int) -> str:
+    """The line of the launcher's output that says why attempt `attempt` failed (the
+    exception of a traceback, an `error:` line, an OS error), from the last
+    `ERROR_TAIL_BYTES` of it and at most `ERROR_LINE_CHARS` long; "" when none does."""
+    path = launcher_log(run_dir, attempt)
+    try:
+        size = path.stat().st_size if path is not None else 0
+    except OSError:
+        return ""
+    tail = read_log_chunk(path, max(0, size - ERROR_TAIL_BYTES), ERROR_TAIL_BYTES)
+    line = telling_line(tail.decode(errors="replace"))
+    return line if len(line) <= ERROR_LINE_CHARS else line[: ERROR_LINE_CHARS - 3] + "..."
 
 
 def iso(t: float | None) -> str | None:
@@ -90,6 +122,7 @@ def event_view(row: Row) -> Event:
         kind=row["kind"],
         message=row["message"],
         created_at=iso(row["created_at"]) or "",
+        actor=row.get("actor") or "system",
     )
 
 
@@ -131,6 +164,7 @@ def node_views(
                 chip=n.chip,
                 devices=n.devices,
                 free=0 if n.name in s.out_of_service else n.devices - used,
+                used=used,
                 cordoned=n.name in cordoned,
                 up=n.name not in lost,
                 jobs=s.jobs_on(n.name),

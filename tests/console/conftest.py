@@ -5,6 +5,7 @@ Screenshots go to `runs/console-screens/` (git-ignored test artifacts)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,8 @@ def chromium_path() -> str | None:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     home = tmp_path_factory.mktemp("console-home")
-    with server_process(home, free_port(), slots=2) as url:
+    root_jobs = ("--allow-root-jobs",) if os.geteuid() == 0 else ()  # isolation: tests/server
+    with server_process(home, free_port(), slots=2, extra=root_jobs) as url:
         yield url, home
 
 

@@ -106,7 +106,7 @@ def test_a_running_job_is_cancelled_from_its_page(page, server):
 def test_jobs_list_links_each_job_by_name_and_filters_by_state(page, server, admin_token):
     url, _ = server
     auth = {"Authorization": f"Bearer {admin_token}"}
-    body = {"name": "list-me", "script": str(STEPS_SCRIPT), "args": ["--fail"]}
+    body = {"name": "list-me", "script": str(STEPS_SCRIPT), "args": ["--fail"], "workdir": "/"}
     job = httpx.post(f"{url}/api/v1/jobs", json=body, headers=auth).json()
     page.goto(url + "/jobs")
     page.wait_for_selector("#jobs a:text-is('list-me')")

@@ -1,6 +1,6 @@
 """The console's handlers through FastAPI's TestClient (no browser, a fake executor): the
-login cookie, every page, and the error paths, each of which must show a message on the
-page, never a stack trace."""
+login session, every page, and the error paths, each of which must show a message on the
+page, never a stack trace. (Sessions, CSRF and the HTTP guards: test_console_guards.py.)"""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from console_helpers import login_client
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,12 +42,17 @@ def app_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestCli
         yield client, home
 
 
+def log_in(client: TestClient, token: str) -> TestClient:
+    """Log in through the form; later POSTs send the session's CSRF token as htmx does."""
+    client.headers.pop("X-CSRF-Token", None)
+    client.headers["X-CSRF-Token"] = login_client(client, token)
+    return client
+
+
 @pytest.fixture
 def admin(app_home: tuple[TestClient, Path]) -> TestClient:
     client, home = app_home
-    client.cookies.clear()
-    client.cookies.set(COOKIE, (home / "admin.token").read_text().strip())
-    return client
+    return log_in(client, (home / "admin.token").read_text().strip())
 
 
 def queue_token(client: TestClient, home: Path, queue: str) -> str:
@@ -91,7 +97,9 @@ def test_login_sets_a_strict_httponly_cookie_and_refuses_unknown_tokens(app_home
     assert r.status_code == 303 and r.headers["location"] == "/"  # no open redirect
     cookie = r.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
+    log_in(client, token)
     r = client.post("/logout", follow_redirects=False)
+    assert r.status_code == 303
     assert COOKIE not in client.cookies or not client.cookies.get(COOKIE)
 
 
@@ -149,9 +157,8 @@ def test_htmx_errors_are_swapped_into_the_flash_area(admin: TestClient) -> None:
 
 def test_a_queue_token_acts_only_in_its_queue(app_home) -> None:
     client, home = app_home
-    client.cookies.clear()
-    client.cookies.set(COOKIE, queue_token(client, home, "a"))
-    form = {"name": "x", "queue": "b", "script": "x.py", "workdir": "/tmp"}
+    log_in(client, queue_token(client, home, "a"))
+    form = {"name": "x", "queue": "b", "script": "/bin/true", "workdir": "/tmp"}
     r = client.post("/submit", data=form)
     assert r.status_code == 403 and "only to queue 'a'" in message(r.text)
     in_b = client.app.state.control.store.list_jobs(queue="b", limit=1)[0][0]
@@ -226,7 +233,7 @@ def test_an_unexpected_error_is_a_plain_message_not_a_traceback(tmp_path: Path) 
     (home / "sim-reports").write_text("a file where the report folder should be")
     config = ServerConfig(home=home)
     with TestClient(create_app(config, FakeExecutor([NodeInfo("n0", "cpu", 1)]))) as client:
-        client.cookies.set(COOKIE, (home / "admin.token").read_text().strip())
+        log_in(client, (home / "admin.token").read_text().strip())
         files = {"report": ("r.json", b'{"policy": "x", "five_factor": {}}', "application/json")}
         r = client.post("/sim", files=files)
     assert r.status_code == 500

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -11,16 +12,24 @@ from argosy.server.config import ServerConfig
 
 SCRIPTS = Path(__file__).parent / "scripts"
 STEPS = str(SCRIPTS / "steps.py")
+WORKDIR = str(SCRIPTS)
+"""An absolute workdir the API admits (submit refuses a missing or relative one)."""
 TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+ROOT_JOBS = ("--allow-root-jobs",) if os.geteuid() == 0 else ()
+"""These servers test other things than isolation (tests/server/test_tenant_escape.py
+does): under root their jobs run as root, in run directories under the test's home."""
 
 
 def fast_config(home: Path, **kw: object) -> ServerConfig:
     values = {"home": home, "local_slots": 2, "poll_interval_s": 0.05, "cycle_interval_s": 0.2}
+    values["allow_root_jobs"] = True
     return ServerConfig.model_validate(values | kw)
 
 
 def job_body(name: str = "t", **kw: object) -> dict:
-    return {"name": name, "script": STEPS, "args": ["--steps", "2"]} | kw
+    return {"name": name, "script": STEPS, "args": ["--steps", "2"], "workdir": WORKDIR} | kw
 
 
 def wait_for(client: Any, job_id: str, states: set[str], timeout_s: float = 30.0) -> dict:
@@ -54,7 +63,7 @@ class ServerProcess:
         import httpx
 
         command = [sys.executable, "-m", "argosy", "server", "--port", str(self.port)]
-        command += ["--home", str(self.home), "--slots", "2", *self.extra]
+        command += ["--home", str(self.home), "--slots", "2", *ROOT_JOBS, *self.extra]
         log = (self.home.parent / f"server-{self.port}.log").open("ab")
         env = dict(os.environ, ARGOSY_HOME=str(self.home))
         self.proc = subprocess.Popen(command, stdout=log, stderr=log, env=env)

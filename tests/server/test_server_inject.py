@@ -20,6 +20,7 @@ def test_an_injected_kill_is_survived_and_recorded(client: TestClient) -> None:
         "args": ["--steps", "8", "--ckpt-every", "2"],
         "nproc_per_node": 2,
         "inject": ["kill:rank=1:step=5"],
+        "workdir": str(TRAIN.parent),
     }
     r = client.post("/api/v1/jobs", json=body)
     assert r.status_code == 201, r.text

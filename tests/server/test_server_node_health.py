@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from server_helpers import fast_config
+from server_helpers import STEPS, WORKDIR, fast_config
 
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
@@ -44,7 +44,10 @@ def report(api: TestClient, node: str, verdict: str, detail: str = "") -> dict:
 
 
 def placed_on(api: TestClient, fake: FakeExecutor, nproc: int) -> str:
-    job = api.post("/api/v1/jobs", json={"name": "j", "script": "x.py", "nproc_per_node": nproc})
+    job = api.post(
+        "/api/v1/jobs",
+        json={"name": "j", "script": STEPS, "workdir": WORKDIR, "nproc_per_node": nproc},
+    )
     job_id = job.json()["id"]
     deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
     while job_id not in fake.running:
@@ -113,7 +116,7 @@ def test_a_quarantined_node_stays_out_after_a_server_restart(
         detail = api.get("/api/v1/nodes/n0").json()
         assert detail["health"] == "quarantined" and not detail["in_service"]
         assert placed_on(api, fake, 2) == "n1"
-        body = {"name": "k", "script": "x.py", "nproc_per_node": 2}
+        body = {"name": "k", "script": STEPS, "workdir": WORKDIR, "nproc_per_node": 2}
         second = api.post("/api/v1/jobs", json=body).json()["id"]
         time.sleep(0.5)  # several cycles
         assert api.get(f"/api/v1/jobs/{second}").json()["state"] == "pending"
@@ -147,7 +150,9 @@ def test_bad_health_reports_are_refused(
 
 def _finish_with_node_health(api: TestClient, fake: FakeExecutor, text: str) -> tuple[str, str]:
     """Place a job, write `text` as its run's node_health.json, end it with exit code 1."""
-    job_id = api.post("/api/v1/jobs", json={"name": "r", "script": "x.py", "max_restarts": 0})
+    job_id = api.post(
+        "/api/v1/jobs", json={"name": "r", "script": STEPS, "workdir": WORKDIR, "max_restarts": 0}
+    )
     job_id = job_id.json()["id"]
     deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
     while job_id not in fake.running:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from server_helpers import fast_config
+from server_helpers import STEPS, WORKDIR, fast_config
 
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
@@ -94,7 +94,9 @@ def test_delete_stops_the_replicas_and_frees_their_devices(
     assert {r["state"] for r in data["replicas"]} == {"exited"}
     assert replicas_running(fake, sid) == {}
     assert all(n["free"] == 2 and n["jobs"] == [] for n in api.get("/api/v1/nodes").json())
-    job = api.post("/api/v1/jobs", json={"name": "j", "script": "x.py", "nproc_per_node": 2})
+    job = api.post(
+        "/api/v1/jobs", json={"name": "j", "script": STEPS, "workdir": WORKDIR, "nproc_per_node": 2}
+    )
     assert job.status_code == 201
     deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
     while api.get(f"/api/v1/jobs/{job.json()['id']}").json()["state"] != "running":

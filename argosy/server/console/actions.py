@@ -1,10 +1,16 @@
 """The console's forms: log in and out, submit and cancel jobs, cordon and uncordon
 nodes, and store simulator reports. Each checks the session's token exactly as the REST
-API does: a queue token submits and cancels only in its queue; cordons need admin.
+API does: a queue token submits and cancels only in its queue; cordons need admin; a
+queue token overwrites only the simulator reports its own queue uploaded.
 
-    POST /login  token=...       -> cookie (HttpOnly, SameSite=Strict), redirect to `next`
+    POST /login  token=...       -> a new session; its id in the cookie (HttpOnly,
+                                    SameSite=Strict, Secure on https), redirect to `next`
+    POST /logout                 -> the session is deleted: its cookie no longer works
     POST /submit yaml=... | name=...&script=...
     POST /jobs/{id}/cancel, /nodes/{name}/cordon, /nodes/{name}/uncordon, /sim
+
+Every POST but /login carries the session's CSRF token (`web.viewer` checks it); /login,
+which has no session yet, relies on the same-origin guard (`argosy.server.guards`).
 """
 
 from __future__ import annotations
@@ -19,12 +25,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from argosy.core.documents import load_yaml, validate
 from argosy.core.errors import ConfigError
+from argosy.server.admission import refuse_unless_runnable
 from argosy.server.auth import Principal
 from argosy.server.console.simreports import (
     MAX_REPORT_BYTES,
+    Owner,
     ReportError,
     list_reports,
     load_report,
+    report_owner,
     save_report,
 )
 from argosy.server.console.web import (
@@ -33,6 +42,8 @@ from argosy.server.console.web import (
     ConsoleRoute,
     Ctl,
     Viewer,
+    check_csrf,
+    current_session,
     is_htmx,
     render,
 )
@@ -61,10 +72,14 @@ async def login(
         return render(
             request, "login.html", None, 401, next=_safe_next(next), error="unknown token"
         )
+    sessions = request.app.state.sessions
+    sessions.close(request.cookies.get(COOKIE, ""))  # this browser's older session
+    session_id, session = sessions.open(who)
     response = RedirectResponse(_safe_next(next), status_code=303)
     response.set_cookie(
         COOKIE,
-        token.strip(),
+        session_id,
+        max_age=max(1, int(sessions.ttl_s)),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -74,9 +89,14 @@ async def login(
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(request: Request) -> Response:
+    """End the session (with its CSRF token); a dead session just loses its cookie."""
+    session = current_session(request)
+    if session is not None:
+        await check_csrf(request, session)
+        request.app.state.sessions.close(request.cookies.get(COOKIE, ""))
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE, path="/")
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
 
 
@@ -114,8 +134,9 @@ async def submit(
     spec = _resolve(spec, workdir or spec.workdir or os.getcwd())
     if not who.may_change(spec.queue):
         raise ConsoleError(f"this token may submit only to queue '{who.queue}'", 403)
+    refuse_unless_runnable(spec, ctl.readable)  # the API's 422, shown on the form
     digest = hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
-    row, _ = ctl.submit(spec, None, digest)
+    row, _ = ctl.submit(spec, None, digest, actor=who.actor)
     return _go(request, f"/jobs/{row['id']}")
 
 
@@ -133,7 +154,7 @@ async def cancel(request: Request, job_id: str, who: Viewer, ctl: Ctl) -> Respon
     row = _job(ctl, job_id)
     if not who.may_change(row["queue"]):
         raise ConsoleError(f"this token may cancel only in queue '{who.queue}'", 403)
-    ctl.cancel(job_id)
+    ctl.cancel(job_id, actor=who.actor)
     return _go(request, f"/jobs/{job_id}")
 
 
@@ -144,7 +165,7 @@ async def cordon(request: Request, name: str, action: str, who: Viewer, ctl: Ctl
     if not who.is_admin:
         raise ConsoleError("cordoning a node needs an admin token", 403)
     try:
-        ctl.set_cordon(name, action == "cordon")
+        ctl.set_cordon(name, action == "cordon", actor=who.actor)
     except NotFoundError as err:
         raise ConsoleError(str(err), 404) from err
     if is_htmx(request):
@@ -161,13 +182,28 @@ async def sim_reports(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
 
 @router.post("/sim")
 async def sim_upload(request: Request, who: Viewer, ctl: Ctl, report: UploadFile) -> Response:
+    """Store a report: a new name, or one this principal may overwrite."""
     name = os.path.basename(report.filename or "")
     raw = await report.read(MAX_REPORT_BYTES + 1)
+    folder = ctl.config.home / SIM_DIR
     try:
-        save_report(ctl.config.home / SIM_DIR, name, raw)
+        _check_may_overwrite(who, name, report_owner(folder, name))
+        save_report(folder, name, raw, Owner(who.queue, who.actor))
     except ReportError as err:
         raise ConsoleError(f"{name or 'upload'}: {err}", 422) from err
     return _go(request, f"/sim/{name}")
+
+
+def _check_may_overwrite(who: Principal, name: str, owner: Owner | None) -> None:
+    """An admin overwrites any report; a queue token only its own queue's."""
+    if owner is None or who.is_admin or (owner.queue is not None and owner.queue == who.queue):
+        return
+    whose = "an admin" if owner.queue is None else f"queue '{owner.queue}'"
+    raise ConsoleError(
+        f"report '{name}' was uploaded by {whose}; this token may overwrite only its own "
+        f"queue's reports (an admin may overwrite any); upload it under another name",
+        403,
+    )
 
 
 @router.get("/sim/{name}", response_class=HTMLResponse)

@@ -11,11 +11,13 @@ reload. Every query is bounded: a page of jobs, the head of each queue, a time w
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from argosy.server.api import LAUNCHER, LogRank
 from argosy.server.console.overview import chips_by_vendor, five_factors, queue_rows
 from argosy.server.console.reads import (
     JobFilter,
@@ -28,7 +30,13 @@ from argosy.server.console.timeline import job_story
 from argosy.server.console.web import ConsoleError, ConsoleRoute, Ctl, Viewer, is_htmx, render
 from argosy.server.control import NotFoundError
 from argosy.server.schemas import ACTIVE
-from argosy.server.views import latest_rank_log, node_views, read_log_chunk, service_view
+from argosy.server.views import (
+    latest_rank_log,
+    launcher_log,
+    node_views,
+    read_log_chunk,
+    service_view,
+)
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 WINDOWS_H = (1, 6, 24, 168)
@@ -140,19 +148,29 @@ async def job_log(
     who: Viewer,
     ctl: Ctl,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
-    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    rank: LogRank = 0,
     file: Annotated[str, Query(max_length=100)] = "",
 ) -> JSONResponse:
-    """New output of one rank of the latest attempt from `offset` (the page polls it);
-    when a newer attempt's log has appeared since `file`, it is read from its start."""
-    _job(ctl, job_id)
-    log = latest_rank_log(ctl.run_dir(job_id), rank)
-    name = "" if log is None else log.parent.name
+    """New output of one rank of the latest attempt (or with `rank=launcher` of the
+    launcher of the latest server attempt) from `offset` (the page polls it); when a
+    newer attempt's log has appeared since `file`, it is read from its start."""
+    row = _job(ctl, job_id)
+    log, name = _log_of(ctl, row, rank)
     if log is not None and name != file:
         offset = 0
     data = read_log_chunk(log, offset, LOG_CHUNK_BYTES)
     text = data.decode(errors="replace")
     return JSONResponse({"text": text, "next": offset + len(data), "file": name})
+
+
+def _log_of(ctl: Ctl, row: dict, rank: int | str) -> tuple[Path | None, str]:
+    """The log the job page streams and the name that changes with each new attempt."""
+    run_dir = ctl.run_dir(row["id"])
+    if rank == LAUNCHER:
+        attempts = row["attempts"]
+        return launcher_log(run_dir, attempts), f"server-attempt{attempts}" if attempts else ""
+    log = latest_rank_log(run_dir, int(rank))
+    return log, "" if log is None else log.parent.name
 
 
 @router.get("/services", response_class=HTMLResponse)

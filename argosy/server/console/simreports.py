@@ -1,12 +1,16 @@
 """Simulator reports for the console: the JSON `argosy sim run --compare --json` prints
 (or one run's report), kept as files in a directory (`$ARGOSY_HOME/sim-reports`).
 
-    save_report(folder, "month.json", data)     # validated, then written atomically
+    save_report(folder, "month.json", data, Owner("team-a", "token t1 (ci)", now))
     names = list_reports(folder)
     report = load_report(folder, "month.json")  # ReportError names what is wrong
+    report_owner(folder, "month.json")          # Owner(queue="team-a", ...), None if absent
 
 A report file is written to a temporary name and renamed into place, so a crash while
-saving never leaves a half-written file that is later listed as a report.
+saving never leaves a half-written file that is later listed as a report. Who uploaded
+it lives beside it in a small hidden sidecar, `.<name>.owner` (JSON, written the same
+way, before the report); a report with no sidecar (copied into the folder by hand) is
+an admin's. Who may overwrite whose report is the console's rule, not this module's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,19 @@ FACTORS = (
 
 class ReportError(ValueError):
     """The file is not a simulator report (the message says what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who stored a report: a queue's token, or an admin (queue None)."""
+
+    queue: str | None
+    actor: str
+    uploaded_at: float = 0.0
+
+
+ADMIN_OWNER = Owner(None, "admin")
+"""The owner of a report without a readable sidecar."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +100,9 @@ def check_name(name: str) -> str:
     return name
 
 
-def save_report(folder: Path, name: str, raw: bytes) -> Report:
-    """Validate `raw` as a report and store it as `folder/name` (atomically)."""
+def save_report(folder: Path, name: str, raw: bytes, owner: Owner | None = None) -> Report:
+    """Validate `raw` as a report and store it as `folder/name` (atomically), with its
+    owner's sidecar first when `owner` is given."""
     check_name(name)
     if len(raw) > MAX_REPORT_BYTES:
         raise ReportError(f"report is {len(raw)} bytes; the limit is {MAX_REPORT_BYTES}")
@@ -93,17 +112,44 @@ def save_report(folder: Path, name: str, raw: bytes) -> Report:
         raise ReportError(f"not JSON: {err}") from None
     report = parse_report(name, data)
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".upload-", suffix=".tmp")
+    if owner is not None:
+        stamped = Owner(owner.queue, owner.actor, owner.uploaded_at or time.time())
+        write_atomically(owner_path(folder, name), json.dumps(asdict(stamped)).encode())
+    write_atomically(folder / name, raw)
+    return report
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, fsync it, and rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(raw)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, folder / name)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return report
+
+
+def owner_path(folder: Path, name: str) -> Path:
+    return folder / f".{check_name(name)}.owner"
+
+
+def report_owner(folder: Path, name: str) -> Owner | None:
+    """Who stored report `name`; None when there is no such report. A report without a
+    readable sidecar is an admin's (ADMIN_OWNER)."""
+    if not (folder / check_name(name)).is_file():
+        return None
+    try:
+        data = json.loads(owner_path(folder, name).read_text())
+        owner = Owner(data["queue"], data["actor"], float(data.get("uploaded_at") or 0.0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ADMIN_OWNER
+    if not (owner.queue is None or isinstance(owner.queue, str)):
+        return ADMIN_OWNER
+    return owner
 
 
 def list_reports(folder: Path) -> list[str]:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from argosy.core.confined import read_job_text, stat_job_file
 from argosy.runtime.events import EVENTS_FILE
 from argosy.runtime.goodput import summarize
 from argosy.server.control import Control
@@ -74,12 +75,10 @@ def job_story(ctl: Control, row: Row) -> Story:
 
 def read_runtime_events(path: Path, story: Story) -> list[dict[str, Any]]:
     """Every non-step event, and a thinned loss curve into `story`."""
-    try:
-        if path.stat().st_size > MAX_EVENTS_BYTES:
-            return []
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
+    info = stat_job_file(path)  # the job writes it: no links followed
+    if info is None or info.st_size > MAX_EVENTS_BYTES:
         return []
+    lines = (read_job_text(path, limit=MAX_EVENTS_BYTES) or "").splitlines()
     steps = [line for line in lines if line.startswith('{"event": "step"')]
     every = max(1, len(steps) // MAX_LOSS_POINTS)
     for i, line in enumerate(steps):

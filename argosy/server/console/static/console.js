@@ -64,7 +64,8 @@ function streamLog(pre) {
   let offset = 0, file = "";
   const tick = async () => {
     try {
-      const r = await fetch(`/jobs/${pre.dataset.job}/log?offset=${offset}&file=${encodeURIComponent(file)}`,
+      const rank = encodeURIComponent(pre.dataset.rank || "0");
+      const r = await fetch(`/jobs/${pre.dataset.job}/log?rank=${rank}&offset=${offset}&file=${encodeURIComponent(file)}`,
                             {credentials: "same-origin"});
       if (r.ok) {
         const body = await r.json();
@@ -84,11 +85,18 @@ function streamLog(pre) {
 
 document.addEventListener("DOMContentLoaded", () => {
   drawCharts(document);
-  const pre = document.getElementById("log");
-  if (pre) streamLog(pre);
+  document.querySelectorAll("pre.log[data-job]").forEach(streamLog);  // ranks, launcher
 });
 document.body && document.body.addEventListener("htmx:afterSettle", e => drawCharts(e.target));
 document.addEventListener("htmx:afterSettle", e => drawCharts(e.target));
+// behaviour the templates would otherwise need inline handlers for (the CSP allows none)
+document.addEventListener("change", e => {
+  const form = e.target.closest && e.target.closest("form[data-autosubmit]");
+  if (form) form.requestSubmit();
+});
+document.addEventListener("click", e => {
+  if (e.target.matches && e.target.matches(".flash button.dismiss")) e.target.parentElement.remove();
+});
 document.addEventListener("htmx:sendError", () => {
   const f = document.getElementById("flash");
   if (f) f.innerHTML = '<div class="flash error">the server did not answer; retrying</div>';

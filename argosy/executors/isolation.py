@@ -1,0 +1,282 @@
+"""What a job may reach on the machine it runs on: its environment and its user.
+
+Two rules, applied by every executor before a job's first instruction runs:
+
+1. **Environment: an allow-list.** A job sees the names below (paths, locale, threading
+   and vendor runtime knobs), what the server sets for it (`ARGOSY_JOB_ID`, ...) and the
+   names an operator adds (`job_env_allow`); never `ARGOSY_HOME`, a token, or anything
+   whose name says it is a secret. `HOME` is the job's run directory.
+2. **User: never root by accident.** When the server runs as root, jobs run as an
+   unprivileged user (`run_as`, default `argosy-job`; with `run_as_per_queue` one user
+   per queue, `argosy-job-<queue>`, so tenants cannot read each other's files or
+   `/proc/<pid>/environ` either). Missing users are created (`useradd --system`). Running
+   jobs as root needs `allow_root_jobs`. A server that is not root runs jobs as itself:
+   then the job *can* read what that user can read (the admin token included); the docs
+   say so, and production servers run as root with `run_as` or under the ray executor's
+   own isolation.
+
+The user switch is `setpriv --reuid --regid --clear-groups --no-new-privs` in front of the
+job's command (util-linux), so the wrapper around it (which records pids and exit codes
+in a directory only the server can write) keeps running as the server.
+
+    identity = JobIdentity.from_settings(run_as="argosy-job", per_queue=True, allow_root=False)
+    user = identity.for_queue("team-a")        # JobUser(name='argosy-job-team-a', ...) or None
+    env = job_environment(os.environ, {"ARGOSY_JOB_ID": "j1"}, home="/runs/j1")
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import grp
+import hashlib
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from argosy.core.errors import ArgosyError
+
+ALLOWED_NAMES = frozenset(
+    {
+        "PATH",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "PYTHONUNBUFFERED",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "ARGOSY_SHM_DIR",
+        "ARGOSY_CACHE_DIR",
+        "ARGOSY_DEVICE_LEDGER_DIR",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    }
+)
+"""Names a job inherits from the server's environment."""
+ALLOWED_PATTERNS = (
+    "LC_*",
+    "OMP_*",
+    "KMP_*",
+    "MKL_*",
+    "OPENBLAS_*",
+    "CUDA_*",
+    "NCCL_*",
+    "NVIDIA_*",
+    "HIP_*",
+    "ROCR_*",
+    "HSA_*",
+    "ASCEND_*",
+    "ZE_*",
+    "GLOO_*",
+    "TORCH_*",
+    "ARGOSY_EMULATE_*",
+    "ARGOSY__RUNTIME__*",
+    "ARGOSY__CHECKPOINT__*",
+)
+"""Patterns of names a job inherits: threading and vendor runtime knobs, argosy's own
+runtime and checkpoint settings."""
+SECRET_MARKERS = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|API_?KEY|AUTH", re.I)
+"""A name that says it holds a secret is never passed on, whatever allows it."""
+DEFAULT_USER = "argosy-job"
+MAX_USER_NAME = 32
+
+
+def job_environment(
+    base: Mapping[str, str],
+    extra: Mapping[str, str],
+    *,
+    home: str | None = None,
+    allow: Iterable[str] = (),
+    user: JobUser | None = None,
+) -> dict[str, str]:
+    """The environment of a job: the allowed part of `base`, then `extra` (what the
+    server sets), then `HOME` (and `USER`/`LOGNAME` when it runs as `user`)."""
+    patterns = (*ALLOWED_PATTERNS, *allow)
+    env = {
+        k: v
+        for k, v in base.items()
+        if (k in ALLOWED_NAMES or any(fnmatch.fnmatchcase(k, p) for p in patterns))
+        and not SECRET_MARKERS.search(k)
+    }
+    env.update(extra)
+    if home is not None:
+        env["HOME"] = home
+    if user is not None:
+        env["USER"] = env["LOGNAME"] = user.name
+    return env
+
+
+@dataclass(frozen=True)
+class JobUser:
+    """The unprivileged account a job runs as (no supplementary groups)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    def setpriv(self) -> list[str]:
+        """The command prefix that runs what follows as this user, unable to regain
+        privileges (setuid binaries included)."""
+        return [
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--",
+        ]
+
+    def may_read(self, path: str | Path) -> bool:
+        """Whether this user can reach and read `path` (mode bits; ACLs ignored)."""
+        return _may(self, Path(path), stat.S_IRUSR)
+
+    def may_enter(self, path: str | Path) -> bool:
+        """Whether this user can reach `path` and enter it (a directory)."""
+        return _may(self, Path(path), stat.S_IXUSR)
+
+
+def _may(user: JobUser, path: Path, want_owner_bit: int) -> bool:
+    """Every ancestor searchable and `path` itself granting `want_owner_bit` (scaled to
+    the group or other bits as the owner relation says)."""
+    try:
+        path = Path(os.path.realpath(path))
+        chain = [*reversed(path.parents), path]
+        for i, p in enumerate(chain):
+            bit = want_owner_bit if i == len(chain) - 1 else stat.S_IXUSR
+            if not _grants(os.stat(p), user, bit):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _grants(info: os.stat_result, user: JobUser, owner_bit: int) -> bool:
+    if user.uid == 0:
+        return True
+    if info.st_uid == user.uid:
+        return bool(info.st_mode & owner_bit)
+    if info.st_gid == user.gid:
+        return bool(info.st_mode & (owner_bit >> 3))
+    return bool(info.st_mode & (owner_bit >> 6))
+
+
+def user_name_for(base: str, queue: str | None) -> str:
+    """`base`, or `base-<queue>` in the characters a user name allows; a name that would
+    be too long ends in a hash of the queue instead."""
+    if queue is None:
+        return base
+    clean = re.sub(r"[^a-z0-9_-]", "-", queue.lower())
+    name = f"{base}-{clean}"
+    if len(name) <= MAX_USER_NAME and clean == queue:
+        return name
+    digest = hashlib.sha256(queue.encode()).hexdigest()[:8]
+    return f"{base[: MAX_USER_NAME - 9]}-{digest}"
+
+
+def ensure_user(name: str, *, create: bool = True) -> JobUser:
+    """The account `name`; created as a system user with its own group and no login
+    shell when missing and `create` (ArgosyError when it cannot be had)."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        if not create:
+            raise ArgosyError(f"no user '{name}' on this machine (run_as)") from None
+        _create_user(name)
+        entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0:
+        raise ArgosyError(f"run_as user '{name}' is root; set allow_root_jobs to mean that")
+    return JobUser(name, entry.pw_uid, entry.pw_gid)
+
+
+def _create_user(name: str) -> None:
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
+    command = [useradd, "--system", "--user-group", "--no-create-home"]
+    command += ["--home-dir", "/nonexistent", "--shell", shell, name]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except OSError as err:
+        raise ArgosyError(f"cannot create run_as user '{name}': {err}") from err
+    if done.returncode != 0 and not _exists(name):  # a concurrent useradd may have won
+        raise ArgosyError(f"cannot create run_as user '{name}': {done.stderr.strip()}")
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+@dataclass
+class JobIdentity:
+    """Which user a job of each queue runs as on this machine (None: the server's own)."""
+
+    base: str | None
+    per_queue: bool = True
+    _users: dict[str | None, JobUser] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, *, run_as: str | None, per_queue: bool, allow_root: bool) -> JobIdentity:
+        """Jobs run as `run_as` (or `argosy-job`) when this process is root, unless
+        `allow_root`; a non-root server runs them as itself."""
+        if os.geteuid() != 0:
+            return cls(None, per_queue)
+        if allow_root and run_as in (None, "root"):
+            return cls(None, per_queue)
+        if run_as == "root":
+            raise ArgosyError("run_as root needs allow_root_jobs: true")
+        return cls(run_as or DEFAULT_USER, per_queue)
+
+    @property
+    def active(self) -> bool:
+        return self.base is not None
+
+    def for_queue(self, queue: str | None) -> JobUser | None:
+        if self.base is None:
+            return None
+        key = queue if self.per_queue else None
+        found = self._users.get(key)
+        if found is None:
+            found = self._users[key] = ensure_user(user_name_for(self.base, key))
+        return found
+
+    def may_read(self, queue: str | None, path: str | Path) -> bool:
+        """Whether a job of `queue` can read `path` (any readable path without a user)."""
+        user = self.for_queue(queue)
+        return os.access(path, os.R_OK) if user is None else user.may_read(path)
+
+
+def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:
+    """Create `run_dir` for a job. With a user: owned by root, group the user's, mode
+    1770 (sticky: the job creates and replaces its own files, but cannot rename or
+    remove `server/`, the attempt records the server keeps there)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if user is None:
+        return
+    info = run_dir.stat()
+    if info.st_gid != user.gid or info.st_uid != 0:
+        os.chown(run_dir, 0, user.gid)
+    os.chmod(run_dir, 0o1770)
+
+
+def secure_dir(path: Path, mode: int) -> None:
+    """Create `path` (owned by this process) and set its mode."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, mode)
+
+
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)

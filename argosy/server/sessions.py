@@ -1,0 +1,96 @@
+"""Console login sessions: a random session id in the browser's cookie, its SHA-256 in
+the `sessions` table, never the API token itself.
+
+    sessions = Sessions(store, tokens, ttl_s=12 * 3600)
+    session_id, session = sessions.open(who)     # at login: the cookie's value
+    session = sessions.get(session_id)           # each request: None once expired,
+                                                 # logged out, or its token revoked
+    sessions.close(session_id)                   # logout: the old cookie stops working
+
+A session holds the token's id (not the token), a per-session CSRF token that every
+console form sends back, and an expiry. Each lookup asks `Tokens.by_id` again, so a
+revoked or expired token ends its sessions at once, whatever their own expiry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from argosy.server.auth import Principal, Tokens
+from argosy.server.store import Store
+from argosy.server.tables import sessions as table
+
+MAX_SESSION_ID_CHARS = 100
+"""A longer cookie is not one of ours (ids are 43 characters); it is not even hashed."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """A live console session: who it acts as, its CSRF token, when it ends."""
+
+    principal: Principal
+    csrf: str
+    expires_at: float
+
+
+def session_hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+class Sessions:
+    """Opens, finds and closes console sessions in the store."""
+
+    def __init__(
+        self, store: Store, tokens: Tokens, ttl_s: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self.tokens = tokens
+        self.ttl_s = ttl_s
+        self.clock = clock
+
+    def open(self, who: Principal) -> tuple[str, Session]:
+        """A new session for `who`; returns the id for the cookie (shown only here)."""
+        now = self.clock()
+        session_id = secrets.token_urlsafe(32)
+        session = Session(who, secrets.token_urlsafe(32), now + self.ttl_s)
+        row = {
+            "hash": session_hash(session_id),
+            "token_id": who.token_id,
+            "csrf": session.csrf,
+            "created_at": now,
+            "expires_at": session.expires_at,
+        }
+        with self.store.engine.begin() as c:
+            c.execute(table.delete().where(table.c.expires_at <= now))  # keep the table small
+            c.execute(table.insert().values(row))
+        return session_id, session
+
+    def get(self, session_id: str) -> Session | None:
+        """The live session of this id, or None (unknown, expired, or its token gone)."""
+        if not session_id or len(session_id) > MAX_SESSION_ID_CHARS:
+            return None
+        digest = session_hash(session_id)
+        with self.store.engine.connect() as c:
+            row = c.execute(select(table).where(table.c.hash == digest)).mappings().first()
+        if row is None:
+            return None
+        who = self.tokens.by_id(row["token_id"]) if row["expires_at"] > self.clock() else None
+        if who is None:
+            self._delete(digest)
+            return None
+        return Session(who, row["csrf"], row["expires_at"])
+
+    def close(self, session_id: str) -> None:
+        """Log out: the session's row is deleted, so its cookie no longer works."""
+        if session_id and len(session_id) <= MAX_SESSION_ID_CHARS:
+            self._delete(session_hash(session_id))
+
+    def _delete(self, digest: str) -> None:
+        with self.store.engine.begin() as c:
+            c.execute(table.delete().where(table.c.hash == digest))
