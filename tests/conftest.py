@@ -28,6 +28,7 @@ SHARED_SETUP = frozenset(
         "tests/runtime/test_launch.py",
         "tests/server/test_server_cli.py",
         "tests/server/test_server_schema.py",
+        "tests/server/test_tenant_escape.py",
         "tests/serving/test_serving_api.py",
         "tests/serving/test_serving_batch_speculation.py",
         "tests/serving/test_serving_batching.py",

@@ -52,6 +52,9 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra = extra
         self.proc: Any = None
+        self.root_jobs = True
+        """Under root, run jobs as root (`--allow-root-jobs`); False: as the server's
+        default, unprivileged users."""
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Start the server and wait for /health: a wait, not a speed check (a start took
@@ -63,7 +66,8 @@ class ServerProcess:
         import httpx
 
         command = [sys.executable, "-m", "argosy", "server", "--port", str(self.port)]
-        command += ["--home", str(self.home), "--slots", "2", *ROOT_JOBS, *self.extra]
+        command += ["--home", str(self.home), "--slots", "2", *self.extra]
+        command += ROOT_JOBS if self.root_jobs else ()
         log = (self.home.parent / f"server-{self.port}.log").open("ab")
         env = dict(os.environ, ARGOSY_HOME=str(self.home))
         self.proc = subprocess.Popen(command, stdout=log, stderr=log, env=env)

@@ -1,0 +1,148 @@
+"""What a job inherits and who it runs as: the environment allow-list, user names per
+queue, and (under root) the permission model checked against the kernel's own answer."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from argosy.executors.isolation import (
+    MAX_USER_NAME,
+    SECRET_MARKERS,
+    JobIdentity,
+    JobUser,
+    job_environment,
+    user_name_for,
+)
+
+FIXTURE_OK = HealthCheck.function_scoped_fixture
+
+NAMES = st.one_of(
+    st.sampled_from(
+        [
+            "PATH",
+            "ARGOSY_HOME",
+            "ARGOSY_TOKEN",
+            "ARGOSY_ADMIN_TOKEN",
+            "ARGOSY_SERVER",
+            "AWS_SECRET_ACCESS_KEY",
+            "HF_TOKEN",
+            "OMP_NUM_THREADS",
+            "NCCL_AUTH_KEY",
+            "CUDA_VISIBLE_DEVICES",
+            "DATABASE_PASSWORD",
+            "LC_ALL",
+            "HOME",
+            "USER",
+            "GITHUB_TOKEN",
+            "ARGOSY__SERVER__ADMIN",
+            "ARGOSY__RUNTIME__TERM_GRACE_S",
+            "TORCH_API_KEY",
+        ]
+    ),
+    st.from_regex(r"[A-Z][A-Z0-9_]{0,20}", fullmatch=True),
+)
+ENVS = st.dictionaries(NAMES, st.text(max_size=20), max_size=30)
+
+
+@given(base=ENVS, extra=st.dictionaries(st.sampled_from(["ARGOSY_JOB_ID", "X"]), st.text()))
+def test_the_job_environment_holds_no_secret_of_the_server(
+    base: dict[str, str], extra: dict[str, str]
+) -> None:
+    env = job_environment(base, extra, home="/runs/j1")
+    inherited = {k for k in env if k not in extra and k != "HOME"}
+    for name in inherited:
+        assert not SECRET_MARKERS.search(name), name
+        assert env[name] == base[name]
+    for name in ("ARGOSY_HOME", "ARGOSY_SERVER", "USER", "ARGOSY__SERVER__ADMIN"):
+        assert name not in inherited
+    assert env["HOME"] == "/runs/j1"
+    for k, v in extra.items():
+        assert env[k] == v
+
+
+def test_the_allow_list_passes_what_jobs_need() -> None:
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "2", "NCCL_DEBUG": "INFO", "LC_ALL": "C"}
+    base |= {"SITE_DATA": "/data", "SITE_TOKEN": "x"}
+    env = job_environment(base, {}, allow=["SITE_*"])
+    assert {k: env[k] for k in base if k in env} == {
+        k: v for k, v in base.items() if k != "SITE_TOKEN"
+    }
+
+
+@given(queue=st.text(min_size=1, max_size=100))
+def test_user_names_are_valid_and_one_per_queue(queue: str) -> None:
+    name = user_name_for("argosy-job", queue)
+    assert len(name) <= MAX_USER_NAME
+    assert re.fullmatch(r"[a-z_][a-z0-9_-]*", name), name
+    assert user_name_for("argosy-job", queue) == name
+
+
+@given(a=st.text(min_size=1, max_size=40), b=st.text(min_size=1, max_size=40))
+def test_different_queues_get_different_users(a: str, b: str) -> None:
+    if a != b:
+        assert user_name_for("argosy-job", a) != user_name_for("argosy-job", b)
+
+
+def test_a_non_root_server_runs_jobs_as_itself() -> None:
+    identity = JobIdentity.from_settings(run_as=None, per_queue=True, allow_root=False)
+    if os.geteuid() != 0:
+        assert not identity.active and identity.for_queue("a") is None
+    else:
+        assert identity.active
+
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+
+
+@ROOT_ONLY
+def test_root_needs_allow_root_jobs_to_run_jobs_as_root() -> None:
+    assert not JobIdentity.from_settings(run_as=None, per_queue=True, allow_root=True).active
+    with pytest.raises(Exception, match="allow_root_jobs"):
+        JobIdentity.from_settings(run_as="root", per_queue=True, allow_root=False)
+
+
+MODES = st.integers(min_value=0, max_value=0o777)
+
+
+@pytest.fixture(scope="module")
+def open_base() -> Iterator[Path]:
+    """A directory every user may pass through (pytest's own temp root is 0700)."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="argosy-perm-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@ROOT_ONLY
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(dir_mode=MODES, file_mode=MODES, group_owned=st.booleans())
+def test_may_read_agrees_with_the_kernel(
+    open_base: Path, dir_mode: int, file_mode: int, group_owned: bool
+) -> None:
+    """`JobUser.may_read` (mode-bit math) answers what the kernel answers for that user."""
+    user = JobUser("nobody", 65534, 65534)
+    folder = open_base / uuid.uuid4().hex
+    folder.mkdir()
+    path = folder / "f"
+    path.write_text("x")
+    if group_owned:
+        os.chown(folder, 0, user.gid)
+        os.chown(path, 0, user.gid)
+    os.chmod(path, file_mode)
+    os.chmod(folder, dir_mode)
+    kernel = subprocess.run([*user.setpriv(), "test", "-r", str(path)]).returncode == 0
+    assert user.may_read(path) == kernel

@@ -1,0 +1,136 @@
+"""A queue token's job against a real root server: it tries every way we know to reach
+the control plane's tokens or another tenant's files (environment, files, database,
+/proc, shared memory, signals, links planted where the server reads) and must fail at
+each; what the API serves of it never carries a token.
+
+Needs root: only a root server runs jobs as other users (a non-root server runs them as
+itself, and says so in docs/server.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from server_helpers import SCRIPTS, ServerProcess
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other users only under root"),
+]
+ESCAPE = str(SCRIPTS / "escape.py")
+QUEUES = "queues:\n  - name: org\n    children:\n      - name: team-a\n      - name: team-b\n"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """A root server whose home job users may pass through (a fresh temp dir), two queues,
+    and a token for each."""
+    root = Path(tempfile.mkdtemp(prefix="argosy-escape-", dir="/tmp"))
+    home = root / "home"
+    queues = root / "queues.yaml"
+    queues.write_text(QUEUES)
+    proc = ServerProcess(home, "--queues", str(queues))
+    proc.root_jobs = False
+    proc.start()
+    admin = (home / "admin.token").read_text().strip()
+    tokens = {"admin": admin}
+    for queue in ("team-a", "team-b"):
+        r = httpx.post(
+            f"{proc.url}/api/v1/tokens",
+            json={"queue": queue, "name": queue},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        assert r.status_code == 201, r.text
+        tokens[queue] = r.json()["token"]
+    try:
+        yield proc.url, home, tokens
+    finally:
+        proc.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _submit(url: str, token: str, queue: str, args: list[str]) -> dict:
+    body = {"name": f"{queue}-job", "queue": queue, "script": ESCAPE, "args": args}
+    body |= {"workdir": str(SCRIPTS), "max_restarts": 0}
+    r = httpx.post(f"{url}/api/v1/jobs", json=body, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _wait(url: str, token: str, job_id: str, states: set[str], timeout_s: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = httpx.get(f"{url}/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"})
+        job = r.json()
+        if job["state"] in states or time.monotonic() > deadline:
+            assert job["state"] in states, job
+            return job
+        time.sleep(0.2)
+
+
+def _run_dir(home: Path, job_id: str) -> Path:
+    """Where the server put the job's run directory (its home, or the fallback)."""
+    found = [home / "runs" / job_id, *Path("/var/lib/argosy").glob(f"runs-*/{job_id}")]
+    return next(p for p in found if p.exists())
+
+
+def test_a_hostile_job_reaches_no_token_and_no_other_tenant(
+    server: tuple[str, Path, dict[str, str]],
+) -> None:
+    url, home, tokens = server
+    victim = _submit(url, tokens["team-b"], "team-b", ["--hold-s", "120"])
+    _wait(url, tokens["admin"], victim["id"], {"running"})
+    victim_run = _run_dir(home, victim["id"])
+    deadline = time.monotonic() + 60
+    while not (victim_run / "ready").exists():
+        assert time.monotonic() < deadline, "the victim never wrote its secret"
+        time.sleep(0.1)
+    secret = (victim_run / "secret.txt").read_text()
+
+    attacker = _submit(url, tokens["team-a"], "team-a", ["--other-run", str(victim_run)])
+    done = _wait(url, tokens["admin"], attacker["id"], {"succeeded", "failed"})
+    (victim_run / "release").write_text("")
+    report = json.loads((_run_dir(home, attacker["id"]) / "report.json").read_text())
+
+    leaks = {k: v for k, v in report.items() if v["result"] == "LEAK"}
+    assert not leaks, leaks
+    for must_be_denied in (
+        "home/admin.token",
+        "home/argosy.db",
+        "home listing",
+        "other tenant secret",
+        "other tenant listing",
+        "other tenant plant",
+        "/proc environ",
+        "signal foreign processes",
+        "hard link to the admin token",
+        "attempt records",
+    ):
+        assert report[must_be_denied]["result"] == "denied", (must_be_denied, report)
+    env = report["env"]["detail"]
+    assert "ARGOSY_HOME" not in env and "TOKEN" not in env.upper()
+
+    secrets_ = [tokens["admin"], tokens["team-a"], tokens["team-b"], secret]
+    auth = {"Authorization": f"Bearer {tokens['team-a']}"}
+    served = [json.dumps(done)]
+    for rank in ("0", "launcher"):
+        r = httpx.get(
+            f"{url}/api/v1/jobs/{attacker['id']}/logs", params={"rank": rank}, headers=auth
+        )
+        served.append(r.text)
+    events = httpx.get(f"{url}/api/v1/jobs/{attacker['id']}/events", headers=auth)
+    served.append(events.text)
+    for text in served:
+        for s in secrets_:
+            assert s not in text, "a secret came back through the API"
+    assert oct(home.stat().st_mode & 0o777) == "0o711"
+    for name in ("admin.token", "argosy.db"):
+        assert (home / name).stat().st_mode & 0o077 == 0, name
