@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
+from argosy.executors.isolation import job_environment
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
 
 CHIP_PREFIX = "chip:"
@@ -63,7 +64,7 @@ class NodeRunner:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 command,
-                env=dict(os.environ) | env,
+                env=job_environment(os.environ, env),  # the worker's allowed part, then ours
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -4,7 +4,7 @@
 filesystem and operating system before it is stored, so a job that could never start
 is refused at submit (422) instead of failing later with "the launcher exited 2":
 
-- `workdir`: given, absolute, an existing directory;
+- `workdir`: given, absolute, an existing directory the job's user may enter;
 - `script`: exists, is a regular file the job's user can read (`readable`, which the
   control plane answers for the user jobs run as), a `.py` file or executable, and a
   relative script stays inside its workdir (no `../../etc/passwd`);
@@ -39,8 +39,9 @@ Readable = Callable[[str], bool]
 
 
 def os_readable(path: str) -> bool:
-    """Whether this process may read `path` (the default `Control.readable`)."""
-    return os.access(path, os.R_OK)
+    """Whether this process may read `path` (a directory: enter it); what
+    `Control.readable` answers for jobs that run as the server's own user."""
+    return os.access(path, os.X_OK if os.path.isdir(path) else os.R_OK)
 
 
 def job_errors(spec: JobSpec, readable: Readable = os_readable) -> list[FieldError]:
@@ -49,7 +50,7 @@ def job_errors(spec: JobSpec, readable: Readable = os_readable) -> list[FieldErr
     errors = [e for field, values in texts.items() if (e := _text_error(field, values))]
     if errors:
         return errors  # nothing below could even name such a path
-    errors = _workdir_errors(spec.workdir)
+    errors = _workdir_errors(spec.workdir, readable)
     if not errors or os.path.isabs(spec.script):
         errors += _script_errors(spec.script, spec.workdir or "/", readable)
     return errors + _args_errors(spec.script, spec.args)
@@ -78,7 +79,7 @@ def _text_error(field: str, values: list[str]) -> FieldError | None:
     return None
 
 
-def _workdir_errors(workdir: str | None) -> list[FieldError]:
+def _workdir_errors(workdir: str | None, readable: Readable) -> list[FieldError]:
     if not workdir:
         msg = "required: the directory the job runs in, as an absolute path on the server"
         return [_error("workdir", msg, "missing")]
@@ -87,6 +88,9 @@ def _workdir_errors(workdir: str | None) -> list[FieldError]:
         return [_error("workdir", msg, "workdir_relative")]
     if not os.path.isdir(workdir):
         return [_error("workdir", f"workdir '{workdir}' is not a directory", "workdir_missing")]
+    if not readable(workdir):
+        msg = f"workdir '{workdir}' cannot be entered by the user jobs run as"
+        return [_error("workdir", msg, "workdir_unreadable")]
     return []
 
 

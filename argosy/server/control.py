@@ -41,6 +41,7 @@ from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import State as WorkloadState
 from argosy.server.admission import os_readable
 from argosy.server.config import ServerConfig
+from argosy.server.failures import error_clause
 from argosy.server.node_health import NodeHealth
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
@@ -496,7 +497,7 @@ class Control:
         else:
             self.scheduling.finished(e.job_id)
             why = f"attempt {n}: {e.reason}" + _cause(summary)
-            why += _error(launcher_error(self.run_dir(e.job_id), n), why)
+            why += error_clause(launcher_error(self.run_dir(e.job_id), n), why)
             if e.lost:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), ended)
@@ -540,11 +541,6 @@ def _secret(home: Path) -> bytes:
 
 def _lost(row: Row, reason: str) -> AttemptExit:
     return AttemptExit(row["id"], row["attempts"], None, True, reason)
-
-
-def _error(line: str, why: str) -> str:
-    """The launcher's own error line, when it adds to the reason."""
-    return f"; error: {line}" if line and line not in why else ""
 
 
 def _cause(summary: dict | None) -> str:

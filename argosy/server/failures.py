@@ -13,6 +13,7 @@ searching from the end of the text, wins:
  5. the last line a rank wrote (under the launcher's "last lines:").
 
     telling_line("...\\n  ValueError: boom\\n")   # -> "ValueError: boom"
+    reason += error_clause(line, reason)             # "; error: ValueError: boom"
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ def telling_line(text: str) -> str:
         if found:
             return found
     return ""
+
+
+def error_clause(line: str, said: str = "") -> str:
+    """`line` as a clause to append to a reason: "; error: <line>" ("" when there is no
+    line or `said` already holds it; no second "error:" when the line starts with one)."""
+    if not line or line in said:
+        return ""
+    return f"; {line}" if line.lower().startswith("error:") else f"; error: {line}"
 
 
 def _last_match(lines: list[str], pattern: re.Pattern[str]) -> str:

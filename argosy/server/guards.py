@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import html
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,8 +37,6 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from argosy.server.config import ServerConfig
-
-log = logging.getLogger("argosy.server.guards")
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CSP = (
@@ -109,12 +106,22 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 # ---- security headers ------------------------------------------------------------------
-def security_headers(path: str) -> list[tuple[bytes, bytes]]:
-    csp = DOCS_CSP if path in DOCS_PATHS else CSP
+def _encoded(csp: str, cache: str | None) -> list[tuple[bytes, bytes]]:
     headers = {"content-security-policy": csp, **SECURITY_HEADERS}
-    if not path.startswith("/static/"):
-        headers["cache-control"] = "no-store"
+    if cache is not None:
+        headers["cache-control"] = cache
     return [(k.encode(), v.encode()) for k, v in headers.items()]
+
+
+PAGE_HEADERS = _encoded(CSP, "no-store")
+STATIC_HEADERS = _encoded(CSP, None)  # the console's own scripts and styles may be cached
+DOCS_HEADERS = _encoded(DOCS_CSP, "no-store")
+
+
+def security_headers(path: str) -> list[tuple[bytes, bytes]]:
+    if path.startswith("/static/"):
+        return STATIC_HEADERS
+    return DOCS_HEADERS if path in DOCS_PATHS else PAGE_HEADERS
 
 
 class SecurityHeaders:

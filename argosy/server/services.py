@@ -35,6 +35,7 @@ from typing import Any
 
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest
+from argosy.server.failures import error_clause
 from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
@@ -209,7 +210,7 @@ class Services:
         rec["state"] = "exited"
         error = launcher_error(self.run_dir(e.job_id), e.attempt)
         message = f"replica {rec['index']} attempt {e.attempt}: {e.reason}"
-        message += f"; error: {error}" if error else ""
+        message += error_clause(error)
         if row["stop_requested"]:
             self.store.add_event(service_id, "replica_stopped", message)
             self._finish_if_stopped(row)

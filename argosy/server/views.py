@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _quote  # C: a JSON string
 from pathlib import Path
 
-from argosy.core.confined import read_job_file
+from argosy.core.confined import read_job_file, stat_job_file
 from argosy.executors.local import attempt_dir
 from argosy.server.failures import ERROR_LINE_CHARS, ERROR_TAIL_BYTES, telling_line
 from argosy.server.scheduling import Scheduling
@@ -51,11 +51,10 @@ def launcher_error(run_dir: Path, attempt: int) -> str:
     exception of a traceback, an `error:` line, an OS error), from the last
     `ERROR_TAIL_BYTES` of it and at most `ERROR_LINE_CHARS` long; "" when none does."""
     path = launcher_log(run_dir, attempt)
-    try:
-        size = path.stat().st_size if path is not None else 0
-    except OSError:
+    info = stat_job_file(path) if path is not None else None  # no links followed
+    if info is None:
         return ""
-    tail = read_log_chunk(path, max(0, size - ERROR_TAIL_BYTES), ERROR_TAIL_BYTES)
+    tail = read_log_chunk(path, max(0, info.st_size - ERROR_TAIL_BYTES), ERROR_TAIL_BYTES)
     line = telling_line(tail.decode(errors="replace"))
     return line if len(line) <= ERROR_LINE_CHARS else line[: ERROR_LINE_CHARS - 3] + "..."
 

@@ -1,16 +1,20 @@
 """The console in a real headless Chromium against a real `argosy server` process: log in,
 submit a training job, watch it run through an injected fault and resume, cancel a job,
-cordon a node, upload a simulator report; a screenshot of every page."""
+cordon a node, upload a simulator report; a screenshot of every page. Pages of other
+origins (another port, another host name) cannot make a logged-in admin's browser
+change anything, and every page runs under the Content-Security-Policy."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from console_helpers import ROOT, login, shot
+from console_helpers import ROOT, OtherSite, login, shot
 
 from argosy.cli.demo import FaultInjector, read_progress
 from argosy.server.store import Store
@@ -177,3 +181,92 @@ def test_overview_queues_services_and_a_simulator_report(page, server, sim_repor
     policies = page.inner_text("#sim-runs")
     assert all(p in policies for p in ("fifo", "quota", "argosy")), policies
     shot(page, "sim-report")
+
+
+def attack_pages(console: str, node: str, name: str) -> dict[str, str]:
+    """Pages that try, with the visitor's cookies, to submit a job (`name`) and to cordon
+    `node`: by auto-submitted forms and by no-cors fetches."""
+    workdir = str(STEPS_SCRIPT.parent)
+    job = f"name: {name}\nscript: {STEPS_SCRIPT}\nargs: ['--steps', '1']\n"
+    submit = (
+        f'<form method="post" action="{console}/submit">'
+        f'<textarea name="yaml">{html.escape(job)}</textarea>'
+        f'<input name="workdir" value="{html.escape(workdir)}"></form>'
+    )
+    cordon = f'<form method="post" action="{console}/nodes/{node}/cordon"></form>'
+    go = "<script>document.forms[0].submit()</script>"
+    body = json.dumps({"yaml": job, "workdir": workdir})
+    fetches = f"""<script>
+    const opts = {{method: "POST", mode: "no-cors", credentials: "include"}};
+    Promise.allSettled([
+      fetch("{console}/submit", {{...opts, body: new URLSearchParams({body})}}),
+      fetch("{console}/nodes/{node}/cordon", opts),
+    ]).then(() => {{ document.title = "sent"; }});
+    </script>"""
+    return {"/submit.html": submit + go, "/cordon.html": cordon + go, "/fetch.html": fetches}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"], ids=["other-port", "other-host-name"])
+def test_pages_of_other_origins_cannot_change_anything(page, server, admin_token, host):
+    url, _ = server
+    auth = {"Authorization": f"Bearer {admin_token}"}
+    node = httpx.get(f"{url}/api/v1/nodes", headers=auth).json()[0]["name"]
+    with OtherSite(attack_pages(url, node, f"csrf-{host}")) as site:
+        for path, target in (
+            ("/submit.html", "/submit"),
+            ("/cordon.html", f"/nodes/{node}/cordon"),
+        ):
+            page.goto(site.url(host, path))
+            page.wait_for_url(url + target)
+            assert "cross-site request refused" in page.inner_text("body")
+        page.goto(site.url(host, "/fetch.html"))
+        page.wait_for_function("document.title === 'sent'")
+    jobs = httpx.get(f"{url}/api/v1/jobs", params={"limit": 500}, headers=auth).json()["items"]
+    assert not [j["name"] for j in jobs if j["name"].startswith("csrf-")]
+    assert not [
+        n["name"] for n in httpx.get(f"{url}/api/v1/nodes", headers=auth).json() if n["cordoned"]
+    ]
+    page.goto(url + "/nodes")
+    page.wait_for_selector("#nodes button:text-is('Cordon')")  # the admin is still logged in
+
+
+CSP_WATCH = """window.cspViolations = [];
+document.addEventListener("securitypolicyviolation",
+  e => window.cspViolations.push(e.violatedDirective + " " + e.blockedURI));"""
+
+
+def test_every_page_runs_under_the_csp_without_a_violation(page, server, admin_token):
+    url, _ = server
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.context.add_init_script(CSP_WATCH)
+    auth = {"Authorization": f"Bearer {admin_token}"}
+    body = {"name": "csp-job", "script": str(STEPS_SCRIPT), "args": ["--fail"]}
+    body["workdir"] = str(STEPS_SCRIPT.parent)
+    job = httpx.post(f"{url}/api/v1/jobs", json=body, headers=auth).json()
+    for path in (
+        "/",
+        "/queues",
+        "/jobs",
+        "/services",
+        "/nodes",
+        "/sim",
+        "/submit",
+        f"/jobs/{job['id']}",
+    ):
+        response = page.goto(url + path)
+        assert "script-src 'self';" in response.headers["content-security-policy"], path
+        assert response.status == 200, (path, response.status, page.inner_text("body")[:300])
+        page.wait_for_timeout(300)  # the page's scripts ran (charts, log stream)
+        assert page.evaluate("window.cspViolations || []") == [], path
+    page.goto(url + "/submit")  # a flash message and its dismiss button (console.js)
+    page.fill("textarea[name=yaml]", "name: [broken\n")
+    page.click("#submit-yaml button[type=submit]")
+    page.click("#flash .flash.error button.dismiss")
+    page.wait_for_selector("#flash .flash.error", state="detached")
+    assert errors == [] and page.evaluate("window.cspViolations || []") == []
+    page.evaluate(
+        "const s = document.createElement('script'); s.textContent = '1'; document.head.append(s)"
+    )
+    page.wait_for_function("(window.cspViolations || []).length > 0")  # the watch does see one

@@ -127,10 +127,11 @@ def test_bad_requests_show_a_message(admin, path, want_status, want_message) -> 
         ({"yaml": ZERO_RANKS}, 422, "job YAML:3 field 'nproc_per_node'"),
         ({"yaml": "name: a\n  script: [x\n"}, 422, "malformed YAML"),
         ({"yaml": "name: a\nscript: x.py\ncolour: red\n"}, 422, "field 'colour'"),
-        ({"yaml": "name: a\nqueue: c\nscript: x.py\n"}, 422, "known: a, b"),
+        ({"yaml": "name: a\nqueue: c\nscript: /bin/true\n"}, 422, "known: a, b"),
         ({"name": "bad name!", "script": "x.py"}, 422, "field 'name'"),
         ({"name": "a", "script": "x.py", "workdir": "relative"}, 422, "workdir"),
         ({"name": "a", "script": "x.py", "nproc_per_node": "many"}, 422, "nproc_per_node"),
+        ({"name": "a", "script": "x.py"}, 422, "field 'script': script '/tmp/x.py' does not"),
     ],
     ids=[
         "yaml-range",
@@ -140,6 +141,7 @@ def test_bad_requests_show_a_message(admin, path, want_status, want_message) -> 
         "bad-name",
         "relative-workdir",
         "not-a-number",
+        "missing-script",
     ],
 )
 def test_bad_submissions_name_the_field(admin, form, want_status, want_message) -> None:

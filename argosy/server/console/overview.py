@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from argosy.core.errors import UnknownNameError
 from argosy.hardware.catalog import default_catalog
 from argosy.server.console.reads import Series, mean_effective_training_time, pending_jobs
+from argosy.server.console.runlog import RunLogs
+from argosy.server.console.timeline import live_goodput
 from argosy.server.control import Control
 from argosy.server.schemas import QueueInfo
 from argosy.server.views import queue_views
 
 PENDING_SHOWN = 20
 """Pending jobs listed per queue (the head of its line)."""
+MAX_LIVE_JOBS = 200
+"""Running jobs whose live goodput the overview reads (the oldest first)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,9 @@ def vendor_of(chip: str) -> str:
 
 
 def chips_by_vendor(ctl: Control) -> list[ChipRow]:
-    """Allocated devices count as allocated even on a cordoned or lost node."""
+    """Allocated devices count as allocated even on a cordoned or lost node; the idle
+    devices of a node out of service (cordoned by hand or by the health policy) count as
+    cordoned."""
     s = ctl.scheduling
     table: dict[str, list[int]] = {}
     for node in s.nodes:
@@ -55,7 +61,7 @@ def chips_by_vendor(ctl: Control) -> list[ChipRow]:
         idle = node.devices - used
         if node.name in ctl.lost:
             row[3] += idle
-        elif node.name in ctl.cordoned:
+        elif node.name in s.out_of_service:
             row[2] += idle
         else:
             row[1] += idle
@@ -72,8 +78,26 @@ class Factor:
     how: str
 
 
-def five_factors(ctl: Control, chips: list[ChipRow], series: Series) -> list[Factor]:
+def live_efficiency(ctl: Control, logs: RunLogs, limit: int = MAX_LIVE_JOBS) -> dict[str, float]:
+    """Effective training time so far of the running jobs (the oldest `limit`), from the
+    runtime's live events (`RunLogs` reads only what each log gained since last time)."""
+    out = {}
+    for row in ctl.store.jobs_in(["running"])[:limit]:
+        goodput = live_goodput(ctl, row["id"], logs)
+        value = (goodput or {}).get("effective_training_time")
+        if isinstance(value, int | float) and (goodput or {}).get("wall_s"):
+            out[row["id"]] = float(value)
+    return out
+
+
+def five_factors(
+    ctl: Control, chips: list[ChipRow], series: Series, live: dict[str, float] | None = None
+) -> list[Factor]:
     ett, finished = mean_effective_training_time(ctl.store)
+    live = live or {}
+    if live:  # the finished jobs' mean and each running job's figure so far, weighted alike
+        total = (ett or 0.0) * finished + sum(live.values())
+        ett = total / (finished + len(live))
     total = sum(r.total for r in chips)
     held = sum(series.allocated) / len(series.allocated) if series.allocated else 0.0
     util = held / total if total else None
@@ -93,7 +117,7 @@ def five_factors(ctl: Control, chips: list[ChipRow], series: Series) -> list[Fac
             "effective training time",
             ett,
             f"mean productive / wall time of {finished} finished job(s), from their runtime "
-            "summaries",
+            f"summaries, and of {len(live)} running job(s) so far, from their live events",
         ),
         Factor(
             "resource utilization",
@@ -117,6 +141,7 @@ class QueueRow:
 def queue_rows(ctl: Control) -> list[QueueRow]:
     infos = queue_views(ctl.scheduling, ctl.store.count_jobs())
     free = {r.chip: r.free for r in chips_by_vendor(ctl)}
+    held = held_back(ctl)
     out = []
     for q in infos:
         borrowing = {c: u - q.nominal.get(c, 0) for c, u in q.usage.items()}
@@ -124,18 +149,47 @@ def queue_rows(ctl: Control) -> list[QueueRow]:
         waiting = []
         if q.leaf and q.pending:
             for row in pending_jobs(ctl.store, q.name, PENDING_SHOWN):
-                waiting.append((row["id"], row["name"], wait_reason(row, q, free)))
+                waiting.append((row["id"], row["name"], wait_reason(row, q, free, held)))
         out.append(QueueRow(q, borrowing, waiting))
     return out
 
 
-def wait_reason(row: dict, q: QueueInfo, free: dict[str, int]) -> str:
+def pending_wait(ctl: Control, row: dict) -> str:
+    """Why a pending job waits, as its queue's row on the queues page says it."""
+    q = next((q for q in queue_views(ctl.scheduling, {}) if q.name == row["queue"]), None)
+    if q is None:
+        return ""
+    free = {r.chip: r.free for r in chips_by_vendor(ctl)}
+    return wait_reason(row, q, free, held_back(ctl))
+
+
+def held_back(ctl: Control) -> dict[str, list[tuple[str, int]]]:
+    """Per chip type, the nodes that are up but out of placement (cordoned by hand or by
+    the health policy) with their idle devices: what a cordon keeps from pending jobs."""
+    s = ctl.scheduling
+    out: dict[str, list[tuple[str, int]]] = {}
+    for node in s.nodes:
+        if node.name in s.out_of_service and node.name not in ctl.lost:
+            idle = node.devices - s.used_on(node.name)
+            if idle > 0:
+                out.setdefault(node.chip, []).append((node.name, idle))
+    return out
+
+
+def wait_reason(
+    row: dict,
+    q: QueueInfo,
+    free: dict[str, int],
+    held: dict[str, list[tuple[str, int]]] | None = None,
+) -> str:
     """Why a pending job waits, from what the console can see: its stored reason (a
-    requeue, a preemption), its queue's ceiling, the free devices, or its place in line."""
+    requeue, a preemption), its queue's ceiling, a cordon (the devices it needs are idle
+    on cordoned nodes, named), the free devices, or its place in line."""
     spec = row["spec"]
     need = int(spec.get("nproc_per_node", 1)) * int(spec.get("nnodes", 1))
     chips = spec.get("chips") or list(q.ceiling)
     room = {c: q.ceiling.get(c, 0) - q.usage.get(c, 0) for c in chips}
+    have = max((free.get(c, 0) for c in chips), default=0)
     parts = []
     if row["reason"]:
         parts.append(row["reason"])
@@ -143,8 +197,26 @@ def wait_reason(row: dict, q: QueueInfo, free: dict[str, int]) -> str:
         parts.append(
             f"queue '{q.name}' at its ceiling: needs {need}, room for {max(room.values())}"
         )
-    elif max((free.get(c, 0) for c in chips), default=0) < need:
-        parts.append(f"needs {need} devices; {max(free.get(c, 0) for c in chips)} free")
+    elif have < need:
+        parts.append(_cordon_reason(need, chips, free, held or {}))
     else:
         parts.append("fits now: waits for the next scheduler cycle or for older jobs")
     return "; ".join(parts)
+
+
+def _cordon_reason(
+    need: int, chips: list[str], free: dict[str, int], held: dict[str, list[tuple[str, int]]]
+) -> str:
+    """Too few free devices: named cordoned nodes when their idle devices would make up
+    the difference for an accepted chip type, else the count."""
+    have = max((free.get(c, 0) for c in chips), default=0)
+    for chip in chips:
+        nodes = held.get(chip, [])
+        if nodes and free.get(chip, 0) + sum(idle for _, idle in nodes) >= need:
+            names = ", ".join(f"{name} ({idle} idle)" for name, idle in nodes)
+            plural = "s" if len(nodes) > 1 else ""
+            return (
+                f"node{plural} cordoned: {names}; needs {need} devices, "
+                f"{free.get(chip, 0)} free elsewhere"
+            )
+    return f"needs {need} devices; {have} free"

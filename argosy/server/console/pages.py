@@ -14,11 +14,17 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from argosy.server.api import LAUNCHER, LogRank
-from argosy.server.console.overview import chips_by_vendor, five_factors, queue_rows
+from argosy.server.console.overview import (
+    chips_by_vendor,
+    five_factors,
+    live_efficiency,
+    pending_wait,
+    queue_rows,
+)
 from argosy.server.console.reads import (
     JobFilter,
     allocation_series,
@@ -26,6 +32,7 @@ from argosy.server.console.reads import (
     ready_replicas,
     service_page,
 )
+from argosy.server.console.runlog import RunLogs
 from argosy.server.console.timeline import job_story
 from argosy.server.console.web import ConsoleError, ConsoleRoute, Ctl, Viewer, is_htmx, render
 from argosy.server.control import NotFoundError
@@ -52,12 +59,25 @@ PageSize = Annotated[int, Query(ge=5, le=200)]
 WindowH = Annotated[int, Query(ge=1, le=168)]
 
 
-def overview_context(ctl: Ctl, window_h: int) -> dict:
+async def run_logs(request: Request) -> RunLogs:
+    """The app's digests of the runtime's event logs, kept across page views (made on
+    first use)."""
+    state = request.app.state
+    if not hasattr(state, "run_logs"):
+        state.run_logs = RunLogs()
+    return state.run_logs
+
+
+Logs = Annotated[RunLogs, Depends(run_logs)]
+
+
+def overview_context(ctl: Ctl, window_h: int, logs: RunLogs) -> dict:
     if window_h not in WINDOWS_H:
         known = ", ".join(map(str, WINDOWS_H))
         raise ConsoleError(f"window_h {window_h} is not offered; known: {known}", 422)
     chips = chips_by_vendor(ctl)
-    series = allocation_series(ctl.store, time.time(), window_h * 3600.0, BUCKETS)
+    live = live_efficiency(ctl, logs)
+    series = allocation_series(ctl.store, time.time(), window_h * 3600.0, BUCKETS, live)
     totals = {
         "allocated": sum(r.allocated for r in chips),
         "total": sum(r.total for r in chips),
@@ -66,7 +86,7 @@ def overview_context(ctl: Ctl, window_h: int) -> dict:
     counts: dict[str, int] = {}
     for (_queue, state), n in ctl.store.count_jobs().items():
         counts[state] = counts.get(state, 0) + n
-    factors = five_factors(ctl, chips, series)
+    factors = five_factors(ctl, chips, series, live)
     return {
         "chips": chips,
         "totals": totals,
@@ -79,15 +99,17 @@ def overview_context(ctl: Ctl, window_h: int) -> dict:
 
 
 @router.get("/", response_class=HTMLResponse)
-async def overview(request: Request, who: Viewer, ctl: Ctl, window_h: WindowH = 1) -> HTMLResponse:
-    return render(request, "overview.html", who, **overview_context(ctl, window_h))
+async def overview(
+    request: Request, who: Viewer, ctl: Ctl, logs: Logs, window_h: WindowH = 1
+) -> HTMLResponse:
+    return render(request, "overview.html", who, **overview_context(ctl, window_h, logs))
 
 
 @router.get("/overview/live", response_class=HTMLResponse)
 async def overview_live(
-    request: Request, who: Viewer, ctl: Ctl, window_h: WindowH = 1
+    request: Request, who: Viewer, ctl: Ctl, logs: Logs, window_h: WindowH = 1
 ) -> HTMLResponse:
-    return render(request, "_overview.html", who, **overview_context(ctl, window_h))
+    return render(request, "_overview.html", who, **overview_context(ctl, window_h, logs))
 
 
 @router.get("/queues", response_class=HTMLResponse)
@@ -125,21 +147,25 @@ def _job(ctl: Ctl, job_id: str) -> dict:
         raise ConsoleError(str(err), 404) from err
 
 
-def job_context(ctl: Ctl, job_id: str) -> dict:
+def job_context(ctl: Ctl, job_id: str, logs: RunLogs) -> dict:
     row = _job(ctl, job_id)
-    story = job_story(ctl, row)
+    story = job_story(ctl, row, logs)
     chart = {"step": story.steps, "loss": story.losses}
-    return {"job": row, "story": story, "chart": chart, "active": row["state"] in ACTIVE}
+    waiting = pending_wait(ctl, row) if row["state"] == "pending" else ""
+    active = row["state"] in ACTIVE
+    return {"job": row, "story": story, "chart": chart, "active": active, "waiting": waiting}
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-async def job(request: Request, job_id: str, who: Viewer, ctl: Ctl) -> HTMLResponse:
-    return render(request, "job.html", who, **job_context(ctl, job_id))
+async def job(request: Request, job_id: str, who: Viewer, ctl: Ctl, logs: Logs) -> HTMLResponse:
+    return render(request, "job.html", who, **job_context(ctl, job_id, logs))
 
 
 @router.get("/jobs/{job_id}/live", response_class=HTMLResponse)
-async def job_live(request: Request, job_id: str, who: Viewer, ctl: Ctl) -> HTMLResponse:
-    return render(request, "_job_live.html", who, **job_context(ctl, job_id))
+async def job_live(
+    request: Request, job_id: str, who: Viewer, ctl: Ctl, logs: Logs
+) -> HTMLResponse:
+    return render(request, "_job_live.html", who, **job_context(ctl, job_id, logs))
 
 
 @router.get("/jobs/{job_id}/log")

@@ -98,17 +98,26 @@ class Series:
     useful: list[float] = field(default_factory=list)
 
 
-def allocation_series(store: Store, now_s: float, window_s: float, buckets: int) -> Series:
+def allocation_series(
+    store: Store,
+    now_s: float,
+    window_s: float,
+    buckets: int,
+    live: dict[str, float] | None = None,
+) -> Series:
     """Devices held by jobs in each of `buckets` steps of the last `window_s` seconds.
 
     A job holds `nproc_per_node x nnodes` devices from its first start to its finish (a
     requeue gap counts as held: an upper bound). Useful = held x the job's effective
-    training time from its summary; a job without a summary yet counts as 0 useful.
+    training time: from its summary, or for a job still running from `live` (job id ->
+    its effective training time so far); a job with neither counts as 0 useful.
     """
+    live = live or {}
     start_s = now_s - window_s
     spec = jobs.c.spec
     devices = spec["nproc_per_node"].as_integer() * spec["nnodes"].as_integer()
     query = select(
+        jobs.c.id,
         jobs.c.started_at,
         jobs.c.finished_at,
         devices,
@@ -124,8 +133,9 @@ def allocation_series(store: Store, now_s: float, window_s: float, buckets: int)
     out.allocated = [0.0] * buckets
     out.useful = [0.0] * buckets
     with store.engine.connect() as c:
-        for started, finished, count, ett in c.execute(query):
-            _add_span(out, start_s, step_s, started, finished or now_s, count or 1, ett or 0.0)
+        for job_id, started, finished, count, ett in c.execute(query):
+            useful = ett if ett is not None else live.get(job_id, 0.0)
+            _add_span(out, start_s, step_s, started, finished or now_s, count or 1, useful)
     return out
 
 

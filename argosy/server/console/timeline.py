@@ -2,29 +2,26 @@
 ...) merged with the runtime's (`events.jsonl` in the run directory: spawns, faults,
 restarts, resumes, checkpoints), the loss curve, and the goodput breakdown.
 
-    story = job_story(ctl, row)
+    story = job_story(ctl, row, logs)   # logs: RunLogs, kept across page views
     story.items      # [Item(at="14:03:30.234", source="runtime", kind="fault", text=...)]
 
-Step lines are not parsed as JSON unless they are needed for the loss curve (one point
-every `len/200` steps), so a long run's page stays cheap.
+The runtime's log is read through `RunLog`, which reads only what was appended since
+the last view and keeps a digest of bounded size, so a long run's page stays cheap. The
+goodput of a job that has not ended is the runtime's own accounting over its events so
+far (the final summary replaces it when the job ends).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from argosy.core.confined import read_job_text, stat_job_file
 from argosy.runtime.events import EVENTS_FILE
-from argosy.runtime.goodput import summarize
+from argosy.server.console.runlog import RunLogs
 from argosy.server.control import Control
 from argosy.server.store import Row
 
-MAX_EVENTS_BYTES = 32 << 20
-MAX_LOSS_POINTS = 200
 RUNTIME_KINDS = {
     "start": "launched",
     "spawn": "ranks spawned",
@@ -63,41 +60,23 @@ class Story:
     goodput: dict[str, Any] | None = None
 
 
-def job_story(ctl: Control, row: Row) -> Story:
+def job_story(ctl: Control, row: Row, logs: RunLogs) -> Story:
     rows, _ = ctl.store.list_events(job_id=row["id"], limit=500)
     story = Story([Item(e["created_at"], "server", e["kind"], e["message"]) for e in rows])
-    runtime = read_runtime_events(ctl.run_dir(row["id"]) / EVENTS_FILE, story)
-    story.items.extend(_runtime_item(e) for e in runtime if e["event"] in RUNTIME_KINDS)
+    log = logs.get(row["id"], ctl.run_dir(row["id"]) / EVENTS_FILE)
+    story.items.extend(_runtime_item(e) for e in log.events if e["event"] in RUNTIME_KINDS)
     story.items.sort(key=lambda i: i.at_s)
-    story.goodput = row["summary"] if _is_final(row["summary"]) else _live_goodput(runtime)
+    story.steps = [step for step, _ in log.curve]
+    story.losses = [loss for _, loss in log.curve]
+    story.last_step = log.last_step
+    story.goodput = row["summary"] if _is_final(row["summary"]) else log.goodput()
     return story
 
 
-def read_runtime_events(path: Path, story: Story) -> list[dict[str, Any]]:
-    """Every non-step event, and a thinned loss curve into `story`."""
-    info = stat_job_file(path)  # the job writes it: no links followed
-    if info is None or info.st_size > MAX_EVENTS_BYTES:
-        return []
-    lines = (read_job_text(path, limit=MAX_EVENTS_BYTES) or "").splitlines()
-    steps = [line for line in lines if line.startswith('{"event": "step"')]
-    every = max(1, len(steps) // MAX_LOSS_POINTS)
-    for i, line in enumerate(steps):
-        if i % every == 0 or i == len(steps) - 1:
-            e = _parse(line)
-            if e and isinstance(e.get("loss"), int | float):
-                story.steps.append(float(e["step"]))
-                story.losses.append(float(e["loss"]))
-                story.last_step = int(e["step"])
-    events = [_parse(line) for line in lines if not line.startswith('{"event": "step"')]
-    return [e for e in events if e is not None and "event" in e]
-
-
-def _parse(line: str) -> dict[str, Any] | None:
-    try:
-        e = json.loads(line)
-    except ValueError:
-        return None  # a torn last line
-    return e if isinstance(e, dict) else None
+def live_goodput(ctl: Control, job_id: str, logs: RunLogs) -> dict[str, Any] | None:
+    """The runtime's accounting so far of a job that has not ended (None before its
+    first event)."""
+    return logs.get(job_id, ctl.run_dir(job_id) / EVENTS_FILE).goodput()
 
 
 def _runtime_item(e: dict[str, Any]) -> Item:
@@ -128,13 +107,3 @@ def _wall_s(wall: Any) -> float:
 
 def _is_final(summary: Any) -> bool:
     return isinstance(summary, dict) and "effective_training_time" in summary
-
-
-def _live_goodput(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The goodput so far of a running job (the runtime's own accounting)."""
-    if not events:
-        return None
-    try:
-        return summarize(events)
-    except (KeyError, ValueError, TypeError, ZeroDivisionError):
-        return None

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Depends, HTTPException, Request, Response
+from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException  # FastAPI's is a subclass
 from starlette.requests import ClientDisconnect
 
 from argosy.core.errors import ArgosyError
