@@ -26,8 +26,9 @@ for the job's queue (the server runs as root), the launcher runs as that user th
 `setpriv` while the wrapper, which writes the attempt records, stays the server's. The
 attempt records (`<run dir>/server/`, mode 0700) are then out of the job's reach: the run
 directory is root's with the job's group and the sticky bit, so the job cannot rename
-them away and plant its own pid files. The warm process serves only jobs that run as
-the server's own user.
+them away and plant its own pid files. Warm processes are kept per job user (the last
+`WARM_USERS`): a queue's first attempt starts cold, its next ones warm, each already
+running as that queue's user.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +69,8 @@ echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
 JOB_ENV = "ARGOSY_JOB_ID"
+WARM_USERS = 4
+"""Warm processes kept at most: one per recently started job user (a queue's)."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,10 @@ class LocalExecutor:
         self.options = options or LocalOptions()
         self.host = socket.gethostname()
         self._running: dict[str, _Attempt] = {}
-        base_env = job_environment(os.environ, {}, allow=self.options.env_allow)
-        self._warm = WarmLauncher(base_env) if self.options.warm else None
+        self._warm: OrderedDict[JobUser | None, WarmLauncher] = OrderedDict()
+        identity = self.options.identity
+        if self.options.warm and (identity is None or not identity.active):
+            self._warm[None] = WarmLauncher(self._warm_env(None), None)
 
     def inventory(self) -> list[NodeInfo]:
         found = [d for d in discover() if d.catalog_id and d.backend != "cpu"]
@@ -132,15 +138,14 @@ class LocalExecutor:
         user = self.user_for(request.queue)
         prepare_run_dir(request.run_dir, user)
         where = attempt_dir(request.run_dir, request.attempt)
-        where.mkdir(parents=True, exist_ok=True)
-        os.chmod(where.parent, 0o700)  # the server's records: no job reads or plants them
+        _attempt_records(where, user)
         extra = request.env | {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
         env = self.environment(extra, request.run_dir, user)
         command = launch_command(request)
-        warm = user is None and self._warm is not None
-        if warm and command[:3] == [sys.executable, "-m", "argosy"]:
-            assert self._warm is not None
-            proc = self._warm.take(command[3:], env, request.workdir, where)
+        warm = self._warm.get(user)
+        if warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
+            self._warm.move_to_end(user)
+            proc = warm.take(command[3:], env, request.workdir, where)
         else:
             prefix = user.setpriv() if user is not None else []
             proc = subprocess.Popen(
@@ -158,6 +163,18 @@ class LocalExecutor:
         self._running[request.job_id] = _Attempt(
             request.job_id, request.attempt, where, proc.pid, proc
         )
+        if self.options.warm and user is not None and user not in self._warm:
+            self._keep_warm(user)  # this queue's next attempt starts warm
+
+    def _warm_env(self, user: JobUser | None) -> dict[str, str]:
+        return job_environment(os.environ, {}, allow=self.options.env_allow, user=user)
+
+    def _keep_warm(self, user: JobUser) -> None:
+        """A warm process for `user`; the least recently used one goes past WARM_USERS."""
+        self._warm[user] = WarmLauncher(self._warm_env(user), user)
+        while len(self._warm) > WARM_USERS:
+            _, oldest = self._warm.popitem(last=False)
+            oldest.close()
 
     def user_for(self, queue: str | None) -> JobUser | None:
         """The user a job of `queue` runs as (None: this process's own)."""
@@ -210,24 +227,26 @@ class LocalExecutor:
         return AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
 
     def close(self) -> None:
-        """End the warm process, if one waits (running attempts are left alone)."""
-        if self._warm is not None:
-            self._warm.close()
+        """End the warm processes that wait (running attempts are left alone)."""
+        for warm in self._warm.values():
+            warm.close()
+        self._warm.clear()
 
 
 class WarmLauncher:
     """One `argosy.executors.warm` process under a wrapper, importing ahead of time;
     `take` hands it an attempt and starts the next one."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], user: JobUser | None = None) -> None:
         self._env = env  # what the process starts with: already a job's allowed environment
+        self._prefix = user.setpriv() if user is not None else []  # it runs as the job's user
         self._proc, self._pipe = self._spawn()
 
     def _spawn(self) -> tuple[subprocess.Popen, int]:
         read_fd, write_fd = os.pipe()
         command = [sys.executable, "-m", "argosy.executors.warm", "--fd", str(read_fd)]
         proc = subprocess.Popen(
-            ["sh", "-c", WARM_WRAPPER, "warm", *command],
+            ["sh", "-c", WARM_WRAPPER, "warm", *self._prefix, *command],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -263,6 +282,21 @@ class WarmLauncher:
         if self._proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
+
+
+def _attempt_records(where: Path, user: JobUser | None) -> None:
+    """The attempt's record directory, root's. Without a job user: 0700 (no job reads or
+    plants anything there). With one: 0711, and `output.log` made and handed to that
+    user, so a warm process that becomes the launcher as that user can open it (and no
+    other name there)."""
+    where.mkdir(parents=True, exist_ok=True)
+    mode = 0o700 if user is None else 0o711
+    for folder in (where.parent, where):
+        os.chmod(folder, mode)
+    if user is not None:
+        fd = os.open(where / "output.log", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.fchown(fd, user.uid, user.gid)
+        os.close(fd)
 
 
 def launch_command(request: LaunchRequest) -> list[str]:

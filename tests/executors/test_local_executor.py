@@ -222,6 +222,6 @@ def test_a_warm_attempt_is_adopted_and_a_reused_pid_is_not(tmp_path: Path) -> No
 
 def test_closing_ends_the_unused_warm_process(tmp_path: Path) -> None:
     executor = LocalExecutor(LocalOptions(warm=True))
-    waiting = executor._warm._proc  # noqa: SLF001  # the process under test
+    waiting = executor._warm[None]._proc  # noqa: SLF001  # the process under test
     executor.close()
     assert waiting.wait(timeout=30) == 0

@@ -134,3 +134,33 @@ def test_a_hostile_job_reaches_no_token_and_no_other_tenant(
     assert oct(home.stat().st_mode & 0o777) == "0o711"
     for name in ("admin.token", "argosy.db"):
         assert (home / name).stat().st_mode & 0o077 == 0, name
+
+
+def test_each_job_of_a_queue_runs_as_that_queues_user_cold_or_warm(
+    server: tuple[str, Path, dict[str, str]],
+) -> None:
+    """The second job of a queue starts from a warm process kept for its user: it runs
+    as that user all the same, and its output reaches the launcher log."""
+    import pwd
+
+    url, home, tokens = server
+    steps = str(SCRIPTS / "steps.py")
+    owners = []
+    for _ in range(2):
+        body = {"name": "steps", "queue": "team-a", "script": steps, "args": ["--steps", "2"]}
+        body["workdir"] = str(SCRIPTS)
+        r = httpx.post(
+            f"{url}/api/v1/jobs", json=body, headers={"Authorization": f"Bearer {tokens['team-a']}"}
+        )
+        assert r.status_code == 201, r.text
+        job = _wait(url, tokens["admin"], r.json()["id"], {"succeeded", "failed"})
+        assert job["state"] == "succeeded", job
+        run = _run_dir(home, job["id"])
+        owners.append(pwd.getpwuid((run / "starts.txt").stat().st_uid).pw_name)
+        launcher = httpx.get(
+            f"{url}/api/v1/jobs/{job['id']}/logs",
+            params={"rank": "launcher"},
+            headers={"Authorization": f"Bearer {tokens['team-a']}"},
+        )
+        assert launcher.status_code == 200
+    assert owners == ["argosy-job-team-a"] * 2
