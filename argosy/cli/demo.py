@@ -73,7 +73,8 @@ def demo(
             _submit_service(client)
         job = _submit_job(client, steps, ranks)
         console.print(f"job:         {url}/jobs/{job['id']}")
-        final = _follow(client, job["id"], home / "runs" / job["id"], steps, fault_step, timeout_s)
+        run_dir = _wait_run_dir(home, job["id"])
+        final = _follow(client, job["id"], run_dir, steps, fault_step, timeout_s)
         _report(final)
         if service:
             _service_line(client)
@@ -105,10 +106,18 @@ class _Client:
         return r.json()
 
 
+def _wait_run_dir(home: Path, job_id: str, timeout_s: float = 60.0) -> Path:
+    """The job's run directory once the server has made it."""
+    from argosy.server.state_dir import run_dir_of
+
+    deadline = time.monotonic() + timeout_s
+    while not (found := run_dir_of(home, job_id)).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
 @contextlib.contextmanager
-def server_process(
-    home: Path, port: int, slots: int, extra: tuple[str, ...] = ()
-) -> Iterator[str]:
+def server_process(home: Path, port: int, slots: int, extra: tuple[str, ...] = ()) -> Iterator[str]:
     """`argosy server` as a child process (`extra`: more of its flags); stopped (SIGTERM,
     then SIGKILL) on exit."""
     home.mkdir(parents=True, exist_ok=True)

@@ -102,7 +102,8 @@ def job(
     if data["reason"]:
         console.print(f"reason: {data['reason']}", highlight=False)
     for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:
-        console.print(f"  {e['created_at']}  {e['kind']:<12} {e['message']}", highlight=False)
+        by = f"  (by {e['actor']})" if e.get("actor", "system") != "system" else ""
+        console.print(f"  {e['created_at']}  {e['kind']:<12} {e['message']}{by}", highlight=False)
 
 
 def logs(

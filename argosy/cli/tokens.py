@@ -14,7 +14,7 @@ import re
 from urllib.parse import quote
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
 from argosy.cli.common import console, err_console, print_json, usage_error
@@ -57,24 +57,36 @@ def list_tokens(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """List tokens: id, name, scope, state, times and creator (never a secret)."""
+    """List tokens: id, name, queue, state, when created and when it ends (expiry or
+    revocation); --json adds exact times and who created each. Never a secret."""
     data = Client(server, token).call("GET", "/tokens")
     if as_json:
         print_json(data)
         return
-    table = Table("id", "name", "queue", "state", "created", "expires", "revoked", "created by")
+    table = Table(
+        Column("id", no_wrap=True, min_width=13),  # never cut: `revoke` takes it
+        "name",
+        "queue",
+        "state",
+        Column("created", no_wrap=True, min_width=10),
+        Column("ends (UTC)", no_wrap=True, min_width=16),
+    )
     for t in data:
+        when = t["revoked_at"] if t["state"] == "revoked" else t["expires_at"]
         table.add_row(
             t["id"],
             t["name"],
             t["queue"] or "(admin)",
             t["state"],
-            t["created_at"],
-            t["expires_at"] or "never",
-            t["revoked_at"] or "",
-            t["created_by"],
+            t["created_at"][:10],
+            _minute(when) if when else "never",
         )
     console.print(table)
+
+
+def _minute(iso: str) -> str:
+    """`2025-06-01T12:00:00.000Z` as `2025-06-01 12:00` (UTC)."""
+    return iso[:16].replace("T", " ")
 
 
 @app.command("revoke")

@@ -243,7 +243,7 @@ class Tokens:
 
     def _forget(self, token_id: str) -> None:
         self._principals.pop(token_id, None)
-        for key in [k for k, v in self._ids.items() if v == token_id]:
+        for key in [k for k, v in list(self._ids.items()) if v == token_id]:
             del self._ids[key]
 
 

@@ -9,7 +9,10 @@ the `sessions` table, never the API token itself.
 
 A session holds the token's id (not the token), a per-session CSRF token that every
 console form sends back, and an expiry. Each lookup asks `Tokens.by_id` again, so a
-revoked or expired token ends its sessions at once, whatever their own expiry.
+revoked or expired token ends its sessions at once, whatever their own expiry. Live
+rows are cached in memory (a lookup in the store costs about 0.4 ms, a page 2 to 15):
+right for the one server a store has, since logout goes through `close` and revocation
+through `Tokens`, both of which this lookup sees at once.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from argosy.server.tables import sessions as table
 
 MAX_SESSION_ID_CHARS = 100
 """A longer cookie is not one of ours (ids are 43 characters); it is not even hashed."""
+MAX_CACHED = 4096
+"""Sessions kept in memory; past it the cache starts again (the store has them all)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class Sessions:
         self.tokens = tokens
         self.ttl_s = ttl_s
         self.clock = clock
+        self._cache: dict[str, tuple[str, str, float]] = {}  # hash -> (token id, csrf, expiry)
 
     def open(self, who: Principal) -> tuple[str, Session]:
         """A new session for `who`; returns the id for the cookie (shown only here)."""
@@ -76,21 +82,32 @@ class Sessions:
         if not session_id or len(session_id) > MAX_SESSION_ID_CHARS:
             return None
         digest = session_hash(session_id)
-        with self.store.engine.connect() as c:
-            row = c.execute(select(table).where(table.c.hash == digest)).mappings().first()
-        if row is None:
+        found = self._cache.get(digest) or self._load(digest)
+        if found is None:
             return None
-        who = self.tokens.by_id(row["token_id"]) if row["expires_at"] > self.clock() else None
+        token_id, csrf, expires_at = found
+        who = self.tokens.by_id(token_id) if expires_at > self.clock() else None
         if who is None:
             self._delete(digest)
             return None
-        return Session(who, row["csrf"], row["expires_at"])
+        return Session(who, csrf, expires_at)
 
     def close(self, session_id: str) -> None:
         """Log out: the session's row is deleted, so its cookie no longer works."""
         if session_id and len(session_id) <= MAX_SESSION_ID_CHARS:
             self._delete(session_hash(session_id))
 
+    def _load(self, digest: str) -> tuple[str, str, float] | None:
+        with self.store.engine.connect() as c:
+            row = c.execute(select(table).where(table.c.hash == digest)).first()
+        if row is None:
+            return None
+        if len(self._cache) >= MAX_CACHED:
+            self._cache.clear()
+        found = self._cache[digest] = (row.token_id, row.csrf, row.expires_at)
+        return found
+
     def _delete(self, digest: str) -> None:
+        self._cache.pop(digest, None)
         with self.store.engine.begin() as c:
             c.execute(table.delete().where(table.c.hash == digest))

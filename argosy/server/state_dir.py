@@ -31,6 +31,20 @@ log = logging.getLogger("argosy.server")
 PRIVATE_FILES = ("argosy.db", "argosy.db-wal", "argosy.db-shm", "admin.token")
 
 
+def fallback_runs(home: Path) -> Path:
+    """Where a root server whose job users cannot reach `<home>/runs` keeps run dirs."""
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+    return FALLBACK_RUNS.parent / f"{FALLBACK_RUNS.name}-{digest}"
+
+
+def run_dir_of(home: Path, job_id: str) -> Path:
+    """A job's run directory as a server on `home` placed it (for tools beside the
+    server, such as `argosy demo`, that read it as root)."""
+    default = home / "runs" / job_id
+    fallback = fallback_runs(home) / job_id
+    return fallback if not default.exists() and fallback.exists() else default
+
+
 def job_identity(config: ServerConfig) -> JobIdentity | None:
     """Which user jobs run as (local executor only); None for other executors."""
     if config.executor != "local":
@@ -49,8 +63,7 @@ def secure_home(config: ServerConfig, identity: JobIdentity | None) -> ServerCon
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, mode)
     if shared and config.runs_root is None and not PROBE.may_enter(config.runs_dir):
-        digest = hashlib.sha256(str(config.home.resolve()).encode()).hexdigest()[:12]
-        runs = FALLBACK_RUNS.parent / f"{FALLBACK_RUNS.name}-{digest}"
+        runs = fallback_runs(config.home)
         for path in (FALLBACK_RUNS.parent, runs):
             path.mkdir(parents=True, exist_ok=True)
             os.chmod(path, mode)

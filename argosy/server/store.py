@@ -3,7 +3,9 @@
 Any SQLAlchemy URL works (SQLite by default, PostgreSQL in production); the schema is
 brought to the newest version by alembic when the store opens. Every change of a job
 and the event that explains it are written in one transaction, so the log never
-disagrees with the state.
+disagrees with the state. Every event names its actor: the `actor=` of the write
+(`admin`, `token <id> (<name>)`), else `system` (the control loop's own). Tokens are
+stored as `argosy.server.auth` hashes them; the store never sees a secret.
 
     store = Store("sqlite:///state.db")
     row = store.insert_job(spec.model_dump(), now=time.time())

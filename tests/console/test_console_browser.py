@@ -270,3 +270,14 @@ def test_every_page_runs_under_the_csp_without_a_violation(page, server, admin_t
         "const s = document.createElement('script'); s.textContent = '1'; document.head.append(s)"
     )
     page.wait_for_function("(window.cspViolations || []).length > 0")  # the watch does see one
+
+
+def test_a_stale_csrf_token_is_refused_with_a_message(page, server, admin_token):
+    url, _ = server
+    page.goto(url + "/nodes")
+    page.evaluate("document.body.setAttribute('hx-headers', '{\"X-CSRF-Token\": \"stale\"}')")
+    page.click("#nodes button:text-is('Cordon')")
+    message = page.wait_for_selector("#flash .flash.error").inner_text()
+    assert "CSRF token is missing or out of date" in message  # htmx swapped the 403 in
+    auth = {"Authorization": f"Bearer {admin_token}"}
+    assert not any(n["cordoned"] for n in httpx.get(f"{url}/api/v1/nodes", headers=auth).json())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,6 +141,10 @@ def test_the_csrf_token_works_as_a_form_field_and_as_the_htmx_header(app_home) -
     r = no_redirect(admin, "POST", "/nodes/n1/uncordon", headers=headers)
     assert "n1" not in client.app.state.control.cordoned
     assert "by-field" in job_names(client)
+    access = (home / "logs" / "access.log").read_text()
+    assert re.search(r'POST /nodes/n1/cordon 200 [0-9.]+ms "admin"', access)
+    events, _ = client.app.state.control.store.list_events(limit=10_000)
+    assert ("cordoned", "admin") in {(e["kind"], e["actor"]) for e in events}
 
 
 def test_every_page_carries_the_token_its_forms_and_htmx_send(app_home) -> None:
@@ -230,11 +235,16 @@ def test_an_expired_session_is_refused_and_deleted(app_home) -> None:
     client, home = app_home
     admin, _ = browser(app_home, admin_token(home))
     digest = session_hash(admin.cookies[COOKIE])
-    engine = client.app.state.control.store.engine
-    with engine.begin() as c:
-        c.execute(sessions.update().where(sessions.c.hash == digest).values(expires_at=time.time()))
-    assert no_redirect(admin, "GET", "/").headers["location"].startswith("/login")
-    with engine.connect() as c:
+    store_sessions = client.app.state.sessions
+    assert store_sessions.ttl_s == 12 * 3600  # ServerConfig.session_ttl_s's default
+    assert no_redirect(admin, "GET", "/").status_code == 200
+    store_sessions.clock = lambda: time.time() + store_sessions.ttl_s + 1  # its clock moves on
+    try:
+        assert no_redirect(admin, "GET", "/").headers["location"].startswith("/login")
+    finally:
+        store_sessions.clock = time.time
+    assert no_redirect(admin, "GET", "/").headers["location"].startswith("/login")  # gone
+    with client.app.state.control.store.engine.connect() as c:
         assert c.execute(sessions.select().where(sessions.c.hash == digest)).first() is None
 
 

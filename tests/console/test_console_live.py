@@ -97,6 +97,10 @@ def test_a_running_jobs_goodput_is_live_on_its_page_and_the_overview(live: TestC
     assert live.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "running"  # still live
     live.post(f"/api/v1/jobs/{job['id']}/cancel")
     wait_for(live, job["id"], {"cancelled"}, timeout_s=60)
+    assert 'data-rank="launcher"' in live.get(f"/jobs/{job['id']}").text  # streamed there
+    out = live.get(f"/jobs/{job['id']}/log", params={"rank": "launcher"}).json()
+    want = live.get(f"/api/v1/jobs/{job['id']}/logs", params={"rank": "launcher"}).text
+    assert out["file"] == "server-attempt1" and out["text"] == want and want
 
 
 def test_a_cordoned_node_still_shows_what_runs_on_it(fake: TestClient) -> None:

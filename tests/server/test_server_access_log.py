@@ -17,7 +17,7 @@ from argosy.executors.fake import FakeExecutor
 from argosy.server.app import create_app
 
 LINE = re.compile(
-    r'^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (?P<method>[A-Z]+) (?P<path>\S+) '
+    r"^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (?P<method>[A-Z]+) (?P<path>\S+) "
     r'(?P<status>\d{3}) (?P<ms>\d+\.\d)ms "(?P<actor>[^"]*)"$'
 )
 
@@ -40,9 +40,7 @@ def lines(home: Path) -> list[dict[str, str]]:
     return out
 
 
-def test_each_request_is_one_line_naming_its_actor_and_status(
-    api: TestClient, home: Path
-) -> None:
+def test_each_request_is_one_line_naming_its_actor_and_status(api: TestClient, home: Path) -> None:
     token = api.post("/api/v1/tokens", json={"queue": "default", "name": "ci"}).json()
     user = {"Authorization": f"Bearer {token['token']}"}
     api.get("/api/v1/jobs", params={"state": "pending", "queue": "secret-value"}, headers=user)

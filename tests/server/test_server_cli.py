@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -123,6 +124,42 @@ def test_cli_round_trip_against_a_real_server(
     assert r.returncode == 2 and "403" in r.stderr
     r = argosy("job", "jnothere", env=env)
     assert r.returncode == 2 and "404" in r.stderr
+
+
+def test_token_create_list_revoke_and_expiry_against_a_real_server(
+    argosy, server: ServerProcess
+) -> None:
+    env = {"ARGOSY_HOME": str(server.home), "ARGOSY_SERVER": server.url}
+    r = argosy("token", "create", "--queue", "default", "--name", "ci", "--expires", "30d", env=env)
+    assert r.returncode == 0, r.stderr
+    token = r.stdout.strip()
+    token_id = token.split("_")[1]
+    assert token.startswith(f"argosy_{token_id}_") and token_id in r.stderr
+    assert argosy("jobs", "--token", token, env=env).returncode == 0
+    listed = json.loads(argosy("token", "list", "--json", env=env).stdout)
+    mine = next(t for t in listed if t["id"] == token_id)
+    assert mine["state"] == "active" and mine["queue"] == "default" and mine["expires_at"]
+    table = argosy("token", "list", env=env).stdout
+    assert token_id in table and token.split("_", 2)[2] not in table
+    r = argosy("token", "revoke", token_id, env=env)
+    assert r.returncode == 0 and f"revoked {token_id}" in r.stdout
+    r = argosy("jobs", "--token", token, env=env)
+    assert r.returncode == 2 and "401" in r.stderr
+    server_id = next(t["id"] for t in listed if t["created_by"] == "server")
+    for args, want in [
+        (("token", "revoke", "tnothere"), "404"),
+        (("token", "revoke", server_id), "409"),
+        (("token", "create", "--queue", "default", "--expires", "2x"), "--expires"),
+        (("token", "create", "--queue", "nowhere"), "unknown leaf queue"),
+    ]:
+        r = argosy(*args, env=env)
+        assert r.returncode == 2 and want in r.stderr, (args, r)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    short = argosy("token", "create", "--queue", "default", "--expires", "1s", env=env).stdout
+    assert argosy("jobs", "--token", short.strip(), env=env).returncode == 0
+    time.sleep(1.1)
+    r = argosy("jobs", "--token", short.strip(), env=env)
+    assert r.returncode == 2 and "401" in r.stderr
 
 
 def test_the_cli_imports_no_server_dependency_until_a_server_command_runs() -> None:

@@ -72,6 +72,7 @@ async def login(
         return render(
             request, "login.html", None, 401, next=_safe_next(next), error="unknown token"
         )
+    request.state.actor = who.actor  # the access log's actor
     sessions = request.app.state.sessions
     sessions.close(request.cookies.get(COOKIE, ""))  # this browser's older session
     session_id, session = sessions.open(who)

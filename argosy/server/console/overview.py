@@ -1,9 +1,12 @@
 """What the overview and queues pages show, computed from the live control plane:
 devices by vendor and state, the five factors (each saying how it was computed, or that
-argosy does not measure it here), and why each pending job at the head of a queue waits.
+argosy does not measure it here; running jobs count with their goodput so far), and why
+each pending job at the head of a queue waits (naming the cordoned nodes that hold back
+the devices it needs).
 
     chips = chips_by_vendor(ctl)                 # [ChipRow(vendor, chip, allocated, ...)]
-    factors = five_factors(ctl, series)
+    live = live_efficiency(ctl, logs)            # {job id: effective training time so far}
+    factors = five_factors(ctl, chips, series, live)
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class Story:
 
 def job_story(ctl: Control, row: Row, logs: RunLogs) -> Story:
     rows, _ = ctl.store.list_events(job_id=row["id"], limit=500)
-    story = Story([Item(e["created_at"], "server", e["kind"], e["message"]) for e in rows])
+    story = Story([Item(e["created_at"], _source(e), e["kind"], e["message"]) for e in rows])
     log = logs.get(row["id"], ctl.run_dir(row["id"]) / EVENTS_FILE)
     story.items.extend(_runtime_item(e) for e in log.events if e["event"] in RUNTIME_KINDS)
     story.items.sort(key=lambda i: i.at_s)
@@ -77,6 +77,12 @@ def live_goodput(ctl: Control, job_id: str, logs: RunLogs) -> dict[str, Any] | N
     """The runtime's accounting so far of a job that has not ended (None before its
     first event)."""
     return logs.get(job_id, ctl.run_dir(job_id) / EVENTS_FILE).goodput()
+
+
+def _source(event: Row) -> str:
+    """`server` for the control loop's own events, else who asked (`admin`, a token)."""
+    actor = event.get("actor") or "system"
+    return "server" if actor == "system" else actor
 
 
 def _runtime_item(e: dict[str, Any]) -> Item:

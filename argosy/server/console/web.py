@@ -76,6 +76,8 @@ def current_session(request: Request) -> Session | None:
         session_id = request.cookies.get(COOKIE, "")
         found = request.app.state.sessions.get(session_id) if session_id else None
         request.state.session = found
+        if found is not None:
+            request.state.actor = found.principal.actor  # the access log's actor
     return request.state.session
 
 
