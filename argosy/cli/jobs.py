@@ -109,11 +109,17 @@ def job(
 def logs(
     job_id: str = typer.Argument(..., help="Job id."),
     follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing until it ends."),
-    rank: int = typer.Option(0, "--rank", min=0, help="Rank whose output to show."),
+    rank: str = typer.Option(
+        "0", "--rank", help="Rank whose output to show, or `launcher` (why an attempt failed)."
+    ),
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
     """Print the output of a job's latest attempt."""
+    if rank != "launcher" and not rank.isdigit():
+        raise typer.BadParameter(
+            f"'{rank}' is neither a rank number nor 'launcher'", param_hint="--rank"
+        )
     client, offset = Client(server, token), 0
     while True:
         r = client.raw("GET", f"/jobs/{job_id}/logs", params={"offset": offset, "rank": rank})
