@@ -164,7 +164,7 @@ async def job_events(
     return EventPage(items=[event_view(r) for r in rows], next_cursor=nxt)
 
 
-@router.get("/jobs/{job_id}/logs", response_class=PlainTextResponse, responses={404: {}})
+@router.get("/jobs/{job_id}/logs", response_class=PlainTextResponse, responses={403: {}, 404: {}})
 async def job_logs(
     job_id: str,
     ctl: Ctl,
@@ -177,6 +177,8 @@ async def job_logs(
     failure that never reached a rank says why); the header `X-Next-Offset` is where to
     continue (`argosy logs -f`)."""
     row = _job(ctl, job_id)
+    if not who.may_read_output(row["queue"]):
+        raise HTTPException(403, f"a job's output is for queue '{row['queue']}' and admins")
     run_dir = ctl.run_dir(job_id)
     if rank == LAUNCHER:
         return log_response(launcher_log(run_dir, row["attempts"]), offset)

@@ -67,6 +67,11 @@ class Principal:
     def may_change(self, queue: str) -> bool:
         return self.is_admin or self.queue == queue
 
+    def may_read_output(self, queue: str) -> bool:
+        """A job's or service's output (logs) is its queue's and the admins': tenants
+        print their data there. Everything else (states, events, queues) any token reads."""
+        return self.may_change(queue)
+
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
 

@@ -71,7 +71,11 @@ async def service_events(
     return EventPage(items=[event_view(r) for r in rows], next_cursor=nxt)
 
 
-@router.get("/services/{service_id}/logs", response_class=PlainTextResponse, responses={404: {}})
+@router.get(
+    "/services/{service_id}/logs",
+    response_class=PlainTextResponse,
+    responses={403: {}, 404: {}},
+)
 async def service_logs(
     service_id: str,
     ctl: Ctl,
@@ -81,6 +85,8 @@ async def service_logs(
 ) -> PlainTextResponse:
     """Output of one replica's latest attempt from byte `offset` (header `X-Next-Offset`)."""
     row = _service(ctl, service_id)
+    if not who.may_read_output(row["queue"]):
+        raise HTTPException(403, f"a service's output is for queue '{row['queue']}' and admins")
     attempt = next((r["attempt"] for r in row["replicas"] if r["index"] == replica), 0)
     key = replica_key(service_id, replica)
     path = ctl.services.run_dir(key) / "server" / f"attempt{attempt}" / "output.log"

@@ -91,6 +91,14 @@ def test_a_queue_token_cannot_cancel_in_another_queue(home: Path, tmp_path: Path
             f"/api/v1/jobs/{job_b['id']}/cancel", headers={"Authorization": f"Bearer {tok_a}"}
         )
         assert r.status_code == 403
+        tok_b = c.post("/api/v1/tokens", json={"queue": "b"}, headers=admin).json()["token"]
+        logs = f"/api/v1/jobs/{job_b['id']}/logs"
+        for rank in ("0", "launcher"):  # a tenant's output is its own (and the admins')
+            r = c.get(logs, params={"rank": rank}, headers={"Authorization": f"Bearer {tok_a}"})
+            assert r.status_code == 403 and "queue 'b'" in r.json()["detail"]
+            r = c.get(logs, params={"rank": rank}, headers={"Authorization": f"Bearer {tok_b}"})
+            assert r.status_code == 200
+            assert c.get(logs, params={"rank": rank}, headers=admin).status_code == 200
         assert c.post(f"/api/v1/jobs/{job_b['id']}/cancel", headers=admin).status_code == 200
         c.headers.update(admin)
         assert wait_for(c, job_b["id"], TERMINAL)["state"] == "cancelled"

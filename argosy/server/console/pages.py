@@ -181,6 +181,8 @@ async def job_log(
     launcher of the latest server attempt) from `offset` (the page polls it); when a
     newer attempt's log has appeared since `file`, it is read from its start."""
     row = _job(ctl, job_id)
+    if not who.may_read_output(row["queue"]):
+        raise ConsoleError(f"a job's output is for queue '{row['queue']}' and admins", 403)
     log, name = _log_of(ctl, row, rank)
     if log is not None and name != file:
         offset = 0
