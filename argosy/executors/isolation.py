@@ -27,7 +27,6 @@ in a directory only the server can write) keeps running as the server.
 from __future__ import annotations
 
 import fnmatch
-import grp
 import hashlib
 import os
 import pwd
@@ -257,26 +256,35 @@ class JobIdentity:
 
 
 def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:
-    """Create `run_dir` for a job. With a user: owned by root, group the user's, mode
-    1770 (sticky: the job creates and replaces its own files, but cannot rename or
-    remove `server/`, the attempt records the server keeps there)."""
+    """Create `run_dir` for a job. With a user: its parent passable (0711), the
+    directory owned by root, group the user's, mode 1770 (sticky: the job creates and
+    replaces its own files, but cannot rename or remove `server/`, the attempt records
+    the server keeps there)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     if user is None:
         return
+    parent = run_dir.parent  # `runs/` (0711 already), or a service's `runs/<id>/`
+    if parent.stat().st_uid == os.geteuid() and not parent.stat().st_mode & stat.S_IXOTH:
+        os.chmod(parent, 0o711)  # made under umask 077: the replica's user must pass
     info = run_dir.stat()
     if info.st_gid != user.gid or info.st_uid != 0:
         os.chown(run_dir, 0, user.gid)
     os.chmod(run_dir, 0o1770)
 
 
-def secure_dir(path: Path, mode: int) -> None:
-    """Create `path` (owned by this process) and set its mode."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, mode)
+CACHE_ROOT = Path("/var/cache/argosy")
 
 
-def group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
+def user_cache_dir(user: JobUser, root: Path = CACHE_ROOT) -> Path:
+    """`root/<user>`: the job user's own cache (converted models), 0700, kept across
+    runs so a queue's second service loads from it; no other tenant reads it."""
+    path = root / user.name
+    if not path.is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o711)
+        path.mkdir(exist_ok=True)
+    info = path.lstat()
+    if info.st_uid != user.uid or stat.S_IMODE(info.st_mode) != 0o700:
+        os.chown(path, user.uid, user.gid)  # under root's 0711 folder: no job plants links
+        os.chmod(path, 0o700)
+    return path

@@ -47,7 +47,13 @@ from pathlib import Path
 
 from argosy.core.procs import pid_alive, signal_by_env
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
-from argosy.executors.isolation import JobIdentity, JobUser, job_environment, prepare_run_dir
+from argosy.executors.isolation import (
+    JobIdentity,
+    JobUser,
+    job_environment,
+    prepare_run_dir,
+    user_cache_dir,
+)
 from argosy.hardware.discovery import discover
 
 WRAPPER = r"""
@@ -186,7 +192,10 @@ class LocalExecutor:
     ) -> dict[str, str]:
         """A job's whole environment: the allowed part of ours, then `extra`."""
         allow = self.options.env_allow
-        return job_environment(os.environ, extra, home=str(run_dir), allow=allow, user=user)
+        env = job_environment(os.environ, extra, home=str(run_dir), allow=allow, user=user)
+        if user is not None:  # converted models outlive a run: one cache per job user
+            env["ARGOSY_CACHE_DIR"] = str(user_cache_dir(user))
+        return env
 
     def stop(self, job_id: str) -> None:
         current = self._running.get(job_id)
