@@ -1,6 +1,6 @@
 """The HTTP client the job commands share: server address, token, errors as one line.
 
-The server comes from `--server`, then `ARGOSY_SERVER`, then http://127.0.0.1:8265; the
+The server comes from `--server`, then `ARGOSY_SERVER`, then http://127.0.0.1:8275; the
 token from `--token`, then `ARGOSY_TOKEN`, then `$ARGOSY_HOME/admin.token`.
 """
 
@@ -12,8 +12,9 @@ from typing import Any
 import typer
 
 from argosy.core.errors import ArgosyError
+from argosy.core.net import DEFAULT_PORT
 
-DEFAULT_SERVER = "http://127.0.0.1:8265"
+DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 ServerOption = typer.Option(None, "--server", help="Server URL (env ARGOSY_SERVER).")
 TokenOption = typer.Option(None, "--token", help="API token (env ARGOSY_TOKEN).")

@@ -33,7 +33,7 @@ from rich.table import Table
 from argosy.cli.common import console, err_console
 from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
-from argosy.core.net import free_port
+from argosy.core.net import DEFAULT_PORT, free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -41,7 +41,9 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 def demo(
     keep: bool = typer.Option(False, "--keep", help="Keep the server up until Ctrl-C."),
-    port: int = typer.Option(8265, "--port", min=0, max=65535, help="Port (0: a free one)."),
+    port: int = typer.Option(
+        DEFAULT_PORT, "--port", min=0, max=65535, help="Port (0: a free one)."
+    ),
     steps: int = typer.Option(40, "--steps", min=4, help="Training steps of the job."),
     fault_step: int = typer.Option(
         12, "--fault-step", min=0, help="Kill rank 0 after this step (0: no fault)."

@@ -1,6 +1,6 @@
 """`argosy server`: the control plane (REST API, store, scheduler loop, executor).
 
-argosy server                                  # 127.0.0.1:8265, SQLite in ~/.argosy
+argosy server                                  # 127.0.0.1:8275, SQLite in ~/.argosy
 argosy server --executor ray --ray-address 127.0.0.1:6379 --queues queues.yaml
 argosy server --config server.yaml             # any ServerConfig field (flags win)
 
@@ -16,11 +16,12 @@ import typer
 
 from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
+from argosy.core.net import DEFAULT_PORT
 
 
 def server(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
-    port: int = typer.Option(8265, "--port", min=0, max=65535, help="TCP port."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", min=0, max=65535, help="TCP port."),
     db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL; default SQLite in home."),
     executor: str = typer.Option("local", "--executor", help="local or ray."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster address."),

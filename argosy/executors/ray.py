@@ -17,21 +17,34 @@ placement group removed, and the server queues the job again. The node stays out
 the inventory for `SUSPECT_S` (Ray's own health check takes seconds to declare it
 dead), and an attempt pinned to a node Ray has declared dead is reported lost too.
 
+The server never waits on Ray: one background thread makes every Ray call (node table,
+placement groups, actors) with bounded waits, and the executor's methods read what it
+last saw or hand it a command. A stopped attempt whose placement group Ray never placed
+ends at once; every ended attempt's actors and placement group are removed before its
+exit is reported; a restarted server removes the groups and actors nobody adopted.
+
     executor = RayExecutor(RayOptions(address="127.0.0.1:6379"))
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import queue
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.executors.isolation import job_environment
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
@@ -41,6 +54,18 @@ SUSPECT_S = 15.0
 """A node whose actor died is left out of the inventory this long (or until Ray declares
 it dead), so a requeued gang is not placed on it again at once."""
 NAMESPACE = "argosy"
+TICK_S = 0.2
+"""The longest the Ray thread waits on Ray before it takes the next commands."""
+POLL_EVERY_S = 0.5
+"""How often each running node rank is asked for its launcher's exit code."""
+NODES_EVERY_S = 1.0
+"""How often the Ray thread refreshes its copy of Ray's node table."""
+PR_SET_PDEATHSIG = 1
+DIED = -1
+FAILED_TO_START = -2
+"""Codes of a rank whose actor died, or whose `start` raised (never a real exit code)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +74,11 @@ class RayOptions:
 
     address: str = "auto"
     """Ray address (`host:port` of the head's GCS, or "auto")."""
+    stop_grace_s: float = 30.0
+    """Seconds a stopped attempt's launchers get to exit (they checkpoint first) before
+    the attempt is killed and reported."""
+    call_timeout_s: float = 10.0
+    """The longest the Ray thread waits for the actors of an attempt to kill its ranks."""
 
 
 class NodeRunner:
@@ -70,6 +100,7 @@ class NodeRunner:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
         return self.proc.pid
 
@@ -96,10 +127,26 @@ class _RayAttempt:
     actors: list[Any]
     node_ids: list[str] = field(default_factory=list)
     codes: dict[int, int] = field(default_factory=dict)
+    asks: dict[int, Any] = field(default_factory=dict)
+    """Node rank -> its outstanding `poll` call."""
+    answered_s: dict[int, float] = field(default_factory=dict)
+    """Node rank -> when its actor last answered (a rank in here has started)."""
+    stop_s: float | None = None
+    """When a stop was asked (monotonic), or None."""
+
+    @property
+    def tag(self) -> str:
+        return attempt_tag(self.job_id, self.attempt)
 
 
 class RayExecutor:
-    """Runs attempts on a Ray cluster."""
+    """Runs attempts on a Ray cluster; every Ray call happens on one background thread.
+
+    The methods of the `Executor` protocol never wait on Ray: `inventory` reads the node
+    table the thread last fetched, `poll` takes the exits it found, and `start`, `stop`
+    and `adopt` hand it a command (`adopt` always answers "still running"; an attempt
+    that is gone is reported by `poll` moments later). `reap`, once adoption is over,
+    removes the placement groups and actors of every attempt nobody adopted."""
 
     name = "ray"
 
@@ -116,50 +163,203 @@ class RayExecutor:
                 logging_level="WARNING",
             )
         self._actor_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeRunner)
+        self._lock = threading.Lock()  # guards what both threads read: nodes and exits
+        self._nodes: list[NodeInfo] = []
         self._ids: dict[str, str] = {}
         self._addrs: dict[str, str] = {}
-        self._running: dict[str, _RayAttempt] = {}
+        self._exits: list[AttemptExit] = []
+        self._commands: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        # the thread's own state
+        self._attempts: dict[str, _RayAttempt] = {}
         self._alive: set[str] = set()
         self._suspect: dict[str, float] = {}  # node id -> monotonic time it may return
+        self._nodes_s = 0.0
+        self._refresh_nodes()  # start-up: the server places its first jobs on these
+        self._thread = threading.Thread(target=self._serve, name="argosy-ray", daemon=True)
+        self._thread.start()
 
+    # ---- the Executor protocol: never waits on Ray ----------------------------------------
     def inventory(self) -> list[NodeInfo]:
-        out = []
+        with self._lock:
+            return list(self._nodes)
+
+    def start(self, request: LaunchRequest) -> None:
+        with self._lock:
+            missing = [n for n in request.nodes if n not in self._ids]
+            ids = [self._ids.get(n, "") for n in request.nodes]
+            addr = self._addrs.get(next(iter(request.nodes), ""), "")
+        if missing:
+            raise ArgosyError(f"node(s) {', '.join(missing)} are not alive in the Ray cluster")
+        self._send(partial(self._start, request, ids, addr))
+
+    def stop(self, job_id: str) -> None:
+        self._send(partial(self._stop, job_id))
+
+    def poll(self) -> list[AttemptExit]:
+        with self._lock:
+            out, self._exits = self._exits, []
+        return out
+
+    def adopt(self, job_id: str, attempt: int, run_dir: Path) -> AttemptExit | None:
+        self._send(partial(self._adopt, job_id, attempt))
+        return None
+
+    def reap(self) -> None:
+        """Adoption is over: remove every `argosy-*` placement group and actor that
+        belongs to no adopted attempt (stale leftovers of an earlier server)."""
+        self._send(self._reap)
+
+    def close(self) -> None:
+        """Finish the commands already sent, then end the thread (attempts run on)."""
+        self._commands.put(None)
+        self._wake.set()
+        self._thread.join(timeout=2 * self.options.call_timeout_s)
+
+    def _send(self, command: Callable[[], None]) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    # ---- the Ray thread ---------------------------------------------------------------------
+    def _serve(self) -> None:
+        while True:
+            self._wake.clear()
+            while True:
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    break
+                if command is None:
+                    return
+                self._guarded(command)
+            self._guarded(self._tick)
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception:  # the thread outlives any one failure of Ray or of a command
+            log.exception("ray executor: %s failed", getattr(step, "func", step))
+            time.sleep(TICK_S)
+
+    def _tick(self) -> None:
+        """Refresh the node table when due, ask every unfinished rank for its exit code,
+        wait at most `TICK_S` for answers, and settle the attempts that ended."""
         now = time.monotonic()
-        self._alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
-        for node in self.ray.nodes():
-            if not node.get("Alive") or self._suspect.get(node["NodeID"], 0.0) > now:
+        if now - self._nodes_s >= NODES_EVERY_S:
+            self._refresh_nodes()
+        refs = {}
+        for a in self._attempts.values():
+            for i, actor in enumerate(a.actors):
+                if i in a.codes:
+                    continue
+                if i not in a.asks and now - a.answered_s.get(i, 0.0) >= POLL_EVERY_S:
+                    a.asks[i] = actor.poll.remote()
+                refs |= {a.asks[i]: (a, i)} if i in a.asks else {}
+        if refs:
+            ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=TICK_S)
+        else:
+            ready = []
+            self._wake.wait(TICK_S)
+        for ref in ready:
+            a, i = refs[ref]
+            self._answer(a, i, ref)
+        for a in list(self._attempts.values()):
+            ended = self._verdict(a)
+            if ended is not None:
+                self._end(a, ended)
+
+    def _answer(self, a: _RayAttempt, i: int, ref: Any) -> None:
+        from ray.exceptions import ActorUnavailableError, RayActorError, RayError
+
+        del a.asks[i]
+        try:
+            code = self.ray.get(ref, timeout=0)
+        except ActorUnavailableError:
+            return  # a passing disconnect: ask again
+        except RayActorError:
+            a.codes[i] = DIED
+            return
+        except RayError as err:
+            log.warning("node rank %d of %s: %s", i, a.tag, err)
+            a.codes[i] = FAILED_TO_START
+            return
+        a.answered_s[i] = time.monotonic()
+        if code is not None:
+            a.codes[i] = code
+
+    def _verdict(self, a: _RayAttempt) -> AttemptExit | None:
+        """How the attempt ended, or None while it runs: the first rank that failed or
+        died ends the whole gang; all ranks exiting 0 is success."""
+        job, n = a.job_id, a.attempt
+        for i, code in sorted(a.codes.items()):
+            if code == DIED:
+                self._suspect_node(a, i)
+                return AttemptExit(job, n, None, True, f"node rank {i}'s Ray node died")
+            if code == FAILED_TO_START:
+                return AttemptExit(job, n, None, False, f"node rank {i} could not start")
+        gone = [x for x in a.node_ids if x not in self._alive]
+        if gone:
+            return AttemptExit(job, n, None, True, f"its Ray node {gone[0][:8]} is dead")
+        if a.codes:
+            worst = max(a.codes.values(), key=lambda c: (c != 0, c))
+            if worst != 0 or len(a.codes) == len(a.actors):
+                return AttemptExit(job, n, worst, is_lost(worst), describe_exit(worst))
+        if a.stop_s is not None and time.monotonic() - a.stop_s > self.options.stop_grace_s:
+            why = f"did not stop within {self.options.stop_grace_s:g} s; killed"
+            return AttemptExit(job, n, None, True, why)
+        return None
+
+    def _suspect_node(self, a: _RayAttempt, i: int) -> None:
+        if i < len(a.node_ids):
+            self._suspect[a.node_ids[i]] = time.monotonic() + SUSPECT_S
+            self._refresh_nodes()
+
+    def _end(self, a: _RayAttempt, ended: AttemptExit) -> None:
+        """Free the attempt's Ray resources, then report how it ended (the server may
+        place its next attempt on the same devices at once)."""
+        self._attempts.pop(a.job_id, None)
+        self._cleanup(a, kill_ranks=ended.exit_code != 0)
+        with self._lock:
+            self._exits.append(ended)
+
+    def _refresh_nodes(self) -> None:
+        self._nodes_s = time.monotonic()
+        table = self.ray.nodes()
+        now = time.monotonic()
+        self._alive = {n["NodeID"] for n in table if n.get("Alive")}
+        self._suspect = {k: t for k, t in self._suspect.items() if t > now and k in self._alive}
+        nodes, ids, addrs = [], {}, {}
+        for node in table:
+            if node["NodeID"] not in self._alive or node["NodeID"] in self._suspect:
                 continue
             name = f"{node['NodeManagerAddress']}-{node['NodeID'][:8]}"
             for resource, amount in node.get("Resources", {}).items():
                 if resource.startswith(CHIP_PREFIX) and amount >= 1:
-                    self._ids[name] = node["NodeID"]
-                    self._addrs[name] = node["NodeManagerAddress"]
+                    ids[name] = node["NodeID"]
+                    addrs[name] = node["NodeManagerAddress"]
                     chip = resource.removeprefix(CHIP_PREFIX)
-                    out.append(NodeInfo(name, chip, int(amount), node["NodeManagerAddress"]))
-        return out
+                    nodes.append(NodeInfo(name, chip, int(amount), node["NodeManagerAddress"]))
+        with self._lock:
+            self._nodes, self._ids, self._addrs = nodes, ids, addrs
 
-    def start(self, request: LaunchRequest) -> None:
+    def _start(self, request: LaunchRequest, ids: list[str], addr: str) -> None:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        if not self._ids:
-            self.inventory()
-        older = self._running.pop(request.job_id, None)
+        older = self._attempts.pop(request.job_id, None)
         if older is not None:  # an older attempt never has company
-            self._cleanup(older, AttemptExit(older.job_id, older.attempt, None, True, "replaced"))
+            self._cleanup(older, kill_ranks=True)
         names = list(request.nodes)
         bundles = [{CHIP_PREFIX + request.chip: float(request.nodes[n])} for n in names]
-        labels = [{"ray.io/node-id": self._ids[n]} for n in names]
-        tag = f"argosy-{request.job_id}-{request.attempt}"
+        tag = attempt_tag(request.job_id, request.attempt)
         pg = placement_group(
             bundles,
             strategy="SPREAD",
             name=tag,
             lifetime="detached",
-            bundle_label_selector=labels,
+            bundle_label_selector=[{"ray.io/node-id": x} for x in ids],
         )
         port = random.randint(20000, 40000)
-        addr = self._addrs[names[0]]
         actors = []
         for i, _ in enumerate(names):
             actor = self._actor_cls.options(
@@ -169,90 +369,121 @@ class RayExecutor:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
             ).remote()
             run_dir = request.run_dir if i == 0 else request.run_dir / f"node{i}"
-            command = node_command(request, len(names), i, str(addr), port, run_dir)
+            command = node_command(request, len(names), i, addr, port, run_dir)
             env = request.env | {JOB_ENV: request.job_id}
-            log = attempt_dir(request.run_dir, request.attempt) / f"node{i}.log"
-            actor.start.remote(command, env, request.workdir, str(log))
+            log_file = attempt_dir(request.run_dir, request.attempt) / f"node{i}.log"
+            actor.start.remote(command, env, request.workdir, str(log_file))
             actors.append(actor)
-        ids = [self._ids[n] for n in names]
-        self._running[request.job_id] = _RayAttempt(
+        self._attempts[request.job_id] = _RayAttempt(
             request.job_id, request.attempt, pg, actors, ids
         )
 
-    def stop(self, job_id: str) -> None:
-        current = self._running.get(job_id)
-        if current is None:
+    def _stop(self, job_id: str) -> None:
+        a = self._attempts.get(job_id)
+        if a is None or a.stop_s is not None:
             return
-        for actor in current.actors:
+        a.stop_s = time.monotonic()
+        for actor in a.actors:  # queued behind `start` on each actor: never lost
             actor.stop.remote()
+        if not self._placed(a):  # nothing runs yet: it ends now, and its resources go
+            self._end(a, AttemptExit(job_id, a.attempt, None, True, "stopped before Ray placed it"))
 
-    def poll(self) -> list[AttemptExit]:
-        out = []
-        for job_id, current in list(self._running.items()):
-            ended = self._ended(current)
-            if ended is not None:
-                self._cleanup(current, ended)
-                del self._running[job_id]
-                out.append(ended)
-        return out
-
-    def adopt(self, job_id: str, attempt: int, run_dir: Path) -> AttemptExit | None:
+    def _placed(self, a: _RayAttempt) -> bool:
         from ray.util import placement_group_table
 
-        tag = f"argosy-{job_id}-{attempt}"
-        actors = []
-        for i in range(1024):
-            try:
-                actors.append(self.ray.get_actor(f"{tag}-{i}", namespace=NAMESPACE))
-            except ValueError:
-                break
-        pgs = [p for p in placement_group_table().values() if p.get("name") == tag]
-        if not actors:
-            return AttemptExit(job_id, attempt, None, True, "its Ray actors are gone")
-        pg = self.ray.util.get_placement_group(tag) if pgs else None
-        current = _RayAttempt(job_id, attempt, pg, actors)
-        self._running[job_id] = current
-        return None
+        if len(a.answered_s) == len(a.actors) or a.pg is None:
+            return True
+        return placement_group_table(a.pg).get("state") == "CREATED"
 
-    def _ended(self, a: _RayAttempt) -> AttemptExit | None:
-        from ray.exceptions import GetTimeoutError, RayActorError
+    def _adopt(self, job_id: str, attempt: int) -> None:
+        tag = attempt_tag(job_id, attempt)
+        names = self._our_actors().get(tag, [])
+        pg = self._our_groups().get(tag)
+        if not names:
+            gone = AttemptExit(job_id, attempt, None, True, "its Ray actors are gone")
+            self._end(_RayAttempt(job_id, attempt, pg, []), gone)
+            return
+        actors = [self.ray.get_actor(name, namespace=NAMESPACE) for name in names]
+        self._attempts[job_id] = _RayAttempt(job_id, attempt, pg, actors)
 
-        for i, actor in enumerate(a.actors):
-            if i in a.codes:
-                continue
-            try:
-                code = self.ray.get(actor.poll.remote(), timeout=10)
-            except RayActorError:
-                return AttemptExit(
-                    a.job_id, a.attempt, None, True, f"node rank {i}'s Ray node died"
-                )
-            except GetTimeoutError:
-                continue
-            if code is not None:
-                a.codes[i] = code
-        if not a.codes:
-            return None
-        worst = max(a.codes.values(), key=lambda c: (c != 0, c))
-        if worst == 0 and len(a.codes) < len(a.actors):
-            return None
-        return AttemptExit(a.job_id, a.attempt, worst, is_lost(worst), describe_exit(worst))
+    def _reap(self) -> None:
+        keep = {a.tag for a in self._attempts.values()}
+        jobs = {a.job_id for a in self._attempts.values()}
+        groups, actors = self._our_groups(), self._our_actors()
+        for tag in sorted((set(groups) | set(actors)) - keep):
+            job_id = tag.removeprefix("argosy-").rsplit("-", 1)[0]
+            handles = [self.ray.get_actor(x, namespace=NAMESPACE) for x in actors.get(tag, [])]
+            stale = _RayAttempt(job_id, -1, groups.get(tag), handles)
+            log.warning("ray executor: removing stale %s", tag)
+            # an older attempt of a job that runs shares its job id: leave its processes be
+            self._cleanup(stale, kill_ranks=job_id not in jobs)
 
-    def _cleanup(self, a: _RayAttempt, ended: AttemptExit) -> None:
-        from ray.exceptions import RayActorError
+    def _our_actors(self) -> dict[str, list[str]]:
+        """Attempt tag -> the names of its live actors, by node rank."""
+        from ray.util import list_named_actors
+
+        out: dict[str, list[str]] = {}
+        for entry in list_named_actors(all_namespaces=True):
+            name = entry["name"]
+            if entry["namespace"] == NAMESPACE and name.startswith("argosy-"):
+                out.setdefault(name.rsplit("-", 1)[0], []).append(name)
+        return {tag: sorted(v, key=lambda x: int(x.rsplit("-", 1)[1])) for tag, v in out.items()}
+
+    def _our_groups(self) -> dict[str, Any]:
+        """Attempt tag -> its placement group, for groups not yet removed."""
+        from ray import PlacementGroupID
+        from ray.util import placement_group_table
+        from ray.util.placement_group import PlacementGroup
+
+        out = {}
+        for entry in placement_group_table().values():
+            name = entry.get("name", "")
+            if name.startswith("argosy-") and entry.get("state") != "REMOVED":
+                out[name] = PlacementGroup(PlacementGroupID.from_hex(entry["placement_group_id"]))
+        return out
+
+    def _cleanup(self, a: _RayAttempt, *, kill_ranks: bool) -> None:
+        """Kill the attempt's processes (with `kill_ranks`: every process of the job its
+        actors can reach, waiting at most `call_timeout_s`), its actors and its placement
+        group. Actors that never started are only killed."""
         from ray.util import remove_placement_group
 
+        if kill_ranks and a.actors and self._placed(a):
+            refs = [actor.kill_job.remote() for actor in a.actors]
+            self.ray.wait(refs, num_returns=len(refs), timeout=self.options.call_timeout_s)
         for actor in a.actors:
-            try:
-                if ended.exit_code != 0:
-                    self.ray.get(actor.stop.remote(), timeout=5)
-                    self.ray.get(actor.kill_job.remote(), timeout=10)
-                self.ray.kill(actor)
-            except (RayActorError, self.ray.exceptions.GetTimeoutError):
-                continue
-        if ended.exit_code != 0:
+            with contextlib.suppress(Exception):  # already dead is fine
+                self.ray.kill(actor, no_restart=True)
+        if kill_ranks:
             kill_job_processes(a.job_id)  # ranks this machine may still hold
         if a.pg is not None:
-            remove_placement_group(a.pg)
+            with contextlib.suppress(Exception):
+                remove_placement_group(a.pg)
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive SIGTERM when the process that started
+    it dies (Linux `prctl(PR_SET_PDEATHSIG)`): a launcher never outlives its actor (a
+    dead raylet takes its workers along), and on SIGTERM it stops its ranks. The C
+    function is looked up here, before the fork; the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before the call took effect
+            os._exit(128 + signal.SIGTERM)
+
+    return arm
+
+
+def attempt_tag(job_id: str, attempt: int) -> str:
+    """The name of an attempt's placement group, and its actors' with `-<node rank>`."""
+    return f"argosy-{job_id}-{attempt}"
 
 
 def node_command(

@@ -1,7 +1,7 @@
 """The FastAPI application: store, executor, control loop and routes, built once.
 
     app = create_app(ServerConfig(home=Path("/tmp/argosy")))
-    uvicorn.run(app, host="127.0.0.1", port=8265)
+    uvicorn.run(app, host="127.0.0.1", port=8275)
 
 The lifespan opens the store (running migrations), writes the admin token, reconciles
 the jobs left running by a previous server, and starts the control loop.

@@ -6,10 +6,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.core.net import DEFAULT_PORT
 from argosy.health.config import NodePolicyConfig
 from argosy.scheduler.config import SchedulerConfig
-
-DEFAULT_PORT = 8265
 
 
 def default_home() -> Path:

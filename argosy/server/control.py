@@ -138,6 +138,9 @@ class Control:
             self._queue(row["id"], spec, row["created_at"])
             self._apply_exit(ended or _lost(row, "the server restarted without it"))
         self.services.recover()
+        reap = getattr(self.executor, "reap", None)  # optional: work that outlives the server
+        if reap is not None:
+            reap()  # what nobody adopted is stale: its resources go back
 
     def _queue(
         self, job_id: str, spec: JobSpec, submit_s: float, actor: str = SYSTEM_ACTOR

@@ -1,7 +1,10 @@
 """The Ray executor on a real two-node Ray cluster (head + worker by `ray start`): a gang
 across both nodes as one placement group, and a worker node lost mid-run: the attempt
 fails, the job resumes on the other node from its checkpoint, the event log says why;
-a node that joins the cluster later is seen by the running server and placed on.
+a node that joins the cluster later is seen by the running server and placed on. The
+server answers at once while Ray waits for resources; every end of an attempt (success,
+failure, cancel, a stop before Ray placed it) leaves no placement group or actor behind,
+and a restarted server removes the ones nobody adopted.
 
 One cluster for the module (Ray's start-up is the expensive part); the node-loss test
 kills the worker, so it runs last.
@@ -63,6 +66,155 @@ def test_a_gang_spans_both_nodes_in_one_placement_group(client: TestClient, home
     run = home / "runs" / job["id"]
     for node_dir in (run, run / "node1"):  # node rank 0 and 1 each ran their two ranks
         assert len((node_dir / "starts.txt").read_text().split("\n")) == 3
+    assert_freed(job["id"], within_s=5)
+
+
+def test_a_failed_job_leaves_nothing_in_ray(client: TestClient) -> None:
+    body = job_body("fails", nproc_per_node=1, args=["--fail"], max_restarts=0)
+    job = client.post("/api/v1/jobs", json=body).json()
+    done = wait_for(client, job["id"], TERMINAL, timeout_s=60)
+    assert done["state"] == "failed", done
+    assert_freed(job["id"], within_s=5)
+
+
+def test_the_server_answers_while_ray_cannot_place_a_job_and_cancel_frees_it(
+    client: TestClient,
+) -> None:
+    """Ray's chips are held outside argosy, so the job's placement group waits; the
+    server still answers at once, and a cancel frees the group within seconds."""
+    from ray.util import placement_group, remove_placement_group
+
+    blocker = placement_group([{"chip:cpu": 2}, {"chip:cpu": 2}], strategy="STRICT_SPREAD")
+    assert blocker.wait(30)
+    try:
+        body = job_body("waits", nproc_per_node=2)
+        job = client.post("/api/v1/jobs", json=body).json()
+        wait_for(client, job["id"], {"running"}, timeout_s=30)
+        assert argosy_groups().get(f"argosy-{job['id']}-1") == "PENDING"
+        worst = 0.0
+        for _ in range(20):  # the control loop polls the waiting attempt meanwhile
+            t0 = time.monotonic()
+            assert client.get("/api/v1/health").status_code == 200
+            worst = max(worst, time.monotonic() - t0)
+            time.sleep(0.1)
+        assert worst < 0.5, f"/api/v1/health took {worst:.2f} s while Ray waited"
+        assert client.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 200
+        done = wait_for(client, job["id"], TERMINAL, timeout_s=10)
+        assert done["state"] == "cancelled", done
+        assert_freed(job["id"], within_s=5)
+    finally:
+        remove_placement_group(blocker)
+
+
+def test_an_unplaceable_request_never_blocks_the_executor(client: TestClient) -> None:
+    """More chips than the node has: Ray waits forever, the executor's calls do not."""
+    from argosy.executors.base import LaunchRequest
+    from argosy.executors.ray import RayExecutor, RayOptions
+
+    executor = RayExecutor(RayOptions(stop_grace_s=5))
+    try:
+        node = executor.inventory()[0]
+        request = LaunchRequest(
+            job_id="toolarge",
+            attempt=1,
+            script="x.py",
+            args=(),
+            nproc_per_node=1,
+            run_dir=Path("/nonexistent"),
+            nodes={node.name: node.devices + 1},
+            chip=node.chip,
+        )
+        calls = [
+            lambda: executor.start(request),
+            *[executor.poll, executor.inventory] * 10,
+            lambda: executor.stop("toolarge"),
+        ]
+        worst = 0.0
+        for call in calls:
+            t0 = time.monotonic()
+            call()
+            worst = max(worst, time.monotonic() - t0)
+            time.sleep(0.05)
+        assert worst < 0.05, f"a call took {worst:.3f} s"
+        deadline = time.monotonic() + 5
+        while not (exits := executor.poll()):
+            assert time.monotonic() < deadline, "the stop never ended the attempt"
+            time.sleep(0.05)
+        assert [(e.job_id, e.lost) for e in exits] == [("toolarge", True)], exits
+        assert "placed" in exits[0].reason
+        assert_freed("toolarge", within_s=5)
+    finally:
+        executor.close()
+
+
+def test_a_restarted_server_removes_what_nobody_adopted(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    """Leftovers of attempts the store does not know (a ghost group and actor) go at
+    start-up."""
+    import ray
+    from ray.util import placement_group
+
+    from argosy.executors.ray import NAMESPACE, NodeRunner
+
+    placement_group([{"chip:cpu": 1}], name="argosy-ghost-1", lifetime="detached")
+    runner = ray.remote(num_cpus=0)(NodeRunner)
+    runner.options(name="argosy-ghost-1-0", namespace=NAMESPACE, lifetime="detached").remote()
+    assert "argosy-ghost-1" in argosy_groups() and "argosy-ghost-1-0" in argosy_actors()
+    config = fast_config(tmp_path / "home", executor="ray", ray_address=cluster.address)
+    with TestClient(create_app(config)):
+        assert_freed("ghost", within_s=10)
+
+
+def test_a_launcher_dies_with_its_actor(cluster: RayCluster, tmp_path: Path) -> None:
+    """No orphan outlives the actor that started it (on a worker host whose raylet dies,
+    the actor goes with it)."""
+    import ray
+
+    from argosy.core.procs import signal_by_env
+    from argosy.executors.local import JOB_ENV
+    from argosy.executors.ray import NAMESPACE, NodeRunner
+
+    runner = ray.remote(num_cpus=0)(NodeRunner).options(namespace=NAMESPACE).remote()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    log = str(tmp_path / "orphan.log")
+    ray.get(runner.start.remote(sleeper, {JOB_ENV: "orphan"}, None, log), timeout=30)
+    assert signal_by_env(JOB_ENV, "orphan", 0) == 1
+    ray.kill(runner)
+    deadline = time.monotonic() + 10
+    while signal_by_env(JOB_ENV, "orphan", 0):
+        assert time.monotonic() < deadline, "the launcher outlived its actor"
+        time.sleep(0.1)
+
+
+def argosy_groups() -> dict[str, str]:
+    """Name -> state of every argosy placement group Ray has not removed."""
+    from ray.util import placement_group_table
+
+    table = placement_group_table().values()
+    return {
+        p["name"]: p["state"]
+        for p in table
+        if p["name"].startswith("argosy-") and p["state"] != "REMOVED"
+    }
+
+
+def argosy_actors() -> set[str]:
+    from ray.util import list_named_actors
+
+    return {a for a in list_named_actors() if a.startswith("argosy-")}
+
+
+def assert_freed(job_id: str, within_s: float) -> None:
+    """No placement group or actor of the job is left in Ray within `within_s`."""
+    prefix = f"argosy-{job_id}-"
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [x for x in [*argosy_groups(), *argosy_actors()] if x.startswith(prefix)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"still in Ray after {within_s} s: {left}"
+        time.sleep(0.1)
 
 
 def test_a_lost_worker_node_fails_the_attempt_and_the_job_resumes(
