@@ -22,12 +22,10 @@ Every rank prints `step N loss L world W` (rank 0) and the resumed step, for tes
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         nn.Sequential(nn.Linear(args.dim, 64), nn.ReLU(), nn.Linear(64, 1))
     )
     opt = torch.optim.Adam(model.parameters(), lr=args.lr * world)
-    run_dir = Path(os.environ.get(hooks.ENV_RUN_DIR, "runs/train_elastic"))
-    ckpt = FlashCheckpointer(run_dir / "checkpoints", keep=3, progress=rt.checkpoint_progress)
+    store = hooks.checkpoint_dir("runs/train_elastic")
+    ckpt = FlashCheckpointer(store, keep=3, progress=rt.checkpoint_progress)
     start = restore(ckpt, model, opt, world)
     rt.restored(start, target_step=args.steps, decision=ckpt.last_decision)
     step = start

@@ -18,7 +18,6 @@ import random
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -161,7 +160,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=60, help="training steps")
     p.add_argument("--ckpt-every", type=int, default=5, help="steps between flash checkpoints")
-    p.add_argument("--ckpt-dir", default=None, help="default: <run dir>/checkpoints")
+    p.add_argument(
+        "--ckpt-dir",
+        default=None,
+        help="default: the job's store, $ARGOSY_CKPT_DIR (argosy launch --ckpt-dir)",
+    )
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
     p.add_argument("--block", type=int, default=32, help="context length")
     p.add_argument("--dim", type=int, default=64)
@@ -221,9 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     loader = Loader(data, args.block, args.batch, rank, world, args.seed)
     torch.manual_seed(args.seed + 1 + rank)  # dropout differs per rank, reproducibly
 
-    run_dir = Path(os.environ.get(hooks.ENV_RUN_DIR, "runs/train_gpt"))
     ckpt = open_checkpointer(
-        args.ckpt_dir or run_dir / "checkpoints",
+        args.ckpt_dir or hooks.checkpoint_dir("runs/train_gpt"),
         keep=3,
         kind=args.checkpointer,
         progress=rt.checkpoint_progress,

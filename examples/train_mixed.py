@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.AdamW(worker.module.parameters(), lr=args.lr)
     run_dir = Path(os.environ.get(hooks.ENV_RUN_DIR, "runs/train_mixed"))
     ckpt = open_checkpointer(
-        run_dir / "checkpoints", keep=3, kind=args.checkpointer, progress=rt.checkpoint_progress
+        hooks.checkpoint_dir("runs/train_mixed"),
+        keep=3,
+        kind=args.checkpointer,
+        progress=rt.checkpoint_progress,
     )
     say = lambda msg: print(f"[rank {rank}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     start, state = restore(ckpt, say=say)

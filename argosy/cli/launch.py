@@ -4,6 +4,11 @@ argosy launch --nproc-per-node 2 --run-dir runs/demo examples/train_gpt.py --ste
 argosy launch --nproc-per-node 2 --inject kill:rank=1:step=30 examples/train_gpt.py
 argosy launch --nproc-per-node 2 --tee examples/train_gpt.py   # ranks' output, "[rank1]: ..."
 
+A multi-node launch shares one checkpoint store (--ckpt-dir, default <run dir>/checkpoints;
+the ranks get it as ARGOSY_CKPT_DIR): before any rank starts, each node writes a probe
+file there and node rank 0 waits (runtime.store_probe_timeout_s) to see them all; a store
+that is not shared fails the launch at once (exit 2).
+
 Launching again into a --run-dir moves the previous run under <run dir>/history/ (its
 checkpoints stay, so training goes on from them). One console line per fault, detection
 and restart. SIGINT or SIGTERM stop the ranks and leave a summary marked interrupted.
@@ -40,6 +45,12 @@ def launch(
     master_port: int | None = typer.Option(None, "--master-port", help="Default: a free port."),
     max_restarts: int | None = typer.Option(None, "--max-restarts", min=0, help="Restarts."),
     run_dir: Path | None = typer.Option(None, "--run-dir", help="Default: runs/<time>."),
+    ckpt_dir: Path | None = typer.Option(
+        None,
+        "--ckpt-dir",
+        help="The job's checkpoint store, one path for every node (ranks get it as "
+        "ARGOSY_CKPT_DIR). Default: <run dir>/checkpoints.",
+    ),
     hang_timeout: float | None = typer.Option(
         None, "--hang-timeout", min=0.1, help="Floor of the hang threshold, seconds."
     ),
@@ -77,6 +88,8 @@ def launch(
     command = [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
     command += list(script_args or [])
     run_dir = writable_dir(run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), "--run-dir")
+    if ckpt_dir is not None or nnodes > 1:  # every node writes there: prove it can
+        writable_dir(ckpt_dir or run_dir / "checkpoints", "--ckpt-dir")
     from argosy.runtime.history import archive_previous, check_not_busy
 
     check_not_busy(run_dir)  # before a preflight, not after it
@@ -95,6 +108,7 @@ def launch(
         master_addr=master_addr,
         master_port=master_port,
         max_restarts=config.max_restarts,
+        ckpt_dir=ckpt_dir,
     )
     archive_previous(run_dir)  # before this run writes anything in it
     if plan is not None:  # mixed-chip plan: checked against the launch, ranks assigned
@@ -111,6 +125,11 @@ def launch(
     previous = {sig: signal.signal(sig, _interrupt) for sig in stopping}
     try:
         try:
+            _prove_shared_store(spec, config.store_probe_timeout_s)
+        except KeyboardInterrupt:
+            err_console.print("interrupted while the nodes proved their checkpoint store")
+            raise typer.Exit(code=130) from None
+        try:
             checked, config = _preflight(ctx, preflight, emulate_slow, nproc_per_node, config)
         except KeyboardInterrupt:
             err_console.print("interrupted during the preflight check; no rank was started")
@@ -125,6 +144,22 @@ def launch(
     _report(summary, run_dir)
     if summary["status"] != "completed":
         raise typer.Exit(code=130 if summary["status"] == "interrupted" else 1)
+
+
+def _prove_shared_store(spec, timeout_s: float) -> None:  # noqa: ANN001
+    """Multi-node: every node writes a probe into the checkpoint store; node rank 0 waits
+    until it sees them all, else the launch fails (exit 2) saying the store is not shared."""
+    if spec.nnodes == 1:
+        return
+    import os
+
+    from argosy.runtime import shared_store
+
+    gang = shared_store.gang_id(os.environ, spec.master_addr, spec.master_port)
+    shared_store.write_probe(spec.store, gang, spec.node_rank)
+    if spec.node_rank == 0:
+        with err_console.status(f"waiting for {spec.nnodes - 1} node(s) in {spec.store}"):
+            shared_store.wait_for_nodes(spec.store, gang, spec.nnodes, timeout_s)
 
 
 def _preflight(ctx, enabled, emulate_slow, need, config):  # noqa: ANN001, ANN202

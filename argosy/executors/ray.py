@@ -6,9 +6,13 @@ named `<ip>-<first 8 hex of its node id>`. An attempt placed on nodes A and B be
 detached placement group with a bundle `{"chip:<chip>": k}` pinned to each chosen node
 (the `ray.io/node-id` label), and on each bundle a detached `NodeRunner` actor that runs
 `argosy launch --nnodes N --node-rank i` there, so fault tolerance and checkpoints come
-along exactly as on the local executor. Node rank 0 writes into the job's run directory,
-node rank i into `<run dir>/node<i>` (a run directory on shared storage lets an attempt
-resume on other nodes).
+along exactly as on the local executor. Every node rank checkpoints into the job's one
+store, `<run dir>/checkpoints` (`--ckpt-dir`), so a step is written by all of them and
+committed once; node rank 0 keeps its logs and events in the job's run directory, node
+rank i in `<run dir>/node<i>`. The run directory must be on storage every node mounts:
+before any rank starts, each node's launcher proves it sees the store (a probe file per
+node under the attempt's name, `ARGOSY_GANG_ID`), and an attempt whose nodes do not share
+it fails at once with exit 2 and a message saying so.
 
 Detached actors and placement groups outlive the server: a restarted server finds its
 attempts again by name (`argosy-<job>-<attempt>-<i>`). A node that dies takes its actor
@@ -48,6 +52,7 @@ from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.executors.isolation import job_environment
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
+from argosy.runtime.shared_store import ENV_GANG
 
 CHIP_PREFIX = "chip:"
 SUSPECT_S = 15.0
@@ -370,7 +375,7 @@ class RayExecutor:
             ).remote()
             run_dir = request.run_dir if i == 0 else request.run_dir / f"node{i}"
             command = node_command(request, len(names), i, addr, port, run_dir)
-            env = request.env | {JOB_ENV: request.job_id}
+            env = request.env | {JOB_ENV: request.job_id, ENV_GANG: tag}
             log_file = attempt_dir(request.run_dir, request.attempt) / f"node{i}.log"
             actor.start.remote(command, env, request.workdir, str(log_file))
             actors.append(actor)
@@ -495,6 +500,7 @@ def node_command(
         return list(request.command)
     command = [sys.executable, "-m", "argosy", "launch", "--quiet"]
     command += ["--nproc-per-node", str(request.nproc_per_node), "--run-dir", str(run_dir)]
+    command += ["--ckpt-dir", str(request.run_dir / "checkpoints")]  # one store for all nodes
     if nnodes > 1:
         command += ["--nnodes", str(nnodes), "--node-rank", str(rank)]
         command += ["--master-addr", addr, "--master-port", str(port)]

@@ -42,3 +42,6 @@ class RuntimeConfig(BaseModel):
     """Spare device slots available to replace a confirmed straggler."""
     step_history: int = Field(200, ge=10)
     """Recent step times kept to compute the p99 used by the hang threshold."""
+    store_probe_timeout_s: float = Field(30.0, gt=0)
+    """Multi-node launches: seconds node rank 0 waits to see every node's probe file in the
+    checkpoint store before it fails the launch (the store is not shared)."""

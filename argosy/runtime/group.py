@@ -2,9 +2,10 @@
 
 Ranks get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 GROUP_RANK, ROLE_RANK, MASTER_ADDR/PORT, TORCHELASTIC_RESTART_COUNT, ...) plus the
-argosy hooks' variables. Each rank runs in its own session (process group), its stdout
-and stderr go to `<run dir>/logs/attempt<N>/rank<R>.log`. Stopping never waits on a
-rank: SIGTERM to every process group, SIGKILL to what is left after the grace period.
+argosy hooks' variables (ARGOSY_CKPT_DIR: the job's checkpoint store). Each rank runs in
+its own session (process group), its stdout and stderr go to
+`<run dir>/logs/attempt<N>/rank<R>.log`. Stopping never waits on a rank: SIGTERM to every
+process group, SIGKILL to what is left after the grace period.
 """
 
 from __future__ import annotations
@@ -39,10 +40,16 @@ class GroupSpec:
     master_port: int | None = None
     max_restarts: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
+    ckpt_dir: Path | None = None
+    """The job's checkpoint store, the same path on every node (default: <run dir>/checkpoints)."""
 
     @property
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
+
+    @property
+    def store(self) -> Path:
+        return self.ckpt_dir or self.run_dir / "checkpoints"
 
 
 def base_env() -> dict[str, str]:
@@ -134,6 +141,7 @@ class WorkerGroup:
             {
                 hooks.ENV_BOARD: str(s.board_path),
                 hooks.ENV_RUN_DIR: str(s.run_dir),
+                hooks.ENV_CKPT_DIR: str(s.store),
                 hooks.ENV_T0: repr(s.t0),
                 hooks.ENV_ATTEMPT: str(self.attempt),
                 hooks.ENV_INJECT: inject_json,

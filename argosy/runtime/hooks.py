@@ -45,6 +45,9 @@ from argosy.runtime.board import ROW, BoardRow, ProgressBoard, Slot
 
 ENV_BOARD = "ARGOSY_BOARD"
 ENV_RUN_DIR = "ARGOSY_RUN_DIR"
+ENV_CKPT_DIR = "ARGOSY_CKPT_DIR"
+"""The job's checkpoint store, the same directory for every node rank (`argosy launch
+--ckpt-dir`); read it through `checkpoint_dir()`."""
 ENV_T0 = "ARGOSY_T0"
 ENV_ATTEMPT = "ARGOSY_ATTEMPT"
 ENV_INJECT = "ARGOSY_INJECT"
@@ -58,6 +61,15 @@ PHASES = {
     "committed": 7,
 }
 """Checkpoint phases as the board's CKPT_PHASE numbers."""
+
+
+def checkpoint_dir(fallback_run_dir: str | Path = ".") -> Path:
+    """Where this rank saves and restores checkpoints: the job's store (ARGOSY_CKPT_DIR,
+    which `argosy launch` sets, one path for all node ranks), else `<run dir>/checkpoints`
+    (ARGOSY_RUN_DIR, else `fallback_run_dir` outside a launcher)."""
+    if os.environ.get(ENV_CKPT_DIR):
+        return Path(os.environ[ENV_CKPT_DIR])
+    return Path(os.environ.get(ENV_RUN_DIR) or fallback_run_dir) / "checkpoints"
 
 
 class Runtime:

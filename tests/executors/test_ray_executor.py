@@ -1,6 +1,8 @@
 """The Ray executor on a real two-node Ray cluster (head + worker by `ray start`): a gang
-across both nodes as one placement group, and a worker node lost mid-run: the attempt
-fails, the job resumes on the other node from its checkpoint, the event log says why;
+across both nodes as one placement group whose node ranks share one checkpoint store (a
+torch DCP step written by all four ranks and committed once), and a worker node lost
+mid-run: the attempt fails, the job resumes on the other node from its checkpoint, the
+event log says why;
 a node that joins the cluster later is seen by the running server and placed on. The
 server answers at once while Ray waits for resources; every end of an attempt (success,
 failure, cancel, a stop before Ray placed it) leaves no placement group or actor behind,
@@ -12,6 +14,7 @@ kills the worker, so it runs last.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -67,6 +70,61 @@ def test_a_gang_spans_both_nodes_in_one_placement_group(client: TestClient, home
     for node_dir in (run, run / "node1"):  # node rank 0 and 1 each ran their two ranks
         assert len((node_dir / "starts.txt").read_text().split("\n")) == 3
     assert_freed(job["id"], within_s=5)
+
+
+STORE_SCRIPT = """\
+import os
+from pathlib import Path
+
+from argosy.runtime import hooks
+
+store = hooks.checkpoint_dir()
+(store / f"rank{os.environ['RANK']}.txt").write_text(f"{store} {os.environ['GROUP_RANK']}")
+"""
+
+
+def test_every_node_rank_of_a_gang_checkpoints_into_the_job_s_one_store(
+    client: TestClient, home: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "store.py"
+    script.write_text(STORE_SCRIPT)
+    body = job_body("store", nproc_per_node=2, nnodes=2, args=[], script=str(script))
+    job = client.post("/api/v1/jobs", json=body | {"workdir": str(tmp_path)}).json()
+    done = wait_for(client, job["id"], TERMINAL, timeout_s=90)
+    assert done["state"] == "succeeded", done
+    run = home / "runs" / job["id"]
+    store = run / "checkpoints"
+    assert sorted(done["placement"]["nodes"].values()) == [2, 2]
+    seen = sorted((store / f"rank{r}.txt").read_text() for r in range(4))
+    assert seen == [f"{store} {node}" for node in (0, 0, 1, 1)]  # from both node ranks
+    assert (run / "node1" / "events.jsonl").exists()  # node logs stay apart
+    assert not any((store / ".nodes").iterdir())  # probes seen by node rank 0, then removed
+    assert_freed(job["id"], within_s=5)
+
+
+def test_a_torch_gang_commits_each_checkpoint_once_from_both_nodes(
+    client: TestClient, home: Path
+) -> None:
+    """train_gpt.py on two nodes (2 ranks each): every rank writes its shard of the same
+    DCP step directory and the two-phase commit spans the nodes, without a restart."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
+    tiny = ["--steps", "4", "--ckpt-every", "2", "--dim", "16", "--layers", "1"]
+    tiny += ["--heads", "1", "--batch", "2", "--block", "8"]
+    body = job_body("dcp", nproc_per_node=2, nnodes=2, args=tiny, script=str(example))
+    job = client.post("/api/v1/jobs", json=body).json()
+    done = wait_for(client, job["id"], TERMINAL, timeout_s=120)
+    assert done["state"] == "succeeded", done
+    run = home / "runs" / job["id"]
+    from argosy.checkpoint.disk import committed_steps, read_manifest
+
+    store = run / "checkpoints"
+    assert committed_steps(store)[-1] == 4
+    manifest = read_manifest(store / "step_000000000004")
+    assert manifest["world_size"] == 4
+    assert {f"__{r}_0.distcp" for r in range(4)} <= set(manifest["files"])  # both nodes
+    for node_dir in (run, run / "node1"):
+        summary = json.loads((node_dir / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["restarts"] == 0, summary
 
 
 def test_a_failed_job_leaves_nothing_in_ray(client: TestClient) -> None:
