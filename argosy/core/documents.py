@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from argosy.core.errors import ConfigError
+from argosy.core.text import unencodable
 
 M = TypeVar("M", bound=BaseModel)
 KeyPath = tuple[str | int, ...]
@@ -50,28 +51,59 @@ def load_yaml(path_or_text: Path | str, *, source: str | None = None) -> Documen
         source = source or str(path_or_text)
     else:
         text, source = path_or_text, source or "<text>"
+    lines: dict[KeyPath, int] = {}
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = _to_python(node, (), lines) if node is not None else {}
     except yaml.MarkedYAMLError as err:
         line = err.problem_mark.line + 1 if err.problem_mark else None
         raise ConfigError(f"malformed YAML: {err.problem}", source=source, line=line) from err
-    lines: dict[KeyPath, int] = {}
-    data = _to_python(node, (), lines) if node is not None else {}
+    except RecursionError:
+        raise ConfigError("YAML nested too deeply to read", source=source) from None
+    except _RefusedError as err:
+        field = ".".join(str(p) for p in err.path) or None
+        raise ConfigError(err.message, source=source, line=err.line, field=field) from None
     return Document(data=data, source=source, lines=lines)
 
 
+MAX_YAML_VALUES = 100_000
+"""Most values (mappings, lists, scalars) one document may expand to. A job or service
+file holds tens (a tidal profile up to 10,000 levels); an alias bomb (`a: &a [x, x]`,
+`b: &b [*a, *a]`, ...) expands to billions and would hold the process for minutes."""
+
+
+NOT_TEXT = "holds a lone surrogate escape (such as \\udc80), which is not Unicode text"
+
+
+class _RefusedError(Exception):
+    """A document `load_yaml` will not hand on: too many values, or text UTF-8 cannot
+    encode (a `"\\udc80"` escape: no answer could show it back)."""
+
+    def __init__(self, message: str, path: KeyPath, line: int) -> None:
+        super().__init__(message)
+        self.message, self.path, self.line = message, path, line
+
+
 def _to_python(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> Any:
-    lines[path] = node.start_mark.line + 1
+    line = lines[path] = node.start_mark.line + 1
+    if len(lines) > MAX_YAML_VALUES:
+        msg = f"more than {MAX_YAML_VALUES} values once its aliases are expanded"
+        raise _RefusedError(msg, (), line)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = str(key_node.value)
+            if unencodable(key):
+                raise _RefusedError(NOT_TEXT, path, key_node.start_mark.line + 1)
             out[key] = _to_python(value_node, (*path, key), lines)
             lines[(*path, key)] = key_node.start_mark.line + 1
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_to_python(item, (*path, i), lines) for i, item in enumerate(node.value)]
-    return yaml.SafeLoader("").construct_object(node, deep=True)
+    value = yaml.SafeLoader("").construct_object(node, deep=True)
+    if isinstance(value, str) and unencodable(value):
+        raise _RefusedError(NOT_TEXT, path, line)
+    return value
 
 
 def validate(model: type[M], doc: Document) -> M:

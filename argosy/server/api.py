@@ -43,6 +43,7 @@ from argosy.server.views import (
 COMMON = {  # what any route may answer besides its own codes
     400: {"model": ErrorBody, "description": "Malformed request (e.g. a body that is not JSON)"},
     401: {"model": ErrorBody, "description": "Missing or unknown token"},
+    413: {"model": ErrorBody, "description": "Request body over its cap (max_body_bytes)"},
     422: {"description": "Invalid input, or a request that can never be met"},
 }
 router = APIRouter(prefix="/api/v1", responses=COMMON)
@@ -92,7 +93,10 @@ async def health() -> Health:
 
 
 @router.post(
-    "/jobs", status_code=201, response_model=Job, responses={200: {"model": Job}, 409: {}, 422: {}}
+    "/jobs",
+    status_code=201,
+    response_model=Job,
+    responses={200: {"model": Job}, 403: {}, 409: {}, 422: {}},
 )
 async def submit(
     spec: JobSpec,

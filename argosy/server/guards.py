@@ -15,11 +15,16 @@ unsafe requests, a cap on request bodies, and validation errors that never echo 
 - A body larger than its cap is answered 413 naming the cap: at once when
   Content-Length says so, else as soon as the streamed bytes pass it; the rest is
   never read into the application.
+- A JSON body that is not UTF-8, holds a lone surrogate escape (`"\\udc80"`) or nests
+  deeper than any spec is a 422 naming the offset, field or limit
+  (`argosy.server.json_text`).
 - A 422 keeps FastAPI's shape, `{"detail": [{"type", "loc", "msg", "input", "ctx"}]}`,
-  but drops any `input` or `ctx` value longer than ECHO_MAX_CHARS.
+  but drops any `input` or `ctx` value longer than ECHO_MAX_CHARS or not writable as
+  strict JSON (NaN, infinity).
 
 These are pure ASGI middlewares (no BaseHTTPMiddleware): the body is streamed through,
-not buffered, and the checks cost a few dict lookups per request.
+not buffered (only a JSON body, under its cap, is read whole by the JSON text check),
+and the checks cost a few dict lookups per request.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from argosy.server.config import ServerConfig
+from argosy.server.json_text import JsonText
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CSP = (
@@ -66,7 +72,9 @@ UploadCaps = Mapping[tuple[str, str], tuple[int, str]]
 
 
 def install_guards(app: FastAPI, config: ServerConfig, upload_caps: UploadCaps) -> None:
-    """Add the guards to `app` (outermost first: headers, origin, body cap)."""
+    """Add the guards to `app` (outermost first: headers, origin, body cap, JSON text:
+    `argosy.server.json_text`)."""
+    app.add_middleware(JsonText)
     app.add_middleware(BodyLimit, default_bytes=config.max_body_bytes, caps=upload_caps)
     app.add_middleware(SameOriginGuard)
     app.add_middleware(SecurityHeaders)
@@ -292,7 +300,15 @@ class BodyLimit:
 
 # ---- validation errors -----------------------------------------------------------------
 def is_short(value: Any) -> bool:
-    return len(repr(value)) <= ECHO_MAX_CHARS
+    """Short, and writable as strict JSON in UTF-8: an echoed NaN or infinity (`Infinity`
+    is accepted JSON input) or lone surrogate would turn the 422 into a 500."""
+    if len(repr(value)) > ECHO_MAX_CHARS:
+        return False
+    try:
+        json.dumps(jsonable_encoder(value), allow_nan=False, ensure_ascii=False).encode()
+    except (ValueError, TypeError):  # UnicodeEncodeError is a ValueError
+        return False
+    return True
 
 
 def short_error(error: Mapping[str, Any]) -> dict[str, Any]:

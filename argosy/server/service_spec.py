@@ -106,6 +106,14 @@ class ServiceSpec(BaseModel):
     """Load forecast that lets idle replicas lend their devices to elastic training
     (none: every replica stays awake)."""
 
+    @field_validator("model")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        """The model is one argument of `argosy serve`, which no NUL byte can be part of."""
+        if "\0" in value:
+            raise ValueError("holds a NUL byte, which no path or argument can hold")
+        return value
+
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, value: str) -> str:

@@ -183,8 +183,9 @@ async def sim_reports(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
 
 @router.post("/sim")
 async def sim_upload(request: Request, who: Viewer, ctl: Ctl, report: UploadFile) -> Response:
-    """Store a report: a new name, or one this principal may overwrite."""
-    name = os.path.basename(report.filename or "")
+    """Store a report: a new name, or one this principal may overwrite. The name is the
+    file's as sent: one with a folder in it (`../x.json`) is refused, not shortened."""
+    name = report.filename or ""
     raw = await report.read(MAX_REPORT_BYTES + 1)
     folder = ctl.config.home / SIM_DIR
     try:

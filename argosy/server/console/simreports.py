@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from argosy.core.text import find_unencodable
+
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.json$")
 MAX_REPORT_BYTES = 8 << 20
 FACTORS = (
@@ -110,6 +112,12 @@ def save_report(folder: Path, name: str, raw: bytes, owner: Owner | None = None)
         data = json.loads(raw)
     except ValueError as err:
         raise ReportError(f"not JSON: {err}") from None
+    except RecursionError:
+        raise ReportError("JSON nested too deeply to read") from None
+    where = find_unencodable(data)
+    if where is not None:  # stored, the report's page could never be written out
+        field = ".".join(map(str, where))
+        raise ReportError(f"'{field}' holds a lone surrogate escape (such as \\udc80)")
     report = parse_report(name, data)
     folder.mkdir(parents=True, exist_ok=True)
     if owner is not None:
