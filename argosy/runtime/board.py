@@ -94,13 +94,22 @@ def reap_stale_boards(directory: Path) -> list[Path]:
 
     A launcher killed with SIGKILL cannot remove its board; the next one does. Boards
     whose name carries no pid are left alone: nobody can tell whether they are in use.
+    So are other users' boards (a job user's launcher shares /dev/shm with other
+    tenants' and root's: theirs are theirs to reap, and the sticky bit forbids it).
     """
     removed = []
+    me = os.geteuid()
     for path in directory.glob(BOARD_GLOB):
         pid = owner_of(path)
-        if pid is not None and pid != os.getpid() and not pid_alive(pid):
-            path.unlink(missing_ok=True)
-            removed.append(path)
+        if pid is None or pid == os.getpid() or pid_alive(pid):
+            continue
+        try:
+            if path.lstat().st_uid != me:
+                continue
+            path.unlink()
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed.append(path)
     return removed
 
 

@@ -1,9 +1,12 @@
 """The progress board: what a rank writes in its process, the agent reads in another."""
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from argosy.runtime.board import (
     RING,
@@ -96,3 +99,42 @@ def test_boards_of_dead_launchers_are_reaped_live_and_unknown_ones_kept(tmp_path
     finally:
         live.kill()
         live.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="boards of two users need root to make")
+def test_another_users_stale_board_is_left_alone_not_an_error() -> None:
+    """A job user's launcher reaps in the /dev/shm it shares with root and other tenants:
+    a dead launcher's board of another user is theirs (the sticky bit forbids removing
+    it), so it is skipped, and the launcher starts (it used to exit with EPERM)."""
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="argosy-shm-", dir="/tmp"))
+    os.chmod(shared, 0o1777)  # what /dev/shm is
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    roots = shared / f"argosy-r1.{dead.pid}.board"
+    ProgressBoard.create(roots, world_size=1).close()
+    code = (
+        "import sys; from pathlib import Path; from argosy.runtime.board import reap_stale_boards;"
+        f"print(len(reap_stale_boards(Path({str(shared)!r}))))"
+    )
+    try:
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "0" and roots.exists()
+    finally:
+        roots.unlink(missing_ok=True)
+        shared.rmdir()
