@@ -296,7 +296,9 @@ def test_a_lost_worker_node_fails_the_attempt_and_the_job_resumes(
     lost = wait_for(
         client, job["id"], {"pending", "admitted", "running"} - {"running"} | TERMINAL, timeout_s=60
     )
-    assert lost["attempts"] == 1 and "died" in lost["reason"], lost
+    # the actor's death or Ray's verdict on its node, whichever the executor sees first
+    why = lost["reason"]
+    assert lost["attempts"] == 1 and ("died" in why or "is dead" in why), lost
     client.post(f"/api/v1/nodes/{head}/uncordon")
     done = wait_for(client, job["id"], TERMINAL, timeout_s=90)
     assert done["state"] == "succeeded" and done["attempts"] == 2, done
