@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,14 @@ class ServerProcess:
         import os
 
         return dict(os.environ, ARGOSY_HOME=str(self.home), ARGOSY_SERVER=self.url)
+
+
+def running_server(home: Path, *extra: str) -> Iterator[ServerProcess]:
+    """A started `ServerProcess` on `home`, killed when the generator closes: the body of
+    a module-scoped server fixture (`yield from running_server(...)`)."""
+    server = ServerProcess(home, *extra)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from server_helpers import STEPS, TERMINAL, ServerProcess, wait_for
+from server_helpers import STEPS, TERMINAL, ServerProcess, running_server, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -82,10 +82,7 @@ def test_unreachable_server_is_one_line_exit_2(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    s = ServerProcess(tmp_path_factory.mktemp("cli") / "home")
-    s.start()
-    yield s
-    s.kill()
+    yield from running_server(tmp_path_factory.mktemp("cli") / "home")
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_helpers import ServerProcess
+from server_helpers import ServerProcess, running_server
 
 LIMIT = 1 << 20  # ServerConfig.max_body_bytes's default
 TEN_MB = 10 << 20
@@ -23,10 +23,7 @@ TEN_MB = 10 << 20
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("guards") / "home")
-    proc.start()
-    yield proc
-    proc.kill()
+    yield from running_server(tmp_path_factory.mktemp("guards") / "home")
 
 
 @pytest.fixture(scope="module")
