@@ -167,6 +167,11 @@ def _grants(info: os.stat_result, user: JobUser, owner_bit: int) -> bool:
     return bool(info.st_mode & (owner_bit >> 6))
 
 
+PROBE = JobUser("argosy-job", uid=2**31 - 2, gid=2**31 - 2)
+"""A user that owns no file and is in no file's group, as a new job user is: what it may
+reach, every per-queue job user may."""
+
+
 def user_name_for(base: str, queue: str | None) -> str:
     """`base`, or `base-<queue>` in the characters a user name allows; a name that would
     be too long ends in a hash of the queue instead."""
@@ -249,10 +254,21 @@ class JobIdentity:
             found = self._users[key] = ensure_user(user_name_for(self.base, key))
         return found
 
-    def may_read(self, queue: str | None, path: str | Path) -> bool:
-        """Whether a job of `queue` can read `path` (any readable path without a user)."""
-        user = self.for_queue(queue)
-        return os.access(path, os.R_OK) if user is None else user.may_read(path)
+    def representative(self) -> JobUser | None:
+        """A user whose reach is every job user's: per queue, `PROBE` (job users own
+        nothing outside their run directories, as `PROBE` owns nothing); else the one
+        named user. None: jobs run as this process's own user."""
+        if self.base is None:
+            return None
+        return PROBE if self.per_queue else self.for_queue(None)
+
+    def may_reach(self, path: str | Path) -> bool:
+        """Whether jobs may read `path` (a directory: enter it); this process's own
+        access when they run as its user."""
+        user = self.representative()
+        if user is None:
+            return os.access(path, os.R_OK)
+        return user.may_enter(path) if os.path.isdir(path) else user.may_read(path)
 
 
 def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import gc
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -227,16 +226,9 @@ class Control:
 
     def readable(self, path: str) -> bool:
         """Whether the user jobs run as may read `path` (a directory: enter it); asked
-        by admission before a job is stored. Jobs of the server's own user: its access;
-        per-queue users (who own nothing outside their run directories): what a user
-        that owns nothing may read; one named user: that user's."""
+        by admission before a job is stored (`JobIdentity.may_reach`)."""
         identity = getattr(getattr(self.executor, "options", None), "identity", None)
-        if identity is None or not identity.active:
-            return os_readable(path)
-        from argosy.server.state_dir import PROBE
-
-        user = PROBE if identity.per_queue else identity.for_queue(None)
-        return user.may_enter(path) if os.path.isdir(path) else user.may_read(path)
+        return os_readable(path) if identity is None else identity.may_reach(path)
 
     def _sync_node(self, name: str) -> None:
         unhealthy = name in self.health.out_of_service()

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from argosy.core.errors import ArgosyError
-from argosy.executors.isolation import JobIdentity, JobUser
+from argosy.executors.isolation import PROBE, JobIdentity, JobUser
 from argosy.server.config import ServerConfig
 
 FALLBACK_RUNS = Path("/var/lib/argosy/runs")
@@ -80,11 +80,6 @@ def secure_files(config: ServerConfig) -> None:
             os.chmod(path, 0o600)
 
 
-PROBE = JobUser("argosy-job", uid=2**31 - 2, gid=2**31 - 2)
-"""A user that owns no file and is in no file's group, as a new job user is: what it may
-reach, every job user may."""
-
-
 def check_job_user(config: ServerConfig, identity: JobIdentity | None) -> None:
     """Fail now, naming the path and the fix, when jobs could not start: their users
     could not run this Python, reach the run directories, or be created."""
@@ -96,19 +91,13 @@ def check_job_user(config: ServerConfig, identity: JobIdentity | None) -> None:
             " install it (passwd), or set run_as to an existing user and"
             " run_as_per_queue: false"
         )
-    user = identity.for_queue(None) if not identity.per_queue else PROBE
+    user = identity.representative()
     assert user is not None
     python = Path(sys.executable)
-    if not user.may_read(python) or not _may_exec(user, python):
+    if not (user.may_read(python) and user.may_enter(python)):  # enter: the execute bit
         raise ArgosyError(_unreachable(user, python, "run the Python that launches jobs"))
     if not user.may_enter(config.runs_dir):
         raise ArgosyError(_unreachable(user, config.runs_dir, "reach its run directory"))
-
-
-def _may_exec(user: JobUser, path: Path) -> bool:
-    real = Path(os.path.realpath(path))
-    mode = real.stat().st_mode
-    return bool(mode & 0o001) or (real.stat().st_gid == user.gid and bool(mode & 0o010))
 
 
 def _unreachable(user: JobUser, path: Path, what: str) -> str:
