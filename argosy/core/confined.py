@@ -23,7 +23,6 @@ every directory below it, which someone else owns, is walked without following l
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path, PurePosixPath
@@ -149,13 +148,7 @@ def list_confined(root: Path, rel: str | Path = ".") -> list[str]:
         fd = _open_dir(root, _parts(rel))
     except OSError:
         return []
-    with contextlib.closing(_FdCloser(fd)):
+    try:
         return sorted(os.listdir(fd))
-
-
-class _FdCloser:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def close(self) -> None:
-        os.close(self.fd)
+    finally:
+        os.close(fd)

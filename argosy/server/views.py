@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _quote  # C: a JSON string
 from pathlib import Path
 
-from argosy.core.confined import read_job_file, stat_job_file
+from argosy.core.confined import list_confined, read_job_file, stat_job_file
 from argosy.executors.local import attempt_dir
 from argosy.server.failures import ERROR_LINE_CHARS, ERROR_TAIL_BYTES, telling_line
 from argosy.server.scheduling import Scheduling
@@ -20,9 +20,24 @@ LAUNCHER_OUTPUT = "output.log"
 
 
 def latest_rank_log(run_dir: Path, rank: int) -> Path | None:
-    """The log of `rank` in the newest attempt under `run_dir/logs` (attempt10 after 9)."""
-    logs = (run_dir / "logs").glob(f"attempt*/rank{rank}.log")
-    return max(logs, key=lambda p: int(p.parent.name.removeprefix("attempt") or 0), default=None)
+    """The log of `rank` in the newest attempt under `run_dir/logs` (attempt10 after 9).
+    The job made those directories: they are listed without following links, as the
+    log is then read (`list_confined`)."""
+    numbered = [
+        (number, name)
+        for name in list_confined(run_dir, "logs")
+        if (number := _attempt_number(name)) is not None
+    ]
+    log = f"rank{rank}.log"
+    for _, name in sorted(numbered, reverse=True):
+        if log in list_confined(run_dir, f"logs/{name}"):
+            return run_dir / "logs" / name / log
+    return None
+
+
+def _attempt_number(name: str) -> int | None:
+    digits = name.removeprefix("attempt")
+    return int(digits) if name != digits and digits.isdigit() else None
 
 
 def read_log_chunk(path: Path | None, offset: int, limit: int) -> bytes:

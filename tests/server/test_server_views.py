@@ -98,3 +98,19 @@ def test_the_latest_rank_log_is_the_highest_attempt_number(tmp_path) -> None:
     (tmp_path / "logs" / "attempt9" / "rank1.log").write_text("9")
     assert latest_rank_log(tmp_path, 0).parent.name == "attempt10"
     assert latest_rank_log(tmp_path, 1).parent.name == "attempt9"
+
+
+def test_the_latest_rank_log_is_found_without_following_links(tmp_path: Path) -> None:
+    """attempt10 is newer than attempt9; an attempt directory the job made a link to
+    somewhere else is not looked into."""
+    from argosy.server.views import latest_rank_log
+
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    for attempt in ("attempt9", "attempt10"):
+        (run / "logs" / attempt).mkdir(parents=True)
+        (run / "logs" / attempt / "rank0.log").write_text(attempt)
+    (elsewhere).mkdir()
+    (elsewhere / "rank0.log").write_text("secret")
+    (run / "logs" / "attempt11").symlink_to(elsewhere)
+    assert latest_rank_log(run, 0) == run / "logs" / "attempt10" / "rank0.log"
+    assert latest_rank_log(run, 1) is None
