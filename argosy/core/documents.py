@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from argosy.core.errors import ConfigError
-from argosy.core.text import unencodable
+from argosy.core.text import NOT_TEXT, unencodable
 
 M = TypeVar("M", bound=BaseModel)
 KeyPath = tuple[str | int, ...]
@@ -70,9 +70,6 @@ MAX_YAML_VALUES = 100_000
 """Most values (mappings, lists, scalars) one document may expand to. A job or service
 file holds tens (a tidal profile up to 10,000 levels); an alias bomb (`a: &a [x, x]`,
 `b: &b [*a, *a]`, ...) expands to billions and would hold the process for minutes."""
-
-
-NOT_TEXT = "holds a lone surrogate escape (such as \\udc80), which is not Unicode text"
 
 
 class _RefusedError(Exception):

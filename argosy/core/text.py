@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 KeyPath = tuple[str | int, ...]
+NOT_TEXT = "holds a lone surrogate escape (such as \\udc80), which is not Unicode text"
+"""How a refusal of such a value reads, wherever it is refused."""
 
 
 def unencodable(text: str) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from argosy.core.text import depth, find_unencodable
+from argosy.core.text import NOT_TEXT, depth, find_unencodable
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of lists and objects a JSON body may have (a job's is 3)."""
@@ -72,7 +72,7 @@ def problem(body: bytes) -> dict[str, Any] | None:
     return {
         "type": "string_unicode",
         "loc": ["body", *where],
-        "msg": "holds a lone surrogate escape (such as \\udc80), which is not Unicode text",
+        "msg": NOT_TEXT,
     }
 
 
