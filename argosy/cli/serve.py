@@ -10,6 +10,8 @@ imports torch, and `POST /admin/sleep` (enabled by `--admin-token` or
 `$ARGOSY_ADMIN_TOKEN`) can stop the worker to give back nearly all memory. With
 `--zygote SOCKET` (a running `argosy zygote`) the worker is forked from the node zygote, so
 waking from that level takes about a second instead of a fresh torch import.
+`--device` and `--dtype` choose where the weights, KV cache and drafts live (auto: the first
+GPU in bfloat16 when there is one, else the CPU in float32).
 `--memory-fraction F` gives the service F x its device's memory: the share is claimed in
 the node's device ledger first (refused, exit 2, when the device's sum would pass 1.0),
 the engine sizes its KV cache from it, and the claim is released when the server stops.
@@ -18,12 +20,14 @@ FastAPI and uvicorn are imported only when the server starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from argosy.core.errors import ArgosyError
+from argosy.serving.placement import parse_device, parse_dtype
 
 if TYPE_CHECKING:
     from argosy.serving.budget import DeviceLedger
@@ -35,6 +39,18 @@ def _fraction(value: float | None) -> float | None:
     if value is not None and not 0 < value <= 1:
         raise typer.BadParameter(f"must be in (0, 1], not {value:g}")
     return value
+
+
+def _placed(parse: Callable[[str], str]) -> Callable[[str], str]:
+    """A `--device`/`--dtype` callback: the canonical form, else a usage error (exit 2)."""
+
+    def check(value: str) -> str:
+        try:
+            return parse(value)
+        except ArgosyError as err:
+            raise typer.BadParameter(str(err)) from None
+
+    return check
 
 
 def serve(
@@ -56,13 +72,30 @@ def serve(
         callback=_fraction,
         help="Share of the device's memory (0 < F <= 1); others may share the device.",
     ),
+    device: str = typer.Option(
+        "auto",
+        "--device",
+        callback=_placed(parse_device),
+        help="auto, cpu, cuda or cuda:N (auto: the GPU when there is one).",
+    ),
+    dtype: str = typer.Option(
+        "auto",
+        "--dtype",
+        callback=_placed(parse_dtype),
+        help="auto, bfloat16, float16 or float32 (auto: bf16 on GPU, fp32 CPU).",
+    ),
+    max_batch_size: int = typer.Option(
+        32, "--max-batch-size", min=1, max=256, help="Most requests decoded together."
+    ),
 ) -> None:
     """Serve a model: /v1/models, /v1/completions, /v1/chat/completions, /metrics."""
-    from argosy.serving import ENGINES, EngineConfig
+    from argosy.serving import ENGINES, EngineConfig, placement
     from argosy.serving.speculative import check_name
 
     ENGINES.canonical(engine)  # unknown names exit 2 listing the known ones
     check_name(speculative)
+    if memory_fraction is not None:  # the ledger and the engine agree on the device
+        device = placement.resolve_device(device, placement.visible_cuda_count())
     try:
         import uvicorn  # noqa: F401
 
@@ -75,8 +108,11 @@ def serve(
         speculative=speculative,
         num_threads=threads,
         memory_fraction=memory_fraction,
+        device=device,
+        dtype=dtype,
+        max_batch_size=max_batch_size,
     )
-    ledger, claim = _claim(memory_fraction, f"{model} on port {port}")
+    ledger, claim = _claim(memory_fraction, device, f"{model} on port {port}")
     try:
         _run(config, host, port, admin_token, zygote)
     finally:
@@ -84,14 +120,15 @@ def serve(
             ledger.release(claim)
 
 
-def _claim(fraction: float | None, name: str) -> tuple[DeviceLedger | None, str]:
-    """Place the share in the node's ledger of the engine's device (the host: the engine
-    computes on CPU); a `ShareError` (exit 2) names the device's current sum."""
+def _claim(fraction: float | None, device: str, name: str) -> tuple[DeviceLedger | None, str]:
+    """Place the share in the node's ledger of the engine's device (`cpu`, or the physical
+    GPU behind `cuda:N`); a `ShareError` (exit 2) names the device's current sum."""
     if fraction is None:
         return None, ""
     from argosy.serving.budget import DeviceLedger
+    from argosy.serving.placement import device_key
 
-    ledger = DeviceLedger("cpu")
+    ledger = DeviceLedger(device_key(device))
     return ledger, ledger.claim(fraction, name)
 
 
@@ -103,7 +140,10 @@ def _run(config: EngineConfig, host: str, port: int, admin_token: str, zygote: s
     from argosy.serving.worker import WorkerEngine
 
     instance = WorkerEngine(config, zygote_socket=Path(zygote).expanduser() if zygote else None)
-    what = f"{config.model} ({config.engine}, speculative {config.speculative})"
+    what = (
+        f"{config.model} ({config.engine}, speculative {config.speculative}, "
+        f"device {config.device}, dtype {config.dtype})"
+    )
     typer.echo(f"loading {what}", err=True)
     try:
         instance.load()

@@ -253,7 +253,8 @@ class BatchLoop:
         if len(keep) == len(self.rows):
             return
         if self._cache is not None and len(keep) >= 2:
-            self._cache.batch_select_indices(torch.tensor(keep))
+            where = self._cache.layers[0].keys.device
+            self._cache.batch_select_indices(torch.tensor(keep, device=where))
             assert self._mask is not None
             self._mask = self._mask[keep]
             self._lengths = [self._lengths[i] for i in keep]
@@ -280,9 +281,13 @@ class BatchLoop:
         self.policy.observe(ids.numel(), elapsed)
         self.batch_steps += 1
         self.verify_steps += width > 0
+        argmax = logits.argmax(dim=-1).tolist()  # one device sync for every greedy row
         kept = []
         for i, slot in enumerate(self.rows):
-            step, accepted = slot.decoder.check(drafts[i], logits[i, : len(drafts[i]) + 1], elapsed)
+            size = len(drafts[i]) + 1
+            step, accepted = slot.decoder.check(
+                drafts[i], logits[i, :size], elapsed, argmax[i][:size]
+            )
             kept.append(accepted)
             self.batched_tokens += len(step[0])
             self._deliver(slot, step)
@@ -359,7 +364,7 @@ def _row(tensor: torch.Tensor, row: int, start: int) -> torch.Tensor:
 
 def _kept(tensor: torch.Tensor, row: int, keep: torch.Tensor) -> torch.Tensor:
     """Row `row` of a batched [B, heads, T, dim] tensor at the positions `keep` marks."""
-    return tensor[row : row + 1, :, keep].clone()
+    return tensor[row : row + 1, :, keep.to(tensor.device)].clone()
 
 
 def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import tempfile
 import uuid
@@ -227,20 +228,39 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def checkpoint_bytes(path: Any) -> int:
-    """Bytes of a checkpoint's weight files (what the engine holds once loaded: it loads
-    the cached fp32 checkpoint as it is)."""
-    files = [f for f in Path(path).iterdir() if f.suffix in (".safetensors", ".bin")]
-    return sum(f.stat().st_size for f in files)
+def weights_bytes(path: Any, dtype_bytes: int = 4) -> int:
+    """Bytes of a checkpoint's weights once held in a dtype of `dtype_bytes` per element
+    (what the engine holds: a bf16 checkpoint served in fp32 takes twice its file size).
+    Elements are counted from the safetensors headers; a `.bin` file counts as fp32."""
+    elements = 0
+    for file in sorted(Path(path).iterdir()):
+        if file.suffix == ".safetensors":
+            elements += _safetensors_elements(file)
+        elif file.suffix == ".bin":
+            elements += file.stat().st_size // 4
+    return elements * dtype_bytes
 
 
-def kv_bytes_per_token(path: Any) -> int:
-    """KV cache bytes of one cached position: keys and values of every layer, fp32."""
+def _safetensors_elements(file: Path) -> int:
+    """Elements of every tensor in a safetensors file (its JSON header only is read)."""
+    with open(file, "rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+    total = 0
+    for name, entry in header.items():
+        if name != "__metadata__":
+            total += math.prod(entry["shape"])
+    return total
+
+
+def kv_bytes_per_token(path: Any, dtype_bytes: int = 4) -> int:
+    """KV cache bytes of one cached position: keys and values of every layer, in a dtype
+    of `dtype_bytes` per element."""
     config = json.loads((Path(path) / "config.json").read_text())
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
-    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * 4
+    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes
 
 
 def host_memory_bytes() -> int:

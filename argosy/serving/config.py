@@ -3,7 +3,9 @@ and the share of the device's memory the service may use."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from argosy.serving.placement import PlacementError, parse_device, parse_dtype
 
 
 class EngineConfig(BaseModel):
@@ -13,6 +15,14 @@ class EngineConfig(BaseModel):
 
     model: str = "smollm2-135m"
     """A catalog name (`smollm2-135m`) or a local directory holding an HF checkpoint."""
+
+    device: str = "auto"
+    """`auto` (the first CUDA device when there is one, else the CPU), `cpu`, `cuda` or
+    `cuda:N`: where the weights, the KV cache and the speculative paths live."""
+
+    dtype: str = "auto"
+    """`auto` (float32 on CPU; on a GPU the checkpoint's 16-bit dtype, bfloat16 for a
+    float32 checkpoint), `bfloat16`, `float16` or `float32`."""
 
     engine: str = "transformers"
     """Engine name in the `ENGINES` registry."""
@@ -41,5 +51,21 @@ class EngineConfig(BaseModel):
     wait for KV room (docs/serving.md, "Several services on one device"); None: no budget."""
 
     device_memory_bytes: int = Field(default=0, ge=0)
-    """Memory of the device `memory_fraction` applies to; 0 detects it (the host's MemTotal
-    for an engine computing on CPU)."""
+    """Memory of the device `memory_fraction` applies to; 0 detects it (the GPU's total
+    memory, or the host's MemTotal for an engine computing on CPU)."""
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        try:
+            return parse_device(value)
+        except PlacementError as err:
+            raise ValueError(str(err)) from None
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str) -> str:
+        try:
+            return parse_dtype(value)
+        except PlacementError as err:
+            raise ValueError(str(err)) from None

@@ -104,11 +104,17 @@ class Decoder:
         return DraftOffer(tuple(self.proposer.propose(self.tokens, room)[:room]))
 
     def check(
-        self, draft: Sequence[int], logits: torch.Tensor, elapsed_s: float
+        self,
+        draft: Sequence[int],
+        logits: torch.Tensor,
+        elapsed_s: float,
+        argmax: Sequence[int] | None = None,
     ) -> tuple[tuple[list[int], str | None], int]:
         """Verify `draft` against the logits a batched pass computed for [last, *draft]
-        (one row per position); returns the step and how many draft tokens were kept."""
-        new = self._accept(list(draft), logits)
+        (one row per position); returns the step and how many draft tokens were kept.
+        `argmax`: the rows' argmax when the batch already took it (one device sync per
+        batch rather than one per request)."""
+        new = self._accept(list(draft), logits, argmax)
         accepted = len(new) - 1
         self._record(len(draft), accepted, elapsed_s, solo=False)
         return self._emit(new), accepted
@@ -132,14 +138,16 @@ class Decoder:
         self._record(len(draft), accepted, time.perf_counter() - start)
         return new
 
-    def _accept(self, draft: list[int], logits: torch.Tensor) -> list[int]:
+    def _accept(
+        self, draft: list[int], logits: torch.Tensor, argmax: Sequence[int] | None = None
+    ) -> list[int]:
         if self.params.greedy:
-            preds = logits.argmax(dim=-1).tolist()
+            preds = list(argmax) if argmax is not None else logits.argmax(dim=-1).tolist()
             kept = 0
             while kept < len(draft) and draft[kept] == preds[kept]:
                 kept += 1
             return [*draft[:kept], preds[kept]]
-        probs = _probs(logits, self.params)
+        probs = _probs(logits, self.params).cpu()  # the request's generator lives on the CPU
         for i, token in enumerate(draft):
             if torch.rand((), generator=self.rng).item() < probs[i, token].item():
                 continue
@@ -153,7 +161,7 @@ class Decoder:
         """The next token from the last row of `logits` (argmax, or sampled)."""
         if self.params.greedy:
             return int(logits[-1].argmax().item())
-        probs = _probs(logits[-1:], self.params)[0]
+        probs = _probs(logits[-1:], self.params)[0].cpu()
         return int(torch.multinomial(probs, 1, generator=self.rng).item())
 
     def _record(self, drafted: int, accepted: int, elapsed_s: float, solo: bool = True) -> None:

@@ -1,4 +1,9 @@
-"""The `transformers` engine: an HF causal LM on CPU or one accelerator, embedded in-process.
+"""The `transformers` engine: an HF causal LM on CPU or one CUDA device, embedded in-process.
+
+`config.device` and `config.dtype` are resolved once at load (`placement.resolve`: auto is
+the first CUDA device in the checkpoint's 16-bit dtype, bfloat16 for a float32 checkpoint,
+else the CPU in float32); the weights, every KV cache, the batch's inputs and the draft
+models live there, and a greedy request's tokens equal `generate()`'s in that dtype there.
 
 Each request decodes with its own DynamicCache through `decoding.Decoder`; concurrent
 requests are continuously batched by `batching.BatchLoop` (admitted between decode steps,
@@ -19,17 +24,19 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from argosy.serving import models
+from argosy.hardware.backends import cuda
+from argosy.serving import models, placement
 from argosy.serving.batching import BatchLoop
 from argosy.serving.budget import (
     MemoryBudget,
-    checkpoint_bytes,
     host_memory_bytes,
     kv_bytes_per_token,
+    weights_bytes,
 )
 from argosy.serving.config import EngineConfig
 from argosy.serving.decoding import Decoder
 from argosy.serving.errors import EngineAsleepError
+from argosy.serving.placement import Placement
 from argosy.serving.speculative import PROPOSERS, check_name, split_spec
 from argosy.serving.speculative.base import OFF, Proposer, ProposerContext
 from argosy.serving.speculative.costs import AcceptanceTracker, StepCosts
@@ -57,6 +64,8 @@ class TransformersEngine:
         self._acceptance = AcceptanceTracker()
         self._loop: BatchLoop | None = None
         self.budget: MemoryBudget | None = None
+        self.placement: Placement | None = None
+        """Where and in which dtype the weights live; resolved by `load`."""
         check_name(config.speculative)  # unknown names fail at construction
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -67,14 +76,15 @@ class TransformersEngine:
 
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
+        where = self._place()
         if self.config.memory_fraction is not None and self.budget is None:
-            self.budget = self._budget()  # refuses before the weights are read
+            self.budget = self._budget(where)  # refuses before the weights are read
         with self._lock:
             if self._tokenizer is None:
                 self._tokenizer = load_tokenizer(self.path)
             if self._model is None:
-                self._model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32)
-                self._model.eval()
+                model = AutoModelForCausalLM.from_pretrained(self.path, dtype=where.torch_dtype())
+                self._model = model.to(where.device).eval()
                 _warm_up_model(self._model)
             self._stats.asleep = False
             if self._loop is None:
@@ -86,16 +96,29 @@ class TransformersEngine:
                     max_draft_tokens=self.config.num_speculative_tokens,
                 )
 
-    def _budget(self) -> MemoryBudget:
-        """The service's share of its device, checked against the checkpoint's weights."""
+    def _place(self) -> Placement:
+        """Resolve `config.device` and `config.dtype` against this host (once)."""
+        if self.placement is None:
+            device = placement.resolve_device(self.config.device, cuda.visible_count())
+            where = Placement(device, "float32")
+            bf16 = not where.is_cuda or cuda.bf16_supported(where.index)
+            checkpoint = placement.checkpoint_dtype(self.path)
+            dtype = placement.resolve_dtype(self.config.dtype, device, checkpoint, bf16)
+            self.placement = Placement(device, dtype)
+            if self.placement.is_cuda:
+                cuda.use_device(self.placement.index)
+        return self.placement
+
+    def _budget(self, where: Placement) -> MemoryBudget:
+        """The service's share of its device, checked against the weights in their dtype."""
         fraction = self.config.memory_fraction
         assert fraction is not None
-        _limit_accelerator(fraction)
+        _limit_accelerator(fraction, where)
         budget = MemoryBudget(
             fraction=fraction,
-            device_bytes=self.config.device_memory_bytes or host_memory_bytes(),
-            weights_bytes=checkpoint_bytes(self.path),
-            kv_bytes_per_token=kv_bytes_per_token(self.path),
+            device_bytes=self.config.device_memory_bytes or device_memory_bytes(where),
+            weights_bytes=weights_bytes(self.path, where.dtype_bytes),
+            kv_bytes_per_token=kv_bytes_per_token(self.path, where.dtype_bytes),
         )
         budget.check()
         return budget
@@ -108,6 +131,8 @@ class TransformersEngine:
             self._stats.asleep = True
         gc.collect()
         _trim_heap()
+        if self.placement is not None and self.placement.is_cuda:
+            cuda.release_cached()
 
     def wake(self) -> None:
         """Map the weights again after `sleep` and warm them up, timing it."""
@@ -251,7 +276,7 @@ class TransformersEngine:
 
         with self._lock, torch.inference_mode():
             model = self._require_model()
-            ids = torch.tensor([list(token_ids)], dtype=torch.long)
+            ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model.device)
             out = model(
                 input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=num_logits
             )
@@ -263,10 +288,12 @@ class TransformersEngine:
         import torch
 
         with self._lock, torch.inference_mode():
-            out = self._require_model()(
-                input_ids=ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
+            model = self._require_model()
+            device = model.device
+            out = model(
+                input_ids=ids.to(device, non_blocking=True),
+                attention_mask=attention_mask.to(device, non_blocking=True),
+                position_ids=position_ids.to(device, non_blocking=True),
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=num_logits,
@@ -315,12 +342,16 @@ class TransformersEngine:
         return self._tokenizer
 
 
-def _limit_accelerator(fraction: float) -> None:
-    """Cap this process's share of a visible CUDA device's memory at `fraction` (the
-    caching allocator refuses beyond it); nothing on a CPU-only host."""
-    from argosy.hardware.backends.cuda import limit_process_memory
+def _limit_accelerator(fraction: float, where: Placement) -> None:
+    """Cap this process's share of its CUDA device's memory at `fraction` (the caching
+    allocator refuses beyond it); nothing for an engine on the CPU."""
+    if where.is_cuda:
+        cuda.limit_process_memory(fraction, where.index)
 
-    limit_process_memory(fraction)
+
+def device_memory_bytes(where: Placement) -> int:
+    """The memory of the engine's device: the GPU's total, or the host's MemTotal."""
+    return cuda.total_memory(where.index) if where.is_cuda else host_memory_bytes()
 
 
 def _warm_up_model(model: Any) -> None:
@@ -329,8 +360,9 @@ def _warm_up_model(model: Any) -> None:
     wake rather than by the first request (about 0.2 s for 135M on an idle core)."""
     import torch
 
+    ids = torch.zeros((1, 1), dtype=torch.long, device=model.device)
     with torch.inference_mode():
-        model(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=False, logits_to_keep=1)
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
 
 _TOKENIZERS: dict[str, Any] = {}

@@ -46,9 +46,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from argosy.core.errors import ConfigError
-from argosy.serving import models
+from argosy.serving import models, placement
 from argosy.serving.config import EngineConfig
 from argosy.serving.errors import EngineAsleepError, EngineFailedError
+from argosy.serving.placement import Placement
 from argosy.serving.speculative import split_spec
 from argosy.serving.types import (
     EngineStats,
@@ -120,6 +121,8 @@ class VllmEngine:
         self._spec_base = (0, 0, 0)
         self._threads = 0
         self._failure: EngineFailedError | None = None
+        self.placement: Placement | None = None
+        """Where and in which dtype vLLM holds the weights; resolved by `load`."""
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -253,13 +256,14 @@ class VllmEngine:
         if self.config.num_threads:  # torch's pool, and numba's for the n-gram proposer
             os.environ.setdefault("OMP_NUM_THREADS", str(self.config.num_threads))
             os.environ.setdefault("NUMBA_NUM_THREADS", str(self.config.num_threads))
+        where = self._place()
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
         self._native_sleep = _sleep_mode_available()
         args = EngineArgs(
             model=str(self.path),
-            dtype="float32",  # the cached checkpoint's own dtype, as the transformers engine
+            dtype=where.dtype,  # resolved as the transformers engine resolves it
             enforce_eager=True,  # torch.compile warm-up takes minutes on a small CPU
             max_model_len=self.config.max_context_tokens or None,
             max_num_seqs=self.config.max_batch_size,
@@ -271,24 +275,37 @@ class VllmEngine:
         with _hidden_modules(_BREAKS_KERNEL_SCAN), _keeps_torch_set_num_threads():
             return LLMEngine.from_engine_args(args)
 
+    def _place(self) -> Placement:
+        """`config.device` and `config.dtype` on this vLLM build: a CPU build serves on the
+        CPU only; on a GPU build `cuda:N` narrows CUDA_VISIBLE_DEVICES to that device."""
+        from argosy.hardware.backends.cuda import visible_count
+
+        # a CPU build sees no CUDA device: 'cuda' then fails, naming what this build can use
+        count = 0 if _cpu_build() else visible_count()
+        device = placement.resolve_device(self.config.device, count)
+        checkpoint = placement.checkpoint_dtype(self.path)
+        where = Placement(device, placement.resolve_dtype(self.config.dtype, device, checkpoint))
+        if where.is_cuda and where.index:
+            visible = placement.device_key(device).removeprefix("cuda-")
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        self.placement = where
+        return where
+
     def _kv_cache_bytes(self) -> int:
         """1 GiB, or with a memory fraction the KV budget it leaves after the weights
         (`budget.MemoryBudget`, the same arithmetic as the transformers engine); vLLM then
         queues requests within it. Refuses to load when the weights alone do not fit."""
         if self.config.memory_fraction is None:
             return KV_CACHE_BYTES
-        from argosy.serving.budget import (
-            MemoryBudget,
-            checkpoint_bytes,
-            host_memory_bytes,
-            kv_bytes_per_token,
-        )
+        from argosy.serving.budget import MemoryBudget, kv_bytes_per_token, weights_bytes
+        from argosy.serving.transformers_engine import device_memory_bytes
 
+        where = self.placement or Placement("cpu", "float32")
         budget = MemoryBudget(
             fraction=self.config.memory_fraction,
-            device_bytes=self.config.device_memory_bytes or host_memory_bytes(),
-            weights_bytes=checkpoint_bytes(self.path),
-            kv_bytes_per_token=kv_bytes_per_token(self.path),
+            device_bytes=self.config.device_memory_bytes or device_memory_bytes(where),
+            weights_bytes=weights_bytes(self.path, where.dtype_bytes),
+            kv_bytes_per_token=kv_bytes_per_token(self.path, where.dtype_bytes),
         )
         budget.check()
         return budget.kv_budget_bytes
@@ -510,3 +527,12 @@ def _sleep_mode_available() -> bool:
         return bool(current_platform.is_sleep_mode_available())
     except (ImportError, AttributeError):
         return False
+
+
+def _cpu_build() -> bool:
+    """Whether this vLLM build computes on the CPU (vLLM-CPU)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return True
+    return bool(current_platform.is_cpu())

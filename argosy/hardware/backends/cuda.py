@@ -50,14 +50,49 @@ class CudaBackend:
         return read_signals(window_s=window_s)
 
 
-def limit_process_memory(fraction: float) -> int:
-    """Cap this process's caching allocator at `fraction` of every visible CUDA device's
-    memory (a service's share under `argosy serve --memory-fraction`); returns how many
-    devices were capped (0 without CUDA)."""
+# -- one process's use of a device (the serving engines call these) ---------------------------
+def visible_count() -> int:
+    """CUDA devices torch sees in this process (0 without CUDA or on a ROCm build)."""
     import torch
 
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() or torch.version.hip is not None:
         return 0
-    for index in range(torch.cuda.device_count()):
-        torch.cuda.set_per_process_memory_fraction(fraction, index)
-    return torch.cuda.device_count()
+    return int(torch.cuda.device_count())
+
+
+def use_device(index: int) -> None:
+    """Make device `index` this process's current CUDA device."""
+    import torch
+
+    torch.cuda.set_device(index)
+
+
+def bf16_supported(index: int) -> bool:
+    """Whether device `index` computes in bfloat16 natively."""
+    import torch
+
+    with torch.cuda.device(index):
+        return bool(torch.cuda.is_bf16_supported())
+
+
+def total_memory(index: int) -> int:
+    """Bytes of memory on device `index`."""
+    import torch
+
+    return int(torch.cuda.get_device_properties(index).total_memory)
+
+
+def limit_process_memory(fraction: float, index: int) -> None:
+    """Cap this process's caching allocator at `fraction` of device `index`'s memory (a
+    service's share under `argosy serve --memory-fraction`): allocations past it fail."""
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
+
+
+def release_cached() -> None:
+    """Give the caching allocator's free blocks back to the driver (after a sleep)."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

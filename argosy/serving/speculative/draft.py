@@ -54,9 +54,8 @@ class ModelDraftProposer:
         feed = tokens[keep:]
         with torch.inference_mode():
             while len(draft) < limit:
-                out = self.model(
-                    input_ids=torch.tensor([feed]), past_key_values=self.cache, logits_to_keep=1
-                )
+                ids = torch.tensor([feed], device=self.model.device)
+                out = self.model(input_ids=ids, past_key_values=self.cache, logits_to_keep=1)
                 self.cached.extend(feed)
                 feed = [int(out.logits[0, -1].argmax())]
                 draft.append(feed[0])
@@ -80,7 +79,9 @@ class DraftModelProposer(ModelDraftProposer):
     def __init__(self, max_draft_tokens: int = 4, context: ProposerContext | None = None) -> None:
         if context is None or not context.arg:
             raise ConfigError("speculative 'draft' needs a checkpoint: draft:PATH")
-        super().__init__(load_draft(context.arg), max_draft_tokens)
+        target = context.target
+        where = (target.device, target.dtype) if target is not None else None
+        super().__init__(load_draft(context.arg, where), max_draft_tokens)
 
 
 def early_exit_view(model: Any, depth: int) -> Any:
@@ -97,18 +98,20 @@ def early_exit_view(model: Any, depth: int) -> Any:
     return outer
 
 
-def load_draft(path: str) -> Any:
-    """Load (once per path) an HF causal LM checkpoint to draft with."""
+def load_draft(path: str, placement: tuple[Any, Any] | None = None) -> Any:
+    """Load (once per path and placement) an HF causal LM checkpoint to draft with, on the
+    target's (device, dtype) when given (float32 on CPU otherwise)."""
     from transformers import AutoModelForCausalLM
 
     where = Path(path).expanduser()
     if not (where / "config.json").exists():
         raise ConfigError(f"draft checkpoint not found: {where} has no config.json")
     with _LOAD_LOCK:
-        key = str(where.resolve())
+        device, dtype = placement if placement is not None else ("cpu", torch.float32)
+        key = f"{where.resolve()}|{device}|{dtype}"
         if key not in _LOADED:
-            model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
-            _LOADED[key] = model.eval()
+            model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+            _LOADED[key] = model.to(device).eval()
         return _LOADED[key]
 
 
