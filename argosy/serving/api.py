@@ -97,11 +97,19 @@ async def _respond(
     request = GenerationRequest(tuple(ids), params, body.speculative)
     chunks = _text_chunks(engine, request, body.stop_strings())
     if body.stream:
-        return StreamingResponse(_sse(chunks, shape), media_type="text/event-stream")
+        wants_usage = body.stream_options is not None and body.stream_options.include_usage
+        events = _sse(chunks, shape, len(ids) if wants_usage else None)
+        return StreamingResponse(events, media_type="text/event-stream")
     text, finish, count = await anyio.to_thread.run_sync(_drain, chunks)
-    usage = {"prompt_tokens": len(ids), "completion_tokens": count}
-    usage["total_tokens"] = len(ids) + count
-    return shape.full(text, finish, usage)
+    return shape.full(text, finish, _usage(len(ids), count))
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def _check_speculative(spec: str) -> None:
@@ -138,15 +146,23 @@ def _drain(chunks: Iterator[Any]) -> tuple[str, str, int]:
 _DONE = object()
 
 
-async def _sse(chunks: Iterator[Any], shape: _Shape) -> AsyncIterator[str]:
-    """Server-sent events; the engine generator is closed however the stream ends."""
+async def _sse(
+    chunks: Iterator[Any], shape: _Shape, usage_of_prompt: int | None = None
+) -> AsyncIterator[str]:
+    """Server-sent events; the engine generator is closed however the stream ends. With
+    `usage_of_prompt` (the prompt's token count) a usage chunk precedes `[DONE]`."""
+    count = 0
     try:
         while True:
             item = await anyio.to_thread.run_sync(next, chunks, _DONE)
             if item is _DONE:
                 break
-            delta, finish, _ = item
+            delta, finish, num = item
+            count += num
             yield f"data: {json.dumps(shape.delta(delta, finish))}\n\n"
+        if usage_of_prompt is not None:
+            last = {**shape.delta("", None), "choices": [], "usage": _usage(usage_of_prompt, count)}
+            yield f"data: {json.dumps(last)}\n\n"
         yield "data: [DONE]\n\n"
     finally:
         close = getattr(chunks, "close", None)

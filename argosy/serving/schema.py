@@ -13,6 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from argosy.serving.types import SamplingParams
 
 
+class StreamOptions(BaseModel):
+    """OpenAI's `stream_options`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+    """A last chunk before `[DONE]` carries the request's token usage (and no choices)."""
+
+
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -28,6 +37,8 @@ class _Sampling(BaseModel):
     """Seed for reproducible sampling."""
     stream: bool = False
     """Server-sent events, one chunk per engine step, then `data: [DONE]`."""
+    stream_options: StreamOptions | None = None
+    """With `stream`: `include_usage` adds a usage chunk at the end."""
     stop: str | list[str] | None = None
     """Strings that end the generation (not included in the output)."""
     n: Literal[1] = 1

@@ -59,6 +59,23 @@ def test_streamed_chat_equals_the_full_answer(base_url):
     assert chunks[-1]["finish_reason"] in {"stop", "length"}
 
 
+@pytest.mark.parametrize("endpoint", ["chat/completions", "completions"])
+def test_stream_usage_counts_the_tokens_of_the_full_answer(base_url, endpoint):
+    body = _chat(max_tokens=9, temperature=0)
+    if endpoint == "completions":
+        body = {"model": MODEL, "prompt": "One, two, three,", "max_tokens": 9, "temperature": 0}
+    full = httpx.post(f"{base_url}/v1/{endpoint}", json=body, timeout=60).json()
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{base_url}/v1/{endpoint}", json=streamed, timeout=60) as resp:
+        events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert last["choices"] == [] and last["usage"] == full["usage"]
+    assert all("usage" not in json.loads(e) for e in events[:-2])
+    bad = {**streamed, "stream_options": {"include_usage": True, "extra": 1}}
+    assert httpx.post(f"{base_url}/v1/{endpoint}", json=bad, timeout=60).status_code == 400
+
+
 @pytest.mark.parametrize(
     ("body", "want_status", "want_param"),
     [
