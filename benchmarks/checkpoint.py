@@ -5,6 +5,8 @@
     git archive 44a6b9e argosy | tar -x -C /tmp/before    # the code before issue 17
     .venv/bin/python benchmarks/checkpoint.py --first-save .,/tmp/before --repeats 3
     PYTHONPATH=/tmp/dl .venv/bin/python benchmarks/checkpoint.py --sizes-gb 1 --peers duel
+    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/checkpoint.py --device cuda --sizes-gb 8 \
+        --repeats 3 --loop-steps 0 --peers argosy,dlrover,dcp_async --json /tmp/ckpt8.json
 
 Peers (checkpoint_peers.py; each in its own process, one at a time, so memory is freed
 between them): torch.save (+fsync), DCP save, DCP async_save (process executor + cached
@@ -20,11 +22,22 @@ figure: step time of a small training loop with a save every step vs without.
 `--first-save TREES`: only the stall of the first saves in a fresh process (64 MiB state),
 for each source tree given (this repository and, say, an older commit side by side).
 `--startup TREES`: only persister start-up (checkpointer made to first step durable), per tree.
+
+Modes (`--mode`, auto: full on cpu, lean on a device): `full` pairs every save of argosy and
+DLRover with floors measured around it (tens of writes of the whole state: the better part
+of an hour at 8 GB); `lean` measures the floors once per size, in a worker of their own
+(copy floor: memcpy, or device-to-pinned-host for device state; disk floor: argosy's writer
+count, buffered and direct), then times the peers' own saves alone. Each peer's line is
+printed as it ends; `--json` is rewritten after each; a worker past `--peer-timeout-s` is
+killed with its children and reported as timed out (with the last phase it reached), and
+the rest still run. Workers run under this interpreter (`sys.executable`) with the
+repository on PYTHONPATH, so no venv is needed where torch is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -37,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint_duel import duel
-from checkpoint_floors import disk_floor, memcpy_floor
+from checkpoint_floors import bracket_writers, copy_floor_kind, disk_floor, memcpy_floor
 from checkpoint_peers import (
     PEERS,
     TENSOR_MB,
@@ -46,6 +59,7 @@ from checkpoint_peers import (
     make_state,
     med,
     nbytes,
+    progress,
 )
 
 from argosy.checkpoint.launch import persister_env
@@ -103,55 +117,149 @@ def loop_figure(steps: int, interval_s: float) -> dict:
 
 # -- driver ---------------------------------------------------------------------------
 
+REPO = Path(__file__).resolve().parents[1]
+FLOORS = "floors"
+"""The pseudo-peer of a lean run: the floors alone, measured once per size."""
+
+
+def measure_floors(state: dict, work: Path, repeats: int, how: str) -> dict[str, Any]:
+    """The floors beside a peer: `full`, the disk floor over 1, 2 and 4 writers each way,
+    twice; `lean`, once, with argosy's writer count only, direct I/O only where it works
+    (one write of the whole state: at 8 GB, seconds); `none`. Both add the copy floor: memcpy into a
+    pre-touched host buffer, or device-to-host into pinned memory for device state."""
+    if how == "none":
+        return {}
+    tensors = list(state["model"].values())
+    if how == "lean":
+        floors = disk_floor(nbytes(state), work, 1, (bracket_writers(),), direct_only=True)
+    else:
+        floors = disk_floor(nbytes(state), work, min(repeats, 2))
+    floors["floor_s"] = memcpy_floor(tensors, repeats)
+    floors["copy_floor"] = copy_floor_kind(tensors)
+    return floors
+
+
+def versions(device: str) -> dict[str, str]:
+    """torch's version, and the device's name for device state."""
+    import torch
+
+    out = {"torch": torch.__version__}
+    if device.startswith("cuda"):
+        out["device_name"] = torch.cuda.get_device_name()
+    return out
+
 
 def worker(
-    peer: str, gb: float, repeats: int, device: str = "cpu", tensor_mb: float = TENSOR_MB
+    peer: str,
+    gb: float,
+    repeats: int,
+    device: str = "cpu",
+    tensor_mb: float = TENSOR_MB,
+    floors: str = "full",
+    paired: bool = True,
 ) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"argosy-bench-{peer}-"))
     shm_before = set(os.listdir("/dev/shm"))
     try:
         if peer == "loop":
             return {"loops": [loop_figure(repeats, 30.0), loop_figure(repeats, 0.0)]}
+        t0 = time.perf_counter()
         state = make_state(gb, device, tensor_mb)
+        made_s = time.perf_counter() - t0
+        progress(f"state made: {nbytes(state) / 2**30:g} GB on {device}")
         # the floors: same process, same moment as the peer
-        floors = disk_floor(nbytes(state), work, min(repeats, 2))
-        floors["floor_s"] = memcpy_floor(list(state["model"].values()), repeats)
-        result = RUNNERS[peer](state, work, repeats)
+        result = measure_floors(state, work, repeats, "lean" if peer == FLOORS else floors)
+        progress("floors measured")
+        if peer != FLOORS:
+            result |= RUNNERS[peer](state, work, repeats, paired)
         result["gb"] = nbytes(state) / 2**30
         result["bytes"] = nbytes(state)
-        return floors | result
+        result["state_made_s"] = made_s
+        return result | versions(device)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         _clean_children_and_shm(shm_before)
 
 
-def _clean_children_and_shm(before: set[str]) -> None:
-    """DLRover leaves its saver process and shm segments behind; remove what this run made."""
+def _kill_tree(pid: int | None = None) -> None:
+    """Kill every descendant of `pid` (of this process when None); none without psutil."""
     try:
         import psutil
 
-        for child in psutil.Process().children(recursive=True):
+        children = psutil.Process(pid).children(recursive=True)
+    except Exception:  # psutil missing, or `pid` gone already
+        return
+    for child in children:
+        with contextlib.suppress(Exception):  # it ended meanwhile
             child.kill()
-    except ImportError:
-        pass
-    mine = f"argosy-ckpt-{bench_job_prefix()}"  # argosy slots of other workers stay
+
+
+def _clean_children_and_shm(before: set[str], pid: int | None = None) -> None:
+    """DLRover leaves its saver process and shm segments behind; remove what this run made.
+    `pid`: a worker's that was killed (the driver's clean-up after a timeout)."""
+    _kill_tree(pid)
+    mine = f"argosy-ckpt-{bench_job_prefix(pid)}"  # argosy slots of other workers stay
     for name in set(os.listdir("/dev/shm")) - before:
         theirs = name.startswith("argosy-ckpt-") and not name.startswith(mine)
         if not theirs and ("ckpt" in name or name.startswith("torch_")):
             Path("/dev/shm", name).unlink(missing_ok=True)
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a worker: this one, with the repository on PYTHONPATH (the
+    worker, and argosy's persister it starts, import argosy from there when no venv has
+    it installed: `PYTHONPATH=/tmp/site:<repo> python3 benchmarks/checkpoint.py`)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(REPO) not in paths:
+        paths.append(str(REPO))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
+def _kill_worker(proc: subprocess.Popen) -> None:
+    """A worker past its time: its children first (DLRover's saver, DCP's executor,
+    argosy's persister, which runs in a session of its own), then the worker."""
+    _kill_tree(proc.pid)
+    proc.kill()
+    proc.wait()
+
+
 def run_peer(
-    peer: str, gb: float, repeats: int, device: str = "cpu", tensor_mb: float = TENSOR_MB
+    peer: str,
+    gb: float,
+    repeats: int,
+    device: str = "cpu",
+    tensor_mb: float = TENSOR_MB,
+    *,
+    floors: str = "full",
+    paired: bool = True,
+    timeout_s: float = 1800.0,
 ) -> dict:
+    """Run one peer in a worker process of its own; {"missing": why} when it failed or
+    ran past `timeout_s` (killed then, with its children, and its shared memory freed)."""
     cmd = [sys.executable, "-W", "ignore", __file__, "--worker", peer, "--gb", str(gb)]
     cmd += ["--repeats", str(repeats), "--device", device, "--tensor-mb", str(tensor_mb)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    cmd += ["--worker-floors", floors, "--mode", "full" if paired else "lean"]
+    shm_before = set(os.listdir("/dev/shm"))
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        # files, not pipes: a child the worker leaves behind must not hold its output open
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=child_env())
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_worker(proc)
+            _clean_children_and_shm(shm_before, proc.pid)
+            err.seek(0)
+            last = [ln for ln in err.read().splitlines() if ln.startswith("progress: ")][-1:]
+            return {"missing": f"timed out after {timeout_s:g} s (last: {' '.join(last) or '-'})"}
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        tail = (stderr or stdout).strip().splitlines()[-3:]
         return {"missing": f"failed (rc {proc.returncode}): {' | '.join(tail)}"}
-    return json.loads(lines[-1][len("RESULT ") :])
+    phases = [ln[len("progress: ") :] for ln in stderr.splitlines() if ln.startswith("progress: ")]
+    return json.loads(lines[-1][len("RESULT ") :]) | {"phases": phases}
 
 
 def fmt(x: Any) -> str:
@@ -170,6 +278,125 @@ COLUMNS = {
     "durable / disk floor": "durable_over_floor",
 }
 """Table columns: "persist" is argosy's time from the snapshot in memory to durable."""
+
+
+SUMMARY = {  # label: key, for the line printed as each peer ends
+    "stall": "stall_s",
+    "stall overlapped": "stall_overlap_s",
+    "durable": "durable_s",
+    "durable, file fsynced": "synced_s",
+    "restore from memory": "memory_restore_s",
+    "restore from disk": "disk_restore_s",
+}
+
+
+def _num(x: Any) -> float | None:
+    """`x` where it is a measured figure (a number, not NaN), else None."""
+    return float(x) if isinstance(x, int | float) and x == x else None
+
+
+def _over(a: Any, b: Any) -> float | None:
+    a, b = _num(a), _num(b)
+    return a / b if a is not None and b else None
+
+
+def merged(r: dict, floors: dict) -> dict:
+    """A peer's figures with its size's floors (a lean run's, measured once) beside them,
+    where it measured none of its own."""
+    return r if "missing" in r else {k: v for k, v in floors.items() if k != "wall_s"} | r
+
+
+def peer_ratios(r: dict) -> dict[str, float | None]:
+    """A peer's figures over the floors: stall over the copy floor (device-to-pinned-host
+    for device state), time to durable over the disk floor."""
+    return {
+        "stall_over_copy_floor": _over(r.get("stall_s"), r.get("floor_s")),
+        "stall_overlap_over_copy_floor": _over(r.get("stall_overlap_s"), r.get("floor_s")),
+        "durable_over_disk_floor": _over(r.get("durable_s"), r.get("disk_floor_s")),
+        "synced_over_disk_floor": _over(r.get("synced_s"), r.get("disk_floor_s")),
+    }
+
+
+def cross_ratios(peers: dict[str, dict]) -> dict[str, dict[str, float | None]]:
+    """argosy's figures over DLRover's and over DCP async_save's (None where missing)."""
+    a, d, c = (peers.get(p, {}) for p in ("argosy", "dlrover", "dcp_async"))
+    return {
+        "argosy_vs_dlrover": {
+            "stall": _over(a.get("stall_s"), d.get("stall_s")),
+            "stall_overlapped": _over(a.get("stall_overlap_s"), d.get("stall_s")),
+            "durable": _over(a.get("durable_s"), d.get("durable_s")),
+            "durable_vs_file_fsynced": _over(a.get("durable_s"), d.get("synced_s")),
+            "memory_restore": _over(a.get("memory_restore_s"), d.get("memory_restore_s")),
+        },
+        "argosy_vs_dcp_async": {
+            "stall": _over(a.get("stall_s"), c.get("stall_s")),
+            "stall_overlapped": _over(a.get("stall_overlap_s"), c.get("stall_s")),
+            "durable": _over(a.get("durable_s"), c.get("durable_s")),
+        },
+    }
+
+
+def summary(gb: float, peer: str, r: dict) -> str:
+    """One line, printed the moment a peer ends: its medians, and over the floors."""
+    head = f"[{gb:g} GB] {peer} ({r.get('wall_s', 0):.0f} s)"
+    if "missing" in r:
+        return f"{head}: {r['missing']}"
+    copy = f"{r.get('copy_floor', 'copy')} floor {fmt(r.get('floor_s'))} s"
+    disk = f"disk floor {fmt(r.get('disk_floor_s'))} s"
+    if peer == FLOORS:
+        how = f"{r.get('disk_floor_writers')} writer(s), direct {r.get('disk_floor_direct')}"
+        return f"{head}: {copy}, {disk} ({how})"
+    figures = [f"{label} {fmt(r[key])} s" for label, key in SUMMARY.items() if key in r]
+    ratios = peer_ratios(r)
+    over = [
+        f"stall / {r.get('copy_floor', 'copy')} floor {fmt(ratios['stall_over_copy_floor'])}",
+        f"durable / disk floor {fmt(ratios['durable_over_disk_floor'])}",
+    ]
+    return f"{head}: {', '.join(figures)}; {', '.join(over)} ({copy}, {disk})"
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN (a figure not measured) as null, tuples as lists."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and x != x:
+        return None
+    return x
+
+
+FLOOR_KEYS = ("floor_s", "copy_floor", "disk_floor_s", "disk_floor_writers",
+              "disk_floor_direct", "disk_floor_by_writers")  # fmt: skip
+
+
+def json_report(
+    results: dict[float, dict[str, dict]], floors: dict[float, dict], meta: dict
+) -> dict:
+    """Everything measured, per size: the floors, per peer its medians (`stall_s`,
+    `durable_s`, restores, ...), its ratios over the floors and its raw figures, and
+    argosy's figures over its peers'."""
+    sizes = {}
+    for gb, peers in results.items():
+        size_floors = floors.get(gb) or next((r for r in peers.values() if "floor_s" in r), {})
+        sizes[f"{gb:g}"] = {
+            "floors": {k: size_floors.get(k) for k in FLOOR_KEYS},
+            "floors_wall_s": size_floors.get("wall_s"),
+            "peers": {
+                peer: {k: r.get(k) for k in ("missing", "wall_s", *SUMMARY.values()) if k in r}
+                | {"ratios": peer_ratios(r), "raw": r}
+                for peer, r in peers.items()
+            },
+            "ratios": cross_ratios(peers),
+        }
+    return _clean({"meta": meta, "sizes": sizes})
+
+
+def write_json(path: Path, results: dict, floors: dict, meta: dict) -> None:
+    """Written after every peer, so a run cut short leaves what it measured."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(json_report(results, floors, meta), indent=1) + "\n")
+    tmp.replace(path)
 
 
 def _row(r: dict) -> list[str]:
@@ -407,6 +634,60 @@ def first_save(runs: int, tree: str) -> None:
     )
 
 
+def resolve_mode(mode: str, device: str) -> str:
+    """`auto`: `full` (every save paired with its floors) for host state, `lean` for
+    device state (the floors once per size, no floor writes between saves: an 8 GB state
+    of three peers in minutes, not the better part of an hour)."""
+    if mode != "auto":
+        return mode
+    return "full" if device == "cpu" else "lean"
+
+
+def run_meta(args: argparse.Namespace, mode: str, timeout_s: float) -> dict:
+    import platform
+
+    return {
+        "argv": sys.argv[1:],
+        "device": args.device,
+        "mode": mode,
+        "peer_timeout_s": timeout_s,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def run_sizes(args: argparse.Namespace) -> dict[float, dict[str, dict]]:
+    """Every size, every peer, one worker at a time; each peer's line printed (and the
+    JSON rewritten) the moment it ends. A lean run measures the floors once per size,
+    in a worker of their own, before the peers."""
+    mode = resolve_mode(args.mode, args.device)
+    lean = mode == "lean"
+    timeout_s = args.peer_timeout_s or (120.0 if lean else 1800.0)
+    meta = run_meta(args, mode, timeout_s)
+    results: dict[float, dict[str, dict]] = {}
+    floors: dict[float, dict] = {}
+    for gb in [float(s) for s in args.sizes_gb.split(",")]:
+        repeats = args.repeats if gb <= 1 or lean else max(3, args.repeats // 2)
+        results[gb] = {}
+        for peer in ([FLOORS] if lean else []) + args.peers.split(","):
+            print(f"[{gb:g} GB] {peer} ...", flush=True)
+            t0 = time.perf_counter()
+            r = run_peer(
+                peer, gb, repeats, args.device, args.tensor_mb,
+                floors="none" if lean else "full", paired=not lean, timeout_s=timeout_s,
+            )  # fmt: skip
+            r["wall_s"] = time.perf_counter() - t0
+            if peer == FLOORS:
+                floors[gb] = {} if "missing" in r else r
+            else:
+                r = results[gb][peer] = merged(r, floors.get(gb, {}))
+            print(summary(gb, peer, r), flush=True)
+            if args.json:
+                write_json(args.json, results, floors, meta)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes-gb", default="1,4")
@@ -420,8 +701,23 @@ def main() -> None:
         "--tensor-mb", type=float, default=TENSOR_MB,
         help=f"size of each state tensor (default {TENSOR_MB}; 1 gives 1,024 tensors a GB)",
     )  # fmt: skip
+    parser.add_argument(
+        "--mode", choices=("auto", "full", "lean"), default="auto",
+        help="full: every save paired with floors measured around it (slow: tens of writes of"
+        " the state); lean: the floors once per size; auto: full on cpu, lean on a device",
+    )  # fmt: skip
+    parser.add_argument(
+        "--peer-timeout-s", type=float, default=None,
+        help="wall-clock limit of each peer's worker (default 120 lean, 1800 full); a peer"
+        " past it is killed and reported as timed out, and the rest still run",
+    )  # fmt: skip
     parser.add_argument("--markdown", type=Path, default=None, help="Also write a table here.")
+    parser.add_argument(
+        "--json", type=Path, default=None,
+        help="write every figure here, per size and peer (rewritten as each peer ends)",
+    )  # fmt: skip
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-floors", default="full", help=argparse.SUPPRESS)
     parser.add_argument("--gb", type=float, default=1.0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--first-save", default=None, metavar="TREES",
@@ -444,20 +740,19 @@ def main() -> None:
         env = persister_env(os.environ)  # glibc reads its tunables once, at the start
         if env != dict(os.environ):  # every peer and the memmove floor, as the persister
             os.execve(sys.executable, [sys.executable, "-W", "ignore", *sys.argv], env)
-        result = worker(args.worker, args.gb, args.repeats, args.device, args.tensor_mb)
+        paired = resolve_mode(args.mode, args.device) == "full"
+        result = worker(
+            args.worker, args.gb, args.repeats, args.device, args.tensor_mb,
+            args.worker_floors, paired,
+        )  # fmt: skip
         print("RESULT " + json.dumps(result), flush=True)
         return
-    results: dict[float, dict[str, dict]] = {}
-    for gb in [float(s) for s in args.sizes_gb.split(",")]:
-        repeats = args.repeats if gb <= 1 else max(3, args.repeats // 2)
-        results[gb] = {}
-        for peer in args.peers.split(","):
-            print(f"[{gb:g} GB] {peer} ...", file=sys.stderr, flush=True)
-            results[gb][peer] = run_peer(peer, gb, repeats, args.device, args.tensor_mb)
+    results = run_sizes(args)
     loop = None
     if args.loop_steps:
-        print("[loop] ...", file=sys.stderr, flush=True)
-        loop = run_peer("loop", 0, args.loop_steps)
+        print("[loop] ...", flush=True)
+        timeout_s = max(600.0, args.peer_timeout_s or 0.0)
+        loop = run_peer("loop", 0, args.loop_steps, timeout_s=timeout_s)
         loop = None if "missing" in loop else loop
     md = report(results, loop)
     if args.markdown:

@@ -79,7 +79,9 @@ def _argosy_saver(state: dict, work: Path) -> tuple[Callable[[int], float], Call
     return save, ckpt.close
 
 
-def duel(state: dict, work: Path, repeats: int) -> dict:
+def duel(state: dict, work: Path, repeats: int, paired: bool = True) -> dict:
+    """Rounds of both peers' durable saves, each bracketed by floors (always paired: the
+    floors are the point of the duel; `paired` is the peers' common signature)."""
     try:
         dl_save = _dlrover_saver(state, work / "dlrover")
     except ImportError as err:

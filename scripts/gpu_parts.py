@@ -168,10 +168,8 @@ def _tests_met(tests: dict[str, Any]) -> tuple[Any, Any]:
     if "tests" not in tests:
         return None, None
     met = tests["failures"] + tests["errors"] == 0 and tests["passed"] > 0
-    return (
-        met,
-        f"{tests['passed']} passed, {tests['failures'] + tests['errors']} failed, {tests['skipped']} skipped",
-    )
+    failed = tests["failures"] + tests["errors"]
+    return met, f"{tests['passed']} passed, {failed} failed, {tests['skipped']} skipped"
 
 
 def _equal(part: Any) -> tuple[Any, Any]:

@@ -22,7 +22,9 @@ Contract:
   travel through the trainer: one round trip, once per set of storages). Before it asks for
   the copy, `save` ends the trainer's idle OpenMP workers, which would spin on the cores the
   copy needs (openmp.py). Accelerator tensors are first copied on a side stream into
-  pinned, shared host buffers.
+  pinned, shared host buffers; while the persister starts, a save of them waits for that
+  copy and is held aside like CPU state (a restarted rank's first saves never wait seconds
+  for the persister's torch import).
 - `wait()`: blocks until the last saved step is committed. Called while the persister
   still copies that snapshot, it asks for the flush at once, so the disk write follows the
   copy instead of starting after it (`save` then `wait` is a durable save at about the
@@ -232,9 +234,12 @@ class FlashCheckpointer(PersisterLink):
         else:
             sources, inline = planned.sources, planned.inline_bytes()
         self._saved = step
-        if not on_device and not self._is_ready() and _nbytes(sources) <= self.hold_limit_bytes:
+        if not self._is_ready() and _nbytes(sources) <= self.hold_limit_bytes:
+            if on_device:  # the held copy reads the staged host buffers, reused next save
+                assert self._stager is not None
+                self._stager.synchronize()
             self._held.hold(step, pickle.dumps(meta), inline, sources)
-            self._held_sources = sources
+            self._held_sources = None if on_device else sources
             return
         self._pump(lambda: self._ready, self.start_timeout_s)
         self._send_forget()

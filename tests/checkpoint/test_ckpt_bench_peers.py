@@ -129,3 +129,33 @@ def test_a_save_is_taken_against_the_floors_on_both_sides() -> None:
     assert got["over_before"]["median"] == 1.0 and got["over_after"]["low"] == 0.75
     assert got["drift"]["low"] == 0.25 and got["drift"]["high"] == 2.0
     assert bracket_ratios([]) == {}
+
+
+@pytest.mark.slow
+def test_a_lean_run_prints_each_peer_as_it_ends_and_writes_json(tmp_path: Path) -> None:
+    """The floors once, then each peer's line the moment it ends (a peer that fails says
+    why and the rest still run), and every figure in the JSON."""
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-W", "ignore", str(BENCH), "--sizes-gb", "0.0625", "--repeats", "1"]
+    cmd += ["--loop-steps", "0", "--peers", "nosuch,torch_save", "--mode", "lean"]
+    done = subprocess.run(cmd + ["--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("[0.0625 GB]")]
+    assert lines[1].startswith("[0.0625 GB] floors (") and "memcpy floor" in lines[1]
+    assert "nosuch (" in lines[3] and "failed" in lines[3]
+    assert lines[5].startswith("[0.0625 GB] torch_save (") and "durable / disk floor" in lines[5]
+    size = json.loads(out.read_text())["sizes"]["0.0625"]
+    assert size["floors"]["floor_s"] > 0 and size["floors"]["disk_floor_s"] > 0
+    assert size["floors"]["copy_floor"] == "memcpy"
+    peer = size["peers"]["torch_save"]
+    assert peer["stall_s"] > 0 and peer["durable_s"] > 0 and peer["disk_restore_s"] > 0
+    assert peer["ratios"]["durable_over_disk_floor"] > 0 and peer["raw"]["torch"]
+    assert size["peers"]["nosuch"]["missing"].startswith("failed")
+    assert size["ratios"]["argosy_vs_dlrover"]["stall"] is None  # neither ran
+
+
+def test_a_peer_past_its_time_is_stopped_and_reported() -> None:
+    from checkpoint import run_peer
+
+    got = run_peer("torch_save", 0.0625, 1, timeout_s=0.5)
+    assert got["missing"].startswith("timed out after 0.5 s")

@@ -67,3 +67,20 @@ def test_snapshot_throughput_from_device_memory(tmp_path, job):
     rate = gib / sorted(times)[1]
     print(f"device snapshot: {gib:.1f} GiB at {rate:.1f} GiB/s")
     assert rate > 1.0
+
+
+def test_first_saves_of_device_state_are_held_while_the_persister_starts(tmp_path, job):
+    """A restarted rank's first saves never wait for the persister's start-up."""
+    dev = torch.device("cuda")
+    state = {"w": torch.randn(1024, 1024, device=dev), "pos": 0}
+    with FlashCheckpointer(tmp_path, job_id=job) as ckpt:
+        t0 = time.perf_counter()
+        ckpt.save(1, state)
+        held = time.perf_counter() - t0
+        assert not ckpt._ready and ckpt._held, "the save waited for the persister"
+        state["w"].add_(1)
+        want = state["w"].cpu()
+        ckpt.save(2, state)
+        assert ckpt.wait() == 2
+        step, got = ckpt.load() or (None, None)
+    assert held < 2.0 and step == 2 and torch.equal(got["w"].cpu(), want)

@@ -61,6 +61,14 @@ def _processes_of(run_id: str) -> list[int]:
     return found
 
 
+def final_params(run: Path) -> str:
+    """sha256 of rank 0's final parameters: the example's last line in its last attempt."""
+    logs = sorted((run / "logs").glob("attempt*/rank0.log"), key=lambda p: int(p.parent.name[7:]))
+    last = [ln for ln in logs[-1].read_text().splitlines() if ln.startswith("final step ")]
+    assert last, logs[-1].read_text()[-2000:]
+    return last[-1].rsplit(" params ", 1)[1]
+
+
 def test_fault_free_run_meets_the_contract(fault_free: Path) -> None:
     s = summary(fault_free)
     assert set(s) >= CONTRACT
@@ -104,6 +112,7 @@ def test_kill_exit_and_hang_resume_to_the_same_losses(fault_free: Path, tmp_path
     assert s["faults"][1]["exit_code"] == 3
     assert s["faults"][2]["missing_ranks"] == [0]
     assert losses(tmp_path) == losses(fault_free)  # bitwise, at every step
+    assert final_params(tmp_path) == final_params(fault_free)  # and the trained weights
     spawns = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     spawns = [e for e in spawns if e["event"] == "spawn"]
     assert spawns[0]["warm"] == 0 and any(e["warm"] == 2 for e in spawns[1:])  # standbys used
