@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU path of argosy in one run, one JSON summary at the end (docs/gpu.md).
 #
-#   bash scripts/gpu_check.sh                          # all steps, ~8 min on one H100
+#   bash scripts/gpu_check.sh                          # all steps, ~10 min on one H200
 #   bash scripts/gpu_check.sh --steps health,tests     # some of them
 #   bash scripts/gpu_check.sh --steps serve --model synthetic
 #
@@ -83,8 +83,8 @@ for step in ${STEPS//,/ }; do
       --device "$DEVICE" --json "$OUT/serve.json" "${SERVE_ARGS[@]}" ;;
     train) run_step train 150 "$PY" benchmarks/train_gpu.py --device "$DEVICE" \
       --json "$OUT/train.json" ;;
-    ckpt) run_step ckpt 240 "$PY" benchmarks/checkpoint.py --device "$DEVICE" --sizes-gb "$CKPT_GB" \
-      --repeats 3 --loop-steps 0 --peers argosy,dlrover,dcp-async --json "$OUT/ckpt.json" ;;
+    ckpt) run_step ckpt 330 "$PY" benchmarks/checkpoint.py --device "$DEVICE" --sizes-gb "$CKPT_GB" \
+      --repeats 3 --loop-steps 0 --peers argosy,dlrover,dcp_async --json "$OUT/ckpt.json" ;;
   esac
 done
 "$PY" scripts/gpu_parts.py summary "$OUT" | tee "$OUT/summary.json"
