@@ -350,8 +350,17 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--services", type=int, default=4)
     parser.add_argument("--fraction", type=float, default=0.2)
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0,
+        help="sys.setswitchinterval for this process and the servers' workers (0: default)",
+    )
     parser.add_argument("--json", default="")
     args = parser.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
+        os.environ["ARGOSY_GIL_SWITCH_S"] = str(args.switch_interval)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -359,6 +368,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="argosy-serve-gpu-"))
     model, label = pick_model(args.model, workdir)
     report: dict[str, Any] = {"model": label, "device": args.device}
+    report["switch_interval_s"] = sys.getswitchinterval()
     engine = None
     if {"equality", "batch1", "speculation"} & set(parts):
         engine = load_engine(model, args.device, speculative="auto")

@@ -32,6 +32,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -370,6 +371,7 @@ def worker_main(conn: Any, config: dict[str, Any]) -> None:
                 return  # the parent is gone or stopping us
 
     try:
+        _set_switch_interval()
         engine = ENGINES.get(config["engine"])(EngineConfig(**config))
         engine.load()
         info = {"max_context_tokens": engine.max_context_tokens, "pid": os.getpid()}
@@ -378,6 +380,27 @@ def worker_main(conn: Any, config: dict[str, Any]) -> None:
         send(("err", _READY_ID, (type(err).__name__, str(err))))
         return
     _serve_messages(conn, engine, send)
+
+
+SWITCH_INTERVAL_ENV = "ARGOSY_GIL_SWITCH_S"
+"""Seconds between the interpreter's forced GIL hand-offs in the worker (Python's default
+is 0.005). The batch loop's thread holds the GIL while it launches a step's kernels, and
+on a GPU a small model's step is launch-bound, so a request's thread may wait for a forced
+hand-off before it can take its tokens: a shorter interval bounds that wait. Unset: the
+default is kept (to be decided by measurement on a GPU: benchmarks/serving_gpu.py)."""
+
+
+def _set_switch_interval() -> None:
+    value = os.environ.get(SWITCH_INTERVAL_ENV)
+    if not value:
+        return
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{SWITCH_INTERVAL_ENV} must be seconds, not {value!r}") from None
+    if not 1e-6 <= seconds <= 1.0:
+        raise ValueError(f"{SWITCH_INTERVAL_ENV} must be in [1e-6, 1] seconds, not {value}")
+    sys.setswitchinterval(seconds)
 
 
 def _serve_messages(conn: Any, engine: Any, send: Any) -> None:

@@ -107,3 +107,27 @@ def test_the_http_side_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("value", ["0.0005", "1e-4"])
+def test_the_switch_interval_knob_sets_the_interpreter_hand_off(monkeypatch, value):
+    import sys
+
+    from argosy.serving import worker
+
+    monkeypatch.setenv(worker.SWITCH_INTERVAL_ENV, value)
+    before = sys.getswitchinterval()
+    try:
+        worker._set_switch_interval()
+        assert sys.getswitchinterval() == pytest.approx(float(value))
+    finally:
+        sys.setswitchinterval(before)
+
+
+@pytest.mark.parametrize("value", ["fast", "0", "2"])
+def test_a_bad_switch_interval_is_refused_naming_the_variable(monkeypatch, value):
+    from argosy.serving import worker
+
+    monkeypatch.setenv(worker.SWITCH_INTERVAL_ENV, value)
+    with pytest.raises(ValueError, match=worker.SWITCH_INTERVAL_ENV):
+        worker._set_switch_interval()
