@@ -93,7 +93,9 @@ def run_hf(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float,
     extra = {"prompt_lookup_num_tokens": 10} if method == "hf-prompt-lookup" else {}
     import torch
 
-    input_ids = torch.tensor([ids])
+    eos = sorted(engine.eos_ids)
+    input_ids = torch.tensor([ids], device=model.device)
+    _sync(model)
     start = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(
@@ -101,8 +103,11 @@ def run_hf(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float,
             attention_mask=torch.ones_like(input_ids),
             max_new_tokens=max_tokens,
             do_sample=False,
-            eos_token_id=sorted(engine.eos_ids),
-            pad_token_id=2,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=eos,
+            pad_token_id=eos[0],
             **extra,
         )
     elapsed = time.perf_counter() - start
@@ -315,6 +320,14 @@ def _hf_batched(engine, prompts: list[list[int]], max_tokens: int) -> list[list[
             tokens.append(token)
         outputs.append(tokens)
     return outputs
+
+
+def _sync(model) -> None:
+    """Wait for a GPU's queued work, so a timing starts with an idle device."""
+    import torch
+
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
 
 
 def _start_server(threads: int, speculative: str = "off"):

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving import COPY_HEAVY, OPEN_ENDED
+from serving import COPY_HEAVY, OPEN_ENDED, run_hf
 
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
 
@@ -93,35 +93,7 @@ def ours(engine: Any, ids: list[int], max_tokens: int, spec: str = "off") -> tup
 
 def theirs(engine: Any, ids: list[int], max_tokens: int) -> tuple[float, list]:
     """Seconds and tokens of `model.generate()` on the engine's own weights and device."""
-    import torch
-
-    model = engine._model
-    eos = sorted(engine.eos_ids)
-    input_ids = torch.tensor([ids], device=model.device)
-    _sync(model)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            eos_token_id=eos,
-            pad_token_id=eos[0],
-        )
-    tokens = out[0, len(ids) :].tolist()
-    elapsed = time.perf_counter() - start
-    return elapsed, [t for t in tokens if t not in engine.eos_ids]
-
-
-def _sync(model: Any) -> None:
-    import torch
-
-    if model.device.type == "cuda":
-        torch.cuda.synchronize(model.device)
+    return run_hf(engine, ids, "hf-plain", max_tokens)
 
 
 def equality(engine: Any, max_tokens: int) -> dict:
