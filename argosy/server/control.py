@@ -250,6 +250,10 @@ class Control:
             if lost != (name in self.lost):
                 (self.lost.add if lost else self.lost.discard)(name)
                 self.store.add_event(None, "node_lost" if lost else "node_back", f"node {name}")
+                if lost:  # the node's page and the policy see it: losses count as faults
+                    self.health.report(
+                        name, "fault", "node lost: the executor stopped reporting it"
+                    )
                 self._sync_node(name)
                 self.poke()
 
@@ -450,7 +454,8 @@ class Control:
         self.poke()
         if e.lost:
             self._check_nodes()  # a lost node goes out of placement before the requeue
-        summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason)
+        nodes = list((row["placement"] or {}).get("nodes") or {})
+        summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason, nodes)
         self._absorb_node_health(row)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
@@ -498,19 +503,23 @@ class Control:
             self._finish(e.job_id, "failed", why, ("failed", why), ended)
 
     def _absorb_node_health(self, row: Row) -> None:
-        """What the attempt's run says about its node (`node_health.json`) counts against
-        that node; a gang's evidence names ranks, not nodes, so only one-node attempts."""
+        """What the attempt's run says about its nodes counts against them: node rank i's
+        launcher writes `node_health.json` in its own run directory (`node<i>` for i > 0)
+        about the ranks it runs, all on the i-th node of the placement."""
         nodes = list((row["placement"] or {}).get("nodes") or {})
-        path = self.run_dir(row["id"]) / "node_health.json"
-        if len(nodes) != 1 or nodes[0] not in self.scheduling.index or not path.exists():
-            return
-        try:
-            text = read_job_text(path, limit=NODE_HEALTH_LIMIT_BYTES) or ""
-            entries = json.loads(text).get("evidence") or []
-        except (OSError, ValueError, AttributeError):
-            return
-        self.health.absorb_run(nodes[0], entries)
-        self._sync_node(nodes[0])
+        run_dir = self.run_dir(row["id"])
+        for rank, node in enumerate(nodes):
+            where = run_dir / f"node{rank}" if rank else run_dir
+            path = where / "node_health.json"
+            if node not in self.scheduling.index or not path.exists():
+                continue
+            try:
+                text = read_job_text(path, limit=NODE_HEALTH_LIMIT_BYTES) or ""
+                entries = json.loads(text).get("evidence") or []
+            except (OSError, ValueError, AttributeError):
+                continue
+            self.health.absorb_run(node, entries)
+            self._sync_node(node)
 
     def _finish(
         self,

@@ -6,11 +6,15 @@ final one, and one killed before it started leaves the previous attempt's file i
 So the server stamps each attempt when it starts it (`server/attempt<N>/started`) and,
 when the attempt ends, takes `summary.json` only if it was written after that stamp and
 is final; otherwise the attempt's summary is marked missing with the reason. Either way
-it is kept as `server/attempt<N>/summary.json`, one per attempt. `exit_time` is when the
-attempt ended by its own record (`exit.code`), which a server down at the time missed.
+it is kept as `server/attempt<N>/summary.json`, one per attempt. A multi-node attempt's
+node rank i (i > 0) writes `<run dir>/node<i>/summary.json`; the kept summary is node rank
+0's with `nodes`, one row per node rank (its node, status, final step, effective training
+time, lost seconds, restarts, faults), each read under the same rules. `exit_time` is when
+the attempt ended by its own record (`exit.code`), which a server down at the time missed.
 
     stamp_attempt(run_dir, 2)
     summary = settle_summary(run_dir, 2, "the launcher was killed by SIGKILL (exit 137)")
+    summary = settle_summary(run_dir, 2, "", nodes=["n0", "n1"])   # with summary["nodes"]
 """
 
 from __future__ import annotations
@@ -37,21 +41,46 @@ def stamp_attempt(run_dir: Path, attempt: int) -> None:
     (where / STAMP).write_text("")
 
 
-def settle_summary(run_dir: Path, attempt: int, reason: str) -> dict[str, Any]:
-    """The summary of attempt `attempt`, kept in its attempt directory."""
+def settle_summary(
+    run_dir: Path, attempt: int, reason: str, nodes: list[str] | None = None
+) -> dict[str, Any]:
+    """The summary of attempt `attempt`, kept in its attempt directory; with two or more
+    `nodes` (by node rank) it carries a row per node rank."""
     where = attempt_dir(run_dir, attempt)
-    summary = _final_summary_since(run_dir / "summary.json", where / STAMP)
-    if summary is None:
-        summary = {
-            "status": "missing",
-            "detail": f"attempt {attempt} wrote no final summary.json: {reason}",
-        }
+    summary = _node_summary(run_dir, where / STAMP, attempt, reason)
     summary = {**summary, "attempt": attempt}
+    if nodes is not None and len(nodes) > 1:
+        others = [_node_summary(run_dir / f"node{i}", where / STAMP, attempt, reason)
+                  for i in range(1, len(nodes))]  # fmt: skip
+        summary["nodes"] = [_node_row(i, n, s) for i, (n, s) in
+                            enumerate(zip(nodes, [summary, *others], strict=True))]  # fmt: skip
     where.mkdir(parents=True, exist_ok=True)
     tmp = where / "summary.json.tmp"
     tmp.write_text(json.dumps(summary))
     os.replace(tmp, where / "summary.json")  # never half-written
     return summary
+
+
+def _node_summary(directory: Path, stamp: Path, attempt: int, reason: str) -> dict[str, Any]:
+    summary = _final_summary_since(directory / "summary.json", stamp)
+    if summary is not None:
+        return summary
+    why = f"attempt {attempt} wrote no final summary.json: {reason}"
+    return {"status": "missing", "detail": why}
+
+
+NODE_ROW_KEYS = ("status", "final_step", "effective_training_time", "restarts")
+
+
+def _node_row(rank: int, node: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """One node rank's line of a multi-node summary."""
+    row: dict[str, Any] = {"node_rank": rank, "node": node}
+    row |= {key: summary.get(key) for key in NODE_ROW_KEYS}
+    lost = summary.get("lost_s")
+    row["lost_s"] = round(sum(lost.values()), 3) if isinstance(lost, dict) else None
+    faults = summary.get("faults")
+    row["faults"] = len(faults) if isinstance(faults, list) else None
+    return row
 
 
 def exit_time(run_dir: Path, attempt: int, now_s: float) -> float:

@@ -189,3 +189,48 @@ def test_an_unreadable_node_health_file_changes_nothing(
     _, node = _finish_with_node_health(api, fake, text)
     detail = api.get(f"/api/v1/nodes/{node}").json()
     assert detail["history"] == [] and detail["in_service"]
+
+
+def test_each_node_rank_s_evidence_counts_against_its_own_node(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    """A 2-node gang: node rank 1 writes `node1/node_health.json`; its crashes count
+    against the placement's second node only, node rank 0's against the first."""
+    body = {"name": "g", "script": STEPS, "workdir": WORKDIR, "max_restarts": 0}
+    body |= {"nnodes": 2, "nproc_per_node": 2}  # both nodes whole
+    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+    deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
+    while job_id not in fake.running:
+        assert time.monotonic() < deadline, "the gang was not placed"
+        time.sleep(0.02)
+    request = fake.running[job_id]
+    first, second = list(request.nodes)
+    now = time.time()
+    for where, crashes in ((request.run_dir, 1), (request.run_dir / "node1", 3)):
+        where.mkdir(parents=True, exist_ok=True)
+        evidence = [{"kind": "fault", "at_s": now + i, "detail": f"c{i}"} for i in range(crashes)]
+        (where / "node_health.json").write_text(json.dumps({"evidence": evidence}))
+    fake.finish(job_id, 1)
+    deadline = time.monotonic() + 60
+    while api.get(f"/api/v1/jobs/{job_id}").json()["state"] != "failed":
+        assert time.monotonic() < deadline, "the gang did not end"
+        time.sleep(0.02)
+    history = {n: api.get(f"/api/v1/nodes/{n}").json()["history"] for n in (first, second)}
+    assert len(history[first]) == 1 and len(history[second]) == 3
+
+
+def test_a_lost_node_is_recorded_in_its_health_and_placeable_again_when_back(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    lost = fake.nodes.pop()
+    deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
+    while not api.get(f"/api/v1/nodes/{lost.name}").json()["history"]:
+        assert time.monotonic() < deadline, "the loss was not recorded"
+        time.sleep(0.02)
+    detail = api.get(f"/api/v1/nodes/{lost.name}").json()
+    assert detail["history"][0]["kind"] == "fault" and "lost" in detail["history"][0]["detail"]
+    fake.nodes.append(lost)
+    assert placed_on(api, fake, 2) in {"n0", "n1"}
+    while not api.get(f"/api/v1/nodes/{lost.name}").json()["in_service"]:
+        assert time.monotonic() < deadline, "the node did not come back into service"
+        time.sleep(0.02)

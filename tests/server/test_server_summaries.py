@@ -72,3 +72,20 @@ def test_the_goodput_gauge_averages_finished_jobs_with_a_figure_only(tmp_path: P
         store.update_job(row["id"], {"state": state, "summary": summary})
     assert store.mean_effective_training_time() == pytest.approx(0.6)
     store.close()
+
+
+def test_a_gang_summary_has_a_row_per_node_rank(tmp_path: Path) -> None:
+    stamp_attempt(tmp_path, 1)
+    stamp_ns = (tmp_path / "server" / "attempt1" / "started").stat().st_mtime_ns
+    rank0 = FINAL | {"lost_s": {"startup": 1.0, "redone": 0.5}, "faults": [{}], "restarts": 1}
+    write_summary(tmp_path, rank0, stamp_ns + 10**6)
+    (tmp_path / "node1").mkdir()
+    write_summary(tmp_path / "node1", {"status": "running"}, stamp_ns + 10**6)
+    got = settle_summary(tmp_path, 1, "node rank 1's Ray node died", nodes=["a", "b"])
+    rows = got["nodes"]
+    assert [(r["node_rank"], r["node"]) for r in rows] == [(0, "a"), (1, "b")]
+    assert rows[0]["status"] == FINAL["status"] and rows[0]["lost_s"] == 1.5
+    assert rows[0]["faults"] == 1 and rows[0]["restarts"] == 1
+    assert rows[1]["status"] == "missing" and rows[1]["lost_s"] is None
+    alone = settle_summary(tmp_path, 1, "", nodes=["a"])
+    assert "nodes" not in alone
