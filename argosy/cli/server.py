@@ -77,6 +77,10 @@ def server(
 
     identity = job_identity(config)
     check_job_user(secure_home(config, identity), identity)  # a setup jobs can't run in fails
+    if config.executor == "ray":  # ray.init would wait minutes on an address nobody answers
+        from argosy.executors.ray_address import check_reachable
+
+        config = config.model_copy(update={"ray_address": check_reachable(config.ray_address)})
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
 

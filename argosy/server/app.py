@@ -39,8 +39,9 @@ def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> 
     cls = executors.get(config.executor)
     if config.executor == "ray":
         from argosy.executors.ray import RayOptions
+        from argosy.executors.ray_address import check_reachable
 
-        return cls(RayOptions(address=config.ray_address or "auto"))
+        return cls(RayOptions(address=check_reachable(config.ray_address)))
     from argosy.executors.local import LocalOptions
 
     options = LocalOptions(

@@ -1,0 +1,61 @@
+"""Where the Ray cluster is, checked before `ray.init` (which waits a minute or more on an
+address where nothing answers, and then fails with a gRPC timeout).
+
+`resolve(address)` turns `auto` into what Ray itself would use (`$RAY_ADDRESS`, else the
+address of the cluster last started on this host, `/tmp/ray/ray_current_cluster`);
+`check_reachable(address)` opens a TCP connection to the head's GCS port within
+`timeout_s` and raises `ArgosyError` (the CLI exits 2) naming the address and the fix
+when nothing answers. No Ray import.
+
+    check_reachable("127.0.0.1:6379")          # returns the resolved "host:port"
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from argosy.core.errors import ArgosyError
+
+CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
+"""Where `ray start --head` records the address of the cluster it started."""
+DEFAULT_GCS_PORT = 6379
+FIX = "start one with `ray start --head` or pass --ray-address HOST:PORT of a running head"
+
+
+def resolve(address: str | None) -> str:
+    """`host:port` for `address` (`auto`/empty: Ray's own lookup), else `ArgosyError`."""
+    address = (address or "auto").strip()
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "").strip() or _current_cluster()
+        if not address:
+            raise ArgosyError(f"no Ray cluster is running on this host: {FIX}")
+    address = address.removeprefix("ray://")
+    host, _, port = address.rpartition(":")
+    if not host:
+        host, port = address, str(DEFAULT_GCS_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ArgosyError(f"Ray address '{address}' is not HOST:PORT")
+    return f"{host}:{port}"
+
+
+def check_reachable(address: str | None, timeout_s: float = 3.0) -> str:
+    """The resolved address once its GCS port accepts a connection; else `ArgosyError`."""
+    where = resolve(address)
+    host, _, port = where.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return where
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ArgosyError(
+            f"no Ray cluster answers at {where} ({reason} within {timeout_s:g} s): {FIX}"
+        ) from None
+
+
+def _current_cluster() -> str:
+    try:
+        return CURRENT_CLUSTER.read_text().strip()
+    except OSError:
+        return ""
