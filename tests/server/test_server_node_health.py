@@ -234,3 +234,11 @@ def test_a_lost_node_is_recorded_in_its_health_and_placeable_again_when_back(
     while not api.get(f"/api/v1/nodes/{lost.name}").json()["in_service"]:
         assert time.monotonic() < deadline, "the node did not come back into service"
         time.sleep(0.02)
+
+
+def test_a_gang_asking_more_nodes_than_exist_is_refused_at_submit(api: TestClient) -> None:
+    body = {"name": "big", "script": STEPS, "workdir": WORKDIR, "nnodes": 3, "nproc_per_node": 2}
+    r = api.post("/api/v1/jobs", json=body)
+    assert r.status_code == 422, r.text
+    assert "needs 3 node(s) with 2 devices each; at most 2" in r.text
+    assert "big" not in api.get("/api/v1/jobs", params={"name": "big"}).text
