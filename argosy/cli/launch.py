@@ -41,6 +41,13 @@ def launch(
     nproc_per_node: int = typer.Option(..., "--nproc-per-node", min=1, help="Ranks per node."),
     nnodes: int = typer.Option(1, "--nnodes", min=1, help="Nodes (static rendezvous)."),
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="This node's index."),
+    node_sizes: str | None = typer.Option(
+        None,
+        "--node-sizes",
+        metavar="R0,R1,...",
+        help="Ranks on each node when they differ (a packed placement); default: "
+        "--nproc-per-node on every node.",
+    ),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rank 0's host."),
     master_port: int | None = typer.Option(None, "--master-port", help="Default: a free port."),
     max_restarts: int | None = typer.Option(None, "--max-restarts", min=0, help="Restarts."),
@@ -79,7 +86,8 @@ def launch(
 
     if nnodes > 1 and node_rank >= nnodes:
         raise ArgosyError(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
-    world = nnodes * nproc_per_node
+    sizes = _node_sizes(node_sizes, nnodes, node_rank, nproc_per_node)
+    world = sum(sizes) if sizes else nnodes * nproc_per_node
     injections = [parse_injection(spec, world) for spec in inject]
     config = _runtime_config(ctx, max_restarts, hang_timeout, straggler_policy, spares)
     path = Path(script)
@@ -109,6 +117,7 @@ def launch(
         master_port=master_port,
         max_restarts=config.max_restarts,
         ckpt_dir=ckpt_dir,
+        node_sizes=sizes,
     )
     archive_previous(run_dir)  # before this run writes anything in it
     if plan is not None:  # mixed-chip plan: checked against the launch, ranks assigned
@@ -257,3 +266,23 @@ def _report(summary: dict, run_dir: Path) -> None:
             err_console.print(f"[bold]rank {rank}, last lines:[/]", highlight=False)
             for line in lines:
                 err_console.print(f"  {line}", highlight=False, markup=False)
+
+
+def _node_sizes(text: str | None, nnodes: int, node_rank: int, nproc: int) -> tuple[int, ...]:
+    """`--node-sizes` as a tuple: one positive count per node, this node's = `nproc`."""
+    if text is None:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ArgosyError(
+            f"--node-sizes '{text}' is not a comma-separated list of counts"
+        ) from None
+    if len(sizes) != nnodes or min(sizes) < 1:
+        raise ArgosyError(f"--node-sizes '{text}' needs {nnodes} positive counts (--nnodes)")
+    if sizes[node_rank] != nproc:
+        raise ArgosyError(
+            f"--node-sizes '{text}' gives node rank {node_rank} {sizes[node_rank]} ranks; "
+            f"--nproc-per-node says {nproc}"
+        )
+    return sizes

@@ -42,10 +42,20 @@ class GroupSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
     ckpt_dir: Path | None = None
     """The job's checkpoint store, the same path on every node (default: <run dir>/checkpoints)."""
+    node_sizes: tuple[int, ...] = ()
+    """Ranks on every node by node rank, where a placement gives nodes different numbers
+    of devices (this node's entry is `nproc_per_node`); empty: `nproc_per_node` each."""
 
     @property
     def world_size(self) -> int:
-        return self.nnodes * self.nproc_per_node
+        return sum(self.node_sizes) if self.node_sizes else self.nnodes * self.nproc_per_node
+
+    @property
+    def first_rank(self) -> int:
+        """The global rank of this node's local rank 0."""
+        if self.node_sizes:
+            return sum(self.node_sizes[: self.node_rank])
+        return self.node_rank * self.nproc_per_node
 
     @property
     def store(self) -> Path:
@@ -85,7 +95,7 @@ class WorkerGroup:
         self.warm_started = 0
         standby = list(standby or [])
         for local in range(spec.nproc_per_node):
-            rank = spec.node_rank * spec.nproc_per_node + local
+            rank = spec.first_rank + local
             env = self._env(rank, local, port, inject_env(rank))
             log = self.log_dir / f"rank{rank}.log"
             proc = standby.pop(0) if standby else None
@@ -99,7 +109,7 @@ class WorkerGroup:
         for proc in standby:  # more standbys than ranks: release them
             proc.kill()
             proc.wait()
-        self.first_rank = spec.node_rank * spec.nproc_per_node
+        self.first_rank = spec.first_rank
 
     def _cold(self, env: dict[str, str], log_path: Path) -> subprocess.Popen:
         with log_path.open("wb") as log:

@@ -104,3 +104,44 @@ def test_checkpoint_dir_is_the_store_else_the_run_dir_s_checkpoints(
     assert hooks.checkpoint_dir("runs/x") == tmp_path / "run" / "checkpoints"
     monkeypatch.setenv(hooks.ENV_CKPT_DIR, str(tmp_path / "store"))
     assert hooks.checkpoint_dir("runs/x") == tmp_path / "store"
+
+
+SIZES_SCRIPT = """\
+import os
+from pathlib import Path
+
+from argosy.runtime import hooks
+
+store = hooks.checkpoint_dir()
+store.mkdir(parents=True, exist_ok=True)
+line = f"{os.environ['RANK']} {os.environ['LOCAL_RANK']} {os.environ['WORLD_SIZE']}"
+(store / f"rank{os.environ['RANK']}.txt").write_text(line)
+"""
+
+
+def test_nodes_of_different_sizes_get_one_rank_numbering(tmp_path: Path) -> None:
+    """A packed placement: node 0 runs 2 ranks, node 1 one; ranks 0-2 over a world of 3."""
+    script, store, port = tmp_path / "sizes.py", tmp_path / "store", free_port()
+    script.write_text(SIZES_SCRIPT)
+    procs = []
+    for node, nproc in ((0, 2), (1, 1)):
+        command = [sys.executable, "-m", "argosy", "launch", "--quiet", "--nnodes", "2"]
+        command += ["--nproc-per-node", str(nproc), "--node-sizes", "2,1"]
+        command += ["--node-rank", str(node), "--master-port", str(port)]
+        command += ["--run-dir", str(tmp_path / f"node{node}"), "--ckpt-dir", str(store)]
+        procs.append(subprocess.Popen([*command, str(script)], cwd=REPO, stderr=subprocess.PIPE))
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    got = sorted((store / f"rank{r}.txt").read_text() for r in range(3))
+    assert got == ["0 0 3", "1 1 3", "2 0 3"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "nproc", "want"),
+    [("2,x", 2, "list of counts"), ("2", 2, "needs 2 positive"), ("1,1", 2, "gives node rank 0")],
+)
+def test_bad_node_sizes_exit_2_naming_the_option(tmp_path: Path, sizes, nproc, want) -> None:
+    command = [sys.executable, "-m", "argosy", "launch", "--nnodes", "2", "--node-sizes", sizes]
+    command += ["--nproc-per-node", str(nproc), "--run-dir", str(tmp_path), "x.py"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and want in done.stderr and "Traceback" not in done.stderr
