@@ -24,6 +24,7 @@ SHARED_SETUP = frozenset(
         "tests/console/test_console_guards.py",
         "tests/console/test_console_pages.py",
         "tests/executors/test_ray_executor.py",
+        "tests/executors/test_ray_fake.py",
         "tests/mixed/test_mixed_launch.py",
         "tests/planner/test_calibration.py",
         "tests/runtime/test_launch.py",

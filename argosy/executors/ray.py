@@ -1,18 +1,25 @@
 """The Ray executor: jobs run on an existing Ray cluster, a gang as a placement group.
 
-Chip types are Ray custom resources named `chip:<catalog id>` (`ray start --resources
-'{"chip:h100-sxm": 8}'`); every alive node that has one is a node of the inventory,
-named `<ip>-<first 8 hex of its node id>`. An attempt placed on nodes A and B becomes one
-detached placement group with a bundle `{"chip:<chip>": k}` pinned to each chosen node
-(the `ray.io/node-id` label), and on each bundle a detached `NodeRunner` actor that runs
-`argosy launch --nnodes N --node-rank i` there, so fault tolerance and checkpoints come
-along exactly as on the local executor. Every node rank checkpoints into the job's one
-store, `<run dir>/checkpoints` (`--ckpt-dir`), so a step is written by all of them and
-committed once; node rank 0 keeps its logs and events in the job's run directory, node
-rank i in `<run dir>/node<i>`. The run directory must be on storage every node mounts:
-before any rank starts, each node's launcher proves it sees the store (a probe file per
-node under the attempt's name, `ARGOSY_GANG_ID`), and an attempt whose nodes do not share
-it fails at once with exit 2 and a message saying so.
+Every alive node with chips is a node of the inventory. Its chips are a Ray custom
+resource `chip:<catalog id>` (`ray start --resources '{"chip:h100-sxm": 8}'`), or else
+Ray's own `GPU` resource with the `accelerator_type:<X>` Ray detected (`H100`, `A100-80G`),
+X matched to a catalog chip (a node whose X matches none is left out, logged once). A
+node's name is stable across a raylet restart, so one that dies and rejoins under a new
+Ray node id is the same node: its Ray label `argosy.io/node` (`ray start --labels
+argosy.io/node=gpu-7`), else its IP when no other unlabelled chip node has that IP, else
+`<ip>-<first 8 hex of its node id>` (unstable: several unlabelled raylets on one host). The
+executor places on the Ray node that holds the name now. An attempt placed on nodes A and
+B becomes one detached placement group with a bundle `{"chip:<chip>": k}` (or `{"GPU": k}`,
+its actor then holding those k GPUs, so the launcher sees exactly them) pinned to each
+chosen node (the `ray.io/node-id` label), and on each bundle a detached `NodeRunner` actor
+that runs `argosy launch --nnodes N --node-rank i` there, so fault tolerance and
+checkpoints come along exactly as on the local executor. Every node rank checkpoints
+into the job's one store, `<run dir>/checkpoints` (`--ckpt-dir`), so a step is written by
+all of them and committed once; node rank 0 keeps its logs and events in the job's run
+directory, node rank i in `<run dir>/node<i>`. The run directory must be on storage every
+node mounts: before any rank starts, each node's launcher proves it sees the store (a
+probe file per node under the attempt's name, `ARGOSY_GANG_ID`), and an attempt whose
+nodes do not share it fails at once with exit 2 and a message saying so.
 
 Detached actors and placement groups outlive the server: a restarted server finds its
 attempts again by name (`argosy-<job>-<attempt>-<i>`). A node that dies takes its actor
@@ -23,16 +30,20 @@ dead), and an attempt pinned to a node Ray has declared dead is reported lost to
 
 The server never waits on Ray: one background thread makes every Ray call (node table,
 placement groups, actors) with bounded waits, and the executor's methods read what it
-last saw or hand it a command. A stopped attempt whose placement group Ray never placed
-ends at once; every ended attempt's actors and placement group are removed before its
-exit is reported; a restarted server removes the groups and actors nobody adopted.
+last saw or hand it a command (tests build it with `background=False` and run the
+thread's work one `step()` at a time, over a stand-in for the `ray` module). A stopped
+attempt whose placement group Ray never placed ends at once; every ended attempt's actors
+and placement group are removed before its exit is reported; a restarted server removes
+the groups and actors nobody adopted.
 
     executor = RayExecutor(RayOptions(address="127.0.0.1:6379"))
+    executor = RayExecutor(ray=fake_ray, background=False, clock=fake_clock)  # tests
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import queue
@@ -52,9 +63,14 @@ from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.executors.isolation import job_environment
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
+from argosy.hardware.catalog import default_catalog
 from argosy.runtime.shared_store import ENV_GANG
 
 CHIP_PREFIX = "chip:"
+GPU = "GPU"
+ACCELERATOR_PREFIX = "accelerator_type:"
+NODE_LABEL = "argosy.io/node"
+"""The Ray node label that names a node (stable across raylet restarts)."""
 SUSPECT_S = 15.0
 """A node whose actor died is left out of the inventory this long (or until Ray declares
 it dead), so a requeued gang is not placed on it again at once."""
@@ -151,15 +167,27 @@ class RayExecutor:
     table the thread last fetched, `poll` takes the exits it found, and `start`, `stop`
     and `adopt` hand it a command (`adopt` always answers "still running"; an attempt
     that is gone is reported by `poll` moments later). `reap`, once adoption is over,
-    removes the placement groups and actors of every attempt nobody adopted."""
+    removes the placement groups and actors of every attempt nobody adopted.
+
+    `ray` is the Ray module (a stand-in with its shape in tests); with `background=False`
+    no thread starts and `step()` does one round of the thread's work on the caller's
+    thread; `clock` is the monotonic clock of every timeout."""
 
     name = "ray"
 
-    def __init__(self, options: RayOptions | None = None) -> None:
-        import ray
-
+    def __init__(
+        self,
+        options: RayOptions | None = None,
+        *,
+        ray: Any = None,
+        background: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ray is None:
+            import ray
         self.options = options or RayOptions()
         self.ray = ray
+        self._clock = clock
         if not ray.is_initialized():
             ray.init(
                 address=self.options.address,
@@ -170,8 +198,9 @@ class RayExecutor:
         self._actor_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeRunner)
         self._lock = threading.Lock()  # guards what both threads read: nodes and exits
         self._nodes: list[NodeInfo] = []
-        self._ids: dict[str, str] = {}
+        self._ids: dict[str, str] = {}  # node name -> the Ray node id that holds it now
         self._addrs: dict[str, str] = {}
+        self._keys: dict[str, str] = {}  # node name -> the Ray resource its chips are
         self._exits: list[AttemptExit] = []
         self._commands: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -179,10 +208,15 @@ class RayExecutor:
         self._attempts: dict[str, _RayAttempt] = {}
         self._alive: set[str] = set()
         self._suspect: dict[str, float] = {}  # node id -> monotonic time it may return
+        self._seen: dict[str, int] = {}  # alive node id -> order in which it was first seen
+        self._sightings = itertools.count(1)
+        self._warned: set[str] = set()  # what was logged once already
         self._nodes_s = 0.0
         self._refresh_nodes()  # start-up: the server places its first jobs on these
-        self._thread = threading.Thread(target=self._serve, name="argosy-ray", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._serve, name="argosy-ray", daemon=True)
+            self._thread.start()
 
     # ---- the Executor protocol: never waits on Ray ----------------------------------------
     def inventory(self) -> list[NodeInfo]:
@@ -193,10 +227,11 @@ class RayExecutor:
         with self._lock:
             missing = [n for n in request.nodes if n not in self._ids]
             ids = [self._ids.get(n, "") for n in request.nodes]
+            keys = [self._keys.get(n, CHIP_PREFIX + request.chip) for n in request.nodes]
             addr = self._addrs.get(next(iter(request.nodes), ""), "")
         if missing:
             raise ArgosyError(f"node(s) {', '.join(missing)} are not alive in the Ray cluster")
-        self._send(partial(self._start, request, ids, addr))
+        self._send(partial(self._start, request, ids, keys, addr))
 
     def stop(self, job_id: str) -> None:
         self._send(partial(self._stop, job_id))
@@ -217,9 +252,19 @@ class RayExecutor:
 
     def close(self) -> None:
         """Finish the commands already sent, then end the thread (attempts run on)."""
+        if self._thread is None:
+            self._run_commands()
+            return
         self._commands.put(None)
         self._wake.set()
         self._thread.join(timeout=2 * self.options.call_timeout_s)
+
+    def step(self) -> None:
+        """One round of the thread's work on the caller's thread, for an executor built
+        with `background=False`: the commands sent so far, then one tick. Errors raise."""
+        assert self._thread is None, "step() is for an executor without its thread"
+        self._run_commands()
+        self._tick()
 
     def _send(self, command: Callable[[], None]) -> None:
         self._commands.put(command)
@@ -229,15 +274,20 @@ class RayExecutor:
     def _serve(self) -> None:
         while True:
             self._wake.clear()
-            while True:
-                try:
-                    command = self._commands.get_nowait()
-                except queue.Empty:
-                    break
-                if command is None:
-                    return
-                self._guarded(command)
+            if not self._run_commands(guarded=True):
+                return
             self._guarded(self._tick)
+
+    def _run_commands(self, *, guarded: bool = False) -> bool:
+        """Run the commands sent so far; False once the one that ends the thread came."""
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return True
+            if command is None:
+                return False
+            self._guarded(command) if guarded else command()
 
     def _guarded(self, step: Callable[[], None]) -> None:
         try:
@@ -249,7 +299,7 @@ class RayExecutor:
     def _tick(self) -> None:
         """Refresh the node table when due, ask every unfinished rank for its exit code,
         wait at most `TICK_S` for answers, and settle the attempts that ended."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._nodes_s >= NODES_EVERY_S:
             self._refresh_nodes()
         refs = {}
@@ -264,7 +314,8 @@ class RayExecutor:
             ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=TICK_S)
         else:
             ready = []
-            self._wake.wait(TICK_S)
+            if self._thread is not None:
+                self._wake.wait(TICK_S)
         for ref in ready:
             a, i = refs[ref]
             self._answer(a, i, ref)
@@ -274,21 +325,20 @@ class RayExecutor:
                 self._end(a, ended)
 
     def _answer(self, a: _RayAttempt, i: int, ref: Any) -> None:
-        from ray.exceptions import ActorUnavailableError, RayActorError, RayError
-
+        errors = self.ray.exceptions
         del a.asks[i]
         try:
             code = self.ray.get(ref, timeout=0)
-        except ActorUnavailableError:
+        except errors.ActorUnavailableError:
             return  # a passing disconnect: ask again
-        except RayActorError:
+        except errors.RayActorError:
             a.codes[i] = DIED
             return
-        except RayError as err:
+        except errors.RayError as err:
             log.warning("node rank %d of %s: %s", i, a.tag, err)
             a.codes[i] = FAILED_TO_START
             return
-        a.answered_s[i] = time.monotonic()
+        a.answered_s[i] = self._clock()
         if code is not None:
             a.codes[i] = code
 
@@ -309,14 +359,14 @@ class RayExecutor:
             worst = max(a.codes.values(), key=lambda c: (c != 0, c))
             if worst != 0 or len(a.codes) == len(a.actors):
                 return AttemptExit(job, n, worst, is_lost(worst), describe_exit(worst))
-        if a.stop_s is not None and time.monotonic() - a.stop_s > self.options.stop_grace_s:
+        if a.stop_s is not None and self._clock() - a.stop_s > self.options.stop_grace_s:
             why = f"did not stop within {self.options.stop_grace_s:g} s; killed"
             return AttemptExit(job, n, None, True, why)
         return None
 
     def _suspect_node(self, a: _RayAttempt, i: int) -> None:
         if i < len(a.node_ids):
-            self._suspect[a.node_ids[i]] = time.monotonic() + SUSPECT_S
+            self._suspect[a.node_ids[i]] = self._clock() + SUSPECT_S
             self._refresh_nodes()
 
     def _end(self, a: _RayAttempt, ended: AttemptExit) -> None:
@@ -328,50 +378,80 @@ class RayExecutor:
             self._exits.append(ended)
 
     def _refresh_nodes(self) -> None:
-        self._nodes_s = time.monotonic()
+        """Fetch Ray's node table and rebuild the inventory: each alive chip node under
+        its stable name, mapped to the Ray node that holds the name now."""
+        now = self._nodes_s = self._clock()
         table = self.ray.nodes()
-        now = time.monotonic()
         self._alive = {n["NodeID"] for n in table if n.get("Alive")}
         self._suspect = {k: t for k, t in self._suspect.items() if t > now and k in self._alive}
-        nodes, ids, addrs = [], {}, {}
-        for node in table:
-            if node["NodeID"] not in self._alive or node["NodeID"] in self._suspect:
+        self._seen = {x: self._seen.get(x) or next(self._sightings) for x in sorted(self._alive)}
+        offers = [
+            offer
+            for node in table
+            if node["NodeID"] in self._alive
+            and (offer := chip_offer(node, self._match_accelerator)) is not None
+        ]
+        holders: dict[str, ChipOffer] = {}
+        for name, offer in zip(node_names(offers), offers, strict=True):
+            if offer.node_id in self._suspect:
                 continue
-            name = f"{node['NodeManagerAddress']}-{node['NodeID'][:8]}"
-            for resource, amount in node.get("Resources", {}).items():
-                if resource.startswith(CHIP_PREFIX) and amount >= 1:
-                    ids[name] = node["NodeID"]
-                    addrs[name] = node["NodeManagerAddress"]
-                    chip = resource.removeprefix(CHIP_PREFIX)
-                    nodes.append(NodeInfo(name, chip, int(amount), node["NodeManagerAddress"]))
+            held = holders.get(name)
+            if held is not None:
+                self._warn(
+                    f"name {name}",
+                    f"ray executor: Ray nodes {held.node_id[:8]} and "
+                    f"{offer.node_id[:8]} both claim node {name}; the newer wins",
+                )
+            if held is None or self._seen[offer.node_id] > self._seen[held.node_id]:
+                holders[name] = offer
+        nodes = [NodeInfo(n, o.chip, o.devices, o.address) for n, o in sorted(holders.items())]
         with self._lock:
-            self._nodes, self._ids, self._addrs = nodes, ids, addrs
+            self._nodes = nodes
+            self._ids = {n: o.node_id for n, o in holders.items()}
+            self._addrs = {n: o.address for n, o in holders.items()}
+            self._keys = {n: o.resource for n, o in holders.items()}
 
-    def _start(self, request: LaunchRequest, ids: list[str], addr: str) -> None:
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    def _match_accelerator(self, reported: str) -> str | None:
+        """The catalog id of a Ray `accelerator_type` (logged once when none matches)."""
+        chip = catalog_chip(reported)
+        if chip is None:
+            self._warn(
+                f"accelerator {reported}",
+                f"ray executor: no catalog chip matches Ray's "
+                f"accelerator_type {reported!r}; its nodes are left out",
+            )
+        return chip
 
+    def _warn(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message)
+
+    def _start(self, request: LaunchRequest, ids: list[str], keys: list[str], addr: str) -> None:
         older = self._attempts.pop(request.job_id, None)
         if older is not None:  # an older attempt never has company
             self._cleanup(older, kill_ranks=True)
         names = list(request.nodes)
-        bundles = [{CHIP_PREFIX + request.chip: float(request.nodes[n])} for n in names]
+        bundles = [{key: float(request.nodes[n])} for n, key in zip(names, keys, strict=True)]
         tag = attempt_tag(request.job_id, request.attempt)
-        pg = placement_group(
+        pg = self.ray.util.placement_group(
             bundles,
             strategy="SPREAD",
             name=tag,
             lifetime="detached",
             bundle_label_selector=[{"ray.io/node-id": x} for x in ids],
         )
+        strategy = self.ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy
         port = random.randint(20000, 40000)
         actors = []
-        for i, _ in enumerate(names):
+        for i, (name, key) in enumerate(zip(names, keys, strict=True)):
+            gpus = request.nodes[name] if key == GPU else 0  # CUDA_VISIBLE_DEVICES: its own
             actor = self._actor_cls.options(
                 name=f"{tag}-{i}",
                 namespace=NAMESPACE,
                 lifetime="detached",
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i),
+                num_gpus=gpus,
+                scheduling_strategy=strategy(pg, i),
             ).remote()
             run_dir = request.run_dir if i == 0 else request.run_dir / f"node{i}"
             command = node_command(request, len(names), i, addr, port, run_dir)
@@ -387,29 +467,37 @@ class RayExecutor:
         a = self._attempts.get(job_id)
         if a is None or a.stop_s is not None:
             return
-        a.stop_s = time.monotonic()
+        a.stop_s = self._clock()
         for actor in a.actors:  # queued behind `start` on each actor: never lost
             actor.stop.remote()
         if not self._placed(a):  # nothing runs yet: it ends now, and its resources go
             self._end(a, AttemptExit(job_id, a.attempt, None, True, "stopped before Ray placed it"))
 
     def _placed(self, a: _RayAttempt) -> bool:
-        from ray.util import placement_group_table
-
         if len(a.answered_s) == len(a.actors) or a.pg is None:
             return True
-        return placement_group_table(a.pg).get("state") == "CREATED"
+        return self.ray.util.placement_group_table(a.pg).get("state") == "CREATED"
 
     def _adopt(self, job_id: str, attempt: int) -> None:
+        """Track an earlier server's attempt again, or end it as lost when its placement
+        group or the actor of any node rank is gone (a node died while no server watched:
+        the rest of the gang is no gang)."""
         tag = attempt_tag(job_id, attempt)
         names = self._our_actors().get(tag, [])
         pg = self._our_groups().get(tag)
-        if not names:
-            gone = AttemptExit(job_id, attempt, None, True, "its Ray actors are gone")
-            self._end(_RayAttempt(job_id, attempt, pg, []), gone)
-            return
         actors = [self.ray.get_actor(name, namespace=NAMESPACE) for name in names]
-        self._attempts[job_id] = _RayAttempt(job_id, attempt, pg, actors)
+        ranks = [int(name.rsplit("-", 1)[1]) for name in names]
+        if names and pg is not None and ranks == list(range(self._group_size(pg))):
+            self._attempts[job_id] = _RayAttempt(job_id, attempt, pg, actors)
+            return
+        why = "a node rank's Ray actor is gone" if names else "its Ray actors are gone"
+        self._end(
+            _RayAttempt(job_id, attempt, pg, actors), AttemptExit(job_id, attempt, None, True, why)
+        )
+
+    def _group_size(self, pg: Any) -> int:
+        """How many bundles (node ranks) the placement group has."""
+        return len(self.ray.util.placement_group_table(pg).get("bundles") or {})
 
     def _reap(self) -> None:
         keep = {a.tag for a in self._attempts.values()}
@@ -425,10 +513,8 @@ class RayExecutor:
 
     def _our_actors(self) -> dict[str, list[str]]:
         """Attempt tag -> the names of its live actors, by node rank."""
-        from ray.util import list_named_actors
-
         out: dict[str, list[str]] = {}
-        for entry in list_named_actors(all_namespaces=True):
+        for entry in self.ray.util.list_named_actors(all_namespaces=True):
             name = entry["name"]
             if entry["namespace"] == NAMESPACE and name.startswith("argosy-"):
                 out.setdefault(name.rsplit("-", 1)[0], []).append(name)
@@ -436,23 +522,17 @@ class RayExecutor:
 
     def _our_groups(self) -> dict[str, Any]:
         """Attempt tag -> its placement group, for groups not yet removed."""
-        from ray import PlacementGroupID
-        from ray.util import placement_group_table
-        from ray.util.placement_group import PlacementGroup
-
         out = {}
-        for entry in placement_group_table().values():
+        for entry in self.ray.util.placement_group_table().values():
             name = entry.get("name", "")
             if name.startswith("argosy-") and entry.get("state") != "REMOVED":
-                out[name] = PlacementGroup(PlacementGroupID.from_hex(entry["placement_group_id"]))
+                out[name] = group_handle(self.ray, entry["placement_group_id"])
         return out
 
     def _cleanup(self, a: _RayAttempt, *, kill_ranks: bool) -> None:
         """Kill the attempt's processes (with `kill_ranks`: every process of the job its
         actors can reach, waiting at most `call_timeout_s`), its actors and its placement
         group. Actors that never started are only killed."""
-        from ray.util import remove_placement_group
-
         if kill_ranks and a.actors and self._placed(a):
             refs = [actor.kill_job.remote() for actor in a.actors]
             self.ray.wait(refs, num_returns=len(refs), timeout=self.options.call_timeout_s)
@@ -463,7 +543,82 @@ class RayExecutor:
             kill_job_processes(a.job_id)  # ranks this machine may still hold
         if a.pg is not None:
             with contextlib.suppress(Exception):
-                remove_placement_group(a.pg)
+                self.ray.util.remove_placement_group(a.pg)
+
+
+@dataclass(frozen=True)
+class ChipOffer:
+    """What one alive Ray node offers: `devices` chips of one type, asked for in a
+    placement bundle as the Ray resource `resource`."""
+
+    node_id: str
+    address: str
+    label: str
+    """Its `argosy.io/node` label, or ""."""
+    chip: str
+    devices: int
+    resource: str
+
+
+def chip_offer(node: dict[str, Any], match: Callable[[str], str | None]) -> ChipOffer | None:
+    """The chips of one entry of `ray.nodes()`: a `chip:<id>` resource first, else Ray's
+    `GPU` with the catalog chip `match` finds for its `accelerator_type:<X>`; None when it
+    has neither."""
+    resources: dict[str, float] = node.get("Resources") or {}
+    label = (node.get("Labels") or {}).get(NODE_LABEL, "")
+    base = (node["NodeID"], node.get("NodeManagerAddress", ""), label)
+    chips = sorted(
+        r
+        for r, amount in resources.items()
+        if r.startswith(CHIP_PREFIX) and "_group_" not in r and amount >= 1
+    )  # `chip:x_group_<id>` is Ray's name for what a placement group reserved
+    if chips:
+        if len(chips) > 1:
+            log.debug("ray node %s has several chip resources; using %s", base[0][:8], chips[0])
+        return ChipOffer(
+            *base, chips[0].removeprefix(CHIP_PREFIX), int(resources[chips[0]]), chips[0]
+        )
+    kinds = sorted(
+        r.removeprefix(ACCELERATOR_PREFIX) for r in resources if r.startswith(ACCELERATOR_PREFIX)
+    )
+    if resources.get(GPU, 0) < 1 or not kinds:
+        return None
+    chip = match(kinds[0])
+    return None if chip is None else ChipOffer(*base, chip, int(resources[GPU]), GPU)
+
+
+def node_names(offers: list[ChipOffer]) -> list[str]:
+    """The stable name of each offer: its label, else its IP when no other unlabelled
+    offer has that IP, else `<ip>-<first 8 hex of its Ray node id>` (unstable: it changes
+    when the raylet restarts)."""
+    unlabelled: dict[str, int] = {}
+    for o in offers:
+        if not o.label:
+            unlabelled[o.address] = unlabelled.get(o.address, 0) + 1
+    return [
+        o.label or (o.address if unlabelled[o.address] == 1 else f"{o.address}-{o.node_id[:8]}")
+        for o in offers
+    ]
+
+
+def catalog_chip(accelerator_type: str) -> str | None:
+    """The catalog id of a chip Ray names by `accelerator_type` (`H100`, `A100-80G`): a
+    catalog name or alias, else the chip whose driver-name pattern fits (`-80G` read as
+    `80GB`), else None."""
+    catalog = default_catalog()
+    if accelerator_type in catalog:
+        return catalog.canonical(accelerator_type)
+    reported = accelerator_type + "B" if accelerator_type.endswith("G") else accelerator_type
+    chip = catalog.match_device(reported)
+    return None if chip is None else chip.id
+
+
+def group_handle(ray: Any, hex_id: str) -> Any:
+    """A handle on the placement group `hex_id`. `ray.util.placement_group` is the
+    function, which hides the module of the same name; the `PlacementGroup` class lives
+    in the function's module."""
+    home = sys.modules[ray.util.placement_group.__module__]
+    return home.PlacementGroup(ray.PlacementGroupID.from_hex(hex_id))
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -495,15 +650,20 @@ def node_command(
     request: LaunchRequest, nnodes: int, rank: int, addr: str, port: int, run_dir: Path
 ) -> list[str]:
     """`argosy launch` for node rank `rank` of an attempt on `nnodes` nodes, or the
-    request's own command."""
+    request's own command. Each node runs one rank per device the placement gave it (the
+    scheduler packs a gang's nnodes x nproc_per_node devices onto as few nodes as hold
+    them), with `--node-sizes` where nodes got different counts."""
     if request.command:
         return list(request.command)
+    sizes = [int(n) for n in request.nodes.values()] or [request.nproc_per_node]
     command = [sys.executable, "-m", "argosy", "launch", "--quiet"]
-    command += ["--nproc-per-node", str(request.nproc_per_node), "--run-dir", str(run_dir)]
+    command += ["--nproc-per-node", str(sizes[rank]), "--run-dir", str(run_dir)]
     command += ["--ckpt-dir", str(request.run_dir / "checkpoints")]  # one store for all nodes
     if nnodes > 1:
         command += ["--nnodes", str(nnodes), "--node-rank", str(rank)]
         command += ["--master-addr", addr, "--master-port", str(port)]
+        if len(set(sizes)) > 1:
+            command += ["--node-sizes", ",".join(map(str, sizes))]
     if request.max_restarts is not None:
         command += ["--max-restarts", str(request.max_restarts)]
     for entry in request.inject:

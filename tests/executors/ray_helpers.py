@@ -1,5 +1,6 @@
 """A real two-node Ray cluster on this machine: `ray start` head and worker processes, each
-with two `chip:cpu` devices, started once per test module."""
+with two `chip:cpu` devices and its argosy node name as the Ray label `argosy.io/node`
+(`head`, `worker`, and `late` for a node that joins later), started once per test module."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ class RayCluster:
             assert time.monotonic() < deadline, "ray nodes did not register"
             time.sleep(0.25)
 
-    def _start(self, name: str, *args: str) -> subprocess.Popen:
+    def _start(self, name: str, *args: str, label: str = "") -> subprocess.Popen:
+        """`ray start` of the node `name` (also its `argosy.io/node` label unless `label`)."""
         log = (self.log_dir / f"ray-{name}.log").open("ab")
         command = [
             RAY,
@@ -59,6 +61,8 @@ class RayCluster:
             "--disable-usage-stats",
             "--resources",
             '{"chip:cpu": 2}',
+            "--labels",
+            f"argosy.io/node={label or name}",
             *args,
         ]
         return subprocess.Popen(
@@ -80,7 +84,7 @@ class RayCluster:
     def add_worker(self) -> str:
         """A node joins the running cluster (`ray start --address`); returns its node id."""
         before = set(raylet_node_ids().values())
-        self.late = self._start("late-worker", "--address", self.address)
+        self.late = self._start("late-worker", "--address", self.address, label="late")
         self._wait_nodes(len(before) + 1)
         return next(n for n in raylet_node_ids().values() if n not in before)
 
@@ -88,6 +92,14 @@ class RayCluster:
         """The worker node dies: SIGKILL to its whole process group."""
         os.killpg(self.worker.pid, signal.SIGKILL)
         self.worker.wait()
+
+    def restart_worker(self) -> str:
+        """The dead worker's host starts its raylet again (same label, new node id);
+        returns the new node id."""
+        before = set(raylet_node_ids().values())
+        self.worker = self._start("worker", "--address", self.address)
+        self._wait_nodes(len(before) + 1)
+        return next(n for n in raylet_node_ids().values() if n not in before)
 
     def stop(self) -> None:
         for proc in (getattr(self, "late", None), self.worker, self.head):

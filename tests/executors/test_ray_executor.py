@@ -57,7 +57,10 @@ def client(cluster: RayCluster, home: Path) -> Iterator[TestClient]:
 
 def test_inventory_has_both_nodes_with_their_chip_resources(client: TestClient) -> None:
     nodes = client.get("/api/v1/nodes").json()
-    assert [(n["chip"], n["devices"]) for n in nodes] == [("cpu", 2), ("cpu", 2)]
+    assert sorted((n["name"], n["chip"], n["devices"]) for n in nodes) == [
+        ("head", "cpu", 2),
+        ("worker", "cpu", 2),
+    ]  # named by their `argosy.io/node` labels
 
 
 def test_a_gang_spans_both_nodes_in_one_placement_group(client: TestClient, home: Path) -> None:
@@ -278,15 +281,13 @@ def assert_freed(job_id: str, within_s: float) -> None:
 def test_a_lost_worker_node_fails_the_attempt_and_the_job_resumes(
     client: TestClient, cluster: RayCluster, home: Path
 ) -> None:
-    worker = cluster.worker_node_id()[:8]
-    names = [n["name"] for n in client.get("/api/v1/nodes").json()]
-    head = next(n for n in names if not n.endswith(worker))
+    head, worker = "head", "worker"  # the nodes' `argosy.io/node` labels
     client.post(f"/api/v1/nodes/{head}/cordon")  # the job must land on the worker
     body = job_body("lose", nproc_per_node=2, args=["--steps", "80", "--step-s", "0.1"])
     job = client.post("/api/v1/jobs", json=body | {"checkpoint_every": 2})
     job = job.json()
     running = wait_for(client, job["id"], {"running"}, timeout_s=60)
-    assert next(iter(running["placement"]["nodes"])).endswith(worker)
+    assert next(iter(running["placement"]["nodes"])) == worker
     ckpt = home / "runs" / job["id"] / "ckpt.txt"
     deadline = time.monotonic() + 60
     while not (ckpt.exists() and int(ckpt.read_text()) >= 4):
@@ -318,15 +319,14 @@ def test_a_node_that_joins_later_is_seen_and_placed_on(
     client: TestClient, cluster: RayCluster
 ) -> None:
     before = {n["name"] for n in client.get("/api/v1/nodes").json()}
-    late = cluster.add_worker()[:8]
+    cluster.add_worker()
+    late = "late"  # its `argosy.io/node` label
     deadline = time.monotonic() + 60
-    while not any(
-        n.endswith(late) for n in {n["name"] for n in client.get("/api/v1/nodes").json()}
-    ):
+    while late not in {n["name"] for n in client.get("/api/v1/nodes").json()}:
         assert time.monotonic() < deadline, "the joined node never appeared"
         time.sleep(0.25)
     nodes = client.get("/api/v1/nodes").json()
-    joined = next(n for n in nodes if n["name"].endswith(late))
+    joined = next(n for n in nodes if n["name"] == late)
     assert joined["up"] and joined["devices"] == 2 and joined["name"] not in before
     for name in before:  # the job must land on the new node
         client.post(f"/api/v1/nodes/{name}/cordon")
