@@ -85,6 +85,8 @@ PR_SET_PDEATHSIG = 1
 DIED = -1
 FAILED_TO_START = -2
 """Codes of a rank whose actor died, or whose `start` raised (never a real exit code)."""
+USAGE_EXIT = 2
+"""A launcher's usage error (or a store its nodes do not share): never retried."""
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +346,10 @@ class RayExecutor:
 
     def _verdict(self, a: _RayAttempt) -> AttemptExit | None:
         """How the attempt ended, or None while it runs: the first rank that failed or
-        died ends the whole gang; all ranks exiting 0 is success."""
+        died ends the whole gang; all ranks exiting 0 is success. A gang's node launchers
+        never restart their ranks alone (`--max-restarts 0`), so a node rank that fails
+        (other than a usage error, exit 2) ends the attempt as lost: the server starts the
+        whole gang again from its checkpoint, within the job's `max_restarts`."""
         job, n = a.job_id, a.attempt
         for i, code in sorted(a.codes.items()):
             if code == DIED:
@@ -358,6 +363,11 @@ class RayExecutor:
         if a.codes:
             worst = max(a.codes.values(), key=lambda c: (c != 0, c))
             if worst != 0 or len(a.codes) == len(a.actors):
+                gang_fault = len(a.actors) > 1 and worst not in (0, USAGE_EXIT)
+                if gang_fault and a.stop_s is None:
+                    rank = next(i for i, c in sorted(a.codes.items()) if c == worst)
+                    why = f"node rank {rank} {describe_exit(worst)}; the whole gang restarts"
+                    return AttemptExit(job, n, worst, True, why)
                 return AttemptExit(job, n, worst, is_lost(worst), describe_exit(worst))
         if a.stop_s is not None and self._clock() - a.stop_s > self.options.stop_grace_s:
             why = f"did not stop within {self.options.stop_grace_s:g} s; killed"
@@ -664,7 +674,9 @@ def node_command(
         command += ["--master-addr", addr, "--master-port", str(port)]
         if len(set(sizes)) > 1:
             command += ["--node-sizes", ",".join(map(str, sizes))]
-    if request.max_restarts is not None:
+    if nnodes > 1:  # a gang restarts whole, through the server (see `_verdict`)
+        command += ["--max-restarts", "0"]
+    elif request.max_restarts is not None:
         command += ["--max-restarts", str(request.max_restarts)]
     for entry in request.inject:
         command += ["--inject", entry]

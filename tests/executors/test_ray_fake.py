@@ -299,15 +299,18 @@ def test_contract_gang_exit_stop_unplaced_stop_and_adoption(
         ("head", "cpu", 2),
         ("worker", "cpu", 2),
     ]
-    # a gang on both nodes: node rank 1 exits 3, the whole gang ends, nothing is left
-    gang = attempt_tag("c-gang", 1)
-    ex.start(flagged("c-gang", {"head": 1, "worker": 1}, tmp_path))
-    until(harness, ex, lambda: harness.running(gang, 0) and harness.running(gang, 1), "gang up")
-    harness.exit_rank(gang, 1, 3)
-    assert [(e.job_id, e.exit_code, e.lost) for e in exits_of(harness, ex)] == [
-        ("c-gang", 3, False)
-    ]
-    assert harness.leftovers(gang) == []
+    # a gang on both nodes: node rank 1 exits 3, the whole gang ends, nothing is left, and
+    # the attempt is lost (the server restarts the whole gang); a usage error (2) is not
+    for job, code, lost in (("c-gang", 3, True), ("c-usage", 2, False)):
+        gang = attempt_tag(job, 1)
+        ex.start(flagged(job, {"head": 1, "worker": 1}, tmp_path))
+        up = lambda g=gang: harness.running(g, 0) and harness.running(g, 1)  # noqa: E731
+        until(harness, ex, up, "gang up")
+        harness.exit_rank(gang, 1, code)
+        ended = exits_of(harness, ex)
+        assert [(e.job_id, e.exit_code, e.lost) for e in ended] == [(job, code, lost)]
+        assert ("whole gang restarts" in ended[0].reason) == lost
+        assert harness.leftovers(gang) == []
     # a stop of a running attempt: its launcher gets SIGTERM (143), the attempt is lost
     one = attempt_tag("c-stop", 1)
     ex.start(flagged("c-stop", {"worker": 2}, tmp_path))
