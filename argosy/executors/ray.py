@@ -365,6 +365,9 @@ class RayExecutor:
             if worst != 0 or len(a.codes) == len(a.actors):
                 gang_fault = len(a.actors) > 1 and worst not in (0, USAGE_EXIT)
                 if gang_fault and a.stop_s is None:
+                    dead = self._dead_node_of(a)  # a peer's crash often follows a lost node
+                    if dead is not None:
+                        return AttemptExit(job, n, None, True, dead)
                     rank = next(i for i, c in sorted(a.codes.items()) if c == worst)
                     why = f"node rank {rank} {describe_exit(worst)}; the whole gang restarts"
                     return AttemptExit(job, n, worst, True, why)
@@ -372,6 +375,16 @@ class RayExecutor:
         if a.stop_s is not None and self._clock() - a.stop_s > self.options.stop_grace_s:
             why = f"did not stop within {self.options.stop_grace_s:g} s; killed"
             return AttemptExit(job, n, None, True, why)
+        return None
+
+    def _dead_node_of(self, a: _RayAttempt) -> str | None:
+        """Why the gang ended if one of its nodes is gone by Ray's node table, read now
+        (the other nodes' ranks fail on the lost peer before its actor is seen dead)."""
+        self._refresh_nodes()
+        for i, node_id in enumerate(a.node_ids):
+            if node_id not in self._alive:
+                self._suspect_node(a, i)
+                return f"node rank {i}'s Ray node {node_id[:8]} is dead; the whole gang restarts"
         return None
 
     def _suspect_node(self, a: _RayAttempt, i: int) -> None:
