@@ -93,6 +93,11 @@ class RayCluster:
         os.killpg(self.worker.pid, signal.SIGKILL)
         self.worker.wait()
 
+    def kill_late(self) -> None:
+        """The node that joined later (`add_worker`) dies the same way."""
+        os.killpg(self.late.pid, signal.SIGKILL)
+        self.late.wait()
+
     def restart_worker(self) -> str:
         """The dead worker's host starts its raylet again (same label, new node id);
         returns the new node id."""

@@ -336,3 +336,44 @@ def test_a_node_that_joins_later_is_seen_and_placed_on(
     assert done["placement"]["nodes"] == {joined["name"]: 2}
     events = client.get("/api/v1/events", params={"limit": 500}).json()["items"]
     assert any(e["kind"] == "node_joined" and late in e["message"] for e in events)
+
+
+def test_a_gang_that_loses_a_node_restarts_whole_from_its_newest_commit(
+    client: TestClient, cluster: RayCluster, home: Path
+) -> None:
+    """Kill-a-raylet end to end: a 2-node torch gang loses the node that joined later
+    after a commit; the raylet of the node lost earlier comes back (same label); the whole
+    gang starts again on both nodes and every rank resumes from a committed step."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
+    tiny = ["--steps", "60", "--ckpt-every", "2", "--dim", "16", "--layers", "1"]
+    tiny += ["--heads", "1", "--batch", "2", "--block", "8", "--step-sleep", "0.2"]
+    for name in ("head", "worker"):  # the test before cordoned them
+        client.post(f"/api/v1/nodes/{name}/uncordon")
+    body = job_body("gang-loss", nproc_per_node=2, nnodes=2, args=tiny, script=str(example))
+    job = client.post("/api/v1/jobs", json=body | {"max_restarts": 2}).json()
+    running = wait_for(client, job["id"], {"running"}, timeout_s=60)
+    assert sorted(running["placement"]["nodes"]) == ["head", "late"]
+    from argosy.checkpoint.disk import committed_steps
+
+    store = home / "runs" / job["id"] / "checkpoints"
+    deadline = time.monotonic() + 90
+    while not (store.exists() and committed_steps(store) and committed_steps(store)[-1] >= 6):
+        assert time.monotonic() < deadline, "no commit before the kill"
+        time.sleep(0.1)
+    cluster.kill_late()
+    committed_at_kill = committed_steps(store)[-1]
+    cluster.restart_worker()
+    done = wait_for(client, job["id"], TERMINAL, timeout_s=120)
+    assert done["state"] == "succeeded" and done["attempts"] == 2, done
+    assert sorted(done["placement"]["nodes"]) == ["head", "worker"]
+    assert [row["node_rank"] for row in done["summary"]["nodes"]] == [0, 1]
+    run = home / "runs" / job["id"]
+    resumed = []
+    for log in run.glob("**/logs/attempt0/rank*.log"):
+        text = log.read_text()
+        resumed += [int(x.split()[0]) for x in text.split("resumed from step ")[1:]]
+    assert len(resumed) == 4 and len(set(resumed)) == 1, resumed  # every rank, one step
+    assert resumed[0] >= committed_at_kill - 2  # a commit in flight may land after the kill
+    events = client.get("/api/v1/events", params={"limit": 500}).json()["items"]
+    lost = [e for e in events if e["kind"] == "attempt_lost" and e["job_id"] == job["id"]]
+    assert lost and ("whole gang" in lost[0]["message"] or "dead" in lost[0]["message"]), lost
