@@ -25,7 +25,7 @@ Detached actors and placement groups outlive the server: a restarted server find
 attempts again by name (`argosy-<job>-<attempt>-<i>`). A node that dies takes its actor
 with it; the attempt is then reported lost, the rest of the gang is stopped, the
 placement group removed, and the server queues the job again. The node stays out of
-the inventory for `SUSPECT_S` (Ray's own health check takes seconds to declare it
+the inventory for `suspect_s` (Ray's own health check takes seconds to declare it
 dead), and an attempt pinned to a node Ray has declared dead is reported lost too.
 
 The server never waits on Ray: one background thread makes every Ray call (node table,
@@ -100,6 +100,8 @@ class RayOptions:
     stop_grace_s: float = 30.0
     """Seconds a stopped attempt's launchers get to exit (they checkpoint first) before
     the attempt is killed and reported."""
+    suspect_s: float = SUSPECT_S
+    """Seconds a node whose actor died stays out of the inventory (server: `ray_suspect_s`)."""
     call_timeout_s: float = 10.0
     """The longest the Ray thread waits for the actors of an attempt to kill its ranks."""
 
@@ -389,7 +391,7 @@ class RayExecutor:
 
     def _suspect_node(self, a: _RayAttempt, i: int) -> None:
         if i < len(a.node_ids):
-            self._suspect[a.node_ids[i]] = self._clock() + SUSPECT_S
+            self._suspect[a.node_ids[i]] = self._clock() + self.options.suspect_s
             self._refresh_nodes()
 
     def _end(self, a: _RayAttempt, ended: AttemptExit) -> None:

@@ -41,7 +41,8 @@ def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> 
         from argosy.executors.ray import RayOptions
         from argosy.executors.ray_address import check_reachable
 
-        return cls(RayOptions(address=check_reachable(config.ray_address)))
+        address = check_reachable(config.ray_address)
+        return cls(RayOptions(address=address, suspect_s=config.ray_suspect_s))
     from argosy.executors.local import LocalOptions
 
     options = LocalOptions(

@@ -36,6 +36,9 @@ class ServerConfig(BaseModel):
     """Executor that runs jobs: local (this machine) or ray (a Ray cluster)."""
     ray_address: str | None = None
     """Address of the Ray cluster for the ray executor (e.g. 127.0.0.1:6379)."""
+    ray_suspect_s: float = Field(default=15.0, ge=0)
+    """Seconds a Ray node whose attempt's actor died stays out of placement (unless Ray
+    declares it dead first, or it rejoins under a new node id)."""
     queues_file: Path | None = None
     """Queue tree YAML; without it one queue, `default`, owns every device."""
     policy: str = "argosy"

@@ -538,3 +538,34 @@ RayExecutorMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_ray_executor_machine = RayExecutorMachine.TestCase
+
+
+@pytest.mark.parametrize("suspect_s", [3.0, 8.0])
+def test_a_node_whose_actor_died_is_out_for_the_configured_suspect_time(suspect_s) -> None:
+    """Ray has not declared it dead (nor does it: the raylet comes back as it was): the node
+    is left out of the inventory for `suspect_s`, then placeable again."""
+    fake = FakeRay()
+    fake.add_node("head", CPU)
+    fake.add_node("worker", CPU)
+    executor = fake_executor(fake, suspect_s=suspect_s)
+    executor.start(request("fake-s", {"worker": 1}))
+    settle(fake, executor)
+    fake.kill_node("worker", declare=False)
+    fake.node("worker").died = False  # a passing outage: the raylet answers again
+    lost_at = fake.now
+    assert [e.lost for e in settle(fake, executor, rounds=1)] == [True]
+    back = None
+    while back is None and fake.now - lost_at < 20:
+        settle(fake, executor, rounds=1)
+        if "worker" in names(executor):
+            back = fake.now - lost_at
+    assert back is not None and suspect_s <= back <= suspect_s + 2.0, back
+
+
+def test_the_server_passes_its_suspect_time_on() -> None:
+    from argosy.server.config import ServerConfig
+
+    assert RayOptions().suspect_s == 15.0
+    assert ServerConfig(ray_suspect_s=3).ray_suspect_s == 3.0
+    with pytest.raises(ValueError):
+        ServerConfig(ray_suspect_s=-1)
