@@ -242,7 +242,7 @@ def naming(text: str) -> list[int]:
 
 
 def raylet_node_ids() -> dict[int, str]:
-    """pid -> node id of every raylet on this host (as tests/executors/ray_helpers.py)."""
+    """pid -> node id of every raylet on this host (tests/executors/ray_helpers.py too)."""
     out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -11,6 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from multinode_cluster import raylet_node_ids  # noqa: E402  (one /proc scan for both)
+
 from argosy.core.net import free_port
 
 RAY = str(Path(sys.executable).parent / "ray")
@@ -116,23 +119,6 @@ class RayCluster:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
-
-
-def raylet_node_ids() -> dict[int, str]:
-    """pid -> node id of every raylet this user runs."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if args and args[0].endswith(b"/raylet"):
-            for a in args:
-                if a.startswith(b"--node_id="):
-                    out[int(entry.name)] = a.split(b"=", 1)[1].decode()
-    return out
 
 
 def _descends(pid: int, ancestor: int) -> bool:
