@@ -240,3 +240,20 @@ def test_an_unexpected_error_is_a_plain_message_not_a_traceback(tmp_path: Path) 
         r = client.post("/sim", files=files)
     assert r.status_code == 500
     assert message(r.text).startswith("internal error (FileExistsError)")
+
+
+def test_a_gang_s_job_page_has_a_row_per_node_rank(admin) -> None:
+    ctl = admin.app.state.control
+    job = ctl.store.list_jobs(limit=1, cursor=3)[0][0]
+    rows = [
+        {"node_rank": 0, "node": "n0", "status": "completed", "final_step": 40,
+         "effective_training_time": 0.9, "lost_s": 1.5, "restarts": 0, "faults": 0},
+        {"node_rank": 1, "node": "n1", "status": "missing", "final_step": None,
+         "effective_training_time": None, "lost_s": None, "restarts": None, "faults": None},
+    ]  # fmt: skip
+    ctl.store.update_job(job["id"], {"summary": {"status": "completed", "nodes": rows}})
+    html = admin.get(f"/jobs/{job['id']}").text
+    table = html[html.index('id="node-ranks"') :]
+    table = table[: table.index("</table>")]
+    assert table.count("<tr>") == 3  # the header and one row per node rank
+    assert '<a href="/nodes">n1</a>' in table and "missing" in table and "90.0%" in table
