@@ -77,6 +77,9 @@ for step in ${STEPS//,/ }; do
       cp "$OUT/health.log" "$OUT/health.json" ;;
     tests)
       mapfile -t files < <(grep -rl --include='test_*.py' 'pytest.mark.gpu' tests | sort)
+      if [[ ",$STEPS," == *",train,"* ]]; then  # the train step measures the same run
+        mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -v 'test_train_gpu.py')
+      fi
       run_step tests 300 "$PY" -m pytest -q -p no:cacheprovider -m gpu \
         --junitxml="$OUT/tests.xml" "${files[@]}" ;;
     serve) run_step serve 300 "$PY" benchmarks/serving_gpu.py --model "$MODEL" \
@@ -84,7 +87,8 @@ for step in ${STEPS//,/ }; do
     train) run_step train 150 "$PY" benchmarks/train_gpu.py --device "$DEVICE" \
       --json "$OUT/train.json" ;;
     ckpt) run_step ckpt 330 "$PY" benchmarks/checkpoint.py --device "$DEVICE" --sizes-gb "$CKPT_GB" \
-      --repeats 3 --loop-steps 0 --peers argosy,dlrover,dcp_async --json "$OUT/ckpt.json" ;;
+      --repeats "${ARGOSY_GPU_CKPT_REPEATS:-2}" --loop-steps 0 --peers argosy,dlrover,dcp_async \
+      --json "$OUT/ckpt.json" ;;
   esac
 done
 "$PY" scripts/gpu_parts.py summary "$OUT" | tee "$OUT/summary.json"
