@@ -74,9 +74,20 @@ class RayCluster:
 
     def _wait_nodes(self, n: int, timeout_s: float = 90.0) -> None:
         deadline = time.monotonic() + timeout_s
-        while len(raylet_node_ids()) < n:
+        while len(self._raylets()) < n:
             assert time.monotonic() < deadline, "ray nodes did not come up"
             time.sleep(0.25)
+
+    def _raylets(self) -> dict[int, str]:
+        """pid -> node id of this cluster's raylets (another test module's cluster may
+        run on this host at the same time, under pytest -n)."""
+        roots = [p.pid for p in (self.head, getattr(self, "worker", None),
+                                 getattr(self, "late", None)) if p is not None]  # fmt: skip
+        return {
+            pid: nid
+            for pid, nid in raylet_node_ids().items()
+            if any(_descends(pid, root) for root in roots)
+        }
 
     def worker_node_id(self) -> str:
         """The node id of the worker's raylet (a descendant of the worker process)."""
@@ -86,10 +97,10 @@ class RayCluster:
 
     def add_worker(self) -> str:
         """A node joins the running cluster (`ray start --address`); returns its node id."""
-        before = set(raylet_node_ids().values())
+        before = set(self._raylets().values())
         self.late = self._start("late-worker", "--address", self.address, label="late")
         self._wait_nodes(len(before) + 1)
-        return next(n for n in raylet_node_ids().values() if n not in before)
+        return next(n for n in self._raylets().values() if n not in before)
 
     def kill_worker(self) -> None:
         """The worker node dies: SIGKILL to its whole process group."""
@@ -104,10 +115,10 @@ class RayCluster:
     def restart_worker(self) -> str:
         """The dead worker's host starts its raylet again (same label, new node id);
         returns the new node id."""
-        before = set(raylet_node_ids().values())
+        before = set(self._raylets().values())
         self.worker = self._start("worker", "--address", self.address)
         self._wait_nodes(len(before) + 1)
-        return next(n for n in raylet_node_ids().values() if n not in before)
+        return next(n for n in self._raylets().values() if n not in before)
 
     def stop(self) -> None:
         for proc in (getattr(self, "late", None), self.worker, self.head):
