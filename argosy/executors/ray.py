@@ -34,7 +34,9 @@ last saw or hand it a command (tests build it with `background=False` and run th
 thread's work one `step()` at a time, over a stand-in for the `ray` module). A stopped
 attempt whose placement group Ray never placed ends at once; every ended attempt's actors
 and placement group are removed before its exit is reported; a restarted server removes
-the groups and actors nobody adopted.
+the groups and actors nobody adopted. What a node offers and its name:
+`ray_nodes.py`; what runs for a node rank (`node_command`, the `NodeRunner` actor):
+`ray_launch.py`.
 
     executor = RayExecutor(RayOptions(address="127.0.0.1:6379"))
     executor = RayExecutor(ray=fake_ray, background=False, clock=fake_clock)  # tests
@@ -45,11 +47,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import queue
 import random
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -61,16 +60,18 @@ from typing import Any
 
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
-from argosy.executors.isolation import job_environment
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
-from argosy.hardware.catalog import default_catalog
+from argosy.executors.ray_launch import NodeRunner, node_command
+from argosy.executors.ray_nodes import (
+    CHIP_PREFIX,
+    GPU,
+    ChipOffer,
+    catalog_chip,
+    chip_offer,
+    node_names,
+)
 from argosy.runtime.shared_store import ENV_GANG
 
-CHIP_PREFIX = "chip:"
-GPU = "GPU"
-ACCELERATOR_PREFIX = "accelerator_type:"
-NODE_LABEL = "argosy.io/node"
-"""The Ray node label that names a node (stable across raylet restarts)."""
 SUSPECT_S = 15.0
 """A node whose actor died is left out of the inventory this long (or until Ray declares
 it dead), so a requeued gang is not placed on it again at once."""
@@ -81,7 +82,6 @@ POLL_EVERY_S = 0.5
 """How often each running node rank is asked for its launcher's exit code."""
 NODES_EVERY_S = 1.0
 """How often the Ray thread refreshes its copy of Ray's node table."""
-PR_SET_PDEATHSIG = 1
 DIED = -1
 FAILED_TO_START = -2
 """Codes of a rank whose actor died, or whose `start` raised (never a real exit code)."""
@@ -104,44 +104,6 @@ class RayOptions:
     """Seconds a node whose actor died stays out of the inventory (server: `ray_suspect_s`)."""
     call_timeout_s: float = 10.0
     """The longest the Ray thread waits for the actors of an attempt to kill its ranks."""
-
-
-class NodeRunner:
-    """Runs one node's `argosy launch` of an attempt; lives in a Ray actor."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.job_id = ""
-
-    def start(self, command: list[str], env: dict[str, str], cwd: str | None, log: str) -> int:
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        self.job_id = env.get(JOB_ENV, "")
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                command,
-                env=job_environment(os.environ, env),  # the worker's allowed part, then ours
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent(),
-            )
-        return self.proc.pid
-
-    def poll(self) -> int | None:
-        assert self.proc is not None, "start first"
-        code = self.proc.poll()
-        if code is not None and code < 0:
-            return 128 - code  # killed by a signal: the shell's convention
-        return code
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-
-    def kill_job(self) -> int:
-        return kill_job_processes(self.job_id) if self.job_id else 0
 
 
 @dataclass
@@ -571,73 +533,6 @@ class RayExecutor:
                 self.ray.util.remove_placement_group(a.pg)
 
 
-@dataclass(frozen=True)
-class ChipOffer:
-    """What one alive Ray node offers: `devices` chips of one type, asked for in a
-    placement bundle as the Ray resource `resource`."""
-
-    node_id: str
-    address: str
-    label: str
-    """Its `argosy.io/node` label, or ""."""
-    chip: str
-    devices: int
-    resource: str
-
-
-def chip_offer(node: dict[str, Any], match: Callable[[str], str | None]) -> ChipOffer | None:
-    """The chips of one entry of `ray.nodes()`: a `chip:<id>` resource first, else Ray's
-    `GPU` with the catalog chip `match` finds for its `accelerator_type:<X>`; None when it
-    has neither."""
-    resources: dict[str, float] = node.get("Resources") or {}
-    label = (node.get("Labels") or {}).get(NODE_LABEL, "")
-    base = (node["NodeID"], node.get("NodeManagerAddress", ""), label)
-    chips = sorted(
-        r
-        for r, amount in resources.items()
-        if r.startswith(CHIP_PREFIX) and "_group_" not in r and amount >= 1
-    )  # `chip:x_group_<id>` is Ray's name for what a placement group reserved
-    if chips:
-        if len(chips) > 1:
-            log.debug("ray node %s has several chip resources; using %s", base[0][:8], chips[0])
-        return ChipOffer(
-            *base, chips[0].removeprefix(CHIP_PREFIX), int(resources[chips[0]]), chips[0]
-        )
-    kinds = sorted(
-        r.removeprefix(ACCELERATOR_PREFIX) for r in resources if r.startswith(ACCELERATOR_PREFIX)
-    )
-    if resources.get(GPU, 0) < 1 or not kinds:
-        return None
-    chip = match(kinds[0])
-    return None if chip is None else ChipOffer(*base, chip, int(resources[GPU]), GPU)
-
-
-def node_names(offers: list[ChipOffer]) -> list[str]:
-    """The stable name of each offer: its label, else its IP when no other unlabelled
-    offer has that IP, else `<ip>-<first 8 hex of its Ray node id>` (unstable: it changes
-    when the raylet restarts)."""
-    unlabelled: dict[str, int] = {}
-    for o in offers:
-        if not o.label:
-            unlabelled[o.address] = unlabelled.get(o.address, 0) + 1
-    return [
-        o.label or (o.address if unlabelled[o.address] == 1 else f"{o.address}-{o.node_id[:8]}")
-        for o in offers
-    ]
-
-
-def catalog_chip(accelerator_type: str) -> str | None:
-    """The catalog id of a chip Ray names by `accelerator_type` (`H100`, `A100-80G`): a
-    catalog name or alias, else the chip whose driver-name pattern fits (`-80G` read as
-    `80GB`), else None."""
-    catalog = default_catalog()
-    if accelerator_type in catalog:
-        return catalog.canonical(accelerator_type)
-    reported = accelerator_type + "B" if accelerator_type.endswith("G") else accelerator_type
-    chip = catalog.match_device(reported)
-    return None if chip is None else chip.id
-
-
 def group_handle(ray: Any, hex_id: str) -> Any:
     """A handle on the placement group `hex_id`. `ray.util.placement_group` is the
     function, which hides the module of the same name; the `PlacementGroup` class lives
@@ -646,53 +541,6 @@ def group_handle(ray: Any, hex_id: str) -> Any:
     return home.PlacementGroup(ray.PlacementGroupID.from_hex(hex_id))
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child receive SIGTERM when the process that started
-    it dies (Linux `prctl(PR_SET_PDEATHSIG)`): a launcher never outlives its actor (a
-    dead raylet takes its workers along), and on SIGTERM it stops its ranks. The C
-    function is looked up here, before the fork; the child only calls it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-        if os.getppid() != parent:  # the parent died before the call took effect
-            os._exit(128 + signal.SIGTERM)
-
-    return arm
-
-
 def attempt_tag(job_id: str, attempt: int) -> str:
     """The name of an attempt's placement group, and its actors' with `-<node rank>`."""
     return f"argosy-{job_id}-{attempt}"
-
-
-def node_command(
-    request: LaunchRequest, nnodes: int, rank: int, addr: str, port: int, run_dir: Path
-) -> list[str]:
-    """`argosy launch` for node rank `rank` of an attempt on `nnodes` nodes, or the
-    request's own command. Each node runs one rank per device the placement gave it (the
-    scheduler packs a gang's nnodes x nproc_per_node devices onto as few nodes as hold
-    them), with `--node-sizes` where nodes got different counts."""
-    if request.command:
-        return list(request.command)
-    sizes = [int(n) for n in request.nodes.values()] or [request.nproc_per_node]
-    command = [sys.executable, "-m", "argosy", "launch", "--quiet"]
-    command += ["--nproc-per-node", str(sizes[rank]), "--run-dir", str(run_dir)]
-    command += ["--ckpt-dir", str(request.run_dir / "checkpoints")]  # one store for all nodes
-    if nnodes > 1:
-        command += ["--nnodes", str(nnodes), "--node-rank", str(rank)]
-        command += ["--master-addr", addr, "--master-port", str(port)]
-        if len(set(sizes)) > 1:
-            command += ["--node-sizes", ",".join(map(str, sizes))]
-    if nnodes > 1:  # a gang restarts whole, through the server (see `_verdict`)
-        command += ["--max-restarts", "0"]
-    elif request.max_restarts is not None:
-        command += ["--max-restarts", str(request.max_restarts)]
-    for entry in request.inject:
-        command += ["--inject", entry]
-    return [*command, request.script, *request.args]
