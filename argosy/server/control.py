@@ -361,7 +361,7 @@ class Control:
         row = self.job(job_id)
         if row["state"] not in ACTIVE:
             return
-        old = set((row["placement"] or {}).get("nodes") or {})
+        old = set(_placed_nodes(row))
         new = set(self.scheduling.placement(job_id).nodes)
         lenders = {n: who for n in sorted(new - old) if (who := self.services.lender(n))}
         if self.lease.resize(row, d.before, d.after, d.reason, lenders):
@@ -386,7 +386,7 @@ class Control:
         out: set[str] = set()
         for row in self.store.jobs_in(ACTIVE):
             if not self.lease.waiting(row["id"]):
-                out |= set((row["placement"] or {}).get("nodes") or {})
+                out |= set(_placed_nodes(row))
         return out
 
     def _devices_of(self, job_id: str) -> int:
@@ -454,9 +454,9 @@ class Control:
         self.poke()
         if e.lost:
             self._check_nodes()  # a lost node goes out of placement before the requeue
-        nodes = list((row["placement"] or {}).get("nodes") or {})
+        nodes = _placed_nodes(row)
         summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason, nodes)
-        self._absorb_node_health(row)
+        self._absorb_node_health(row["id"], nodes)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
         ended = base | {"finished_at": exit_time(self.run_dir(e.job_id), n, time.time())}
@@ -502,12 +502,11 @@ class Control:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), ended)
 
-    def _absorb_node_health(self, row: Row) -> None:
+    def _absorb_node_health(self, job_id: str, nodes: list[str]) -> None:
         """What the attempt's run says about its nodes counts against them: node rank i's
         launcher writes `node_health.json` in its own run directory (`node<i>` for i > 0)
         about the ranks it runs, all on the i-th node of the placement."""
-        nodes = list((row["placement"] or {}).get("nodes") or {})
-        run_dir = self.run_dir(row["id"])
+        run_dir = self.run_dir(job_id)
         for rank, node in enumerate(nodes):
             where = run_dir / f"node{rank}" if rank else run_dir
             path = where / "node_health.json"
@@ -541,6 +540,11 @@ def _secret(home: Path) -> bytes:
         return (home / "admin.token").read_bytes().strip() or secrets.token_bytes(32)
     except OSError:
         return secrets.token_bytes(32)
+
+
+def _placed_nodes(row: Row) -> list[str]:
+    """The nodes of the job's placement, by node rank (none before it is placed)."""
+    return list((row["placement"] or {}).get("nodes") or {})
 
 
 def _lost(row: Row, reason: str) -> AttemptExit:
