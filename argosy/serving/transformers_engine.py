@@ -157,10 +157,17 @@ class TransformersEngine:
         """Token ids of plain text (no special tokens added)."""
         return list(self._tok().encode(text, add_special_tokens=False))
 
-    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Token ids of a chat rendered with the model's template."""
+    def encode_chat(
+        self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """Token ids of a chat rendered with the model's template (`tools` go to the
+        template, which may show them to the model or not)."""
         ids = self._tok().apply_chat_template(
-            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+            list(messages),
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
         )
         return list(ids)
 
@@ -174,6 +181,11 @@ class TransformersEngine:
         if self.config.max_context_tokens:
             return self.config.max_context_tokens
         return int(self._require_model().config.max_position_embeddings)
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids are in [0, vocab_size)."""
+        return int(self._require_model().get_input_embeddings().num_embeddings)
 
     @property
     def eos_ids(self) -> frozenset[int]:

@@ -13,6 +13,13 @@ class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    presence_penalty: float = 0.0
+    """Subtracted from the logit of every token generated so far."""
+    frequency_penalty: float = 0.0
+    """Subtracted from a token's logit once per time it was generated so far."""
+    logprobs: int | None = None
+    """None: no log-probabilities; k >= 0: each chosen token's and its k most likely
+    alternatives' (the model's own log-softmax, before temperature and penalties)."""
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -27,6 +34,11 @@ class SamplingParams:
         """True when the argmax is taken at every position."""
         return self.temperature == 0
 
+    @property
+    def penalized(self) -> bool:
+        """True when presence or frequency penalties change the logits."""
+        return bool(self.presence_penalty or self.frequency_penalty)
+
 
 @dataclass(frozen=True)
 class GenerationRequest:
@@ -39,12 +51,28 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability and its most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+    """(token text, log-probability) of the k most likely tokens, most likely first."""
+    token: str = ""
+    """The token's text (its bytes decoded; an incomplete character shows as U+FFFD)."""
+    token_bytes: bytes = b""
+    """The token's exact bytes."""
+
+
+@dataclass(frozen=True)
 class GenerationChunk:
     """Tokens produced by one engine step; `finish_reason` is set on the last chunk."""
 
     token_ids: tuple[int, ...]
     text: str
     finish_reason: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """One entry per token of `token_ids` when the request asked for log-probabilities."""
 
 
 @dataclass

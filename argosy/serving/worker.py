@@ -43,6 +43,7 @@ from typing import Any
 from argosy.core.errors import ArgosyError, ConfigError
 from argosy.serving.config import EngineConfig
 from argosy.serving.errors import EngineAsleepError, EngineFailedError
+from argosy.serving.limits import trim_memory
 from argosy.serving.memory import ProcessMemory, read_process_memory, rss_bytes
 from argosy.serving.types import EngineStats, GenerationChunk, GenerationRequest, GenerationResult
 from argosy.serving.zygote import ForkedWorker, ZygoteUnavailableError, fork_worker
@@ -151,6 +152,13 @@ class WorkerEngine:
         return stats
 
     @property
+    def asleep(self) -> bool:
+        """Whether new requests are refused now (asleep, going to sleep, or not loaded);
+        answered here, without a call to the worker."""
+        with self._flight:
+            return not self._admitting
+
+    @property
     def worker_pid(self) -> int | None:
         """Process id of the worker (None while it is stopped)."""
         return self._proc.pid if self._proc is not None else None
@@ -177,13 +185,22 @@ class WorkerEngine:
         """Token ids of plain text."""
         return list(self._call("encode", text))
 
-    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Token ids of a chat with the model's template."""
-        return list(self._call("encode_chat", [dict(m) for m in messages]))
+    def encode_chat(
+        self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """Token ids of a chat with the model's template (and `tools`, if any)."""
+        args: tuple[Any, ...] = ([dict(m) for m in messages],)
+        return list(self._call("encode_chat", *(args if tools is None else (*args, tools))))
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of token ids."""
         return str(self._call("decode", list(token_ids)))
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The model's vocabulary size (known from the first start; None before)."""
+        value = self._info.get("vocab_size")
+        return int(value) if value else None
 
     @property
     def max_context_tokens(self) -> int:
@@ -374,7 +391,11 @@ def worker_main(conn: Any, config: dict[str, Any]) -> None:
         _set_switch_interval()
         engine = ENGINES.get(config["engine"])(EngineConfig(**config))
         engine.load()
-        info = {"max_context_tokens": engine.max_context_tokens, "pid": os.getpid()}
+        info = {
+            "max_context_tokens": engine.max_context_tokens,
+            "vocab_size": getattr(engine, "vocab_size", None),
+            "pid": os.getpid(),
+        }
         send(("ok", _READY_ID, info))
     except Exception as err:  # reported to the parent, which raises it
         send(("err", _READY_ID, (type(err).__name__, str(err))))
@@ -403,9 +424,18 @@ def _set_switch_interval() -> None:
     sys.setswitchinterval(seconds)
 
 
+_TOKENIZE_METHODS = frozenset({"encode", "encode_chat", "decode"})
+_LONG_METHODS = frozenset({"generate"})
+
+
 def _serve_messages(conn: Any, engine: Any, send: Any) -> None:
+    """Serve messages until `exit`. Streams (and `generate`) run on one pool, tokenizing on
+    a second and every other call (`stats`, `sleep`, ...) on a third, so `/metrics` never
+    waits for a thread that a stream holds, nor for a huge prompt's tokenization."""
     cancelled: set[int] = set()
-    pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="argosy-worker")
+    streams = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="argosy-stream")
+    tokenize = ThreadPoolExecutor(max_workers=4, thread_name_prefix="argosy-tokenize")
+    control = ThreadPoolExecutor(max_workers=4, thread_name_prefix="argosy-control")
     while True:
         try:
             message = conn.recv()
@@ -417,9 +447,17 @@ def _serve_messages(conn: Any, engine: Any, send: Any) -> None:
         if kind == "cancel":
             cancelled.add(rid)
         elif kind == "stream":
-            pool.submit(_run_stream, engine, rid, message[2], send, cancelled)
+            streams.submit(_run_stream, engine, rid, message[2], send, cancelled)
         elif kind == "call":
-            pool.submit(_run_call, engine, rid, message[2], message[3], send)
+            method = message[2]
+            pool = (
+                streams
+                if method in _LONG_METHODS
+                else tokenize
+                if method in _TOKENIZE_METHODS
+                else control
+            )
+            pool.submit(_run_call, engine, rid, method, message[3], send)
     os._exit(0)  # the parent drained or gave up on what runs here; nothing to flush
 
 
@@ -428,6 +466,20 @@ def _run_call(engine: Any, rid: int, method: str, args: tuple[Any, ...], send: A
         send(("ok", rid, getattr(engine, method)(*args)))
     except Exception as err:  # every failure goes back to the caller
         send(("err", rid, (type(err).__name__, str(err))))
+    finally:
+        if method in _TOKENIZE_METHODS and _big(args):
+            trim_memory()  # a huge prompt's strings and ids are garbage now
+
+
+_BIG_ARGS_CHARS = 2**20
+
+
+def _big(args: tuple[Any, ...]) -> bool:
+    """Whether a tokenizer call's arguments held about a MiB of text or more."""
+    text = args[0] if args else ""
+    if isinstance(text, list):
+        return sum(len(str(m)) for m in text) >= _BIG_ARGS_CHARS
+    return len(str(text)) >= _BIG_ARGS_CHARS
 
 
 def _run_stream(

@@ -1,0 +1,140 @@
+"""From a validated OpenAI body to the engine requests that answer it (a `Job`).
+
+`completion_prompts` and `chat_prompts` check what can be checked before tokenizing
+(prompt size, `response_format`, the proposer), tokenize on the tokenizer threads, check
+each prompt against the context and the vocabulary (token-id prompts), and plan one
+`GenerationRequest` per choice: `n` choices per prompt, choice `i` of a list of `P` prompts
+at index `p * n + j` as OpenAI numbers them. A seeded request seeds choice `i` with
+`seed + i`, so the same request gives the same choices, whatever the speculation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from argosy.serving.errors_http import ApiError
+from argosy.serving.schema import ChatBody, CompletionBody
+from argosy.serving.shapes import Shape
+from argosy.serving.types import GenerationRequest
+
+_SEED_MOD = 2**64
+
+
+@dataclass
+class Job:
+    """The engine requests of one HTTP request and how to shape their answer."""
+
+    requests: list[GenerationRequest]
+    stops: list[str]
+    shape: Shape
+    prompt_tokens: int
+    prefix: dict[int, str] = field(default_factory=dict)
+    """Text a choice starts with (`echo`: its prompt)."""
+
+    def finish(self, choices: Sequence[Any]) -> dict[str, Any]:
+        """The whole answer of `choices` (`streaming.Choice`s)."""
+        for choice in choices:
+            choice.text = self.prefix.get(choice.index, "") + choice.text
+        return self.shape.full(choices, self.prompt_tokens)
+
+
+async def completion_prompts(server: Any, body: CompletionBody) -> Job:
+    """`/v1/completions`: text, texts, token ids or lists of token ids."""
+    prompts = body.prompts()
+    server.check_prompt(sum(len(p) for p in prompts if isinstance(p, str)), "prompt")
+    _check_speculative(body.speculative)
+    ids = await server.tokenize(_encode_all, server.engine, prompts)
+    _check_vocabulary(server.engine, ids)
+    context = server.context()
+    requests: list[GenerationRequest] = []
+    prefix: dict[int, str] = {}
+    texts = await server.tokenize(_texts, server.engine, prompts, ids) if body.echo else []
+    for p, prompt_ids in enumerate(ids):
+        max_tokens = body.max_tokens_for(len(prompt_ids), context)
+        _check_length(len(prompt_ids), max_tokens, context, "prompt")
+        for j in range(body.n):
+            index = p * body.n + j
+            params = body.sampling(max_tokens, body.logprobs)
+            requests.append(_request(prompt_ids, params, body, index))
+            if body.echo:
+                prefix[index] = texts[p]
+    shape = Shape(server.name, "text", logprobs=body.logprobs is not None)
+    prompt_tokens = sum(len(i) for i in ids)
+    return Job(requests, body.stop_strings(), shape, prompt_tokens, prefix)
+
+
+async def chat_prompts(server: Any, body: ChatBody) -> Job:
+    """`/v1/chat/completions`: the messages through the model's chat template."""
+    server.check_prompt(body.prompt_chars(), "messages")
+    _check_response_format(body)
+    _check_speculative(body.speculative)
+    tools = body.template_tools()
+    args = (body.template_messages(),) if tools is None else (body.template_messages(), tools)
+    ids = list(await server.tokenize(server.engine.encode_chat, *args))
+    context = server.context()
+    max_tokens = body.max_tokens_for(len(ids), context)
+    _check_length(len(ids), max_tokens, context, "messages")
+    params = body.sampling(max_tokens, body.top_count())
+    requests = [_request(ids, params, body, j) for j in range(body.n)]
+    shape = Shape(server.name, "chat", logprobs=body.logprobs)
+    return Job(requests, body.stop_strings(), shape, len(ids))
+
+
+def _request(ids: list[int], params: Any, body: Any, index: int) -> GenerationRequest:
+    if params.seed is not None and index:
+        from dataclasses import replace
+
+        params = replace(params, seed=(params.seed + index) % _SEED_MOD)
+    return GenerationRequest(tuple(ids), params, body.speculative)
+
+
+def _encode_all(engine: Any, prompts: Sequence[str | list[int]]) -> list[list[int]]:
+    return [engine.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+
+
+def _texts(engine: Any, prompts: Sequence[str | list[int]], ids: list[list[int]]) -> list[str]:
+    return [
+        p if isinstance(p, str) else engine.decode(i) for p, i in zip(prompts, ids, strict=True)
+    ]
+
+
+def _check_vocabulary(engine: Any, ids: list[list[int]]) -> None:
+    vocab = getattr(engine, "vocab_size", None)
+    for prompt_ids in ids:
+        if not prompt_ids:
+            raise ApiError(400, "prompt: is empty once tokenized", "prompt")
+        bad = [t for t in prompt_ids if t < 0 or (vocab and t >= vocab)]
+        if bad:
+            message = f"prompt: token id {bad[0]} is outside the vocabulary [0, {vocab})"
+            raise ApiError(400, message, "prompt")
+
+
+def _check_length(prompt: int, max_tokens: int, context: int, field_name: str) -> None:
+    if prompt + max_tokens > context:
+        message = (
+            f"{field_name} is {prompt} tokens; with max_tokens {max_tokens} it exceeds {context}"
+        )
+        raise ApiError(400, message, field_name, "context_length_exceeded")
+
+
+def _check_speculative(spec: str | None) -> None:
+    if spec is None:
+        return
+    from argosy.serving.speculative import PROPOSERS, split_spec
+
+    name, _ = split_spec(spec)
+    if name != "off" and name not in PROPOSERS:
+        known = ", ".join(["off", *PROPOSERS.known()])
+        raise ApiError(400, f"unknown speculative '{spec}'; known: {known}", "speculative")
+
+
+def _check_response_format(body: ChatBody) -> None:
+    kind = body.response_format.type if body.response_format else "text"
+    if kind == "json_schema":
+        message = "response_format json_schema is not served (text and json_object are)"
+        raise ApiError(400, message, "response_format")
+    if kind == "json_object" and not any("json" in m.text().lower() for m in body.messages):
+        message = "response_format json_object needs the word JSON in the messages"
+        raise ApiError(400, message, "response_format")
