@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         set_rng(state, device)
         say(f"resumed from step {start}")
     rt.restored(start, target_step=args.steps, decision=getattr(ckpt, "last_decision", None))
+    rt.work_per_step(tokens=args.batch * args.block * world, samples=args.batch * world)
 
     loss_sum = torch.zeros(1, device=device)
     mean_loss = float("nan")

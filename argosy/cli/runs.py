@@ -116,6 +116,7 @@ def _print(summary: dict) -> None:
         evidence = f"{health['evidence']} piece(s) of evidence, {health['file']}"
         table.add_row("node health", f"{health['node']}: {health['state']} ({evidence})")
     console.print(table)
+    _print_energy(summary.get("energy"))
     from argosy.cli.mixed_view import print_throughput
 
     print_throughput(console, summary.get("throughput"))  # mixed-chip launches
@@ -148,6 +149,36 @@ def _print(summary: dict) -> None:
             f.get("detail") or "",
         )
     console.print(faults)
+
+
+def _print_energy(energy: dict | None) -> None:
+    """The energy table beside the goodput one (summary.json `energy`, runtime.energy)."""
+    if energy is None:
+        return  # a summary from before the meter existed
+    table = Table(title="energy", show_header=False)
+    if not energy.get("measured"):
+        table.add_row("energy", f"not measured ({energy.get('reason') or 'no meter read'})")
+        console.print(table)
+        return
+    total = energy["total_j"] or 1.0
+    table.add_row("total", f"{energy['total_j']:.1f} J")
+    table.add_row("productive", f"{energy['productive_j']:.1f} J")
+    for cause, joules in energy["lost_j"].items():
+        table.add_row(f"lost: {cause}", f"{joules:.1f} J ({joules / total:.1%})")
+    all_in = _num(energy["joules_per_step_all_in"])
+    table.add_row("J per step", f"{_num(energy['joules_per_step'])} (all-in {all_in})")
+    for work in ("tokens", "samples"):
+        per_joule = energy.get(f"{work}_per_joule")
+        table.add_row(f"{work} per joule", "-" if per_joule is None else f"{per_joule:.4g}")
+    for device, d in energy["devices"].items():
+        if d["energy_j"] is None:
+            table.add_row(device, "not measured")
+            continue
+        watts = f"avg {d['avg_w']:.1f} W, peak {d['peak_w']:.1f} W"
+        table.add_row(device, f"{d['energy_j']:.1f} J, {watts} ({d['method']})")
+    for reader, why in (energy.get("not_measured") or {}).items():
+        table.add_row(f"{reader}", f"not read: {why}")
+    console.print(table)
 
 
 def _preflight_text(checked: dict) -> str:

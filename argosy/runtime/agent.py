@@ -42,6 +42,7 @@ from argosy.runtime.events import (
 from argosy.runtime.group import GroupSpec, WorkerGroup, base_env, can_use_standby
 from argosy.runtime.history import NODE_HEALTH_FILE
 from argosy.runtime.inject import Injection, encode
+from argosy.runtime.metering import Opener, RunMeter
 from argosy.runtime.mixed.report import read_throughput
 from argosy.runtime.node_health import node_health
 from argosy.runtime.tee import RankTee
@@ -89,6 +90,7 @@ class Agent:
         on_rank_line: Callable[[str], None] | None = None,
         preflight: dict[str, Any] | None = None,
         node_policy: NodePolicyConfig | None = None,
+        energy_readers: Opener | None = None,
     ) -> None:
         self.spec = spec
         self.config = config
@@ -105,6 +107,7 @@ class Agent:
         self._tee: RankTee | None = None
         self.preflight = preflight
         self.node_policy = node_policy or NodePolicyConfig()
+        self.energy_readers = energy_readers
 
     def run(self) -> dict[str, Any]:
         spec = self.spec
@@ -119,6 +122,14 @@ class Agent:
         self.log.emit("start", **self._start_fields())
         if self.preflight is not None:
             self.log.emit("preflight", **self.preflight)
+        self.meter = RunMeter(
+            spec.run_dir,
+            t0=spec.t0,
+            clock=self.clock,
+            interval_s=self.config.energy_interval_s,
+            open_readers=self.energy_readers,
+        )
+        self.meter.start()
         status, cause = "failed", None
         self._group: WorkerGroup | None = None
         try:
@@ -135,6 +146,7 @@ class Agent:
             with _signals_held():
                 self._tee_flush()
                 self._clean_up(self._group, status)
+                self.meter.stop()
         with _signals_held():
             return self._write_summary(status, cause)
 
@@ -199,6 +211,7 @@ class Agent:
         events = read_events(spec.run_dir / EVENTS_FILE)
         summary = goodput.summarize(events)
         summary["status"] = status
+        summary["energy"] = self.meter.summary(events)
         throughput = read_throughput(spec.run_dir)  # mixed-chip launches write one
         if throughput is not None:
             summary["throughput"] = throughput

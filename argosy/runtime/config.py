@@ -45,3 +45,6 @@ class RuntimeConfig(BaseModel):
     store_probe_timeout_s: float = Field(30.0, gt=0)
     """Multi-node launches: seconds node rank 0 waits to see every node's probe file in the
     checkpoint store before it fails the launch (the store is not shared)."""
+    energy_interval_s: float = Field(0.5, ge=0)
+    """Seconds between the launcher's energy samples of the node's devices (NVML, RAPL;
+    `energy.jsonl`, summary.json `energy`); 0 turns the meter off."""

@@ -46,8 +46,20 @@ def _by_attempt(events: list[dict], kind: str) -> dict[int, dict]:
     return {e["attempt"]: e for e in events if e["event"] == kind}
 
 
-def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run's summary; see the module docstring for how each number is computed."""
+Interval = tuple[float, float]
+"""(start s, end s) since launch; its length may be negative only where the log's own
+times are out of order, and then it counts as the log says."""
+
+
+def time_buckets(events: list[dict[str, Any]]) -> dict[str, list[Interval]]:
+    """The intervals behind the summary's figures: `productive` (the steps that count),
+    `steps` (how many), and one list per cause but `other` (the rest of the wall time).
+    `summarize` adds up these same intervals, so what is charged to them (energy, say)
+    falls in the same buckets as the time."""
+    return _account(events)[0]
+
+
+def _account(events: list[dict[str, Any]]) -> tuple[dict[str, list[Interval]], list[dict]]:
     steps: dict[int, list[dict]] = defaultdict(list)
     for e in events:
         if e["event"] == "step":
@@ -57,21 +69,38 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     stopping = [e for e in events if e["event"] == "fault" and e.get("action") in STOPPED]
     faults_by_attempt = {e["attempt"]: e for e in stopping}
     attempts = sorted({e["attempt"] for e in events if e["event"] == "spawn"})
-    wall = max((e["t"] for e in events), default=0.0)
-    lost = dict.fromkeys(CAUSES, 0.0)
-    productive = 0.0
+    buckets: dict[str, list[Interval]] = {k: [] for k in ("productive", *CAUSES[:-1])}
     faults = []
     for a in attempts:
         keep_to = resumes.get(a + 1, {}).get("step") if a in faults_by_attempt else None
         kept, redone = _split(steps[a], resumes.get(a), keep_to)
-        productive += kept
+        buckets["productive"] += kept
         if a == 0 and a in resumes:
-            lost["startup"] += resumes[a]["t"]
+            buckets["startup"].append((0.0, resumes[a]["t"]))
         if a in faults_by_attempt:
-            fault = _fault_record(faults_by_attempt[a], steps[a], redone, resumes, attached)
-            for cause, seconds in fault["lost_s"].items():
-                lost[cause] += seconds
-            faults.append(fault)
+            spans = _fault_spans(faults_by_attempt[a], steps[a], redone, resumes, attached)
+            for cause, intervals in spans.items():
+                buckets[cause] += intervals
+            faults.append(_fault_record(faults_by_attempt[a], spans, resumes))
+    return buckets, faults
+
+
+def _seconds(intervals: list[Interval]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's summary; see the module docstring for how each number is computed."""
+    buckets, faults = _account(events)
+    steps: dict[int, list[dict]] = defaultdict(list)
+    for e in events:
+        if e["event"] == "step":
+            steps[e["attempt"]].append(e)
+    resumes = _by_attempt(events, "resume")
+    attempts = sorted({e["attempt"] for e in events if e["event"] == "spawn"})
+    wall = max((e["t"] for e in events), default=0.0)
+    productive = _seconds(buckets["productive"])
+    lost = {cause: _seconds(buckets[cause]) for cause in CAUSES[:-1]}
     faults += [
         _warning(e) for e in events if e["event"] == "fault" and e.get("action") not in STOPPED
     ]
@@ -123,47 +152,51 @@ def _final(
 
 def _split(
     attempt_steps: list[dict], resume: dict | None, keep_to: int | None
-) -> tuple[float, float]:
-    """(kept seconds, redone seconds) of one attempt's steps."""
-    kept = redone = 0.0
+) -> tuple[list[Interval], list[Interval]]:
+    """(kept intervals, redone intervals) of one attempt's steps."""
+    kept: list[Interval] = []
+    redone: list[Interval] = []
     prev = resume["t"] if resume else None
     for e in attempt_steps:
-        dur = e["t"] - prev if prev is not None else 0.0
+        span = (prev if prev is not None else e["t"], e["t"])
         prev = e["t"]
-        if keep_to is None or e["step"] <= keep_to:
-            kept += dur
-        else:
-            redone += dur
+        (kept if keep_to is None or e["step"] <= keep_to else redone).append(span)
     return kept, redone
 
 
-def _fault_record(
-    fault: dict, attempt_steps: list[dict], redone: float, resumes: dict, attached: dict
-) -> dict[str, Any]:
+def _fault_spans(
+    fault: dict, attempt_steps: list[dict], redone: list[Interval], resumes: dict, attached: dict
+) -> dict[str, list[Interval]]:
+    """What one stopping fault cost, by cause, as intervals since launch."""
     a = fault["attempt"]
     detected = fault["detected_at_s"]
     last_end = attempt_steps[-1]["t"] if attempt_steps else resumes.get(a, {}).get("t", detected)
     start = fault.get("injected_at_s") or fault.get("stalled_since_s") or last_end
     start = min(start, detected)
-    partial = max(0.0, start - last_end)
     nxt_attached = attached.get(a + 1, {}).get("t")
     nxt_resume = resumes.get(a + 1, {})
-    lost = {
-        "detection": detected - start,
-        "restart": (nxt_attached - detected) if nxt_attached is not None else 0.0,
-        "reload": (nxt_resume["t"] - nxt_attached) if nxt_resume and nxt_attached else 0.0,
+    partial = [(last_end, start)] if start > last_end else []
+    return {
+        "detection": [(start, detected)],
+        "restart": [(detected, nxt_attached)] if nxt_attached is not None else [],
+        "reload": [(nxt_attached, nxt_resume["t"])] if nxt_resume and nxt_attached else [],
         "redone": redone + partial,
     }
+
+
+def _fault_record(fault: dict, spans: dict[str, list[Interval]], resumes: dict) -> dict[str, Any]:
+    (start, detected), *_ = spans["detection"]
+    nxt_resume = resumes.get(fault["attempt"] + 1, {})
     return {
         "kind": fault["kind"],
         "rank": fault["rank"],
-        "attempt": a,
+        "attempt": fault["attempt"],
         "detail": fault.get("detail"),
         "injected_at_s": fault.get("injected_at_s"),
         "detected_at_s": detected,
         "detect_latency_s": round(detected - start, 3),
         "resumed_from_step": nxt_resume.get("step"),
-        "lost_s": {k: round(v, 3) for k, v in lost.items()},
+        "lost_s": {k: round(_seconds(v), 3) for k, v in spans.items()},
         **{
             k: fault[k]
             for k in ("missing_ranks", "collective_seq", "slowdown", "exit_code", "last_lines")

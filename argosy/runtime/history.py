@@ -1,10 +1,11 @@
 """A run directory's history: launching again into it archives the previous run first.
 
 The top of a run directory always holds the latest run (events.jsonl, summary.json,
-logs/, stacks/, resume/, node_health.json, timeline.png), so every reader of those files
-sees one run, never a mix. Before a new run starts, `archive_previous` moves the earlier
-run's files to `history/<NNN>-<run id>/`; checkpoints stay where they are, so the new run
-resumes from them. A run whose launcher still runs is never moved: that is refused.
+logs/, stacks/, resume/, node_health.json, timeline.png, energy.jsonl, work.json), so every
+reader of those files sees one run, never a mix. Before a new run starts,
+`archive_previous` moves the earlier run's files to `history/<NNN>-<run id>/`; checkpoints
+stay where they are, so the new run resumes from them. A run whose launcher still runs is
+never moved: that is refused.
 `argosy launch` archives before it writes anything for the new run (a mixed-chip
 assignment, say); `Agent.run` archives too, a no-op when that was done.
 
@@ -34,6 +35,8 @@ RUN_FILES = (
     "stacks",
     "resume",
     "mixed/throughput.json",  # a mixed-chip run's figures (argosy.runtime.mixed.report)
+    "energy.jsonl",  # the launcher's energy samples (argosy.runtime.energy)
+    "work.json",  # tokens/samples per step, from the script (hooks.work_per_step)
 )
 """What belongs to one run; everything else in the directory (checkpoints) is shared."""
 

@@ -2,6 +2,7 @@
 
     rt = hooks.attach()                  # after init_process_group
     rt.watch_ddp(model)                  # count and time DDP's gradient all-reduces
+    rt.work_per_step(tokens=batch * seq * world)   # optional: tokens per joule in the summary
     ckpt = open_checkpointer(dir, progress=rt.checkpoint_progress)
     rt.restored(start_step, target_step=steps, decision=ckpt.last_decision)
     for step in range(start_step + 1, steps + 1):
@@ -133,6 +134,14 @@ class Runtime:
             self._row.set(Slot.TARGET_STEP, target_step)
         self._row.set(Slot.RESTORED_STEP, step)
         self._touch(Slot.T_RESTORED)
+
+    def work_per_step(self, tokens: int | None = None, samples: int | None = None) -> None:
+        """What one step of the whole job processes (all ranks together), so the run's
+        summary can say tokens (samples) per joule; rank 0 writes it to `work.json`."""
+        if self.rank != 0 or self.run_dir is None:
+            return
+        work = {"tokens_per_step": tokens, "samples_per_step": samples}
+        (self.run_dir / "work.json").write_text(json.dumps(work))
 
     def committed(self, step: int | None) -> None:
         """`step` is committed on disk (what `ckpt.wait()` returned)."""

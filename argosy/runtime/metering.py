@@ -1,0 +1,106 @@
+"""The launcher's energy meter: sample the node's devices while the run lasts, log them.
+
+Effects only: opens the energy readers that can read on this node (NVML, RAPL; see
+`hardware.energy`), samples them every `RuntimeConfig.energy_interval_s` on a thread, and
+appends each sample to `<run dir>/energy.jsonl` (format in `runtime.energy`), flushed line
+by line so a launcher killed hard still leaves the samples taken so far. The readers are a
+seam: tests hand in `open_readers` that return readers on the fakes.
+
+    meter = RunMeter(run_dir, t0=spec.t0, clock=clock, interval_s=0.5)
+    meter.start()
+    ...
+    meter.stop()
+    summary["energy"] = meter.summary(events)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from argosy.core.clock import Clock
+from argosy.hardware.energy import EnergyMeter, EnergyReader
+from argosy.hardware.energy import open_readers as open_energy_readers
+from argosy.runtime.energy import ENERGY_FILE, WORK_FILE, energy_summary, read_trace, read_work
+
+Opener = Callable[[], tuple[list[EnergyReader], dict[str, str]]]
+
+
+class RunMeter:
+    """One run's energy log; `disabled` (energy_interval_s = 0) meters nothing and says so."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        t0: float,
+        clock: Clock,
+        interval_s: float,
+        open_readers: Opener | None = None,
+    ) -> None:
+        self.path = run_dir / ENERGY_FILE
+        self.run_dir = run_dir
+        self.t0 = t0
+        self.clock = clock
+        self.interval_s = interval_s
+        self.open_readers = open_readers or open_energy_readers
+        self._meter: EnergyMeter | None = None
+        self._file: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Open the readers, write the header, take the first sample, start the thread."""
+        self.path.unlink(missing_ok=True)
+        if self.interval_s <= 0:
+            self._write({"devices": {}, "unavailable": {"meter": "off (energy_interval_s=0)"}})
+            return
+        readers, unavailable = self.open_readers()
+        self._file = self.path.open("a", encoding="utf-8")
+        meter = EnergyMeter(
+            readers, clock=self.clock, interval_s=self.interval_s, unavailable=unavailable
+        )
+        meter.sample()  # the first reading sets each device's method and its zero
+        traces = sorted(meter.traces.items())
+        methods = {d: t.method for d, t in traces}
+        self._write({"devices": methods, "unavailable": unavailable, "interval_s": self.interval_s})
+        first = {d: (t.energy_j[-1], t.power_w[-1]) for d, t in traces if t.t_s}
+        if first:
+            self._on_sample(next(t.t_s[-1] for _, t in traces if t.t_s), first)
+        if readers:
+            meter.on_sample = self._on_sample
+            meter.start()
+            self._meter = meter
+
+    def _on_sample(self, now_s: float, point: dict[str, tuple[float, float | None]]) -> None:
+        if not point or self._file is None:
+            return
+        sample = {d: [round(j, 4), w] for d, (j, w) in point.items()}
+        self._write({"t": round(now_s - self.t0, 4), "d": sample})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            if self._file is None:
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+                return
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def stop(self) -> None:
+        """Last sample, thread stopped, readers closed, log closed."""
+        if self._meter is not None:
+            self._meter.stop()
+            self._meter = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def summary(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        """summary.json's `energy` section, from the log this meter wrote."""
+        traces, unavailable = read_trace(self.path)
+        work = read_work(self.run_dir / WORK_FILE)
+        return energy_summary(events, traces, work, unavailable)
