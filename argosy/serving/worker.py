@@ -35,7 +35,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -428,7 +428,9 @@ _TOKENIZE_METHODS = frozenset({"encode", "encode_chat", "decode"})
 _LONG_METHODS = frozenset({"generate"})
 
 
-def _serve_messages(conn: Any, engine: Any, send: Any) -> None:
+def _serve_messages(
+    conn: Any, engine: Any, send: Any, exit_process: Callable[[int], Any] = os._exit
+) -> None:
     """Serve messages until `exit`. Streams (and `generate`) run on one pool, tokenizing on
     a second and every other call (`stats`, `sleep`, ...) on a third, so `/metrics` never
     waits for a thread that a stream holds, nor for a huge prompt's tokenization."""
@@ -458,7 +460,7 @@ def _serve_messages(conn: Any, engine: Any, send: Any) -> None:
                 else control
             )
             pool.submit(_run_call, engine, rid, method, message[3], send)
-    os._exit(0)  # the parent drained or gave up on what runs here; nothing to flush
+    exit_process(0)  # the parent drained or gave up on what runs here; nothing to flush
 
 
 def _run_call(engine: Any, rid: int, method: str, args: tuple[Any, ...], send: Any) -> None:
