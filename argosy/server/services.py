@@ -4,8 +4,8 @@ A service is one scheduler workload of kind `infer` (one device per replica). Wh
 scheduler places or moves replicas (a `replicas` decision), `Services.placed` starts the
 missing ones through the executor as `argosy serve --model M --host H --port P ...`
 processes, each an executor attempt keyed `<service id>.r<i>`. `step` probes every
-started replica's `/health` from a thread pool (the event loop never waits on a
-replica), and `apply_exit` restarts a replica that exited (up to `max_restarts`, then
+started replica's liveness route `/live` from a thread pool (the event loop never waits
+on a replica), and `apply_exit` restarts a replica that exited (up to `max_restarts`, then
 the service fails; a replica that fails before it is ready twice in a row with the same
 error line from its launcher is not restarted again: the service fails with that line).
 A replica that was ready and then fails `UNHEALTHY_AFTER` probes in a row is stopped,
@@ -253,7 +253,9 @@ class Services:
             for rec in row["replicas"]:
                 key = replica_key(service_id, rec["index"])
                 if rec["state"] in ("starting", "ready") and key not in self._probes:
-                    url = f"http://{rec['address']}:{rec['port']}/health"
+                    # liveness, not readiness: `/health` is a 503 while the replica
+                    # sleeps, and a busy or sleeping replica must not be restarted
+                    url = f"http://{rec['address']}:{rec['port']}/live"
                     self._probes[key] = self._pool.submit(self.probe, url)
 
     def _reconcile_tidal(self) -> None:
@@ -408,7 +410,7 @@ def serve_command(spec: ServiceSpec, host: str, port: int) -> list[str]:
 
 
 def probe_health(url: str) -> bool:
-    """Whether a replica answers its /health with 200."""
+    """Whether a replica answers its liveness route (`/live`) with 200."""
     try:
         with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310
             return response.status == 200
