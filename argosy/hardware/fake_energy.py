@@ -1,5 +1,8 @@
 """Fake energy sources that obey the real ones' contracts: an NVML module and a powercap tree.
 
+The NVML fake also answers what the health signals read (limits, throttle reasons,
+temperature; healthy ECC, no XID), so `nvml.read_signals(FakeNvml(...))` runs on it.
+
 Both model devices whose power is piecewise constant in time (`set_power`), and whose
 energy counter is that power's exact integral, so a meter reading them can be checked
 against the truth. Time comes from a `Clock` (a FakeClock in unit tests; the system clock
@@ -67,6 +70,11 @@ class FakeNvml:
     NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_UNINITIALIZED = 1
     NVML_TEMPERATURE_GPU = 0
+    NVML_ERROR_TIMEOUT = 10
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+    nvmlEventTypeXidCriticalError = 8
     nvmlClocksThrottleReasonSwPowerCap = 4
     nvmlClocksThrottleReasonHwSlowdown = 8
     nvmlClocksThrottleReasonSwThermalSlowdown = 32
@@ -137,6 +145,27 @@ class FakeNvml:
 
     def nvmlDeviceGetTemperature(self, handle: str, _sensor: int) -> int:
         return self._gpu(handle).temperature_c
+
+    # healthy memory and no XID events: enough for `nvml.read_signals` to run on the fake
+    def nvmlDeviceGetTotalEccErrors(self, handle: str, _kind: int, _counter: int) -> int:
+        self._gpu(handle)
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, handle: str) -> tuple[int, int, int, int]:
+        self._gpu(handle)
+        return (0, 0, 0, 0)
+
+    def nvmlEventSetCreate(self) -> str:
+        return "events"
+
+    def nvmlDeviceRegisterEvents(self, handle: str, _kind: int, _events: str) -> None:
+        self._gpu(handle)
+
+    def nvmlEventSetWait_v2(self, _events: str, _timeout_ms: int) -> None:
+        raise FakeNvmlError(self.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, _events: str) -> None:
+        return None
 
 
 class FakePowercap:

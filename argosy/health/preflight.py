@@ -1,14 +1,17 @@
 """Preflight: which of this node's devices a launch may use, from a node check. Pure.
 
-A device is judged by the checks that name it (`<probe>.rank<k>`, `<probe>_peer.rank<k>`):
-any degraded or failed one leaves it out, with one exception: when *every* device of a
-node with two or more falls short of the same absolute expectation (`<probe>.rank<k>` not
-healthy on all of them), the shortfall is the node's, not a device's. Those degraded
-absolute checks become node warnings, as outside load on a shared machine slows every
-device alike; the peer checks (measured in the same rounds, so load cancels) still single
-out the slow device, and a failed check still leaves its device out. A node-wide check
-(`bus`, vendor signals) that failed refuses the whole node; one that is only degraded is
-recorded and the launch goes on. The launch
+A device is judged by the checks that name it (`<probe>.rank<k>`, `<probe>_peer.rank<k>`,
+and its vendor signals `<signal>.dev<k>`: a power cap, thermal throttle or slowdown names
+the device, with the vendor's reason): any degraded or failed one leaves it out, with one
+exception: when *every* device of a node with two or more falls short of the same absolute
+expectation or shows the same degraded signal, the shortfall is the node's, not a
+device's. Those degraded checks become node warnings, as outside load on a shared machine
+(or a hot room) slows every device alike; the peer checks (measured in the same rounds, so
+load cancels) still single out the slow device, and a failed check still leaves its device
+out. A failed vendor signal (uncorrectable ECC, critical XID) or a failed node-wide check
+(`bus`) refuses the whole node; a degraded node-wide one is recorded and the launch goes
+on. Signal device k is NVML's GPU k, the rank's device where CUDA orders GPUs as NVML does
+(PCI bus order, `CUDA_DEVICE_ORDER=PCI_BUS_ID`, the usual case on nodes of one chip). The launch
 needs `need` devices; the healthy ones are used in index order; with too few, it is
 refused with a message that names each bad device and the check that failed it.
 
@@ -25,7 +28,8 @@ from typing import Any
 from argosy.health.report import HealthReport
 from argosy.health.verdict import CheckResult, Verdict
 
-_DEVICE_CHECK = re.compile(r"^(?P<probe>\w+?)(?:_peer)?\.rank(?P<rank>\d+)$")
+_DEVICE_CHECK = re.compile(r"^(?P<probe>\w+?)(?:_peer)?\.(?:rank|dev)(?P<rank>\d+)$")
+_SIGNAL_CHECK = re.compile(r"\.dev\d+$")
 _BAD = (Verdict.DEGRADED, Verdict.FAILED)
 
 
@@ -49,7 +53,8 @@ class PreflightDecision:
 
 def _describe(check: CheckResult) -> str:
     factor = f" x{check.factor:.2f}" if check.factor is not None else ""
-    return f"{check.name} {check.verdict.value}{factor}"
+    why = f" ({check.detail})" if _SIGNAL_CHECK.search(check.name) and check.detail else ""
+    return f"{check.name} {check.verdict.value}{factor}{why}"
 
 
 def node_wide_shortfalls(checks: tuple[CheckResult, ...], num_devices: int) -> set[str]:
@@ -100,7 +105,8 @@ def choose_devices(report: HealthReport, need: int) -> PreflightDecision:
     if need < 1:
         raise ValueError(f"need must be at least 1, got {need}")
     node_checks = [c for c in report.checks if not _DEVICE_CHECK.match(c.name)]
-    node_failed = [_describe(c) for c in node_checks if c.verdict is Verdict.FAILED]
+    signals = [c for c in report.checks if _SIGNAL_CHECK.search(c.name)]
+    node_failed = [_describe(c) for c in node_checks + signals if c.verdict is Verdict.FAILED]
     shared = node_wide_shortfalls(report.checks, report.node.num_ranks)
     warnings = tuple(_describe(c) for c in node_checks if c.verdict is Verdict.DEGRADED)
     warnings += tuple(

@@ -11,6 +11,11 @@ One check per device and signal, named `<signal>.dev<k>`. The rules:
 | remap_failed    |           - |         1 | remapping ran out of spare rows: needs service |
 | xid_critical    |           - |         1 | the driver reported a critical XID event       |
 | hw_slowdown     |           1 |         - | thermal or power brake: the device is slow     |
+| power_capped    |         0.1 |         - | limit 10%+ below default: it cannot run full   |
+| thermal_throttle|           1 |         - | clocks held down for temperature: it is slow   |
+
+The check's detail carries the vendor's reason (which slowdown, the limit against the
+default in watts, the temperature).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ RULES: dict[str, tuple[float | None, float | None]] = {
     "remap_failed": (None, 1),
     "xid_critical": (None, 1),
     "hw_slowdown": (1, None),
+    "power_capped": (0.1, None),
+    "thermal_throttle": (1, None),
 }
 """signal -> (degraded at or above, failed at or above); None: never."""
 
@@ -49,7 +56,7 @@ def signal_checks(signals: Sequence[VendorSignal] | None, reason: str = "") -> l
         CheckResult(
             name=f"{signal.name}.dev{signal.device_index}",
             value=signal.value,
-            unit="count",
+            unit="share" if signal.name == "power_capped" else "count",
             expected=0.0,
             verdict=signal_verdict(signal),
             detail=_rule_text(signal),

@@ -38,6 +38,9 @@ class FakeNvml:
     nvmlClocksThrottleReasonHwSlowdown = 8
     nvmlClocksThrottleReasonHwThermalSlowdown = 64
     nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 128
+    nvmlClocksThrottleReasonSwPowerCap = 4
+    nvmlClocksThrottleReasonSwThermalSlowdown = 32
+    NVML_TEMPERATURE_GPU = 0
 
     def __init__(self, devices: list[dict], xids: list[tuple[int, int]] = (), start_ok=True):
         self.devices, self.xids, self.start_ok = devices, list(xids), start_ok
@@ -71,6 +74,21 @@ class FakeNvml:
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: str) -> int:
         return self._dev(handle).get("reasons", 0)
+
+    def nvmlDeviceGetTemperature(self, handle: str, _sensor: int) -> int:
+        return self._supported_figure(handle, "temp")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: str) -> int:
+        return self._supported_figure(handle, "limits")[0]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: str) -> int:
+        return self._supported_figure(handle, "limits")[1]
+
+    def _supported_figure(self, handle: str, key: str):  # noqa: ANN202
+        dev = self._dev(handle)
+        if key not in dev:
+            raise FakeNvmlError(self.NVML_ERROR_NOT_SUPPORTED)
+        return dev[key]
 
     def nvmlEventSetCreate(self) -> str:
         return "events"

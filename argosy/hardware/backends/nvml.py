@@ -1,7 +1,8 @@
 """NVIDIA health counters through NVML (the `nvidia-ml-py` package, module `pynvml`).
 
-Reads, per GPU: volatile ECC counts, row-remapping state, active hardware slowdowns, and
-critical XID events that arrive while it listens (`window_s`). XIDs logged before the
+Reads, per GPU: volatile ECC counts, row-remapping state, active hardware slowdowns, the
+enforced power limit against the default one, software thermal slowdown, and critical XID
+events that arrive while it listens (`window_s`). XIDs logged before the
 window are only in the kernel log and are not read here. The NVML module is passed in as a
 seam so tests can hand in a fake; by default `pynvml` is imported when first used.
 
@@ -67,7 +68,32 @@ def _device_signals(nvml: Any, index: int, handle: Any) -> list[VendorSignal]:
     if reasons is not None:
         active = [bit for bit in _SLOWDOWN_BITS if int(reasons) & getattr(nvml, bit)]
         found.append(VendorSignal(index, "hw_slowdown", float(bool(active)), ",".join(active)))
-    return found
+        found.append(_thermal(nvml, index, handle, int(reasons)))
+    capped = _power_cap(nvml, index, handle, int(reasons or 0))
+    return found + ([capped] if capped is not None else [])
+
+
+def _thermal(nvml: Any, index: int, handle: Any, reasons: int) -> VendorSignal:
+    """Software thermal slowdown now, with the GPU's temperature as the reason."""
+    hot = bool(reasons & nvml.nvmlClocksThrottleReasonSwThermalSlowdown)
+    celsius = _supported(nvml, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
+    at = f" at {celsius} C" if celsius is not None else ""
+    detail = f"clocks held down for temperature{at}" if hot else f"no thermal slowdown{at}"
+    return VendorSignal(index, "thermal_throttle", float(hot), detail)
+
+
+def _power_cap(nvml: Any, index: int, handle: Any, reasons: int) -> VendorSignal | None:
+    """How far the enforced power limit sits below the default one (None: not readable)."""
+    enforced = _supported(nvml, nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    default = _supported(nvml, nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+    if not enforced or not default:
+        return None
+    cut = max(0.0, 1.0 - enforced / default)
+    at_cap = reasons & nvml.nvmlClocksThrottleReasonSwPowerCap
+    detail = f"power limit {enforced / 1000:.0f} W of default {default / 1000:.0f} W" + (
+        ", clocks held at the cap now" if at_cap else ""
+    )
+    return VendorSignal(index, "power_capped", round(cut, 4), detail)
 
 
 def _xid_signals(nvml: Any, handles: list[Any], window_s: float) -> list[VendorSignal]:

@@ -21,6 +21,8 @@ SIGNAL_NAMES = (
     "remap_failed",
     "xid_critical",
     "hw_slowdown",
+    "power_capped",
+    "thermal_throttle",
 )
 """Raw counters a backend may report, per device:
 
@@ -28,7 +30,11 @@ SIGNAL_NAMES = (
 - remap_pending: 1 when a memory row remap waits for a GPU reset; remap_failed: 1 when a
   remap failed (the device needs service);
 - xid_critical: critical XID events seen while the signals were read;
-- hw_slowdown: 1 when a hardware, thermal or power-brake slowdown is active now.
+- hw_slowdown: 1 when a hardware, thermal or power-brake slowdown is active now;
+- power_capped: the share of the device's default power limit that its enforced limit
+  cuts (0.3: capped at 70% of the default), so it cannot draw what its clocks need;
+- thermal_throttle: 1 when the driver holds the clocks down for temperature now (software
+  thermal slowdown; the hardware one is in hw_slowdown).
 """
 
 
