@@ -132,7 +132,13 @@ def test_requests_while_asleep_get_503_and_sleep_and_wake_are_idempotent(worker,
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
     refused = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=60)
     assert refused.status_code == 503 and "asleep" in refused.json()["error"]["message"]
-    assert httpx.get(f"{base_url}/health", timeout=60).json()["status"] == "asleep"
+    health = httpx.get(f"{base_url}/health", timeout=60)
+    assert health.status_code == 503 and health.json()["status"] == "asleep"
+    assert httpx.get(f"{base_url}/live", timeout=60).status_code == 200
+    streamed = httpx.post(
+        f"{base_url}/v1/chat/completions", json={**body, "stream": True}, timeout=60
+    )
+    assert streamed.status_code == 503 and "retry-after" in streamed.headers
     _admin(base_url, "wake")
     pid = worker.worker_pid
     woke_again = _admin(base_url, "wake")  # awake already: the same worker goes on
