@@ -25,6 +25,7 @@ from argosy.server.auth import Tokens, ensure_admin_token
 from argosy.server.config import ServerConfig
 from argosy.server.console import UPLOAD_CAPS, mount_console
 from argosy.server.control import Control
+from argosy.server.energy_api import router as energy_router
 from argosy.server.guards import install_guards
 from argosy.server.node_api import router as node_router
 from argosy.server.service_api import router as service_router
@@ -95,6 +96,7 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
     app.include_router(service_router)
     app.include_router(node_router)
     app.include_router(token_router)
+    app.include_router(energy_router)
     mount_console(app)  # the web console at / (pages, forms, /static)
     install_guards(app, config, UPLOAD_CAPS)  # headers, same-origin, body caps, 422s
     app.add_middleware(

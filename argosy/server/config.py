@@ -71,6 +71,10 @@ class ServerConfig(BaseModel):
     warm_launcher: bool = True
     """Local executor: keep one `argosy` process warm (its imports done), so a job's
     `argosy launch` starts without them."""
+    pue: float | None = Field(default=None, ge=1.0, le=5.0)
+    """The facility's power usage effectiveness (facility energy / IT energy), a figure
+    from the data-centre operator: the energy factor is productive IT energy / (IT energy x
+    pue). Shown as configured, never measured; None: the factor is over IT energy only."""
     node_policy: NodePolicyConfig = Field(default_factory=NodePolicyConfig)
     """How health verdicts reported to the server cordon, quarantine and return nodes."""
     cycle_interval_s: float = Field(default=1.0, gt=0)

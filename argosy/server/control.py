@@ -40,6 +40,7 @@ from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import State as WorkloadState
 from argosy.server.admission import os_readable
 from argosy.server.config import ServerConfig
+from argosy.server.energy import EnergyLedger
 from argosy.server.failures import error_clause
 from argosy.server.node_health import NodeHealth
 from argosy.server.scheduling import Scheduling
@@ -86,6 +87,7 @@ class Control:
     ) -> None:
         self.config = config
         self.store = store
+        self.energy = EnergyLedger(store.engine, config.pue)
         self.executor = executor
         self.clock = clock or WallClock()
         self.scheduling = Scheduling(
@@ -459,7 +461,9 @@ class Control:
         self._absorb_node_health(row["id"], nodes)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
-        ended = base | {"finished_at": exit_time(self.run_dir(e.job_id), n, time.time())}
+        ended_s = exit_time(self.run_dir(e.job_id), n, time.time())
+        self.energy.record_attempt(e.job_id, n, nodes, summary, ended_s)
+        ended = base | {"finished_at": ended_s}
         spec = JobSpec.model_validate(row["spec"])
         if stop == "cancel":
             self.scheduling.finished(e.job_id)

@@ -9,7 +9,8 @@ is final; otherwise the attempt's summary is marked missing with the reason. Eit
 it is kept as `server/attempt<N>/summary.json`, one per attempt. A multi-node attempt's
 node rank i (i > 0) writes `<run dir>/node<i>/summary.json`; the kept summary is node rank
 0's with `nodes`, one row per node rank (its node, status, final step, effective training
-time, lost seconds, restarts, faults), each read under the same rules. `exit_time` is when
+time, lost seconds, restarts, faults, wall seconds and metered joules), each read under
+the same rules. `exit_time` is when
 the attempt ended by its own record (`exit.code`), which a server down at the time missed.
 
     stamp_attempt(run_dir, 2)
@@ -27,6 +28,7 @@ from typing import Any
 
 from argosy.core.confined import read_job_text
 from argosy.executors.local import attempt_dir
+from argosy.server.energy import node_energy
 
 STAMP = "started"
 SUMMARY_LIMIT_BYTES = 16 << 20
@@ -80,7 +82,7 @@ def _node_row(rank: int, node: str, summary: dict[str, Any]) -> dict[str, Any]:
     row["lost_s"] = round(sum(lost.values()), 3) if isinstance(lost, dict) else None
     faults = summary.get("faults")
     row["faults"] = len(faults) if isinstance(faults, list) else None
-    return row
+    return row | node_energy(summary)  # wall_s, energy_j, productive_j, energy_detail
 
 
 def exit_time(run_dir: Path, attempt: int, now_s: float) -> float:

@@ -126,3 +126,21 @@ node_evidence = Table(
     Column("created_at", Float, nullable=False),
     Index("ix_node_evidence_node", "node", "seq"),
 )
+
+energy = Table(
+    "energy",
+    metadata,
+    # one row per attempt of a job and node it ran on (argosy.server.energy)
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(32), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("node", String(200), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float, nullable=False),
+    Column("total_j", Float),  # None: no meter read on that node
+    Column("productive_j", Float),
+    Column("detail", Text, nullable=False, default=""),
+    Index("ix_energy_job", "job_id"),
+    Index("ix_energy_node", "node"),
+    Index("ix_energy_ended", "ended_at"),
+)
