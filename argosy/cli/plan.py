@@ -7,7 +7,10 @@ argosy estimate --model gpt3-175b --cluster a100:1536 --parallel tp=8,pp=16,dp=1
 argosy estimate -m llama3-8b -c h100:64 -p tp=1,pp=1,dp=64,mbs=2,zero=3,compile=1 -f torchtitan
 
 `--framework` (megatron-core by default, megatron-lm, deepspeed, torchtitan, pytorch) picks
-the profile the cost model prices with; `--emit auto` emits for that framework.
+the profile the cost model prices with; `--emit F` prices with F's profile and prints F's
+launch (refusing, exit 1, with the reason when F cannot run the best plan); `--emit auto`
+emits for the --framework (plain pytorch and mixed-chip plans: an `argosy launch --plan`
+bundle).
 `estimate` exits 1 when the layout does not fit, after printing the smallest fix.
 
 Only light modules load here: no torch, ray or fastapi.
@@ -19,11 +22,14 @@ import typer
 from rich import box
 from rich.table import Table
 
-from argosy.cli.common import config_of, console, print_json, usage_error
+from argosy.cli.common import config_of, console, err_console, print_json, usage_error
 
 MODEL_HELP = "Preset, HF config.json, YAML file, or layers=..,hidden=..,heads=..[,..]."
 FRAMEWORK_HELP = "megatron-core (default) | megatron-lm | deepspeed | torchtitan | pytorch"
-EMITTER_OF = {"megatron-core": "megatron", "megatron-lm": "megatron", "deepspeed": "deepspeed"}
+EMIT_HELP = (
+    "megatron | torchtitan | deepspeed | argosy (an `argosy launch --plan` bundle) | auto "
+    "(the --framework's); --emit F prices with F's profile"
+)
 
 
 def _inputs(ctx: typer.Context, model, cluster, nic_gbps, seq_len, global_batch):
@@ -54,19 +60,16 @@ def plan(
     top: int | None = typer.Option(None, "--top", min=1, help="Plans to show."),
     nic_gbps: float | None = typer.Option(None, "--nic-gbps", help="Override NIC Gb/s per device."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    emit: str | None = typer.Option(
-        None, "--emit", help="megatron | torchtitan | deepspeed | auto (the --framework's)"
-    ),
+    emit: str | None = typer.Option(None, "--emit", help=EMIT_HELP),
     framework: str | None = typer.Option(None, "--framework", "-f", help=FRAMEWORK_HELP),
 ) -> None:
     """Search parallel plans (TP/PP/VPP/DP/CP/EP, micro-batch, recompute, ZeRO) and rank them."""
     from argosy.planner.api import plan as run_plan
 
-    fw = _framework(framework)
+    fw, emitter = _framework_and_emitter(framework, emit)
     spec, clus, seq, gbs, default_top = _inputs(
         ctx, model, cluster, nic_gbps, seq_len, global_batch
     )
-    emitter = _emitter(EMITTER_OF.get(fw.name, fw.name) if emit == "auto" else emit)
     if as_json or emitter:
         result = run_plan(spec, clus, seq, gbs, top or default_top, framework=fw)
     else:
@@ -75,7 +78,7 @@ def plan(
         if not result["plans"]:
             console.print(f"no plan fits: {result.get('fix', '')}", highlight=False)
             raise typer.Exit(1)
-        typer.echo(_emit(emitter, result, spec, seq, gbs))
+        _emit(emitter, result, spec, seq, gbs)
         return
     if as_json:
         print_json(result)
@@ -175,34 +178,56 @@ def _framework(name: str | None):
         raise usage_error(str(err)) from None
 
 
-def _emitter(name: str | None):
-    if name is None:
-        return None
-    from argosy.planner.emit import emitters
+def _framework_and_emitter(framework: str | None, emit: str | None):
+    """The profile to price with and the emitter name: `--emit F` implies F's profile;
+    `--emit auto` takes the --framework's emitter; a contradiction is a usage error."""
+    from argosy.core.errors import ArgosyError
+    from argosy.planner.emit import BUNDLE, emitter_of, emitters, framework_of
 
-    return emitters.get(name)
+    if emit is None:
+        return _framework(framework), None
+    if emit.strip().lower() == "auto":
+        fw = _framework(framework)
+        return fw, emitter_of(fw.name)
+    if emit.strip().lower() == BUNDLE:
+        return _framework(framework), BUNDLE
+    try:
+        name = emitters.canonical(emit)
+    except ArgosyError as err:
+        raise usage_error(f"{err}; or {BUNDLE}, auto") from None
+    fw = _framework(framework or framework_of(name))
+    if emitter_of(fw.name) != name:
+        raise usage_error(
+            f"--emit {name} runs the plan under {framework_of(name)}, but --framework is "
+            f"{fw.name}; drop --framework, or use --emit auto"
+        )
+    return fw, name
 
 
-def _emit(emitter, result: dict, spec, seq: int, gbs: int) -> str:
+def _emit(emitter: str, result: dict, spec, seq: int, gbs: int) -> None:
+    """Print the best plan for `emitter`; mixed-chip plans as an `argosy launch` bundle."""
+    from argosy.planner.emit import BUNDLE, bundle, emitters
     from argosy.planner.parallel import Parallel
+    from argosy.planner.readback import EmitRefusedError
 
     best = result["plans"][0]
-    parts = best.get("groups") or [{"parallel": best["parallel"], "batch_share": gbs}]
-    out = []
-    for part in parts:
-        if not part.get("parallel"):
-            continue
-        if len(parts) > 1:
-            out.append(
-                f"# {part['chip']}: {part['devices']} devices, "
-                f"{part['batch_share']} sequences per step"
+    if best.get("groups") or emitter == BUNDLE:
+        if best.get("groups") and emitter != BUNDLE:
+            err_console.print(
+                f"[yellow]note:[/] a mixed-chip plan runs only under `argosy launch --plan`; "
+                f"{emitter} cannot run it, so the bundle is printed",
+                highlight=False,
             )
-        out.append(
-            emitter(
-                Parallel(**part["parallel"]), spec, seq_len=seq, global_batch=part["batch_share"]
-            )
+        typer.echo(bundle(result))
+        return
+    try:
+        text = emitters.get(emitter)(
+            Parallel(**best["parallel"]), spec, seq_len=seq, global_batch=gbs
         )
-    return "\n".join(out)
+    except EmitRefusedError as err:
+        console.print(f"[red]{emitter} cannot run this plan:[/] {err}", highlight=False)
+        raise typer.Exit(1) from None
+    typer.echo(text)
 
 
 def _with_progress(run, spec, clus, seq, gbs, top, framework):

@@ -1,7 +1,8 @@
 """Plan search on one chip group: enumerate the pruned space, price it, keep the best.
 
 `search_group` is pure: it takes a model, a resolved node group and a batch, prices every
-candidate with the vectorised cost model, drops what does not fit in memory and returns
+candidate with the vectorised cost model, drops what does not fit in memory or what the
+framework cannot run (`argosy.planner.support`) and returns
 the candidates sorted by step time (ties broken by less memory). `estimate_one` prices a
 single configuration; `smallest_fix` says what change makes an infeasible job fit.
 """
@@ -19,6 +20,7 @@ from argosy.planner.frameworks import Profile, Scales, load_framework
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates, Parallel
 from argosy.planner.space import enumerate_space
+from argosy.planner.support import supported
 
 
 @dataclass
@@ -70,6 +72,7 @@ def search_group(
         flash_default=fw.flash_attention, interleaved=fw.interleaved_pipeline,
         zero_stages=fw.distinct_zero_stages(),
     )  # fmt: skip
+    cands = cands.take(np.flatnonzero(supported(fw.name, cands, model, samples)))
     if len(cands) == 0:
         costs = evaluate(model, hw, seq_len, cands, 0.0, constants, fw, scales)
         return Ranked(cands, costs, np.zeros(0, dtype=np.int64), hw, devices, samples)

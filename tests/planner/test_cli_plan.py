@@ -127,7 +127,7 @@ def test_plan_that_cannot_fit_says_the_smallest_fix() -> None:
     ("framework", "needle"),
     [
         ("megatron", "--tensor-model-parallel-size"),
-        ("torchtitan", "[parallelism]"),
+        ("torchtitan", "--parallelism.tensor-parallel-degree"),
         ("deepspeed", '"zero_optimization"'),
     ],
     ids=["megatron", "torchtitan", "deepspeed"],
@@ -253,5 +253,5 @@ def test_megatron_emitter_maps_zero_stages(zero: int, needle: str) -> None:
 
     plan = parse_parallel(f"tp=8,pp=2,dp=4,vpp=2,mbs=1,recompute=full,zero={zero}")
     text = emitters.get("megatron")(plan, load_model("llama3-70b"), seq_len=8192, global_batch=64)
-    assert needle in text and "--num-layers-per-virtual-pipeline-stage 20" in text
+    assert needle in text and "--num-virtual-stages-per-pipeline-rank 2" in text
     assert "--recompute-granularity full" in text and "--num-query-groups 8" in text
