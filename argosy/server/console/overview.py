@@ -11,6 +11,7 @@ the devices it needs).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from argosy.core.errors import UnknownNameError
@@ -93,8 +94,20 @@ def live_efficiency(ctl: Control, logs: RunLogs, limit: int = MAX_LIVE_JOBS) -> 
     return out
 
 
+def energy_factor(ctl: Control, window_s: float) -> Factor:
+    """Productive IT energy / (IT energy x PUE) over the window (`server.energy`)."""
+    fleet = ctl.energy.fleet(time.time(), window_s, 1)
+    metered = f"{fleet['attempts']} attempt(s) in the window, {fleet['unmeasured']} node row(s) "
+    how = f"{fleet['how']}; PUE {fleet['pue_source']}; {metered}not metered"
+    return Factor("energy efficiency", fleet["energy_factor"], how)
+
+
 def five_factors(
-    ctl: Control, chips: list[ChipRow], series: Series, live: dict[str, float] | None = None
+    ctl: Control,
+    chips: list[ChipRow],
+    series: Series,
+    live: dict[str, float] | None = None,
+    window_s: float = 3600.0,
 ) -> list[Factor]:
     ett, finished = mean_effective_training_time(ctl.store)
     live = live or {}
@@ -105,7 +118,7 @@ def five_factors(
     held = sum(series.allocated) / len(series.allocated) if series.allocated else 0.0
     util = held / total if total else None
     return [
-        Factor("energy efficiency", None, "1/PUE: a facility figure, not measured by argosy"),
+        energy_factor(ctl, window_s),
         Factor(
             "single-chip efficiency",
             None,

@@ -86,7 +86,7 @@ def overview_context(ctl: Ctl, window_h: int, logs: RunLogs) -> dict:
     counts: dict[str, int] = {}
     for (_queue, state), n in ctl.store.count_jobs().items():
         counts[state] = counts.get(state, 0) + n
-    factors = five_factors(ctl, chips, series, live)
+    factors = five_factors(ctl, chips, series, live, window_h * 3600.0)
     return {
         "chips": chips,
         "totals": totals,

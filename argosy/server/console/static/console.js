@@ -48,7 +48,13 @@ function replicaChart(el, d) {
   return new uPlot({width: width(el), height: 200, series, scales: {y: {range: (u, lo, hi) => [0, Math.max(1, hi + 1)]}}}, data, el);
 }
 
-const CHARTS = {replicas: replicaChart, utilization: timeChart, loss: lossChart, factors: factorChart, jct: jctChart};
+function energyChart(el, d) {
+  return new uPlot({width: width(el), height: 200, scales: {y: {range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)]}},
+    series: [{}, {label: "average power (W)", stroke: COLORS[4], width: 2, points: {show: false}, paths: uPlot.paths.stepped({align: 1})}]},
+    [d.t, d.watts], el);
+}
+
+const CHARTS = {replicas: replicaChart, utilization: timeChart, loss: lossChart, factors: factorChart, jct: jctChart, energy: energyChart};
 
 function drawCharts(root) {
   root.querySelectorAll(".chart[data-chart]").forEach(el => {
