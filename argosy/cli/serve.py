@@ -10,6 +10,7 @@ imports torch, and `POST /admin/sleep` (enabled by `--admin-token` or
 `$ARGOSY_ADMIN_TOKEN`) can stop the worker to give back nearly all memory. With
 `--zygote SOCKET` (a running `argosy zygote`) the worker is forked from the node zygote, so
 waking from that level takes about a second instead of a fresh torch import.
+`--served-model-name` is the name clients send as `model` (default: `--model`).
 `--device` and `--dtype` choose where the weights, KV cache and drafts live (auto: the first
 GPU in bfloat16 when there is one, else the CPU in float32).
 `--memory-fraction F` gives the service F x its device's memory: the share is claimed in
@@ -87,6 +88,9 @@ def serve(
     max_batch_size: int = typer.Option(
         32, "--max-batch-size", min=1, max=256, help="Most requests decoded together."
     ),
+    served_model_name: str = typer.Option(
+        "", "--served-model-name", help="The model's name in the API (default: --model)."
+    ),
 ) -> None:
     """Serve a model: /v1/models, /v1/completions, /v1/chat/completions, /metrics."""
     from argosy.serving import ENGINES, EngineConfig, placement
@@ -114,7 +118,7 @@ def serve(
     )
     ledger, claim = _claim(memory_fraction, device, f"{model} on port {port}")
     try:
-        _run(config, host, port, admin_token, zygote)
+        _run(config, host, port, admin_token, zygote, served_model_name.strip() or model)
     finally:
         if ledger is not None:
             ledger.release(claim)
@@ -132,7 +136,9 @@ def _claim(fraction: float | None, device: str, name: str) -> tuple[DeviceLedger
     return ledger, ledger.claim(fraction, name)
 
 
-def _run(config: EngineConfig, host: str, port: int, admin_token: str, zygote: str) -> None:
+def _run(
+    config: EngineConfig, host: str, port: int, admin_token: str, zygote: str, name: str
+) -> None:
     """Load the engine in its worker and serve until SIGTERM/SIGINT."""
     import uvicorn
 
@@ -149,8 +155,8 @@ def _run(config: EngineConfig, host: str, port: int, admin_token: str, zygote: s
         instance.load()
     except ImportError as err:
         raise ArgosyError(f"engine '{config.engine}' needs the 'serve' extra: {err}") from err
-    typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {config.model})", err=True)
-    app = build_app(instance, served_name=config.model, admin_token=admin_token or None)
+    typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {name})", err=True)
+    app = build_app(instance, served_name=name, admin_token=admin_token or None)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

@@ -7,9 +7,18 @@ A verify step feeds the last token plus the draft in one pass and keeps the long
 prefix the target agrees with, plus the target's own next token:
 - greedy: a draft token is kept iff it is the argmax, so the output is token-for-token the
   output of plain greedy decoding;
-- sampling: a draft token d is kept with probability p(d); on rejection the token is drawn
-  from p with d removed (renormalized). For a deterministic draft that is exactly the
-  speculative-sampling rule, so every token is distributed as the target's p.
+- sampling: the token at generated position g is drawn from the target's p by inverse
+  transform with a uniform number that depends only on (seed, g); a draft token d is kept
+  iff that draw is d, else the draw replaces it. So d is kept with probability p(d) and a
+  rejection gives a token from p without d (the speculative-sampling rule for a
+  deterministic draft): every token is distributed as p, and since the draw at g does not
+  depend on the draft, a seeded request gives the same tokens under every proposer.
+
+Presence and frequency penalties are subtracted from the logits before either rule (from
+each row's own prefix: the tokens generated so far plus the draft tokens before it), so
+speculation stays lossless under them. With `params.logprobs` set, every emitted token's
+log-probability (the model's log-softmax, before temperature and penalties) and its top
+alternatives are appended to `logprobs`, one entry per token.
 
 In a batch the loop owns the forward pass and the cache: it asks each request for its
 draft (`offer`), runs one batched pass, and hands each request its rows of logits
@@ -18,7 +27,9 @@ draft (`offer`), runs one batched pass, and hands each request its rows of logit
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -66,9 +77,12 @@ class Decoder:
         self.counters = SpecCounters()
         self.num_generated = 0
         self.stopped = False
-        self.rng = torch.Generator().manual_seed(
-            params.seed if params.seed is not None else int(time.time_ns() % 2**31)
-        )
+        self.seed = params.seed if params.seed is not None else random.getrandbits(63)
+        self.counts: Counter[int] = Counter()
+        """How often each generated token was generated (the penalties count these)."""
+        self.logprobs: list[tuple[int, float, tuple[tuple[int, float], ...]]] = []
+        """(token, log-probability, top alternatives) of every emitted token, when asked."""
+        self._rows: torch.Tensor | None = None  # the logits rows of the tokens deciding now
 
     def __iter__(self) -> Iterator[tuple[list[int], str | None]]:
         yield self.prefill()
@@ -141,28 +155,55 @@ class Decoder:
     def _accept(
         self, draft: list[int], logits: torch.Tensor, argmax: Sequence[int] | None = None
     ) -> list[int]:
+        self._rows = logits
+        if self.params.penalized:
+            logits, argmax = self._penalize(logits, draft), None
         if self.params.greedy:
             preds = list(argmax) if argmax is not None else logits.argmax(dim=-1).tolist()
             kept = 0
             while kept < len(draft) and draft[kept] == preds[kept]:
                 kept += 1
             return [*draft[:kept], preds[kept]]
-        probs = _probs(logits, self.params).cpu()  # the request's generator lives on the CPU
-        for i, token in enumerate(draft):
-            if torch.rand((), generator=self.rng).item() < probs[i, token].item():
-                continue
-            rest = probs[i].clone()
-            rest[token] = 0.0
-            return [*draft[:i], int(torch.multinomial(rest, 1, generator=self.rng).item())]
-        bonus = int(torch.multinomial(probs[len(draft)], 1, generator=self.rng).item())
-        return [*draft, bonus]
+        probs = _probs(logits, self.params).cpu()  # the draws happen on the CPU
+        out: list[int] = []
+        for i in range(len(draft) + 1):
+            token = self._draw(probs[i], self.num_generated + i)
+            out.append(token)
+            if i == len(draft) or token != draft[i]:
+                break
+        return out
 
     def pick(self, logits: torch.Tensor) -> int:
         """The next token from the last row of `logits` (argmax, or sampled)."""
+        row = logits[-1:]
+        self._rows = row
+        if self.params.penalized:
+            row = self._penalize(row, [])
         if self.params.greedy:
-            return int(logits[-1].argmax().item())
-        probs = _probs(logits[-1:], self.params)[0].cpu()
-        return int(torch.multinomial(probs, 1, generator=self.rng).item())
+            return int(row[-1].argmax().item())
+        probs = _probs(row, self.params)[0].cpu()
+        return self._draw(probs, self.num_generated)
+
+    def _draw(self, probs: torch.Tensor, position: int) -> int:
+        """Inverse-transform draw from `probs` with the uniform of (seed, position)."""
+        u = random.Random(f"{self.seed}:{position}").random()
+        cdf = probs.double().cumsum(0)
+        index = int(torch.searchsorted(cdf, u * float(cdf[-1]), right=True).item())
+        return min(index, probs.shape[0] - 1)
+
+    def _penalize(self, logits: torch.Tensor, draft: Sequence[int]) -> torch.Tensor:
+        """Logits less the presence and frequency penalties of each row's own prefix."""
+        out = logits.float().clone()
+        counts = Counter(self.counts)
+        presence, frequency = self.params.presence_penalty, self.params.frequency_penalty
+        for j in range(out.shape[0]):
+            if j:
+                counts[draft[j - 1]] += 1
+            if counts:
+                ids = torch.tensor(list(counts), device=out.device)
+                times = torch.tensor(list(counts.values()), dtype=out.dtype, device=out.device)
+                out[j, ids] -= presence + frequency * times
+        return out
 
     def _record(self, drafted: int, accepted: int, elapsed_s: float, solo: bool = True) -> None:
         """Count the step; a solo step also teaches the engine-wide batch-1 costs."""
@@ -185,16 +226,36 @@ class Decoder:
         new = new[:room]
         for i, token in enumerate(new):
             if token in self.eos_ids:
-                self._stop(new[:i])
+                self._extend(new[:i])
+                self.stopped = True
                 return new[:i], "stop"
-        self.tokens.extend(new)
-        self.num_generated += len(new)
+        self._extend(new)
         return new, ("length" if self.num_generated >= self.params.max_tokens else None)
 
-    def _stop(self, new: list[int]) -> None:
+    def _extend(self, new: list[int]) -> None:
+        if self.params.logprobs is not None and new and self._rows is not None:
+            self.logprobs.extend(_logprobs(self._rows[: len(new)], new, self.params.logprobs))
         self.tokens.extend(new)
         self.num_generated += len(new)
-        self.stopped = True
+        self.counts.update(new)
+        self._rows = None
+
+
+def _logprobs(
+    rows: torch.Tensor, tokens: Sequence[int], top: int
+) -> list[tuple[int, float, tuple[tuple[int, float], ...]]]:
+    """Each token's log-probability under its row and the row's `top` most likely tokens."""
+    logp = torch.log_softmax(rows.float(), dim=-1).cpu()
+    chosen = logp[torch.arange(len(tokens)), torch.tensor(list(tokens))].tolist()
+    if top:
+        values, ids = logp.topk(top, dim=-1)
+        alts = [
+            tuple(zip(i, v, strict=True))
+            for i, v in zip(ids.tolist(), values.tolist(), strict=True)
+        ]
+    else:
+        alts = [()] * len(tokens)
+    return [(t, lp, alt) for t, lp, alt in zip(tokens, chosen, alts, strict=True)]
 
 
 def _probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

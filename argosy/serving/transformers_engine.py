@@ -18,6 +18,7 @@ checkpoint (memory-mapped safetensors), which takes a fraction of a second for 1
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import threading
 import time
@@ -45,6 +46,7 @@ from argosy.serving.types import (
     GenerationChunk,
     GenerationRequest,
     GenerationResult,
+    TokenLogprob,
 )
 
 _MAX_SAMPLES = 4096
@@ -260,14 +262,36 @@ class TransformersEngine:
                 now = time.perf_counter()
                 self._sample_time(now - start if not ids else None, now - last, len(new))
                 last = now
+                logprobs = self._token_logprobs(decoder.logprobs[len(ids) : len(ids) + len(new)])
                 ids.extend(new)
                 full = self.decode(ids)
                 hold = finish is None and full.endswith("\ufffd")
                 delta, text = ("", text) if hold else (full[len(text) :], full)
-                yield GenerationChunk(tuple(new), delta, finish)
+                yield GenerationChunk(tuple(new), delta, finish, logprobs)
         finally:
             getattr(steps, "close", lambda: None)()
             self._finish(request, decoder, len(ids))
+
+    def _token_logprobs(
+        self, entries: Sequence[tuple[int, float, tuple[tuple[int, float], ...]]]
+    ) -> tuple[TokenLogprob, ...]:
+        """The decoder's (token, log-probability, alternatives) with each token's text."""
+        out = []
+        for token, logprob, top in entries:
+            text, raw = self._token_text(token)
+            alts = tuple((self._token_text(t)[0], lp) for t, lp in top)
+            out.append(TokenLogprob(token, logprob, alts, text, raw))
+        return tuple(out)
+
+    def _token_text(self, token: int) -> tuple[str, bytes]:
+        """A token's exact bytes (byte-level BPE pieces mapped back to bytes) and their text."""
+        piece = self._tok().convert_ids_to_tokens(token)
+        decoder = _byte_decoder()
+        if isinstance(piece, str) and piece and all(c in decoder for c in piece):
+            raw = bytes(decoder[c] for c in piece)
+        else:
+            raw = self.decode([token]).encode()
+        return raw.decode("utf-8", errors="replace"), raw
 
     # -- internals ---------------------------------------------------------------------
     def _finish(self, request: GenerationRequest, decoder: Decoder, num_tokens: int) -> None:
@@ -402,6 +426,20 @@ def _warm_up_template(tokenizer: Any) -> None:
         tokenizer.apply_chat_template(
             [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
         )
+
+
+@functools.cache
+def _byte_decoder() -> dict[str, int]:
+    """The inverse of byte-level BPE's byte-to-character table (GPT-2's `bytes_to_unicode`)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
 
 
 def _make_cache(layers: list[tuple[Any, Any]]) -> Any:
