@@ -49,6 +49,13 @@ class SchedulerConfig(BaseModel):
     """Inference replicas are sized for the peak load of the next this-many seconds."""
     backfill_depth: int = Field(default=2000, gt=0)
     """Pending workloads examined per cycle after the head is blocked."""
+    backfill_margin: float = Field(default=1.25, ge=1.0)
+    """Run-time estimates are multiplied by this before a workload is started ahead of a
+    reservation or on lent devices (the planner's step-time error is 8% median, 18% p90
+    on published runs; a fault's restart adds minutes)."""
+    backfill_scan: int = Field(default=32, ge=1)
+    """Workloads of one request shape tried per cycle when the shape's head was refused
+    only for its run time (Slurm's `bf_max_job_test`, per shape): bounds the cycle."""
     quarantine_failures: int = Field(default=2, ge=1)
     """Failures within `quarantine_window_s` that send a node to quarantine."""
     quarantine_window_s: float = Field(default=7 * 86400.0, gt=0)

@@ -13,7 +13,7 @@ import math
 
 from argosy.core.clock import Clock, FakeClock
 from argosy.hardware.cluster import Cluster
-from argosy.scheduler import admission, elastic, fit, growth, room
+from argosy.scheduler import admission, backfill, elastic, estimates, fit, growth, room
 from argosy.scheduler.capacity import Capacity
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.decisions import Decision
@@ -57,6 +57,17 @@ class Scheduler:
         self._spare_targets: tuple[SchedulerConfig, list[int]] | None = None
         self.peak_ahead: dict[tuple[str, int, int], float] = {}
         """(service, profile step, steps ahead) -> peak load (`growth.service_need`)."""
+        self.estimator: estimates.Estimator | None = None
+        """Who tells run times (`argosy.scheduler.estimates`); None: no reservations."""
+        self.ends = backfill.EndIndex(len(cluster.groups))
+        self.reservations: dict[int, backfill.Reservation] = {}
+        """Group -> this cycle's reservation on it (`argosy.scheduler.backfill`)."""
+        self.backfill = backfill.BackfillStats()
+        self._service_queues: tuple[int, ...] | None = None
+        self.need_curves: dict[tuple, object] = {}
+        """Services' need per forecast horizon (`backfill.need_curve`), by step and counts."""
+        self.bound: tuple = ()
+        """The last start refused for its run time: (chip, group, devices, lent, limit)."""
 
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
@@ -72,6 +83,7 @@ class Scheduler:
         w.chips = chips
         if w.kind == "infer":
             self.services.append(w)
+            self._service_queues = None
             self._fits.clear()  # what is pinned beside later gangs changed
             self.services_settled = -1
             self.services_step_s = 0.0
@@ -103,6 +115,7 @@ class Scheduler:
         now = self.clock.now_s()
         self.out = []
         self._demand = None
+        self.reservations = {}
         elastic.scale_services(self, now)
         blocked = admission.admit(self, now)
         if self.policy.preemption:
@@ -121,6 +134,8 @@ class Scheduler:
         limit = 1 << 40
         if self.policy.quotas:
             free_for_q = self.cap.chip_free(chip) - self.tree.reserved_for_others(w.queue, chip)
+            if self.policy.reservations:  # services' idle guarantees may be lent (checked
+                free_for_q += backfill.unused_service_guarantee(self, w.queue, chip)  # later)
             limit = min(self.tree.headroom(w.queue, chip), free_for_q)
         if not (self.policy.elastic and w.elastic):
             return want if want <= limit and self.cap.fits(g, want) else 0
@@ -140,10 +155,12 @@ class Scheduler:
             return False
         return self.pending_demand().get(chip, 0) <= w.min_devices
 
-    def start(self, w: Workload, chip: str, alloc, now: float, borrowed: int) -> None:
+    def start(
+        self, w: Workload, chip: str, alloc, now: float, borrowed: int, lent: int = 0
+    ) -> None:
         self.cap.take(alloc)
         self.tree.add(w.queue, chip, alloc.devices)
-        w.alloc, w.chip, w.borrowed, w.lent = alloc, chip, borrowed, 0
+        w.alloc, w.chip, w.borrowed, w.lent = alloc, chip, borrowed, lent
         w.state = State.RUNNING
         if w.started_s < 0:
             w.started_s = now
@@ -154,7 +171,17 @@ class Scheduler:
             w.last_resize_s = now  # no resize right after a start: it would stall at once
             if alloc.devices > w.max_devices:
                 w.grown_s = now  # started overgrown: learn how long that was held
+        if self.policy.reservations:
+            run = estimates.run_s(self, w, chip, alloc.devices)
+            self.ends.started(w, None if run is None else now + run)
         self.out.append(Decision("start", w, 0, alloc.devices))
+
+    def service_queues(self) -> tuple[int, ...]:
+        """Rows of the queue tree that hold inference services (their guarantees follow a
+        forecast, so they may be lent for a bounded time)."""
+        if self._service_queues is None:
+            self._service_queues = tuple(sorted({self.tree.index[s.queue] for s in self.services}))
+        return self._service_queues
 
     def release(self, w: Workload, *, give: bool = True) -> int:
         """Free all of `w`'s devices (it completed, was evicted or lost a node)."""
@@ -167,6 +194,7 @@ class Scheduler:
             w.alloc = None
         self.running.pop(w.id, None)
         self.elastic_running.pop(w.id, None)
+        self.ends.ended(w)
         w.borrowed = w.lent = 0
         return n
 

@@ -12,7 +12,10 @@
             + elastic training (shrink instead of evict, grow into
             idle capacity), tidal inference (replicas follow a forecast of load; idle
             inference chips lent to elastic training and taken back ahead of peaks),
-            hot spares, quarantine of repeatedly failing nodes, fast detection/restart.
+            hot spares, quarantine of repeatedly failing nodes, fast detection/restart,
+            backfill with reservations (the blocked head of each pool gets a start time;
+            later work starts ahead of it only if it ends before) and the services' idle
+            guarantees lent to gangs that end before the forecast needs them.
 
 Recovery budgets are per policy because they belong to the runtime the policy comes
 with: a stock PyTorch job waits out the NCCL timeout (600 s) and restarts from disk;
@@ -84,6 +87,9 @@ class Policy:
     planner_plans: bool = False
     """Jobs run the planner's plan for the chips they were placed on (else the
     framework's stock plan for their model size)."""
+    reservations: bool = False
+    """Backfill with reservations, and the services' idle guarantees lent to gangs that
+    end before the forecast needs them (`argosy.scheduler.backfill`); needs estimates."""
 
 
 STOCK_RUNTIME = RuntimeBudget(detection_s=600.0, restart_s=600.0, reload_s=300.0)
@@ -137,5 +143,6 @@ policies.register(
         chip_aware=True,
         batch_reclaim=True,
         planner_plans=True,
+        reservations=True,
     ),
 )

@@ -64,6 +64,10 @@ class SimConfig(BaseModel):
     """Which parallel plans jobs run: `planner`: argosy runs the planner's plan for the
     chips it placed a job on and the baselines the framework's stock plan; `stock`: every
     policy runs stock plans (the scheduler's own share of the lead)."""
+    estimate_error: float = Field(default=0.083, ge=0)
+    """Median relative error of the run-time estimates a policy with reservations gets
+    (the planner's step-time error on published runs it was not fitted on, 8.3%); each
+    job's estimate is off by one lognormal factor (`argosy.sim.estimates`)."""
     serving_mfu: float = Field(default=0.25, gt=0, le=1)
     """MFU of an inference replica serving the load it is needed for (assumption: the
     training cost model does not price serving; the same for every policy)."""

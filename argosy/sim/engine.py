@@ -32,6 +32,7 @@ from argosy.scheduler.queues import QueueTree
 from argosy.scheduler.speed import relative_speed
 from argosy.scheduler.workload import KINDS, TRAINING_KINDS, Workload
 from argosy.sim.config import SimConfig
+from argosy.sim.estimates import SimEstimator
 from argosy.sim.faults import FaultModel
 from argosy.sim.idle import IdleBreakdown
 from argosy.sim.isolation import NodeIsolation
@@ -127,6 +128,10 @@ class Simulation:
         self.cycle_queued = False
         self.cycle_wall: list[float] = []
         self.per_leaf: dict[int, int] = {}  # group -> most nodes under one leaf switch
+        self.estimator: SimEstimator | None = None
+        if policy.reservations:
+            self.estimator = SimEstimator(self, self.cfg.estimate_error, seed)
+            self.sched.estimator = self.estimator
 
     def push(self, t: float, code: int, payload: object = None) -> None:
         self.seq += 1
@@ -163,9 +168,17 @@ class Simulation:
                  if self.cycle_wall else 0.0, "cycles": len(self.cycle_wall),
                  "horizon_days": self.horizon / 86400, "_ledger": self.ledger,
                  "plans": "stock" if self.ledger.stock else "planner",
-                 "idle": self.idle.report()}  # fmt: skip
+                 "idle": self.idle.report(), "backfill": self._backfill_report()}  # fmt: skip
         return report(self.acc, policy=self.policy.name, wall_s=time.perf_counter() - wall,
                       extra=extra)  # fmt: skip
+
+    def _backfill_report(self) -> dict:
+        """What reservations and lending did, and how wrong the estimates were."""
+        from dataclasses import asdict
+
+        out: dict = asdict(self.sched.backfill)
+        out["estimates"] = self.estimator.report() if self.estimator is not None else None
+        return out
 
     def _account(self, t: float) -> None:
         dt = t - self.t_last
@@ -216,6 +229,8 @@ class Simulation:
                 return False
             self._advance(job, t)
             self.sched.complete(job.w)
+            if self.estimator is not None:
+                self.estimator.observe_end(job.w, t)
             self._set(job, 0, t, 0.0)
             self.acc.jct[job.w.kind].append(t - job.w.submit_s)
             return True
@@ -308,6 +323,8 @@ class Simulation:
             job.starts += 1
             self._set(job, d.after, t, stall)
             self._spread(w)
+            if self.estimator is not None:
+                self.estimator.started(w, t)
         elif action == "resize":
             self.acc.resizes += 1
             self._set(job, d.after, t, growth.resize_cost(self.sched, w, d.before, d.after))
@@ -323,6 +340,11 @@ class Simulation:
                 self.acc.preemptions += 1
             else:
                 self.acc.requeues += 1
+
+    def restart_s(self) -> float:
+        """Seconds a restarted job stands still before it runs (restart + reload)."""
+        runtime = self.cfg.runtime_budgets.get(self.policy.name, self.policy.runtime)
+        return runtime.restart_s + runtime.reload_s
 
     def _advance(self, job: Job, t: float) -> None:
         if job.devices:
