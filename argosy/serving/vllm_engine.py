@@ -177,11 +177,14 @@ class VllmEngine:
         """Token ids of plain text."""
         return list(self._require_tokenizer().encode(text, add_special_tokens=False))
 
-    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Token ids of a chat rendered with the model's template."""
+    def encode_chat(
+        self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """Token ids of a chat rendered with the model's template (and `tools`)."""
         ids = self._require_tokenizer().apply_chat_template(
-            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
-        )
+            list(messages), tools=tools, add_generation_prompt=True, tokenize=True,
+            return_dict=False,
+        )  # fmt: skip
         return [int(t) for t in ids]
 
     def decode(self, token_ids: Sequence[int]) -> str:
@@ -202,6 +205,8 @@ class VllmEngine:
         self._require()
         if self._failure is not None:
             raise self._failure
+        if request.params.logprobs is not None:
+            raise ValueError("logprobs are served by the transformers engine only")
         rid = f"argosy-{next(self._ids)}"
         replies: queue.Queue[GenerationChunk | BaseException] = queue.Queue()
         live = _Live(replies, len(request.prompt_ids), time.perf_counter())
@@ -457,6 +462,8 @@ def _sampling(request: GenerationRequest) -> Any:
         temperature=params.temperature,
         top_p=params.top_p,
         seed=params.seed,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
         output_kind=RequestOutputKind.DELTA,
     )
 
