@@ -72,22 +72,24 @@ class EnergyReader(Protocol):
         ...
 
 
-energy_readers: Registry[Callable[[], EnergyReader]] = Registry("energy reader")
+energy_readers: Registry[Callable[..., EnergyReader]] = Registry("energy reader")
 energy_readers.register("nvml", "argosy.hardware.backends.nvml_energy:NvmlEnergyReader")
 energy_readers.register("rapl", "argosy.hardware.backends.rapl:RaplReader", aliases=("powercap",))
 
 
 def open_readers(
     names: Iterable[str] | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[list[EnergyReader], dict[str, str]]:
     """The readers of `names` (default: every registered one) that can read here, and for
-    the others the reason they cannot (an unknown name raises, listing the known ones)."""
+    the others the reason they cannot (an unknown name raises, listing the known ones).
+    `options[name]` are that reader's keyword arguments (e.g. `{"nvml": {"indices": [0]}}`)."""
     chosen = [energy_readers.canonical(n) for n in (names or energy_readers.names())]
     readers: list[EnergyReader] = []
     why_not: dict[str, str] = {}
     for name in chosen:
         try:
-            reader = energy_readers.get(name)()
+            reader = energy_readers.get(name)(**(options or {}).get(name, {}))
         except EnergyUnavailableError as err:
             why_not[name] = str(err)
             continue

@@ -33,6 +33,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from argosy.serving.admin import install_admin_routes
+from argosy.serving.energy_metrics import ServingEnergy
 from argosy.serving.errors import EngineAsleepError
 from argosy.serving.errors_http import ApiError, install_error_handlers
 from argosy.serving.limits import Admission, BodyLimit, Pools, ServingLimits
@@ -49,6 +50,7 @@ class Server:
         self.pools = Pools(limits)
         self.admission = Admission(limits.max_pending_requests, limits.retry_after_s)
         self.created = int(time.time())
+        self.energy = ServingEnergy.open()  # joules per token and watts in /metrics
 
     def asleep(self) -> bool:
         """Whether the engine refuses new requests now (no call to a worker process)."""
@@ -131,7 +133,7 @@ def _install_probes(app: FastAPI, server: Server) -> None:
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         stats = await anyio.to_thread.run_sync(server.engine.stats, limiter=server.pools.control)
-        text = render_metrics(stats) + _admission_metrics(server)
+        text = render_metrics(stats, server.energy) + _admission_metrics(server)
         return PlainTextResponse(text)
 
 

@@ -1,11 +1,14 @@
-"""Prometheus text for `/metrics`: tokens, TTFT and TPOT quantiles, speculation acceptance."""
+"""Prometheus text for `/metrics`: tokens, TTFT and TPOT quantiles, speculation acceptance,
+and with a meter the service's energy (joules per generated token, average watts:
+`energy_metrics`)."""
 
 from __future__ import annotations
 
+from argosy.serving.energy_metrics import ServingEnergy
 from argosy.serving.types import EngineStats
 
 
-def render_metrics(stats: EngineStats) -> str:
+def render_metrics(stats: EngineStats, energy: ServingEnergy | None = None) -> str:
     """The engine's counters in the Prometheus exposition format."""
     spec = stats.spec
     passes = spec.verify_passes
@@ -34,6 +37,8 @@ def render_metrics(stats: EngineStats) -> str:
         _quantiles("argosy_serving_tpot_seconds", stats.tpot_s),
         *_budget(stats),
     ]
+    if energy is not None:
+        lines.append(energy.metrics(stats.completion_tokens))
     return "\n".join(lines) + "\n"
 
 
