@@ -4,9 +4,10 @@ mode), so every test folder can import the shared helpers, e.g. `from cli_helper
 Under `pytest -n N` (xdist's default `load` distribution) the modules in SHARED_SETUP run
 whole on one worker, so that their module-scoped fixtures (a pair of real launches, a
 server process, a loaded model, a Ray cluster) start once instead of once per worker.
-Every other test is handed out one at a time, as `load` does. (xdist's own `xdist_group`
-mark cannot do this under pytest 9: it renames test ids through an attribute pytest 9 no
-longer reads, so marked tests still spread over the workers.)
+Every other test is handed out one at a time, as `load` does, the `slow`-marked ones
+first, so that the run ends on short tests and both workers end together. (xdist's own
+`xdist_group` mark cannot do this under pytest 9: it renames test ids through an attribute
+pytest 9 no longer reads, so marked tests still spread over the workers.)
 """
 
 from __future__ import annotations
@@ -51,7 +52,32 @@ SHARED_SETUP = frozenset(
 run a long computation; add a module here when it gains such a fixture."""
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker under `--dist load`: the `slow`-marked tests of modules outside
+    SHARED_SETUP move ahead of the other tests outside it (a stable sort: the rest keeps
+    its order). The controller queues single tests in the workers' collection order, so
+    a long test no longer starts last, with the other worker idle until it ends. A worker
+    runs what the controller sends, so this order is only the queue's; a run without
+    xdist keeps the collection order."""
+    if not getattr(config, "workerinput", {}).get("slow_first"):
+        return
+
+    def queued_late(item: pytest.Item) -> bool:
+        shared = item.nodeid.split("::", 1)[0] in SHARED_SETUP
+        return not shared and item.get_closest_marker("slow") is None
+
+    items.sort(key=queued_late)
+
+
 @pytest.hookimpl(optionalhook=True)  # a run without xdist has no such hook
+def pytest_configure_node(node: Any) -> None:
+    """Tell each worker whether the run is `--dist load` (a worker's own `dist` reads
+    "no"), for pytest_collection_modifyitems above."""
+    node.workerinput["slow_first"] = node.config.getvalue("dist") == "load"
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
     """For `--dist load` (what `-n N` gives): a module of SHARED_SETUP is one unit of work,
     any other test is a unit by itself. Units go out largest first, so the long shared
