@@ -222,6 +222,7 @@ def _random_bytes(index: int, n: int) -> torch.Tensor:
     return _random_pool()[at : at + n].clone()
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(
     sizes=st.lists(

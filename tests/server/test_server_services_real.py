@@ -19,7 +19,7 @@ from server_helpers import ServerProcess
 
 from argosy.executors.local import kill_job_processes
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SERVICE_YAML = """\
 kind: service
