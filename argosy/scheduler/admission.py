@@ -176,7 +176,6 @@ def _count(sched, w: Workload, g: int, n: int, lent: int) -> None:
     if res is None:
         return
     if res.workload is w:
-        stats.reserved_started += 1
         del sched.reservations[g]
     elif n <= res.extra:
         res.extra -= n
@@ -193,7 +192,9 @@ def _reserve(sched, w: Workload, now: float) -> None:
     res = backfill.reserve(sched, w, now)
     if res is not None:
         sched.reservations[res.group] = res
-        sched.backfill.reservations += 1
+        if w.reserved_at_s < 0:
+            w.reserved_at_s = res.start_s
+            sched.backfill.reserved += 1
 
 
 def _scan_shape(sched, s: Shape, now: float, allow_borrow: bool) -> tuple[Workload, int]:

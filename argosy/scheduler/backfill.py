@@ -56,20 +56,22 @@ class Reservation:
 class BackfillStats:
     """What reservations and lending did over a run (for reports)."""
 
-    reservations: int = 0
-    """Reservations made (a workload reserved again in a later cycle counts again)."""
+    reserved: int = 0
+    """Workloads that got a reservation (each counted once)."""
     reserved_started: int = 0
-    """Workloads that started while they held a reservation."""
+    """Of those, how many started by now."""
+    late_s: list[float] = field(default_factory=list)
+    """Per reserved workload that started: seconds after its first promised start (0 if
+    on time or early)."""
     backfilled: int = 0
     """Workloads started ahead of a reservation on its group because they end before it."""
     in_extra: int = 0
     """Workloads started on a reserved group within its extra devices."""
     refused: int = 0
-    """Starts refused because they would have delayed a reservation."""
+    """Shapes refused in a cycle because their run would delay a reservation or outlast
+    a lent guarantee (after `backfill_scan` of them were tried)."""
     lent_starts: int = 0
     """Gangs started on a service's idle guarantee."""
-    lent_device_s: float = 0.0
-    """Device-seconds such gangs were granted (devices x padded estimate)."""
 
 
 def reserve(sched, w: Workload, now: float) -> Reservation | None:

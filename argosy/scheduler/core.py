@@ -171,6 +171,9 @@ class Scheduler:
             w.last_resize_s = now  # no resize right after a start: it would stall at once
             if alloc.devices > w.max_devices:
                 w.grown_s = now  # started overgrown: learn how long that was held
+        if w.reserved_at_s >= 0 and w.started_s == now:  # its first start
+            self.backfill.reserved_started += 1
+            self.backfill.late_s.append(max(0.0, now - w.reserved_at_s))
         if self.policy.reservations:
             run = estimates.run_s(self, w, chip, alloc.devices)
             self.ends.started(w, None if run is None else now + run)

@@ -138,7 +138,7 @@ def trim(chunk: Allocation, k: int) -> tuple[Allocation, Allocation]:
 
 def grow(sched, now: float) -> None:
     cap = sched.cap
-    demand = growth.pending_demand(sched)
+    demand = _demand_to_leave(sched)
     # what a job on group g could grow into: whole free nodes, less the arrivals' buffer
     # and what pending work asks for (never grown into: `_grow_one`'s reserve holds it),
     # so a backlog larger than the free room skips the pass without a look at the jobs
@@ -186,6 +186,16 @@ def grow(sched, now: float) -> None:
         _grow_one(sched, w, now, growth.max_size(sched, w), options)
 
 
+def _demand_to_leave(sched) -> dict[str, int]:
+    """Devices growth leaves free per chip for pending work: all it asks for; under a
+    policy with reservations none, as admission has just started all pending work that
+    may start, and what the blocked heads will need is theirs at their reservations
+    (growth there is credited only until then: `_options`)."""
+    if sched.policy.reservations:
+        return {}
+    return growth.pending_demand(sched)
+
+
 def _room(sched, g: int) -> tuple[int, int]:
     """(devices in group `g`'s whole free nodes, its free devices less the arrivals'
     buffer): what growth may take there, before services, pending work and the job."""
@@ -205,6 +215,9 @@ def _options(sched, w: Workload, now: float, demand: dict[str, int], need: dict)
     horizon growth considers on `w`'s group (`growth.lookaheads`); `need` memoises the
     services' need per (chip, horizon)."""
     hold = growth.expected_hold_s(sched, w.alloc.group, now)
+    res = sched.reservations.get(w.alloc.group)
+    if res is not None:  # given back when the reservation starts
+        hold = min(hold, max(0.0, res.start_s - now))
     options = []
     for ahead, credit in growth.lookaheads(sched, hold):
         if (w.chip, ahead) not in need:

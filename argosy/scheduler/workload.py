@@ -77,6 +77,8 @@ class Workload:
     """Training state (weights, gradients, optimizer) in bytes; prices the snapshot and
     restore of a resize (0: unknown, priced per rank by `resize_cost.ResizeCost`)."""
     preemptions: int = 0
+    reserved_at_s: float = -1.0
+    """Start time its first reservation promised (-1: never reserved; `scheduler.backfill`)."""
     reject_reason: str = ""
     replicas: list[Allocation] = field(default_factory=list)
     """Inference only: replica devices, in chunks (one device per replica)."""

@@ -30,7 +30,7 @@ from argosy.scheduler.invariants import spares_short, violations
 from argosy.scheduler.policies import Policy
 from argosy.scheduler.queues import QueueTree
 from argosy.scheduler.speed import relative_speed
-from argosy.scheduler.workload import KINDS, TRAINING_KINDS, Workload
+from argosy.scheduler.workload import KINDS, TRAINING_KINDS, State, Workload
 from argosy.sim.config import SimConfig
 from argosy.sim.estimates import SimEstimator
 from argosy.sim.faults import FaultModel
@@ -49,12 +49,13 @@ class Job:
     """Progress of one workload."""
 
     __slots__ = ("w", "kind", "work", "done", "rate", "devices", "t_update", "stall_until",
-                 "anchor", "version", "starts", "peak", "mfu", "scaling")  # fmt: skip
+                 "anchor", "version", "starts", "peak", "mfu", "scaling", "ended")  # fmt: skip
 
     def __init__(self, w: Workload, work: float) -> None:
         self.w, self.kind, self.work = w, KINDS.index(w.kind), work
         self.done = self.rate = self.t_update = self.stall_until = self.anchor = 0.0
         self.peak = self.mfu = self.scaling = 0.0  # FLOP/s per device, and its efficiency
+        self.ended = -1.0
         self.devices = self.version = self.starts = 0
 
 
@@ -177,6 +178,9 @@ class Simulation:
         from dataclasses import asdict
 
         out: dict = asdict(self.sched.backfill)
+        late = np.asarray(out.pop("late_s"))
+        out["late_p50_s"] = float(np.median(late)) if len(late) else 0.0
+        out["late_p90_s"] = float(np.percentile(late, 90)) if len(late) else 0.0
         out["estimates"] = self.estimator.report() if self.estimator is not None else None
         return out
 
@@ -229,6 +233,7 @@ class Simulation:
                 return False
             self._advance(job, t)
             self.sched.complete(job.w)
+            job.ended = t
             if self.estimator is not None:
                 self.estimator.observe_end(job.w, t)
             self._set(job, 0, t, 0.0)
@@ -326,8 +331,10 @@ class Simulation:
             if self.estimator is not None:
                 self.estimator.started(w, t)
         elif action == "resize":
+            stall = growth.resize_cost(self.sched, w, d.before, d.after)
             self.acc.resizes += 1
-            self._set(job, d.after, t, growth.resize_cost(self.sched, w, d.before, d.after))
+            self.acc.resize_stall_device_s += stall * d.after
+            self._set(job, d.after, t, stall)
             self._spread(w)
         elif action == "restart":
             self._lose(job, t)
@@ -417,6 +424,11 @@ class Simulation:
 
     def _finish(self) -> None:
         self._account(self.horizon)
+        self.acc.elastic_job_s = sum(
+            (self.horizon if job.w.state != State.DONE else job.ended) - job.w.started_s
+            for job in self.jobs.values()
+            if job.w.elastic and job.w.started_s >= 0
+        )
         for job in self.jobs.values():
             if job.devices:
                 self._advance(job, self.horizon)

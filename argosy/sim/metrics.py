@@ -42,6 +42,10 @@ class Accounting:
     slo_met: int = 0
     preemptions: int = 0
     resizes: int = 0
+    resize_stall_device_s: float = 0.0
+    """Device-seconds elastic jobs stood still for resizes (inside `stalled`)."""
+    elastic_job_s: float = 0.0
+    """Seconds elastic jobs were running (started and not yet ended), summed over jobs."""
     faults: int = 0
     quarantined: int = 0
     requeues: int = 0
@@ -75,6 +79,7 @@ def report(acc: Accounting, *, policy: str, wall_s: float, extra: dict) -> dict:
         "unstarted": {k: v for k, v in acc.unstarted.items() if v},
         "preemptions": acc.preemptions,
         "resizes": acc.resizes,
+        "resize_churn": _churn(acc),
         "faults": acc.faults,
         "quarantined_nodes": acc.quarantined,
         "fault_requeues": acc.requeues,
@@ -87,6 +92,16 @@ def report(acc: Accounting, *, policy: str, wall_s: float, extra: dict) -> dict:
     }
     out.update({k: v for k, v in extra.items() if not k.startswith("_")})
     return out
+
+
+def _churn(acc: Accounting) -> dict[str, float]:
+    """Resizes per elastic job-day, and the device-time their stalls cost."""
+    days = acc.elastic_job_s / 86400
+    return {
+        "resizes_per_job_day": acc.resizes / days if days else 0.0,
+        "stall_device_hours": acc.resize_stall_device_s / 3600,
+        "stall_share": acc.resize_stall_device_s / acc.capacity_device_s,
+    }
 
 
 def _percentiles(values: dict[str, list[float]]) -> dict:

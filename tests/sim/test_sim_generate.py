@@ -6,6 +6,7 @@ import pytest
 from argosy.hardware.loader import load_cluster
 from argosy.sim import calibration as cal
 from argosy.sim.generate import generate, sample_quantiles
+from argosy.sim.trace import TraceRecord
 
 
 @pytest.mark.parametrize(
@@ -15,6 +16,9 @@ def test_offered_load_and_mix(spec):
     cluster = load_cluster(spec)
     gen = generate(cluster, days=7, seed=3)
     assert 0.95 <= gen.offered_load <= 1.1
+    # records are built without validation: each must still pass it, unchanged
+    for r in gen.records:
+        assert TraceRecord.model_validate(r.model_dump(exclude_unset=True)) == r
     # the bursty kinds keep the Seren mix among themselves (pretraining runs are as many
     # as the load needs, not a share of the count)
     kinds = np.array([r.kind for r in gen.records if r.kind not in ("infer", "train")])
