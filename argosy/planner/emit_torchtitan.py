@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Parallel
 from argosy.planner.readback import EmitRefusedError, Semantics
-from argosy.planner.support import refusal
+from argosy.planner.support import refusal, stage_cut
 
 FRAMEWORK = "torchtitan"
 
@@ -69,18 +69,6 @@ def registry_entry(model: ModelSpec, fp8: bool) -> Entry:
             f"converters, not a command-line option); the plan asks for {want}"
         )
     return entry
-
-
-def stage_cut(layers: int, stages: int) -> tuple[int, int, int] | None:
-    """(layers per stage, first-stage and last-stage "less layers") that make torchtitan
-    build exactly `stages` stages: it counts the embedding and the output as that many
-    layers and makes ceil((layers + first + last) / per) stages."""
-    for first, last in ((1, 1), (0, 1), (1, 0), (0, 0), (2, 2), (1, 2), (2, 1)):
-        effective = layers + first + last
-        for per in range(max(1, effective // stages), effective + 1):
-            if math.ceil(effective / per) == stages and max(first, last) <= per:
-                return per, first, last
-    return None
 
 
 def torchtitan(p: Parallel, model: ModelSpec, *, seq_len: int, global_batch: int) -> str:

@@ -12,11 +12,15 @@ that enforces it in the framework (read in the releases benchmarks/emit_check.py
 - DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only, and Megatron-DeepSpeed's
   pipeline grid (pp x tp x dp) has no axis for the Ulysses degree that carries CP, so
   with pp > 1 neither ZeRO-2/3 nor cp > 1 runs; it has no interleaved schedule;
+- torchtitan builds ceil((layers + first + last) / layers_per_stage) stages, which must
+  come out pp x vpp (`stage_cut` finds the knobs or says there are none);
 - torchtitan's pipeline schedules (torch.distributed.pipelining): 1F1B needs at least
   pp micro-batches, Interleaved1F1B a micro-batch count that is a multiple of its rounds.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -26,10 +30,26 @@ from argosy.planner.parallel import Candidates, Parallel
 MEGATRON = ("megatron-core", "megatron-lm")
 
 
+def stage_cut(layers: int, stages: int) -> tuple[int, int, int] | None:
+    """(layers per stage, first-stage and last-stage "less layers") that make torchtitan
+    build exactly `stages` stages: it counts the embedding and the output as that many
+    layers, makes ceil((layers + first + last) / per) stages and needs each weight at most
+    the floor share. The weights nearest its default (1, 1) win."""
+    for extra in sorted(range(0, 2 * layers + 1), key=lambda e: (abs(e - 2), e)):
+        first, last = extra // 2, extra - extra // 2
+        effective = layers + extra
+        if last > effective // stages:
+            continue
+        for per in range(max(1, effective // stages), effective + 1):
+            if math.ceil(effective / per) == stages:
+                return per, first, last
+    return None
+
+
 def refusal(framework: str, plan: Parallel, model: ModelSpec, samples: int) -> str | None:
     """Why `framework` cannot run `plan` (None: it can)."""
     cands = Candidates.of([plan])
-    reasons = _rules(framework, cands, samples)
+    reasons = _rules(framework, cands, model, samples)
     for text, bad in reasons:
         if bool(bad[0]):
             return text.format(**plan.as_dict(), m=_microbatches(cands, samples)[0])
@@ -39,7 +59,7 @@ def refusal(framework: str, plan: Parallel, model: ModelSpec, samples: int) -> s
 def supported(framework: str, cands: Candidates, model: ModelSpec, samples: int) -> np.ndarray:
     """True for each candidate `framework` can run."""
     ok = np.ones(len(cands), dtype=bool)
-    for _, bad in _rules(framework, cands, samples):
+    for _, bad in _rules(framework, cands, model, samples):
         ok &= ~bad
     return ok
 
@@ -49,7 +69,9 @@ def _microbatches(cands: Candidates, samples: int) -> np.ndarray:
     return -(-per_replica // cands.mbs)
 
 
-def _rules(framework: str, c: Candidates, samples: int) -> list[tuple[str, np.ndarray]]:
+def _rules(
+    framework: str, c: Candidates, model: ModelSpec, samples: int
+) -> list[tuple[str, np.ndarray]]:
     if framework in MEGATRON:
         m = _microbatches(c, samples)
         return [
@@ -72,16 +94,25 @@ def _rules(framework: str, c: Candidates, samples: int) -> list[tuple[str, np.nd
                 pipe & (c.cp > 1),
             ),
             ("DeepSpeed has no interleaved pipeline schedule (vpp={vpp})", c.vpp > 1),
+            ("Megatron-DeepSpeed has no fp8 training (fp8={fp8})", c.fp8.astype(bool)),
         ]
     if framework == "torchtitan":
-        return _torchtitan_rules(c, samples)
+        return _torchtitan_rules(c, model, samples)
     return []
 
 
-def _torchtitan_rules(c: Candidates, samples: int) -> list[tuple[str, np.ndarray]]:
+def _torchtitan_rules(c: Candidates, model: ModelSpec, samples: int) -> list:
     m = _microbatches(c, samples)
     rounds = np.maximum(1, m // c.pp)
+    stages = c.pp * c.vpp
+    cuts = {int(s): stage_cut(model.layers, int(s)) is not None for s in np.unique(stages)}
+    uncut = np.array([not cuts[int(s)] for s in stages], dtype=bool)
     return [
+        (
+            "torchtitan cannot cut the model's layers into pp*vpp stages (pp={pp}, "
+            "vpp={vpp}) with any pipeline_parallel_layers_per_stage",
+            (c.vpp > 1) & uncut,
+        ),
         (
             "torch.distributed.pipelining's 1F1B needs at least pp={pp} micro-batches; "
             "this plan has {m} per replica",

@@ -1,120 +1,149 @@
-"""Emitters against each framework's documented arguments (golden lists in golden/).
+"""Emitters against what the real frameworks' parsers accepted (golden/emitted/), and
+plan -> emitted config -> read-back round trips over many plans (hypothesis).
 
-Megatron-LM and Megatron-DeepSpeed flags are parsed with an argparse parser built from
-the documented flags (unknown flags, missing values and bad choices fail the parse);
-torchtitan TOML with tomllib against the documented job-config fields; DeepSpeed JSON
-against the documented config keys.
+The golden files are written by `benchmarks/emit_check.py --golden`, which ran each
+emitted config through Megatron-LM (core_v0.16.1, core_v0.19.0) `parse_args` +
+`validate_args` + TransformerConfig, torchtitan 0.3.0's ConfigManager + ParallelDims +
+pipeline split, and DeepSpeed 0.19.8's DeepSpeedConfig + Megatron-DeepSpeed's arguments,
+and stored the text with what each parser understood. Here argosy must emit the same text
+for the same plan, and its own read-back must agree with every parser's.
 """
 
-import argparse
 import json
-import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from argosy.planner.emit import emitters
+from argosy.planner.emit import emitters, framework_of, readers
+from argosy.planner.emit_megatron import layout, stage_layers
+from argosy.planner.emit_torchtitan import REGISTRY
 from argosy.planner.models import load_model
-from argosy.planner.parallel import parse_parallel
+from argosy.planner.parallel import Parallel
+from argosy.planner.readback import EmitRefusedError, expected, mismatches
+from argosy.planner.support import refusal, stage_cut
 
-GOLDEN = Path(__file__).parent / "golden"
-LAYOUTS = [
-    "tp=8,pp=4,dp=2,vpp=2,mbs=1,recompute=selective,zero=1",
-    "tp=2,pp=1,dp=32,mbs=2,recompute=full,zero=3,compile=1,fp8=1",
-    "tp=4,pp=2,dp=8,mbs=1,recompute=none,zero=2,cp=2",
-    "tp=1,pp=1,dp=64,mbs=1,recompute=none,zero=0",
-]
-MODELS = ["llama3-70b", "gpt3-175b", "mixtral-8x7b"]
+GOLDEN = sorted((Path(__file__).parent / "golden" / "emitted").glob("*.json"))
 
 
-def _rows(name: str) -> list[tuple[str, str]]:
-    lines = (GOLDEN / name).read_text().splitlines()
-    return [tuple(line.split()) for line in lines if line and not line.startswith("#")]
+def _model_of(case: str):
+    return load_model(case.split("/")[0])
 
 
-def _parser(name: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
-    for flag, kind in _rows(name):
-        if kind == "flag":
-            parser.add_argument(flag, action="store_true")
-        elif kind == "int":
-            parser.add_argument(flag, type=int)
-        elif kind == "str":
-            parser.add_argument(flag)
-        else:
-            parser.add_argument(flag, choices=kind.split("|"))
-    return parser
+def test_golden_files_cover_every_emitter_and_parser_run() -> None:
+    docs = [json.loads(p.read_text()) for p in GOLDEN]
+    assert {d["emitter"] for d in docs} == {"megatron", "torchtitan", "deepspeed"}
+    runs = {run for d in docs for run in d["parsed"]}
+    assert {"Megatron-LM core_v0.16.1", "Megatron-LM core_v0.19.0"} <= runs
+    assert any("405b" in d["case"] and d["emitter"] == "megatron" for d in docs)
 
 
-def _parse(parser: argparse.ArgumentParser, tokens: list[str]) -> argparse.Namespace:
-    args, unknown = parser.parse_known_args(tokens)
-    assert not unknown, f"undocumented flags: {unknown}"
-    return args
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
+def test_emitter_reproduces_what_the_real_parser_accepted(path: Path) -> None:
+    doc = json.loads(path.read_text())
+    plan, model = Parallel(**doc["parallel"]), _model_of(doc["case"])
+    text = emitters.get(doc["emitter"])(
+        plan, model, seq_len=doc["seq_len"], global_batch=doc["global_batch"]
+    )
+    assert text == doc["text"]
+    own = readers[doc["emitter"]](text, doc["devices"])
+    want = expected(plan, doc["global_batch"], framework_of(doc["emitter"]))
+    for run, parsed in doc["parsed"].items():
+        assert own.as_dict() == parsed, run
+        assert mismatches(want, parsed) == [], run
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("model", MODELS)
-def test_megatron_arguments_parse_with_the_documented_flags(model: str, layout: str) -> None:
-    spec = load_model(model)
-    plan = parse_parallel(layout + (",ep=2" if spec.is_moe else ""))
-    text = emitters.get("megatron")(plan, spec, seq_len=4096, global_batch=256)
-    args = _parse(_parser("megatron_args.txt"), shlex.split(text.replace("\\\n", " ")))
-    assert args.tensor_model_parallel_size == plan.tp and args.global_batch_size == 256
-    llama = spec.gated
-    assert args.swiglu is llama and (args.normalization == "RMSNorm") is llama
-    assert (args.position_embedding_type == "rope") is llama and args.disable_bias_linear is llama
-    assert args.group_query_attention is (spec.kv != spec.heads)
-    assert args.untie_embeddings_and_output_weights
-    assert args.use_distributed_optimizer is (plan.zero in (1, 2))
-    if spec.is_moe:
-        assert args.expert_model_parallel_size == plan.ep and args.num_experts == spec.experts
+@st.composite
+def plans(draw):
+    """Valid-looking layouts of the models the emitters know (degrees divide the model)."""
+    model = load_model(
+        draw(
+            st.sampled_from(
+                ["llama3-8b", "llama3-405b", "mixtral-8x7b", "deepseek-v3-like", "gpt3-175b"]
+            )
+        )
+    )
+    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if model.kv % t == 0]))
+    pp = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
+    vpp = 1 if pp == 1 else draw(st.sampled_from([1, 2, 3, 4]))
+    dp, cp = draw(st.sampled_from([1, 2, 4, 8, 16])), draw(st.sampled_from([1, 2, 4]))
+    ep = draw(
+        st.sampled_from([e for e in (1, 2, 4, 8) if model.experts % e == 0 and (dp * cp) % e == 0])
+    )
+    mbs = draw(st.sampled_from([1, 2, 4]))
+    batch = dp * mbs * draw(st.integers(1, 24))
+    plan = Parallel(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        vpp=vpp,
+        mbs=mbs,
+        cp=cp,
+        ep=ep,
+        sp=tp > 1,
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        zero=draw(st.integers(0 if dp * cp == 1 else 0, 3 if dp * cp > 1 else 0)),
+        compile=draw(st.booleans()),
+        fp8=draw(st.booleans()),
+    )
+    return plan, model, batch, draw(st.sampled_from(["megatron", "torchtitan", "deepspeed"]))
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_torchtitan_toml_uses_documented_fields(layout: str) -> None:
-    plan = parse_parallel(layout)
-    text = emitters.get("torchtitan")(plan, load_model("llama3-8b"), seq_len=8192, global_batch=256)
-    doc = tomllib.loads(text)
-    fields = dict(_rows("torchtitan_fields.txt"))
-    types = {"int": int, "bool": bool, "str": str, "list": list}
-    for section, values in doc.items():
-        for key, value in values.items():
-            kind = fields.get(f"{section}.{key}")
-            assert kind is not None, f"undocumented field {section}.{key}"
-            if kind in types:
-                assert isinstance(value, types[kind]) and not (kind == "int" and value is True)
-            else:
-                assert value in kind.split("|"), (section, key, value)
-    par = doc["parallelism"]
-    assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == plan.dp
-    assert doc["training"]["compile"] is plan.compile
-    assert ("float8" in doc.get("model", {}).get("converters", [])) is plan.fp8
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plans())
+def test_emitted_config_reads_back_as_the_plan_or_is_refused_with_a_reason(case) -> None:
+    plan, model, batch, emitter = case
+    if plan.pp * plan.vpp > model.layers:
+        return
+    framework = framework_of(emitter)
+    try:
+        text = emitters.get(emitter)(plan, model, seq_len=4096, global_batch=batch)
+    except EmitRefusedError as err:
+        assert str(err)  # a reason, whether a layout rule or the model registry
+        return
+    assert refusal(framework, plan, model, batch) is None
+    got = readers[emitter](text, plan.devices)
+    assert mismatches(expected(plan, batch, framework), got) == []
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("model", MODELS)
-def test_deepspeed_config_keeps_expert_parallelism(model: str, layout: str) -> None:
-    spec = load_model(model)
-    plan = parse_parallel(layout + (",ep=2" if spec.is_moe else ""))
-    text = emitters.get("deepspeed")(plan, spec, seq_len=4096, global_batch=256)
-    config = json.loads(text)
-    documented = dict(_rows("deepspeed_config_keys.txt"))
+@given(st.integers(1, 200), st.integers(1, 64))
+def test_megatron_layout_places_every_layer_once(layers: int, stages: int) -> None:
+    if stages > layers:
+        return
+    counts = stage_layers(layers, stages)
+    assert sum(counts) == layers and len(counts) == stages and max(counts) - min(counts) <= 1
+    text = layout(layers, stages)
+    assert text.startswith("E") and text.endswith("L") and text.count("t") == layers
 
-    def paths(node: dict, prefix: str = ""):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                yield from paths(value, f"{prefix}{key}.")
-            else:
-                yield f"{prefix}{key}", value
 
-    for path, _ in paths(config):
-        assert path in documented, f"undocumented DeepSpeed key {path}"
-    assert config["train_batch_size"] == 256 and config["zero_optimization"]["stage"] == plan.zero
-    tokens = shlex.split(" ".join(config["megatron_deepspeed_args"]))
-    args = _parse(_parser("megatron_deepspeed_args.txt"), tokens)
-    assert args.tensor_model_parallel_size == plan.tp
-    assert args.pipeline_model_parallel_size == plan.pp
-    if spec.is_moe:
-        assert args.moe_expert_parallel_size == plan.ep and args.num_experts == spec.experts
-    assert not (args.sequence_parallel and args.ds_sequence_parallel_size)
+@given(st.sampled_from(sorted(REGISTRY)), st.integers(2, 32), st.integers(2, 4))
+def test_torchtitan_stage_cut_gives_exactly_pp_times_vpp_stages(name, pp, vpp) -> None:
+    layers = REGISTRY[name].layers
+    cut = stage_cut(layers, pp * vpp)
+    if cut is None:  # then no weights torchtitan accepts give that many stages
+        assert not any(
+            -(-(layers + f + g) // per) == pp * vpp and max(f, g) <= (layers + f + g) // (pp * vpp)
+            for f in range(16)
+            for g in range(16)
+            for per in range(1, layers + 33)
+        )
+        return
+    per, first, last = cut
+    stages = pp * vpp
+    assert -(-(layers + first + last) // per) == stages
+    assert max(first, last) <= (layers + first + last) // stages
+
+
+def test_refusals_name_the_framework_rule() -> None:
+    model = load_model("llama3-70b")
+    zero3_pp = Parallel(tp=8, pp=4, dp=16, zero=3)
+    with pytest.raises(EmitRefusedError, match="ZeRO stage 0 or 1"):
+        emitters.get("deepspeed")(zero3_pp, model, seq_len=4096, global_batch=64)
+    odd = Parallel(tp=8, pp=4, vpp=2, dp=2, mbs=1)  # 65 micro-batches: not a multiple of 4
+    with pytest.raises(EmitRefusedError, match="multiple of pp=4"):
+        emitters.get("megatron")(odd, model, seq_len=4096, global_batch=130)
+    with pytest.raises(EmitRefusedError, match="config registry"):
+        emitters.get("torchtitan")(
+            Parallel(dp=8), load_model("mixtral-8x7b"), seq_len=4096, global_batch=64
+        )
