@@ -115,7 +115,18 @@ class Decoder:
         if isinstance(self.proposer, OffersDrafts):
             offer = self.proposer.offer(self.tokens, room)
             return DraftOffer(offer.tokens[:room], offer.acceptance, offer.adaptive)
-        return DraftOffer(tuple(self.proposer.propose(self.tokens, room)[:room]))
+        draft = tuple(self.proposer.propose(self.tokens, room)[:room])
+        return DraftOffer(draft, self._acceptance_estimate(), adaptive=True)
+
+    def _acceptance_estimate(self) -> float:
+        """A fixed proposer's per-token acceptance so far: this request's accepted over
+        drafted tokens, from a prior worth two drafted tokens (the engine's running
+        acceptance of this proposer, else 0.5). With it the batch policy sizes a fixed
+        proposer's draft like an adaptive one's: long while a wider pass is cheap, none
+        once the batch is full enough that verifying costs more than it yields."""
+        prior = self.acceptance.acceptance(self.proposer_key) if self.acceptance else None
+        prior = 0.5 if prior is None else prior
+        return (self.counters.accepted + 2 * prior) / (self.counters.drafted + 2)
 
     def check(
         self,

@@ -143,7 +143,7 @@ def test_sampled_rows_verified_in_a_batch_keep_the_target_distribution(tiny_mode
         second = torch.softmax(tiny_model(batch).logits[:, -1] / temperature, -1)
     want = first @ second
     num = 1200
-    loop = _loop(tiny_model, max_batch_size=8)
+    loop = _loop(tiny_model, max_batch_size=8, policy=VerifyWholeDrafts())  # every draft
     decoders = [
         _decoder(
             tiny_model,
