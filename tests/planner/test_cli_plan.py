@@ -255,3 +255,48 @@ def test_megatron_emitter_maps_zero_stages(zero: int, needle: str) -> None:
     text = emitters.get("megatron")(plan, load_model("llama3-70b"), seq_len=8192, global_batch=64)
     assert needle in text and "--num-virtual-stages-per-pipeline-rank 2" in text
     assert "--recompute-granularity full" in text and "--num-query-groups 8" in text
+
+
+SMALL = ("--model", "llama3-8b", "--cluster", "h100:8", "--seq-len", "4096")
+
+
+def test_emit_prices_with_the_emitters_framework() -> None:
+    from argosy.planner.emit import readers
+    from argosy.planner.parallel import Parallel
+    from argosy.planner.readback import expected, mismatches
+
+    ranked = invoke("plan", *SMALL, "--global-batch", "32", "--json", "-f", "torchtitan")
+    best = json.loads(ranked.stdout)["plans"][0]["parallel"]
+    emitted = invoke("plan", *SMALL, "--global-batch", "32", "--emit", "torchtitan")
+    assert emitted.exit_code == 0, emitted.output
+    want = expected(Parallel(**best), 32, "torchtitan")
+    assert mismatches(want, readers["torchtitan"](emitted.stdout, 8)) == []
+
+
+def test_emit_auto_for_plain_pytorch_prints_an_argosy_launch_bundle() -> None:
+    from argosy.runtime.mixed.plan import parse_plan
+
+    result = invoke("plan", *SMALL, "--global-batch", "32", "-f", "pytorch", "--emit", "auto")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["framework"] == "pytorch" and doc["launch"].startswith("argosy launch --plan")
+    assert parse_plan(doc).devices == 8
+
+
+def test_emit_contradicting_the_framework_is_a_usage_error() -> None:
+    result = invoke("plan", *SMALL, "-f", "torchtitan", "--emit", "megatron")
+    assert result.exit_code == 2
+    assert "megatron-core" in result.output and "torchtitan" in result.output
+
+
+def test_mixed_plan_emits_a_launch_bundle_and_says_no_framework_runs_it() -> None:
+    from argosy.runtime.mixed.plan import assign_ranks, parse_plan
+
+    result = invoke(
+        "plan", "-m", "layers=2,hidden=128,heads=4,vocab=512", "-c", "h100:1+a100-80g:2",
+        "--seq-len", "128", "--global-batch", "12", "--emit", "megatron",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert "no other framework" in doc["note"]
+    assert len(assign_ranks(parse_plan(doc))) == 3
