@@ -24,8 +24,9 @@ called (tests drive it with a FakeClock).
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -99,6 +100,20 @@ def open_readers(
             reader.close()
             why_not[name] = "no devices"
     return readers, why_not
+
+
+def visible_gpu_options(env: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """`open_readers` options that meter only the GPUs in `CUDA_VISIBLE_DEVICES` when it
+    lists indices (NVML numbers GPUs in PCI order: CUDA does too under
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID`, and on nodes of one chip type by default); {} when it is
+    unset or names GPUs by UUID (every GPU is metered then)."""
+    value = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return {}
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    if not all(e.isdigit() for e in entries):
+        return {}
+    return {"nvml": {"indices": [int(e) for e in entries]}}
 
 
 @dataclass

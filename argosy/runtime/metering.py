@@ -1,6 +1,7 @@
 """The launcher's energy meter: sample the node's devices while the run lasts, log them.
 
-Effects only: opens the energy readers that can read on this node (NVML, RAPL; see
+Effects only: opens the energy readers that can read on this node (NVML on the GPUs of
+`CUDA_VISIBLE_DEVICES` when it lists indices, else every GPU; RAPL; see
 `hardware.energy`), samples them every `RuntimeConfig.energy_interval_s` on a thread, and
 appends each sample to `<run dir>/energy.jsonl` (format in `runtime.energy`), flushed line
 by line so a launcher killed hard still leaves the samples taken so far. The readers are a
@@ -22,11 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.clock import Clock
-from argosy.hardware.energy import EnergyMeter, EnergyReader
+from argosy.hardware.energy import EnergyMeter, EnergyReader, visible_gpu_options
 from argosy.hardware.energy import open_readers as open_energy_readers
 from argosy.runtime.energy import ENERGY_FILE, WORK_FILE, energy_summary, read_trace, read_work
 
 Opener = Callable[[], tuple[list[EnergyReader], dict[str, str]]]
+
+
+def _node_readers() -> tuple[list[EnergyReader], dict[str, str]]:
+    """Every reader that reads here; NVML only on the GPUs the launcher's environment
+    makes visible to the ranks (all of them when it does not say)."""
+    return open_energy_readers(options=visible_gpu_options())
 
 
 class RunMeter:
@@ -46,7 +53,7 @@ class RunMeter:
         self.t0 = t0
         self.clock = clock
         self.interval_s = interval_s
-        self.open_readers = open_readers or open_energy_readers
+        self.open_readers = open_readers or _node_readers
         self._meter: EnergyMeter | None = None
         self._file: Any = None
         self._lock = threading.Lock()

@@ -3,12 +3,15 @@
 Queue depth (pending jobs per queue), jobs by state, allocation by chip type, devices
 used per node (per-device use: the local and Ray executors place whole devices), the
 effective training time of finished jobs (the runtime's goodput), the last cycle's
-duration, and the tidal lease (yields, reclaims and resizes with their seconds, devices
-lent now). A registry per app, so several servers live in one test process.
+duration, the tidal lease (yields, reclaims and resizes with their seconds, devices
+lent now), and energy over the last 24 h (joules metered per node, the energy factor with
+the configured PUE: `server.energy`). A registry per app, so several servers live in one
+test process.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
@@ -16,6 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from argosy.server.control import Control
+
+ENERGY_WINDOW_S = 24 * 3600.0
 
 
 class ServerCollector(Collector):
@@ -46,6 +51,7 @@ class ServerCollector(Collector):
         cycle.add_metric([], ctl.cycle_s)
         yield cycle
         yield from self._lease()
+        yield from self._energy()
 
     def _lease(self) -> Iterator[Metric]:
         lease, services = self.control.lease, self.control.services
@@ -71,6 +77,29 @@ class ServerCollector(Collector):
         yield count
         yield seconds
         yield lent
+
+    def _energy(self, window_s: float = ENERGY_WINDOW_S) -> Iterator[Metric]:
+        fleet = self.control.energy.fleet(time.time(), window_s, 1)
+        node = GaugeMetricFamily(
+            "argosy_node_energy_joules",
+            "IT joules metered on the node by attempts that ran in the last 24 h",
+            labels=["node"],
+        )
+        for row in fleet["nodes"]:
+            if row["total_j"] is not None:
+                node.add_metric([row["node"]], row["total_j"])
+        yield node
+        if fleet["energy_factor"] is not None:  # absent, not 0, when nothing was metered
+            factor = GaugeMetricFamily(
+                "argosy_energy_factor",
+                "Productive IT joules / (IT joules x configured PUE), last 24 h",
+            )
+            factor.add_metric([], fleet["energy_factor"])
+            yield factor
+        if fleet["pue"] is not None:
+            pue = GaugeMetricFamily("argosy_pue_configured", "The facility PUE as configured")
+            pue.add_metric([], fleet["pue"])
+            yield pue
 
     def _devices(self) -> Iterator[Metric]:
         s = self.control.scheduling

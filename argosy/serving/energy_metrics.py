@@ -19,9 +19,7 @@ completion_tokens)` renders, in the Prometheus text format:
 
 from __future__ import annotations
 
-import os
-
-from argosy.hardware.energy import EnergyMeter, EnergyReader, open_readers
+from argosy.hardware.energy import EnergyMeter, EnergyReader, open_readers, visible_gpu_options
 
 
 class ServingEnergy:
@@ -34,9 +32,7 @@ class ServingEnergy:
     @classmethod
     def open(cls, interval_s: float = 1.0) -> ServingEnergy:
         """Start metering this process's devices (a meter that reads nothing says why)."""
-        indices = _visible_indices()
-        options = {"nvml": {"indices": indices}} if indices is not None else {}
-        readers, why_not = open_readers(options=options)
+        readers, why_not = open_readers(options=visible_gpu_options())
         return cls.start(readers, why_not, interval_s)
 
     @classmethod
@@ -72,15 +68,6 @@ class ServingEnergy:
         if self.meter is not None:
             self.meter.stop()
             self.meter = None
-
-
-def _visible_indices() -> list[int] | None:
-    """CUDA_VISIBLE_DEVICES as GPU indices (None when unset or given as UUIDs)."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    entries = [e.strip() for e in value.split(",") if e.strip()]
-    return [int(e) for e in entries] if all(e.isdigit() for e in entries) else None
 
 
 def _line(name: str, kind: str, value: float) -> str:

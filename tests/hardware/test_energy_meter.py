@@ -19,6 +19,7 @@ from argosy.hardware.energy import (
     EnergyUnavailableError,
     Reading,
     open_readers,
+    visible_gpu_options,
 )
 from argosy.hardware.fake_energy import FakeGpu, FakeNvml, FakePowercap
 
@@ -186,3 +187,18 @@ def test_integrated_power_is_exact_for_steady_draw_between_samples(steps, per_st
             meter.sample()
     got = meter.traces["gpu0"].total_j
     assert got == pytest.approx(nvml.true_energy_j(0), rel=1e-3, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, {}),
+        ("0,2", {"nvml": {"indices": [0, 2]}}),
+        ("GPU-1a2b", {}),
+        ("", {"nvml": {"indices": []}}),
+    ],
+    ids=["unset", "indices", "uuids", "none-visible"],
+)
+def test_visible_devices_pick_the_gpus_metered(value: str | None, want: dict) -> None:
+    env = {} if value is None else {"CUDA_VISIBLE_DEVICES": value}
+    assert visible_gpu_options(env) == want

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from argosy.core.clock import FakeClock
 from argosy.hardware.energy import DeviceTrace, Reading
 from argosy.runtime.energy import energy_summary, read_trace, read_work
 from argosy.runtime.goodput import CAUSES, summarize, time_buckets
+from argosy.runtime.metering import RunMeter
 
 
 def _steps(attempt: int, first: int, last: int, t0: float, dt: float) -> list[dict]:
@@ -158,3 +160,11 @@ def test_trace_file_round_trip_skips_a_torn_line(tmp_path: Path) -> None:
 def test_work_file_is_read_only_when_it_says_numbers(tmp_path: Path, text: str, want) -> None:
     (tmp_path / "work.json").write_text(text)
     assert read_work(tmp_path / "work.json") == want
+
+
+def test_a_meter_turned_off_says_so(tmp_path: Path) -> None:
+    meter = RunMeter(tmp_path, t0=0.0, clock=FakeClock(), interval_s=0.0)
+    meter.start()
+    meter.stop()
+    energy = meter.summary([])
+    assert energy["measured"] is False and "off (energy_interval_s=0)" in energy["reason"]

@@ -141,6 +141,10 @@ def test_routes_show_a_finished_job_and_the_fleet(tmp_path: Path) -> None:
         fleet = client.get("/api/v1/energy", params={"window_h": 1, "buckets": 6}).json()
         assert fleet["pue"] == 1.4 and "configured" in fleet["pue_source"]
         assert len(fleet["series"]) == 6 and fleet["attempts"] == 1
+        metrics = client.get("/metrics").text
+        assert "argosy_pue_configured 1.4" in metrics
+        measured = body["runtime"]["measured"]
+        assert ("argosy_energy_factor " in metrics) is bool(measured)  # absent, never a 0
         assert client.get("/api/v1/jobs/nope/energy").status_code == 404
         bad = client.get("/api/v1/energy", params={"window_h": 0})
         assert bad.status_code == 422 and "window_h" in bad.text

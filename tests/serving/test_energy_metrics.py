@@ -11,7 +11,7 @@ from argosy.core.clock import FakeClock
 from argosy.hardware.backends.nvml_energy import NvmlEnergyReader
 from argosy.hardware.energy import EnergyMeter
 from argosy.hardware.fake_energy import FakeGpu, FakeNvml
-from argosy.serving.energy_metrics import ServingEnergy, _visible_indices
+from argosy.serving.energy_metrics import ServingEnergy
 from argosy.serving.metrics import render_metrics
 from argosy.serving.types import EngineStats
 
@@ -51,16 +51,3 @@ def test_no_tokens_yet_gives_watts_but_no_joules_per_token() -> None:
     energy.close()
     assert "argosy_serving_power_avg_watts" in text
     assert "argosy_serving_energy_joules_per_token" not in text
-
-
-@pytest.mark.parametrize(
-    ("value", "want"),
-    [(None, None), ("0,2", [0, 2]), ("GPU-1a2b", None), ("", [])],
-    ids=["unset", "indices", "uuids", "empty"],
-)
-def test_visible_devices_pick_the_gpus_metered(monkeypatch, value, want) -> None:
-    if value is None:
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    else:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
-    assert _visible_indices() == want
