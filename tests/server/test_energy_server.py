@@ -3,6 +3,7 @@ over time, the energy factor with a configured PUE, and the routes that show the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from server_helpers import fast_config, job_body, wait_for
 from argosy.server.app import create_app
 from argosy.server.energy import EnergyLedger, attempt_rows, spread
 from argosy.server.store import Store
+from argosy.server.summaries import settle_summary, stamp_attempt
 
 
 def summary(total: float | None, productive: float = 0.0, wall: float = 100.0) -> dict:
@@ -148,3 +150,19 @@ def test_routes_show_a_finished_job_and_the_fleet(tmp_path: Path) -> None:
         assert client.get("/api/v1/jobs/nope/energy").status_code == 404
         bad = client.get("/api/v1/energy", params={"window_h": 0})
         assert bad.status_code == 422 and "window_h" in bad.text
+
+
+def test_a_multi_node_attempt_keeps_each_nodes_joules(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    stamp_attempt(run_dir, 1)
+    (run_dir / "node1").mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary(900.0, 700.0, wall=30.0)))
+    (run_dir / "node1" / "summary.json").write_text(json.dumps(summary(None, wall=29.0)))
+    kept = settle_summary(run_dir, 1, "", nodes=["a", "b"])
+    assert kept["nodes"][0]["energy_j"] == 900.0 and "energy_j" not in kept["nodes"][1]
+    rows = attempt_rows("j1", 1, ["a", "b"], kept, ended_s=100.0)
+    assert [(r["node"], r["total_j"], r["productive_j"]) for r in rows] == [
+        ("a", 900.0, 700.0),
+        ("b", None, None),
+    ]
+    assert "not measured: rapl: no powercap" in rows[1]["detail"]
