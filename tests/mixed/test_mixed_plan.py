@@ -266,3 +266,51 @@ def test_launch_records_the_emulation_or_names_the_bad_setting(
         assert speeds[1] == pytest.approx(312 / 989, rel=1e-3)
     want_times = {"h100-sxm": 0.01, "a100-80g": 0.02} if given else None
     assert emulation["sample_s"] == want_times
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(0, 40)), min_size=1, max_size=4),
+    st.integers(0, 30),
+)
+def test_every_batch_split_rank_gets_a_sequence(groups: list, spare: int) -> None:
+    """A plan whose group has fewer sequences than ranks still runs: each rank gets one,
+    taken from the groups with the most per device, and the batch is kept."""
+    devices = sum(d for d, _ in groups)
+    shares = [s for _, s in groups]
+    batch = max(sum(shares), devices) + spare
+    shares[0] += batch - sum(shares)
+    entry = {
+        "split": "batch",
+        "predicted": {"step_time_s": 1.0},
+        "parallel": {},
+        "groups": [
+            {"chip": f"c{i}", "devices": d, "batch_share": s, "parallel": {"mbs": 2, "pp": 2}}
+            for i, ((d, _), s) in enumerate(zip(groups, shares, strict=True))
+        ],
+    }
+    layout = parse_plan({"plans": [entry], "global_batch": batch})
+    ranks = assign_ranks(layout)
+    assert all(r.samples >= 1 for r in ranks) and sum(r.samples for r in ranks) == batch
+    for g, planned in zip(layout.groups, shares, strict=True):
+        assert g.samples >= g.devices  # none starved
+        assert g.samples <= max(planned, g.devices)  # only starved groups gain
+
+
+def test_the_planners_tiny_mixed_plan_assigns_a_sequence_to_every_rank() -> None:
+    """The plan of issue 33: A100 group pp2 with a batch share of 1 on 2 devices."""
+    from argosy.hardware.loader import load_cluster
+    from argosy.planner.api import plan
+    from argosy.planner.models import load_model
+
+    model = load_model("layers=2,hidden=128,heads=4,vocab=512")
+    result = plan(model, load_cluster("h100:1+a100-80g:2"), 128, 12)
+    ranks = assign_ranks(parse_plan(json.loads(json.dumps(result, default=str))))
+    assert len(ranks) == 3 and min(r.samples for r in ranks) >= 1
+    assert sum(r.samples for r in ranks) == 12
+
+
+def test_a_batch_smaller_than_the_ranks_is_refused_with_the_fix() -> None:
+    entry = {"predicted": {"step_time_s": 1.0}, "parallel": {"mbs": 1}}
+    with pytest.raises(PlanMismatchError, match="--global-batch 8"):
+        parse_plan({"plans": [entry], "global_batch": 4, "cluster": "h100-sxm:8"})

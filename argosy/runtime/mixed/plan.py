@@ -6,9 +6,11 @@ types) and assigns ranks to the plan's chip groups in the plan's order: group 0 
 ranks 0..n0-1, group 1 the next n1, and so on.
 
 - A batch split (`split: batch`, or a homogeneous plan) gives every group its
-  `batch_share` of the global batch; inside a group the share is divided as evenly as
-  integers allow over its ranks, each rank takes whole micro-batches of the group's
-  `mbs`, and the gradient average is weighted by samples (`weighting`).
+  `batch_share` of the global batch (at least one sequence per rank: a group the planner
+  gave fewer sequences than devices takes the rest from the group with the most per
+  device); inside a group the share is divided as evenly as integers allow over its
+  ranks, each rank takes whole micro-batches of the group's `mbs`, and the gradient
+  average is weighted by samples (`weighting`).
 - A layer split (`split: layers`) makes each group a run of pipeline stages holding its
   `layers`; the stage index and layer count reach the script, every rank sees the whole
   global batch.
@@ -124,7 +126,31 @@ def parse_plan(data: dict[str, Any]) -> MixedLayout:
         groups = tuple(_group(g, i, batch, step_s) for i, g in enumerate(entry["groups"]))
     else:
         groups = (_homogeneous(entry, cluster, batch, step_s),)
+    if split != "layers":
+        groups = _one_sample_per_rank(groups, batch)
     return MixedLayout(split, groups, batch, step_s)
+
+
+def _one_sample_per_rank(groups: tuple[GroupLayout, ...], batch: int) -> tuple[GroupLayout, ...]:
+    """Every rank of a batch split runs as one data-parallel replica, so it needs at least
+    one sequence. The planner may give a group fewer sequences than devices (its own
+    layout, e.g. pp=2 on 2 devices, needs one); such a group takes the missing sequences,
+    one at a time, from the group with the most sequences per device (the rebalancer's
+    floor of one sample per rank, applied before the first step)."""
+    devices = sum(g.devices for g in groups)
+    if batch < devices:
+        raise PlanMismatchError(
+            f"global batch {batch} cannot give each of the {devices} ranks a sequence; "
+            f"plan with --global-batch {devices} or more"
+        )
+    shares = [g.samples for g in groups]
+    for i, g in enumerate(groups):
+        while shares[i] < g.devices:
+            donors = [j for j, h in enumerate(groups) if shares[j] > h.devices]
+            donor = max(donors, key=lambda j: shares[j] / groups[j].devices)
+            shares[donor] -= 1
+            shares[i] += 1
+    return tuple(replace(g, samples=s) for g, s in zip(groups, shares, strict=True))
 
 
 def _group(g: dict[str, Any], index: int, batch: int, step_s: float) -> GroupLayout:
