@@ -127,6 +127,7 @@ class Agent:
             t0=spec.t0,
             clock=self.clock,
             interval_s=self.config.energy_interval_s,
+            log_interval_s=self.config.energy_log_interval_s,
             open_readers=self.energy_readers,
         )
         self.meter.start()

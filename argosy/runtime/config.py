@@ -48,3 +48,6 @@ class RuntimeConfig(BaseModel):
     energy_interval_s: float = Field(0.5, ge=0)
     """Seconds between the launcher's energy samples of the node's devices (NVML, RAPL;
     `energy.jsonl`, summary.json `energy`); 0 turns the meter off."""
+    energy_log_interval_s: float = Field(5.0, gt=0)
+    """Seconds between lines of `energy.jsonl` (each with the joules then and the peak
+    watts since the previous line); goodput's intervals are read off it linearly between."""

@@ -3,7 +3,8 @@
 The launcher samples every device of its node (`hardware.energy.EnergyMeter`) and appends
 each sample to `energy.jsonl` in the run directory: a header line
 `{"devices": {device: method}, "unavailable": {reader: why}, "interval_s": s}`, then one line
-per sample `{"t": s since launch, "d": {device: [joules since the meter started, watts]}}`.
+every `energy_log_interval_s` (and at the first and last sample) `{"t": s since launch,
+"d": {device: [joules since the meter started, highest watts since the previous line]}}`.
 Pure: `energy_summary(events, trace, work)` reads those and returns summary.json's `energy`:
 
 - devices: per device, its method (counter, integrated, not measured), joules, average

@@ -3,8 +3,10 @@
 Effects only: opens the energy readers that can read on this node (NVML on the GPUs of
 `CUDA_VISIBLE_DEVICES` when it lists indices, else every GPU; RAPL; see
 `hardware.energy`), samples them every `RuntimeConfig.energy_interval_s` on a thread, and
-appends each sample to `<run dir>/energy.jsonl` (format in `runtime.energy`), flushed line
-by line so a launcher killed hard still leaves the samples taken so far. The readers are a
+appends a line to `<run dir>/energy.jsonl` every `energy_log_interval_s` (format in
+`runtime.energy`: the joules then and the highest draw since the previous line, so the log
+stays small, about 30 bytes per device per line, while the peak is that of every sample),
+flushed line by line so a launcher killed hard still leaves what it had written. The readers are a
 seam: tests hand in `open_readers` that return readers on the fakes.
 
     meter = RunMeter(run_dir, t0=spec.t0, clock=clock, interval_s=0.5)
@@ -36,6 +38,10 @@ def _node_readers() -> tuple[list[EnergyReader], dict[str, str]]:
     return open_energy_readers(options=visible_gpu_options())
 
 
+def _round(watts: float | None) -> float | None:
+    return None if watts is None else round(watts, 3)
+
+
 class RunMeter:
     """One run's energy log; `disabled` (energy_interval_s = 0) meters nothing and says so."""
 
@@ -46,6 +52,7 @@ class RunMeter:
         t0: float,
         clock: Clock,
         interval_s: float,
+        log_interval_s: float = 5.0,
         open_readers: Opener | None = None,
     ) -> None:
         self.path = run_dir / ENERGY_FILE
@@ -53,10 +60,15 @@ class RunMeter:
         self.t0 = t0
         self.clock = clock
         self.interval_s = interval_s
+        self.log_interval_s = log_interval_s
         self.open_readers = open_readers or _node_readers
         self._meter: EnergyMeter | None = None
         self._file: Any = None
         self._lock = threading.Lock()
+        self._written_s: float | None = None
+        self._last: dict[str, tuple[float, float]] = {}  # device -> (time, joules) sampled
+        self._peak: dict[str, float] = {}  # device -> highest watts since the last line
+        self._closing = False
 
     def start(self) -> None:
         """Open the readers, write the header, take the first sample, start the thread."""
@@ -82,10 +94,24 @@ class RunMeter:
             self._meter = meter
 
     def _on_sample(self, now_s: float, point: dict[str, tuple[float, float | None]]) -> None:
+        """Track each device's peak draw; write a line every `log_interval_s` (and the
+        first and last sample), with the joules now and the peak since the last line."""
         if not point or self._file is None:
             return
-        sample = {d: [round(j, 4), w] for d, (j, w) in point.items()}
-        self._write({"t": round(now_s - self.t0, 4), "d": sample})
+        for device, (joules, watts) in point.items():
+            last = self._last.get(device)
+            if watts is None and last is not None and now_s > last[0]:
+                watts = (joules - last[1]) / (now_s - last[0])  # counter only: its average
+            self._last[device] = (now_s, joules)
+            if watts is not None:
+                self._peak[device] = max(self._peak.get(device, watts), watts)
+        due = self._written_s is None or now_s - self._written_s >= self.log_interval_s
+        if not (due or self._closing):
+            return
+        line = {d: [round(j, 4), _round(self._peak.get(d))] for d, (j, _w) in point.items()}
+        self._write({"t": round(now_s - self.t0, 4), "d": line})
+        self._written_s = now_s
+        self._peak.clear()
 
     def _write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -98,6 +124,7 @@ class RunMeter:
 
     def stop(self) -> None:
         """Last sample, thread stopped, readers closed, log closed."""
+        self._closing = True  # the meter's last sample is written
         if self._meter is not None:
             self._meter.stop()
             self._meter = None

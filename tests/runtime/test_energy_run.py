@@ -46,7 +46,9 @@ def _run(tmp_path: Path, watts: list[float], inject: list[str], steps: int = 20)
         run_id=run_id,
     )
     nvml = FakeNvml([FakeGpu(w) for w in watts])
-    config = RuntimeConfig(energy_interval_s=0.05, warm_standby=False, max_restarts=1)
+    config = RuntimeConfig(
+        energy_interval_s=0.05, energy_log_interval_s=0.25, warm_standby=False, max_restarts=1
+    )
     injections = [parse_injection(s, 1) for s in inject]
     agent = Agent(
         spec, injections, config, energy_readers=lambda: ([NvmlEnergyReader(nvml)], {"rapl": "x"})
@@ -71,6 +73,9 @@ def test_a_metered_run_charges_a_crash_to_its_causes(tmp_path: Path) -> None:
     assert energy["lost_j"]["redone"] > 0 and energy["steps"] == 20
     assert energy["tokens_per_joule"] == pytest.approx(1000 * 20 / energy["total_j"], rel=1e-3)
     assert json.loads((run_dir / "summary.json").read_text())["energy"] == energy
+    lines = (run_dir / "energy.jsonl").read_text().splitlines()
+    wall = summary["wall_s"]
+    assert len(lines) <= wall / 0.25 + 4 < energy["devices"]["gpu0"]["seconds"] / 0.05  # thinned
     shown = argosy("runs", "show", str(run_dir), "--no-plot")
     assert shown.returncode == 0, shown.stderr
     for text in ("energy", "J per step", "tokens per joule", "gpu0", "lost: redone"):
