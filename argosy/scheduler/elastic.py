@@ -188,10 +188,10 @@ def grow(sched, now: float) -> None:
 
 def _demand_to_leave(sched) -> dict[str, int]:
     """Devices growth leaves free per chip for pending work: all it asks for; under a
-    policy with reservations none, as admission has just started all pending work that
-    may start, and what the blocked heads will need is theirs at their reservations
-    (growth there is credited only until then: `_options`)."""
-    if sched.policy.reservations:
+    policy with reservations and an estimator none, as admission has just started all
+    pending work that may start, and what the blocked heads will need is theirs at their
+    reservations (growth there is credited only until then: `_options`)."""
+    if sched.policy.reservations and sched.estimator is not None:
         return {}
     return growth.pending_demand(sched)
 
