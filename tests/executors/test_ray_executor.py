@@ -345,7 +345,9 @@ def test_a_gang_that_loses_a_node_restarts_whole_from_its_newest_commit(
     after a commit; the raylet of the node lost earlier comes back (same label); the whole
     gang starts again on both nodes and every rank resumes from a committed step."""
     example = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
-    tiny = ["--steps", "60", "--ckpt-every", "2", "--dim", "16", "--layers", "1"]
+    # 30 steps of 0.2 s: the kill comes right after the step-6 commit, so the gang cannot
+    # end before it, and the restarted gang trains the rest (60 steps only made that longer)
+    tiny = ["--steps", "30", "--ckpt-every", "2", "--dim", "16", "--layers", "1"]
     tiny += ["--heads", "1", "--batch", "2", "--block", "8", "--step-sleep", "0.2"]
     for name in ("head", "worker"):  # the test before cordoned them
         client.post(f"/api/v1/nodes/{name}/uncordon")
