@@ -4,7 +4,8 @@
     argosy sim run --cluster h100:10000 --queues runs/t/queues.yaml \
         --trace runs/t/trace.jsonl --policy argosy --json
     argosy sim run ... --compare --plot runs/t/compare.png
-    argosy sim run ... --why          # where unallocated device-time went, per chip pool
+    argosy sim run ... --why          # where unallocated device-time went, per chip pool;
+                                      # reservations, backfills and resize churn
 
 Only typer and rich load at import time; the simulator is imported inside the commands
 (no torch, ray or fastapi anywhere on this path).
@@ -111,6 +112,8 @@ def run(
     if why:
         for r in public:
             console.print(_why_table(r))
+            if r.get("backfill", {}).get("estimates"):
+                console.print(_backfill_table(r))
 
 
 def _why_table(report: dict) -> Table:
@@ -123,6 +126,32 @@ def _why_table(report: dict) -> Table:
     for pool in idle:
         table.add_column(pool, justify="right")
     for row in format_rows(idle):
+        table.add_row(*row)
+    return table
+
+
+def _backfill_table(report: dict) -> Table:
+    """Reservations and backfills of a policy with reservations, the estimates' error and
+    the resize churn."""
+    b, churn = report["backfill"], report.get("resize_churn", {})
+    est = b["estimates"]
+    table = Table(title=f"{report['policy']}: reservations, backfill, resizes",
+                  header_style="bold")  # fmt: skip
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("workloads reserved / started", f"{b['reserved']} / {b['reserved_started']}"),
+        ("late vs promise p50 / p90 (s)", f"{b['late_p50_s']:.0f} / {b['late_p90_s']:.0f}"),
+        ("started ahead of a reservation (end before it)", str(b["backfilled"])),
+        ("started in a reservation's extra devices", str(b["in_extra"])),
+        ("shapes refused for their run time", str(b["refused"])),
+        ("gangs started on idle service guarantees", str(b["lent_starts"])),
+        ("run-time estimate error, median / p90",
+         f"{100 * est['median_abs_error']:.1f}% / {100 * est['p90_abs_error']:.1f}%"),
+        ("resizes per elastic job-day", f"{churn.get('resizes_per_job_day', 0.0):.2f}"),
+        ("resize stalls, share of device-time", f"{100 * churn.get('stall_share', 0.0):.2f}%"),
+    ]  # fmt: skip
+    for row in rows:
         table.add_row(*row)
     return table
 

@@ -180,6 +180,9 @@ def test_overview_queues_services_and_a_simulator_report(page, server, sim_repor
     page.wait_for_selector(".chart .uplot canvas")
     policies = page.inner_text("#sim-runs")
     assert all(p in policies for p in ("fifo", "quota", "argosy")), policies
+    assert "blocked whole" in page.inner_text("#sim-idle")  # where device-time idled
+    backfill = page.inner_text("#sim-backfill")  # reservations: argosy's column only
+    assert "workloads reserved" in backfill and "resizes per elastic job-day" in backfill
     shot(page, "sim-report")
 
 

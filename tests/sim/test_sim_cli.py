@@ -120,3 +120,15 @@ def test_plans_flag_is_checked_and_reaches_the_report(tmp_path):
         report = json.loads(out.stdout)
         assert report["plans"] == plans
         assert "planner cost model" in report["five_factor"]["single_chip_efficiency"]["how"]
+
+
+def test_why_prints_the_idle_split_and_the_reservations(tmp_path):
+    gen = argosy("sim", "generate", "--cluster", "h100:128", "--days", "0.5", "--load", "1.5",
+                 "--out", str(tmp_path))  # fmt: skip
+    assert gen.returncode == 0, gen.stderr
+    run = argosy("sim", "run", "--cluster", "h100:128", "--queues", str(tmp_path / "queues.yaml"),
+                 "--trace", str(tmp_path / "trace.jsonl"), "--why")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "where the device-time went" in run.stdout and "blocked_whole" in run.stdout
+    assert "reservations, backfill, resizes" in run.stdout
+    assert "workloads reserved / started" in run.stdout and "estimate error" in run.stdout

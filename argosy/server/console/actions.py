@@ -31,6 +31,8 @@ from argosy.server.console.simreports import (
     MAX_REPORT_BYTES,
     Owner,
     ReportError,
+    backfill_rows,
+    idle_rows,
     list_reports,
     load_report,
     report_owner,
@@ -214,7 +216,9 @@ async def sim_report(request: Request, name: str, who: Viewer, ctl: Ctl) -> HTML
         report = load_report(ctl.config.home / SIM_DIR, name)
     except ReportError as err:
         raise ConsoleError(str(err), 404) from err
-    return render(request, "sim_report.html", who, report=report, chart=report.chart_data())
+    return render(request, "sim_report.html", who, report=report, chart=report.chart_data(),
+                  idle=idle_rows(report.runs),
+                  backfill=backfill_rows(report.runs))  # fmt: skip
 
 
 def _job(ctl: Control, job_id: str) -> dict:

@@ -75,6 +75,60 @@ class Report:
         return {"policies": [r["policy"] for r in self.runs], "factors": factors, "jct": jct}
 
 
+IDLE = ("allocated", "down", "hot_spares", "blocked_frag", "blocked_whole", "growth_held",
+        "no_work")  # fmt: skip
+BACKFILL = (
+    ("reserved", "workloads reserved"),
+    ("reserved_started", "of them started"),
+    ("late_p50_s", "late vs promise, p50 (s)"),
+    ("late_p90_s", "late vs promise, p90 (s)"),
+    ("backfilled", "started ahead (end before)"),
+    ("in_extra", "started in the extra"),
+    ("refused", "shapes refused for run time"),
+    ("lent_starts", "gangs on idle guarantees"),
+)
+
+
+def idle_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Share of owned device-time per category (`argosy.sim.idle`), one value per run
+    (None where a run has no such split): where allocation went short, and why."""
+    rows = []
+    for k in IDLE:
+        values = [_num(((r.get("idle") or {}).get("all") or {}).get(k)) for r in runs]
+        if any(v is not None for v in values):
+            rows.append({"name": k.replace("_", " "), "values": values})
+    return rows
+
+
+def backfill_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reservations, backfills, lent guarantees, the estimates' error and resize churn,
+    one value per run (None where a run did not report it)."""
+    rows = []
+    for key, label in BACKFILL:
+        rows.append({"name": label, "values": [_num((r.get("backfill") or {}).get(key))
+                                               for r in runs]})  # fmt: skip
+    for key, label in (("median_abs_error", "estimate error, median"),
+                       ("p90_abs_error", "estimate error, p90")):  # fmt: skip
+        rows.append(
+            {
+                "name": label,
+                "values": [
+                    _num(((r.get("backfill") or {}).get("estimates") or {}).get(key)) for r in runs
+                ],
+            }
+        )
+    for key, label in (("resizes_per_job_day", "resizes per elastic job-day"),
+                       ("stall_share", "resize stalls, share of device-time")):  # fmt: skip
+        rows.append({"name": label, "values": [_num((r.get("resize_churn") or {}).get(key))
+                                               for r in runs]})  # fmt: skip
+    return [row for row in rows if any(v is not None for v in row["values"])]
+
+
+def _num(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
 def parse_report(name: str, data: Any) -> Report:
     if isinstance(data, dict) and "runs" in data:
         runs, ratios = data["runs"], data.get("ratios") or {}
