@@ -8,8 +8,12 @@ from argosy.server.console.simreports import backfill_rows, idle_rows
 NEW = {
     "policy": "argosy",
     "idle": {"all": {"allocated": 0.96, "blocked_whole": 0.021}},
-    "backfill": {"reserved": 12, "reserved_started": 11, "late_p50_s": 0.0,
-                 "estimates": {"median_abs_error": 0.081}},  # fmt: skip
+    "backfill": {
+        "reserved": 12,
+        "reserved_started": 11,
+        "late_p50_s": 0.0,
+        "estimates": {"median_abs_error": 0.081},
+    },  # fmt: skip
     "resize_churn": {"resizes_per_job_day": 2.5, "stall_share": 0.004},
 }
 OLD = {"policy": "quota", "idle": {"all": {"allocated": 0.98}}}
