@@ -118,6 +118,9 @@ class Memory(BaseModel):
     compiled_activations: float = Field(default=1.0, gt=0, le=1)
     """Share of the activation bytes still saved with `compile=1` (fused norms and MLP
     activation save their bf16 inputs only)."""
+    fp8_activations: float = Field(default=0.75, gt=0, le=1)
+    """Share of the activation bytes still saved with `fp8=1` (Transformer Engine keeps
+    fp8 GEMM inputs: about a quarter less)."""
     compiled_logits_bytes_per_vocab: float | None = None
     """Bytes per token and vocabulary entry at the loss with `compile=1` (default: as eager)."""
     reserve_fraction: float = Field(default=0.05, ge=0, lt=1)

@@ -80,6 +80,7 @@ def activation_bytes_per_layer(
     seq_len: int,
     accounting: str = "megatron",
     selective_kept: float = 1.0,
+    fp8_kept: float = 0.75,
 ) -> np.ndarray:
     """Activation bytes one layer keeps for one micro-batch on one device.
 
@@ -108,8 +109,8 @@ def activation_bytes_per_layer(
         total = 4 + attn + mlp
         nonpar_h, par_h = 10.0, total - 10.0
         per_token = h * (nonpar_h / sp_div + par_h / c.tp)
-    # fp8 GEMMs (Transformer Engine) keep their inputs in fp8: about a quarter less
-    per_token = per_token * np.where(c.fp8, 0.75, 1.0)
+    # fp8 GEMMs that keep their inputs in fp8 (Transformer Engine) save about a quarter
+    per_token = per_token * np.where(c.fp8, fp8_kept, 1.0)
     per_token = per_token * np.where(c.recompute == 1, selective_kept, 1.0)
     scores = 5.0 * model.heads * tokens * (seq_len / c.cp) / c.tp
     kept = tokens * per_token + np.where((c.recompute == 0) & ~c.flash, scores, 0.0)
@@ -141,7 +142,7 @@ def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profi
     optim = mem.optimizer_bytes * params / _sharded(profile, c, "optimizer")
     inflight = np.minimum(c.pp, nmb) * np.where(c.vpp > 1, 1 + (c.pp - 1) / (c.pp * c.vpp), 1.0)
     act_layer = activation_bytes_per_layer(
-        model, c, seq_len, mem.activations, profile.selective.kept
+        model, c, seq_len, mem.activations, profile.selective.kept, mem.fp8_activations
     )
     act_layer = act_layer * np.where(c.compile, mem.compiled_activations, 1.0)
     tokens = c.mbs * seq_len / c.cp
