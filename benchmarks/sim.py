@@ -48,7 +48,7 @@ from argosy.sim.generate import generate
 from argosy.sim.isolation import HealthPolicyIsolation, NoIsolation
 
 
-def _trace(spec: str, days: float, seed: int, stored: str | None = None):
+def _trace(spec: str, days: float, seed: int, stored: str | None = None, load: float = 1.0):
     """The cluster, a generated trace (or the one `argosy sim generate` wrote to the
     directory `stored`: a fixed trace that later generator changes do not move), and
     the seconds it took."""
@@ -63,7 +63,7 @@ def _trace(spec: str, days: float, seed: int, stored: str | None = None):
         gen = SimpleNamespace(records=read_trace(Path(stored) / "trace.jsonl").records,
                               queues=queues)  # fmt: skip
     else:
-        gen = generate(cluster, days, seed=seed)
+        gen = generate(cluster, days, seed=seed, load=load)
     return cluster, gen, time.perf_counter() - t0
 
 
@@ -142,10 +142,18 @@ def speed(args) -> dict:
         report = _run(cluster, gen, policy, args.seed)
         out[policy] = {"sim_wall_s": round(report["sim_wall_s"], 1),
                        "sim_cpu_s": round(time.process_time() - cpu, 1),
+                       "max_rss_gib": round(_max_rss_gib(), 2),
                        "cycles": report["cycles"], "faults": report["faults"],
                        "allocation_rate": round(report["allocation_rate"], 4)}  # fmt: skip
         print(json.dumps({policy: out[policy]}), flush=True)
     return out
+
+
+def _max_rss_gib() -> float:
+    """Peak resident memory of this process so far (the trace, the scheduler, the jobs)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def cycle(args) -> dict:
