@@ -7,7 +7,8 @@ row per node rank with that node's joules. `EnergyLedger.record_attempt` stores 
 per node: total joules (None where no meter read there, with the reason), productive
 joules, and when it ran (the attempt's end minus its wall time). Reads:
 
-- `job(job_id)`: the job's rows and sums;
+- `job(job_id)`: the job's rows and sums; `live_energy(run_dir)`: what a running
+  attempt's launcher has logged so far;
 - `fleet(now_s, window_s, buckets)`: sums over attempts that ended in the window, per node,
   and over time (each row's joules spread evenly over the time it ran), and the
   energy factor = productive (useful-work) IT joules / (IT joules x PUE), where PUE is the
@@ -23,11 +24,18 @@ Only measured rows enter the sums; `unmeasured` counts the others.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, select
 
+from argosy.core.confined import read_job_file, stat_job_file
+from argosy.runtime.energy import ENERGY_FILE
 from argosy.server.tables import energy
+
+TAIL_BYTES = 64 << 10
+"""How much of a running attempt's energy log `live_energy` reads: its end only."""
 
 Row = dict[str, Any]
 
@@ -93,6 +101,27 @@ class EnergyLedger:
             "how": "IT joules of productive steps (goodput's buckets) / (IT joules metered x "
             "PUE), over the attempts whose launchers metered energy",
         }
+
+
+def live_energy(run_dir: Path) -> Row | None:
+    """What a running attempt's launcher (node rank 0) has logged so far: the last line of
+    its `energy.jsonl` (the job writes it: read confined, the tail only), or None when it
+    has logged no sample (no meter reads there, or it has not started)."""
+    path = run_dir / ENERGY_FILE
+    st = stat_job_file(path)
+    if st is None:
+        return None
+    offset = max(0, st.st_size - TAIL_BYTES)
+    data = read_job_file(path, limit=TAIL_BYTES, offset=offset) or b""
+    for line in reversed(data.decode(errors="replace").splitlines()):
+        try:
+            record = json.loads(line)
+            joules = {str(d): float(v[0]) for d, v in record["d"].items()}
+            since = float(record["t"])
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            continue  # the header, a torn line, or one the job garbled
+        return {"seconds": since, "total_j": round(sum(joules.values()), 3), "devices": joules}
+    return None
 
 
 def attempt_rows(

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from argosy.server.api import COMMON, Ctl, Who
 from argosy.server.control import NotFoundError
+from argosy.server.energy import live_energy
+from argosy.server.schemas import ACTIVE
 from argosy.server.views import iso
 
 router = APIRouter(prefix="/api/v1", responses=COMMON)
@@ -78,6 +80,9 @@ class JobEnergy(EnergySums):
     runtime: dict[str, Any] | None
     """The latest attempt's summary `energy` section (joules per step, tokens per joule,
     watts per device, joules lost by cause), or None."""
+    live: dict[str, Any] | None
+    """A running job: joules its attempt's launcher (node rank 0) has metered so far
+    (`seconds` since its launch, `total_j`, per device); else None."""
 
 
 @router.get("/energy")
@@ -118,4 +123,6 @@ async def job_energy(job_id: str, ctl: Ctl, who: Who) -> JobEnergy:
         for r in data.pop("rows")
     ]
     runtime = (row.get("summary") or {}).get("energy")
-    return JobEnergy(**data, rows=rows, runtime=runtime if isinstance(runtime, dict) else None)
+    live = live_energy(ctl.run_dir(job_id)) if row["state"] in ACTIVE else None
+    runtime = runtime if isinstance(runtime, dict) else None
+    return JobEnergy(**data, rows=rows, runtime=runtime, live=live)

@@ -3,6 +3,7 @@ configured PUE), the overview's energy factor, and a job page's energy section."
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -83,3 +84,16 @@ def test_job_page_shows_its_energy(client) -> None:
     html = client.get(f"/jobs/{client.app.state.job_id}").text
     assert "Energy of the last attempt" in html
     assert "12.5" in html and "avg 300.0 W, peak 410.0 W" in html and "lost: redone" in html
+
+
+def test_a_running_jobs_page_shows_its_energy_so_far(client) -> None:
+    ctl = client.app.state.control
+    row, _ = ctl.store.insert_job({"name": "live", "queue": "default", "script": "x.py"}, now=0)
+    ctl.store.update_job(row["id"], {"state": "running"})
+    run_dir = ctl.run_dir(row["id"])
+    run_dir.mkdir(parents=True)
+    header = {"devices": {"gpu0": "counter"}, "unavailable": {}}
+    sample = {"t": 30.0, "d": {"gpu0": [4500.0, 150.0]}}
+    (run_dir / "energy.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(sample) + "\n")
+    html = client.get(f"/jobs/{row['id']}").text
+    assert re.search(r'id="energy-live">4500.0 J in 30 s', html), html[:2000]

@@ -12,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from server_helpers import fast_config, job_body, wait_for
 
+from argosy.executors.base import NodeInfo
+from argosy.executors.fake import FakeExecutor
 from argosy.server.app import create_app
-from argosy.server.energy import EnergyLedger, attempt_rows, spread
+from argosy.server.config import ServerConfig
+from argosy.server.energy import EnergyLedger, attempt_rows, live_energy, spread
 from argosy.server.store import Store
 from argosy.server.summaries import settle_summary, stamp_attempt
 
@@ -166,3 +169,42 @@ def test_a_multi_node_attempt_keeps_each_nodes_joules(tmp_path: Path) -> None:
         ("b", None, None),
     ]
     assert "not measured: rapl: no powercap" in rows[1]["detail"]
+
+
+def _log(run_dir: Path, *records: object, torn: str = "") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r) + "\n" for r in records) + torn
+    (run_dir / "energy.jsonl").write_text(text)
+
+
+HEADER = {"devices": {"gpu0": "counter", "gpu1": "counter"}, "unavailable": {}}
+
+
+def test_live_energy_is_the_last_line_logged(tmp_path: Path) -> None:
+    line = {"t": 12.5, "d": {"gpu0": [300.0, 210.0], "gpu1": [100.0, None]}}
+    _log(tmp_path / "a", HEADER, {"t": 2.0, "d": {"gpu0": [10.0, 1.0]}}, line, torn='{"t": 13')
+    assert live_energy(tmp_path / "a") == {
+        "seconds": 12.5,
+        "total_j": 400.0,
+        "devices": {"gpu0": 300.0, "gpu1": 100.0},
+    }
+    _log(tmp_path / "b", HEADER)
+    assert live_energy(tmp_path / "b") is None  # nothing sampled yet
+    assert live_energy(tmp_path / "absent") is None
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "energy.jsonl").symlink_to(tmp_path / "a" / "energy.jsonl")
+    assert live_energy(tmp_path / "c") is None  # a link the job planted is not followed
+
+
+def test_a_running_job_shows_its_energy_so_far(tmp_path: Path) -> None:
+    config = ServerConfig(home=tmp_path / "home", cycle_interval_s=0.2)
+    with TestClient(create_app(config, FakeExecutor([NodeInfo("n0", "cpu", 4)]))) as client:
+        token = (tmp_path / "home" / "admin.token").read_text().strip()
+        client.headers["Authorization"] = f"Bearer {token}"
+        ctl = client.app.state.control
+        row, _ = ctl.store.insert_job({"name": "r", "queue": "default", "script": "x.py"}, now=0)
+        ctl.store.update_job(row["id"], {"state": "running"})
+        _log(ctl.run_dir(row["id"]), HEADER, {"t": 4.0, "d": {"gpu0": [800.0, 200.0]}})
+        body = client.get(f"/api/v1/jobs/{row['id']}/energy").json()
+        assert body["live"] == {"seconds": 4.0, "total_j": 800.0, "devices": {"gpu0": 800.0}}
+        assert body["rows"] == [] and body["total_j"] is None

@@ -36,6 +36,7 @@ from argosy.server.console.runlog import RunLogs
 from argosy.server.console.timeline import job_story
 from argosy.server.console.web import ConsoleError, ConsoleRoute, Ctl, Viewer, is_htmx, render
 from argosy.server.control import NotFoundError
+from argosy.server.energy import live_energy
 from argosy.server.schemas import ACTIVE
 from argosy.server.views import (
     latest_rank_log,
@@ -153,7 +154,15 @@ def job_context(ctl: Ctl, job_id: str, logs: RunLogs) -> dict:
     chart = {"step": story.steps, "loss": story.losses}
     waiting = pending_wait(ctl, row) if row["state"] == "pending" else ""
     active = row["state"] in ACTIVE
-    return {"job": row, "story": story, "chart": chart, "active": active, "waiting": waiting}
+    live_j = live_energy(ctl.run_dir(job_id)) if active else None
+    return {
+        "job": row,
+        "story": story,
+        "chart": chart,
+        "active": active,
+        "waiting": waiting,
+        "live_energy": live_j,
+    }
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
