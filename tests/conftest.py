@@ -51,6 +51,13 @@ SHARED_SETUP = frozenset(
 """Test modules whose module- or session-scoped fixtures start processes, load a model or
 run a long computation; add a module here when it gains such a fixture."""
 
+SHARED_TOGETHER = {
+    "tests/executors/test_ray_executor.py": "tests/executors (the session's Ray cluster)",
+    "tests/executors/test_ray_fake.py": "tests/executors (the session's Ray cluster)",
+}
+"""Modules of SHARED_SETUP that share a session-scoped fixture: one unit of work for all
+modules under the same name, so the fixture starts once (tests/executors/conftest.py)."""
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -89,6 +96,8 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
     class SharedSetupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if module in SHARED_TOGETHER:
+                return SHARED_TOGETHER[module]
             return module if module in SHARED_SETUP else nodeid
 
     return SharedSetupScheduling(config, log)

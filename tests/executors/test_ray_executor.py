@@ -8,8 +8,8 @@ server answers at once while Ray waits for resources; every end of an attempt (s
 failure, cancel, a stop before Ray placed it) leaves no placement group or actor behind,
 and a restarted server removes the ones nobody adopted.
 
-One cluster for the module (Ray's start-up is the expensive part); the node-loss test
-kills the worker, so it runs last.
+One cluster for the session (Ray's start-up is the expensive part; conftest.py); the
+node-loss tests kill nodes, so they run last, and start the worker again.
 """
 
 from __future__ import annotations
@@ -33,13 +33,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    c = RayCluster(tmp_path_factory.mktemp("ray"))
-    yield c
-    import ray
-
-    ray.shutdown()
-    c.stop()
+def cluster(ray_cluster: RayCluster) -> RayCluster:
+    """The session's cluster (conftest.py), shared with test_ray_fake.py's real harness."""
+    return ray_cluster
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -249,13 +249,9 @@ def make_ghost(ray: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    c = RayCluster(tmp_path_factory.mktemp("ray"))
-    yield c
-    import ray
-
-    ray.shutdown()
-    c.stop()
+def real_cluster(ray_cluster: RayCluster) -> RayCluster:
+    """The session's cluster (conftest.py), shared with test_ray_executor.py."""
+    return ray_cluster
 
 
 @pytest.fixture(
