@@ -3,6 +3,7 @@
     python benchmarks/emit_check.py --install      # frameworks into the cache (once)
     python benchmarks/emit_check.py                # the matrix; table; JSON in the cache
     python benchmarks/emit_check.py --golden       # also rewrite tests/planner/golden/emitted
+    python benchmarks/emit_check.py --before REF   # the same plans through REF's emitters
 
 The frameworks live in a cache outside the repository (default
 ~/.cache/argosy/emit_check): torchtitan 0.3.0 and DeepSpeed 0.19.8 from PyPI with
@@ -113,8 +114,9 @@ def _archive(git_dir: str | None, ref: str, paths: list[str], dest: Path) -> Non
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
 
 
-def build_matrix() -> tuple[list[dict], list[dict]]:
-    """(rows for every plan: emitted or refused; worker items per emitter)."""
+def build_matrix(before: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """(rows for every plan: emitted or refused; worker items per emitter); `before`
+    holds an earlier revision's emitters to feed the same plans through instead."""
     rows: list[dict] = []
     for model_name, cluster_name in CASES:
         model, cluster = load_model(model_name), load_cluster(cluster_name)
@@ -123,7 +125,11 @@ def build_matrix() -> tuple[list[dict], list[dict]]:
             result = run_plan(model, cluster, SEQ_LEN, GLOBAL_BATCH, TOP, framework=fw)
             for rank, entry in enumerate(_options(result["plans"])):
                 base = {"case": f"{model_name}/{cluster_name}", "emitter": emitter, "rank": rank}
-                rows.append({**base, **_emit_row(emitter, result, entry, model, cluster)})
+                if before is None:
+                    row = _emit_row(emitter, result, entry, model, cluster)
+                else:
+                    row = _emit_before(before, emitter, entry, model, cluster)
+                rows.append({**base, **row})
             if not result["plans"]:
                 rows.append(
                     {
@@ -153,6 +159,39 @@ def _options(plans: list[dict]) -> list[dict]:
                 seen.add(key)
                 out.append({"parallel": parallel})
     return out
+
+
+def load_before(ref: str) -> dict:
+    """The emitters of `ref`'s argosy/planner/emit.py (for a before/after run)."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{ref}:argosy/planner/emit.py"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    namespace: dict = {"__name__": "emit_before"}
+    exec(compile(source, f"{ref}:argosy/planner/emit.py", "exec"), namespace)  # noqa: S102
+    return {name: namespace["emitters"].get(name) for name in _FRAMEWORKS}
+
+
+_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+
+
+def _emit_before(before: dict, emitter: str, entry: dict, model, cluster) -> dict:
+    """An earlier revision's output for the plan (no refusals, no read-back); a TOML file
+    goes to torchtitan as `--job.config_file`, which is how that revision was launched."""
+    row = {"parallel": entry["parallel"], "devices": cluster.num_devices}
+    if entry.get("groups"):
+        return {**row, "status": "bundle", "text": "{}"}
+    plan = Parallel(**entry["parallel"])
+    text = before[emitter](plan, model, seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
+    if emitter == "torchtitan":
+        path = Path(tempfile.mkdtemp()) / "job.toml"
+        path.write_text(text)
+        text = f"--job.config_file {path}"
+    want = expected(plan, GLOBAL_BATCH, framework_of(emitter)).as_dict()
+    shape = {"layers": model.layers, "hidden": model.hidden, "heads": model.heads}
+    shape["experts"] = model.experts
+    return {**row, "status": "emitted", "text": text, "want": want, "shape": shape,
+            "own_mismatches": []}  # fmt: skip
 
 
 def _emit_row(emitter: str, result: dict, entry: dict, model, cluster) -> dict:
@@ -346,20 +385,21 @@ def main() -> None:
     ap.add_argument("--megatron-git", help="git directory of NVIDIA/Megatron-LM")
     ap.add_argument("--mds-git", help="git directory of deepspeedai/Megatron-DeepSpeed")
     ap.add_argument("--golden", action="store_true", help="rewrite the golden files")
+    ap.add_argument("--before", metavar="REF", help="feed the plans through REF's emitters")
     args = ap.parse_args()
     if args.install:
         install(args.cache, args.megatron_git, args.mds_git)
         return
     started = time.perf_counter()
-    rows, items = build_matrix()
+    rows, items = build_matrix(load_before(args.before) if args.before else None)
     verdicts = run_workers(args.cache, items)
     lines = score(rows, items, verdicts)
-    bundles = check_bundles(rows)
+    bundles = [] if args.before else check_bundles(rows)
     own = sum(len(r["own_mismatches"]) for r in items)
     text = report(lines, bundles, versions(args.cache), time.perf_counter() - started)
     print(text + f"\nargosy read-back mismatches: {own}")
     (args.cache / "results.json").write_text(json.dumps({"lines": lines, "rows": rows}))
-    if args.golden:
+    if args.golden and not args.before:
         print(f"golden files written: {write_golden(rows, items, verdicts)}")
 
 

@@ -210,7 +210,10 @@ def deepspeed(items: list[dict]) -> dict:
         tokens = shlex.split(" ".join(doc.pop("megatron_deepspeed_args")))
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(doc, f)
-        tokens[tokens.index("--deepspeed_config") + 1] = f.name
+        if "--deepspeed_config" in tokens:
+            tokens[tokens.index("--deepspeed_config") + 1] = f.name
+        else:  # an emitter that left the launcher's DeepSpeed flags to the user
+            tokens += ["--deepspeed", "--deepspeed_config", f.name]
         os.environ.update(WORLD_SIZE=str(item["devices"]), RANK="0", LOCAL_RANK="0")
         sys.argv = ["pretrain_gpt.py", *tokens, *MDS_USER_ARGS]
         try:
