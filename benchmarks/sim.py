@@ -334,6 +334,10 @@ class _DailyIdle:
                 self.days[day][c][k] += v - before[c][k]
         self.t += step_s
 
+    @property
+    def seconds(self) -> dict:
+        return self.inner.seconds
+
     def report(self) -> dict:
         out = self.inner.report()
         out["_days"] = self.days

@@ -190,6 +190,12 @@ def _table(reports: list[dict]) -> Table:
         ("rejected at submission", lambda r: str(r["rejected"])),
         *[(f"x {name.replace('_', ' ')} (factor)", _factor(name)) for name in FACTORS],
         ("five-factor product", lambda r: f"{r['five_factor']['product']['value']:.3f}"),
+        (
+            "energy factor (useful IT / IT x PUE)",
+            lambda r: f"{r['five_factor']['energy_efficiency']['value']:.3f}",
+        ),
+        ("facility energy (MWh)", lambda r: f"{r['energy']['facility_energy_mwh']:.1f}"),
+        ("energy per delivered PFLOP (J)", lambda r: f"{r['energy']['joules_per_pflop']:.0f}"),
         ("sim wall (s)", lambda r: f"{r['sim_wall_s']:.1f}"),
     ]
     for name, cell in rows:

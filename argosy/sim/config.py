@@ -60,6 +60,9 @@ class SimConfig(BaseModel):
     broken one (slow; for tests and debugging)."""
     pue: float = Field(default=1.2, ge=1)
     """Facility PUE for the energy factor (assumed; not simulated)."""
+    idle_power_fraction: float = Field(default=0.1, ge=0, le=1)
+    """Share of its board power (`tdp_w`) an unallocated device draws (assumption: an
+    idle H100 SXM draws about 70 W of its 700 W); `argosy.sim.energy`."""
     plans: Literal["planner", "stock"] = "planner"
     """Which parallel plans jobs run: `planner`: argosy runs the planner's plan for the
     chips it placed a job on and the baselines the framework's stock plan; `stock`: every

@@ -32,6 +32,7 @@ from argosy.scheduler.queues import QueueTree
 from argosy.scheduler.speed import relative_speed
 from argosy.scheduler.workload import KINDS, TRAINING_KINDS, State, Workload
 from argosy.sim.config import SimConfig
+from argosy.sim.energy import energy_report
 from argosy.sim.estimates import SimEstimator
 from argosy.sim.faults import FaultModel
 from argosy.sim.idle import IdleBreakdown
@@ -169,7 +170,9 @@ class Simulation:
                  if self.cycle_wall else 0.0, "cycles": len(self.cycle_wall),
                  "horizon_days": self.horizon / 86400, "_ledger": self.ledger,
                  "plans": "stock" if self.ledger.stock else "planner",
-                 "idle": self.idle.report(), "backfill": self._backfill_report()}  # fmt: skip
+                 "idle": self.idle.report(), "backfill": self._backfill_report(),
+                 "energy": energy_report(self.idle.seconds, self.ledger, pue=self.cfg.pue,
+                                         idle_fraction=self.cfg.idle_power_fraction)}  # fmt: skip
         return report(self.acc, policy=self.policy.name, wall_s=time.perf_counter() - wall,
                       extra=extra)  # fmt: skip
 

@@ -120,11 +120,17 @@ def five_factor(acc: Accounting, useful_rate: float, ett: float, extra: dict) ->
     values = ledger.factors() if ledger is not None else dict.fromkeys(_HOW, 0.0)
     plans = "stock plans for every policy" if extra.get("plans") == "stock" else (
         "argosy jobs run the planner's plan, baseline jobs the stock plan")  # fmt: skip
+    energy = extra.get("energy")
+    if energy is None:
+        value, how = 1 / pue, f"1/PUE with PUE={pue} (assumed; a facility figure)"
+    else:
+        value = energy["useful_share"] / pue
+        how = (f"IT energy of productive device-time / (IT energy x PUE {pue}); power: "
+               f"{energy['how']}")  # fmt: skip
     out = {
         "energy_efficiency": {
-            "value": 1 / pue,
-            "how": f"1/PUE with PUE={pue} (assumed; a facility figure, not simulated, not in "
-            "the product, which counts FLOPs)",
+            "value": value,
+            "how": how + " (not in the product, which counts FLOPs)",
         },
     }
     for name, how in _HOW.items():
