@@ -52,11 +52,12 @@ SHARED_SETUP = frozenset(
 run a long computation; add a module here when it gains such a fixture."""
 
 SHARED_TOGETHER = {
-    "tests/executors/test_ray_executor.py": "tests/executors (the session's Ray cluster)",
-    "tests/executors/test_ray_fake.py": "tests/executors (the session's Ray cluster)",
+    "tests/executors/test_ray_executor.py": "tests/executors (one Ray cluster)",
+    "tests/executors/test_ray_fake.py": "tests/executors (one Ray cluster)",
 }
-"""Modules of SHARED_SETUP that share a session-scoped fixture: one unit of work for all
-modules under the same name, so the fixture starts once (tests/executors/conftest.py)."""
+"""Modules of SHARED_SETUP that share one process or cluster (tests/executors/conftest.py):
+one unit of work for all modules under the same name, run in a row on one worker, so it
+starts once."""
 
 
 @pytest.hookimpl(trylast=True)

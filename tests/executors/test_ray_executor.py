@@ -8,8 +8,8 @@ server answers at once while Ray waits for resources; every end of an attempt (s
 failure, cancel, a stop before Ray placed it) leaves no placement group or actor behind,
 and a restarted server removes the ones nobody adopted.
 
-One cluster for the session (Ray's start-up is the expensive part; conftest.py); the
-node-loss tests kill nodes, so they run last, and start the worker again.
+One cluster for this module and test_ray_fake.py (Ray's start-up is the expensive part;
+conftest.py); the node-loss tests kill nodes, so they run last, and start the worker again.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def cluster(ray_cluster: RayCluster) -> RayCluster:
-    """The session's cluster (conftest.py), shared with test_ray_fake.py's real harness."""
+    """The cluster shared with test_ray_fake.py's real harness (conftest.py)."""
     return ray_cluster
 
 

@@ -250,7 +250,7 @@ def make_ghost(ray: Any) -> None:
 
 @pytest.fixture(scope="module")
 def real_cluster(ray_cluster: RayCluster) -> RayCluster:
-    """The session's cluster (conftest.py), shared with test_ray_executor.py."""
+    """The cluster shared with test_ray_executor.py (conftest.py)."""
     return ray_cluster
 
 
