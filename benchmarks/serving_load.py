@@ -19,6 +19,11 @@ streamed and the stream errors, then the ratio of each route's p99 to `before`'s
 `/health` p99 < 50 ms at 64 and 128 clients. The clients and the prober share one event
 loop in this process (httpx, asyncio); this 2-core VM is shared, so read medians and
 ratios.
+
+`--big` first sends each peer a 4 MB and a 10 MB prompt (one at a time, no other load),
+timing the answer (this server: 413 from the body limit) and a `/v1/models` request sent
+0.2 s into each, and reads the serving processes' RSS (HTTP process plus worker) before
+and 2 s after.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -88,7 +94,7 @@ def _server(pythonpath: Path):
                 if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
                     break
             time.sleep(0.5)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:
@@ -163,6 +169,41 @@ async def _load(url: str, clients: int, warmup_s: float, seconds: float) -> dict
     return {**probed, "chunks_per_s": streamed / seconds, "stream_errors": out["errors"]}
 
 
+def _big_bodies(url: str, pid: int) -> dict:
+    """Seconds to answer a 4 MB and a 10 MB prompt (a 400 or 413 on this server), a
+    `/v1/models` probe during each, and the serving processes' RSS before and after."""
+    from argosy.serving.memory import rss_bytes
+
+    def rss() -> int:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return rss_bytes(pid) + sum(rss_bytes(int(c)) for c in children)
+
+    out: dict = {"rss_before_mib": rss() / 2**20}
+    for mb in (4, 10):
+        body = {"model": MODEL, "prompt": "word " * (mb * 2**20 // 5), "max_tokens": 1}
+        probe: dict = {}
+
+        def models(probe: dict = probe) -> None:
+            time.sleep(0.2)
+            start = time.perf_counter()
+            httpx.get(f"{url}/v1/models", timeout=60)
+            probe["s"] = time.perf_counter() - start
+
+        side = threading.Thread(target=models)
+        side.start()
+        start = time.perf_counter()
+        try:
+            status = httpx.post(f"{url}/v1/completions", json=body, timeout=120).status_code
+        except httpx.HTTPError:
+            status = 0
+        out[f"{mb}mb"] = {"status": status, "seconds": time.perf_counter() - start}
+        side.join()
+        out[f"{mb}mb"]["models_probe_s"] = probe.get("s")
+    time.sleep(2)
+    out["rss_after_mib"] = rss() / 2**20
+    return out
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -201,13 +242,18 @@ def main() -> None:
     parser.add_argument("--base", default="348258f", help="commit of the `before` peer")
     parser.add_argument("--peers", default="before,argosy", help="comma-separated")
     parser.add_argument("--json", help="write the samples here")
+    parser.add_argument("--big", action="store_true", help="also 4 and 10 MB prompts, RSS")
     args = parser.parse_args()
     paths = {"argosy": ROOT}
     if "before" in args.peers:
         paths["before"] = _extract(args.base)
     rows: dict[str, dict[int, dict]] = defaultdict(dict)
+    big: dict[str, dict] = {}
     for peer in args.peers.split(","):
-        with _server(paths[peer]) as url:
+        with _server(paths[peer]) as (url, pid):
+            if args.big:
+                big[peer] = _big_bodies(url, pid)
+                print(f"{peer} big prompts: {big[peer]}", flush=True)
             for n in (int(c) for c in args.clients.split(",")):
                 rows[peer][n] = asyncio.run(_load(url, n, args.warmup, args.seconds))
                 health = rows[peer][n]["samples"].get("/health", [])
@@ -217,7 +263,7 @@ def main() -> None:
     if "before" in paths:
         shutil.rmtree(paths["before"], ignore_errors=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows))
+        Path(args.json).write_text(json.dumps({"load": rows, "big": big}))
 
 
 if __name__ == "__main__":
