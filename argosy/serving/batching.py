@@ -3,8 +3,9 @@
 Each request is a `Decoder` (its tokens, sampling state and KV cache). The loop, on its own
 thread, repeats:
 1. admit waiting requests (up to `max_batch_size` running): the newcomers' prompts are
-   prefilled in one left-padded pass (one alone when it comes alone), which gives their
-   first tokens at once (time to first token does not wait for a batch to end);
+   prefilled in one left-padded pass (one alone when it comes alone; identical prompts,
+   such as the `n` choices of one request, computed once and their cache copied), which
+   gives their first tokens at once (time to first token does not wait for a batch to end);
 2. drop finished and cancelled requests;
 3. decode one step for everyone: with one request running it takes that request's own
    step, speculative drafts included; with several, each request offers a draft (its own
@@ -123,6 +124,8 @@ class BatchLoop:
         self.batched_tokens = 0
         self.verify_steps = 0
         self.compactions = 0
+        self.prefilled_rows = 0
+        """Prompt rows computed by joint prefills (identical prompts count once)."""
         self._cache: Any = None  # the batched cache while two or more rows run
         self._mask: torch.Tensor | None = None
         self._lengths: list[int] = []
@@ -232,21 +235,27 @@ class BatchLoop:
             self.rows.remove(slot)
 
     def _prefill_together(self, slots: list[Slot]) -> None:
-        """One left-padded forward pass over the newcomers' prompts; each gets its own cache."""
-        prompts = [slot.decoder.tokens for slot in slots]
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        """One left-padded forward pass over the newcomers' distinct prompts (the `n`
+        choices of one request share theirs: it is computed once); each newcomer gets its
+        own copy of its prompt's cache."""
+        prompts = [tuple(slot.decoder.tokens) for slot in slots]
+        unique = list(dict.fromkeys(prompts))
+        row_of = {prompt: i for i, prompt in enumerate(unique)}
+        width = max(len(p) for p in unique)
+        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in unique])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in unique])
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         cache = self.make_cache([])
         logits = self.batched_forward(ids, cache, mask, positions, 1)[:, -1]
-        for i, slot in enumerate(slots):
-            start = width - len(prompts[i])
+        self.prefilled_rows += len(unique)
+        for slot, prompt in zip(slots, prompts, strict=True):
+            row = row_of[prompt]
+            start = width - len(prompt)
             layers = [
-                (_row(lay.keys, i, start), _row(lay.values, i, start)) for lay in cache.layers
+                (_row(lay.keys, row, start), _row(lay.values, row, start)) for lay in cache.layers
             ]
             slot.decoder.cache = self.make_cache(layers)
-            self._deliver(slot, slot.decoder.first(logits[i : i + 1]))
+            self._deliver(slot, slot.decoder.first(logits[row : row + 1]))
 
     def _drop_done(self) -> None:
         keep = [i for i, slot in enumerate(self.rows) if not (slot.done or slot.cancelled)]
