@@ -57,8 +57,8 @@ def test_probes_answer_while_every_stream_and_the_tokenizer_are_held():
     limits = ServingLimits(max_pending_requests=200, tokenize_threads=2)
     with served(build_app(engine, MODEL, limits=limits)) as url:
         results = {}
-        threads = _open_streams(url, 96, results)  # more than any shared pool would hold
-        _wait_for(lambda: engine.started == 96)
+        threads = _open_streams(url, 72, results)  # more than any shared pool held
+        _wait_for(lambda: engine.started == 72)
         engine.hold_tokenizer = True  # and the tokenizer threads are stuck too
         stuck = [
             threading.Thread(
@@ -71,11 +71,11 @@ def test_probes_answer_while_every_stream_and_the_tokenizer_are_held():
         ]
         for thread in stuck:
             thread.start()
-        _wait_for(lambda: engine.encoded >= 96 + 2)
+        _wait_for(lambda: engine.encoded >= 72 + 2)
         for path in PROBES:
             resp = httpx.get(f"{url}{path}", timeout=5)  # a stall here would time out
             assert resp.status_code == 200, (path, resp.text)
-        assert httpx.get(f"{url}/health", timeout=5).json()["in_flight"] >= 96
+        assert httpx.get(f"{url}/health", timeout=5).json()["in_flight"] >= 72
         assert "argosy_serving_http_in_flight" in httpx.get(f"{url}/metrics", timeout=5).text
         engine.tokenizer_gate.set()
         engine.gate.set()
