@@ -80,6 +80,7 @@ PIP = {
         "dill",
         "xxhash",
         "pyarrow",
+        "torchao",
     ],
     "extra3": ["hjson", "ninja", "py-cpuinfo", "msgpack", "nvidia-ml-py"],
 }
@@ -347,7 +348,7 @@ def versions(cache: Path) -> dict[str, str]:
     found = {}
     for dist in sorted(cache.glob("*/*.dist-info")):
         name, _, version = dist.name.removesuffix(".dist-info").rpartition("-")
-        if name in ("torchtitan", "deepspeed", "triton", "tyro", "torchdata"):
+        if name in ("torchtitan", "deepspeed", "triton", "tyro", "torchdata", "torchao"):
             found[name] = version
     import torch
 

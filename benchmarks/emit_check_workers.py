@@ -14,7 +14,8 @@ What runs, per framework:
   included), on a node that reports an H100 (compute capability 9.0) with Transformer
   Engine's fused RoPE present; the interleaved schedule's micro-batch check, which runs at
   the first step, is restated from core/pipeline_parallel/schedules.py.
-- torchtitan 0.3: `ConfigManager().parse_args` (tyro and the Trainer config's checks),
+- torchtitan 0.3 (capability queries answered as an H100, SM 9.0, for Float8):
+  `ConfigManager().parse_args` (tyro and the Trainer config's checks),
   `ParallelDims` (degrees against the world size), the pipeline stage count
   (`_get_pipeline_metadata`, `_generate_llm_fqn_per_model_part`); the schedule's
   micro-batch rules are restated from torch.distributed.pipelining.
@@ -133,10 +134,16 @@ def _megatron_parsed(args) -> dict:
 
 
 def torchtitan(items: list[dict]) -> dict:
+    import torchtitan.components.quantization.float8 as float8
+    import torchtitan.tools.utils as tools
     from torchtitan.config.manager import ConfigManager
     from torchtitan.distributed import pipeline_parallel as pipe
     from torchtitan.distributed.parallel_dims import ParallelDims
 
+    def h100(major: int, minor: int) -> bool:  # the node the config is for: SM 9.0
+        return (major, minor) <= (9, 0)
+
+    tools.has_cuda_capability = float8.has_cuda_capability = h100
     out = {}
     for item in items:
         _, tokens = _split(item["text"])

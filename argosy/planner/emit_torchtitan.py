@@ -22,33 +22,16 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass
 
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Parallel
 from argosy.planner.readback import EmitRefusedError, Semantics
-from argosy.planner.support import refusal, stage_cut
+from argosy.planner.support import TORCHTITAN_REGISTRY as REGISTRY
+from argosy.planner.support import Entry, refusal, stage_cut
 
 FRAMEWORK = "torchtitan"
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A torchtitan config-registry function and what it fixes."""
-
-    module: str
-    config: str
-    layers: int
-    fp8: bool = False
-
-
-# torchtitan 0.3.0 torchtitan/models/*/config_registry.py
-REGISTRY = {
-    "llama3-8b": Entry("llama3", "llama3_8b", 32),
-    "llama3-70b": Entry("llama3", "llama3_70b", 80),
-    "llama3-405b": Entry("llama3", "llama3_405b", 126, fp8=True),
-    "deepseek-v3-like": Entry("deepseek_v3", "deepseek_v3_671b", 61),
-}
 AC = {"none": "none", "selective": "selective", "full": "full"}
 
 
@@ -98,8 +81,8 @@ def torchtitan(p: Parallel, model: ModelSpec, *, seq_len: int, global_batch: int
             f"--parallelism.fsdp-reshard-after-forward {'never' if p.zero == 2 else 'always'}"
         )
     opts.append("--compile.enable" if p.compile else "--compile.no-enable")
-    if p.tp > 1 and p.compile:
-        opts.append("--compile.enable-async-tensor-parallel")
+    async_tp = p.tp > 1 and p.compile  # async TP needs compile; registry configs may set it
+    opts.append(f"--compile.{'' if async_tp else 'no-'}enable-async-tensor-parallel")
     if p.pp > 1 or p.ep > 1:  # torchtitan refuses CUDA graphs under PP and blocking EP
         opts.append("--training.disable-cuda-graphs")
     opts.append(f"activation-checkpoint:{AC[p.recompute]}")

@@ -20,7 +20,7 @@ from argosy.planner.frameworks import Profile, Scales, load_framework
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates, Parallel
 from argosy.planner.space import enumerate_space
-from argosy.planner.support import supported
+from argosy.planner.support import fixed_fields, supported
 
 
 @dataclass
@@ -67,6 +67,7 @@ def search_group(
     hw = Hardware.of(group, constants)
     if not fw.context_parallel:
         fixed = {**(fixed or {}), "cp": 1}
+    fixed = {**fixed_fields(fw.name, model), **(fixed or {})}
     cands = enumerate_space(
         model, devices, hw.domain_size, seq_len, samples, fixed, exact_batch,
         flash_default=fw.flash_attention, interleaved=fw.interleaved_pipeline,

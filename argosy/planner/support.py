@@ -3,7 +3,9 @@
 Contract: `refusal(framework, plan, model, samples)` returns why `framework` cannot run
 `plan` for `samples` sequences per step (None when it can); `supported(framework, cands,
 model, samples)` is the same rule as a boolean mask over many candidates, so the search
-ranks unsupported plans out under that framework's profile. Every rule names the code
+ranks unsupported plans out under that framework's profile; `fixed_fields(framework,
+model)` are plan fields the framework fixes for a model (torchtitan's registry config
+trains Llama 3 405B in Float8), which the search pins. Every rule names the code
 that enforces it in the framework (read in the releases benchmarks/emit_check.py runs):
 
 - Megatron-Core (0.16-0.19) interleaved schedule (`schedules.py`,
@@ -21,6 +23,7 @@ that enforces it in the framework (read in the releases benchmarks/emit_check.py
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +31,34 @@ from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates, Parallel
 
 MEGATRON = ("megatron-core", "megatron-lm")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A torchtitan config-registry function and what it fixes."""
+
+    module: str
+    config: str
+    layers: int
+    fp8: bool = False
+
+
+# torchtitan 0.3.0 torchtitan/models/*/config_registry.py
+TORCHTITAN_REGISTRY = {
+    "llama3-8b": Entry("llama3", "llama3_8b", 32),
+    "llama3-70b": Entry("llama3", "llama3_70b", 80),
+    "llama3-405b": Entry("llama3", "llama3_405b", 126, fp8=True),
+    "deepseek-v3-like": Entry("deepseek_v3", "deepseek_v3_671b", 61),
+}
+
+
+def fixed_fields(framework: str, model: ModelSpec) -> dict[str, object]:
+    """Plan fields a framework fixes for a model: torchtitan's registry config for Llama 3
+    405B trains in Float8, so its plans are priced (and emitted) with fp8."""
+    entry = TORCHTITAN_REGISTRY.get(model.name) if framework == "torchtitan" else None
+    if entry is not None and entry.layers == model.layers and entry.fp8:
+        return {"fp8": True}
+    return {}
 
 
 def stage_cut(layers: int, stages: int) -> tuple[int, int, int] | None:

@@ -147,3 +147,20 @@ def test_refusals_name_the_framework_rule() -> None:
         emitters.get("torchtitan")(
             Parallel(dp=8), load_model("mixtral-8x7b"), seq_len=4096, global_batch=64
         )
+
+
+def test_torchtitan_prices_405b_in_the_precision_its_registry_trains() -> None:
+    from argosy.hardware.loader import load_cluster
+    from argosy.planner.search import search_group
+
+    model = load_model("llama3-405b")
+    group = load_cluster("h100:512").groups[0]
+    ranked = search_group(model, group, 8192, 256, framework="torchtitan")
+    assert len(ranked) and all(ranked.plan(r).fp8 for r in range(min(5, len(ranked))))
+    best = ranked.plan(0)
+    text = emitters.get("torchtitan")(best, model, seq_len=8192, global_batch=256)
+    assert "--config llama3_405b" in text
+    with pytest.raises(EmitRefusedError, match="trains in fp8"):
+        emitters.get("torchtitan")(
+            Parallel(**{**best.as_dict(), "fp8": False}), model, seq_len=8192, global_batch=256
+        )
