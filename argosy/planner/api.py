@@ -39,6 +39,7 @@ from argosy.planner.search import (
     search_group,
     smallest_fix,
 )
+from argosy.planner.support import refusal
 
 
 def predicted(
@@ -114,6 +115,9 @@ def estimate(
     reasons = overflow_reasons(costs, 0)
     if plan.tp > hw.domain_size:
         reasons.append(f"tp={plan.tp} spans beyond the {hw.domain_size}-device scale-up domain")
+    unsupported = refusal(fw.name, plan, model, global_batch)
+    if unsupported:
+        reasons.append(unsupported)
     out = {
         "model": model.name,
         "cluster": cluster.describe(),

@@ -164,3 +164,14 @@ def test_torchtitan_prices_405b_in_the_precision_its_registry_trains() -> None:
         emitters.get("torchtitan")(
             Parallel(**{**best.as_dict(), "fp8": False}), model, seq_len=8192, global_batch=256
         )
+
+
+def test_estimate_names_the_framework_rule_a_layout_breaks() -> None:
+    from argosy.hardware.loader import load_cluster
+    from argosy.planner.api import estimate
+
+    odd = Parallel(tp=8, pp=2, vpp=2, dp=1, mbs=1)  # 65 micro-batches: not a multiple of 2
+    out = estimate(load_model("llama3-70b"), load_cluster("h100:16"), odd, 4096, 65)
+    assert not out["feasible"] and any("interleaved schedule" in r for r in out["reasons"])
+    even = estimate(load_model("llama3-70b"), load_cluster("h100:16"), odd, 4096, 64)
+    assert not any("interleaved schedule" in r for r in even["reasons"])
