@@ -213,10 +213,11 @@ def _lend_room(sched, queue: str, chip: str) -> tuple[int, int] | None:
 
 def need_curve(sched, chip: str, now: float) -> tuple[np.ndarray, float]:
     """(devices the services pinned to `chip` add within k forecast steps, k = 0 .. a
-    day; the step in seconds): `growth.service_need` for every horizon at once, kept
-    until the step or the replica counts change."""
-    services = [s for s in sched.services if s.chips[0] == chip and s.profile is not None]
-    step = min((s.profile_step_s for s in services), default=DAY_S)
+    day; the step in seconds): `growth.service_need` for every horizon at once (a
+    service without a load profile may want its peak at any time), kept until the step
+    or the replica counts change."""
+    services = [s for s in sched.services if s.chips[0] == chip]
+    step = min((s.profile_step_s for s in services if s.profile is not None), default=DAY_S)
     key = (chip, int(now // step), tuple(s.replica_count for s in services))
     known = sched.need_curves.get(key)
     if known is not None:
@@ -224,6 +225,9 @@ def need_curve(sched, chip: str, now: float) -> tuple[np.ndarray, float]:
     ks = np.arange(math.ceil(DAY_S / step) + 1)
     need = np.zeros(len(ks), dtype=np.int64)
     for s in services:
+        if s.profile is None:  # no forecast: it may want all of its peak at any time
+            need += max(0, s.max_devices - s.replica_count)
+            continue
         profile = np.asarray(s.profile, dtype=float)
         first = int(now // s.profile_step_s) % len(profile)
         peak = np.maximum.accumulate(np.roll(np.tile(profile, 2), -first))

@@ -16,6 +16,7 @@ from sched_helpers import check_invariants, job, service, tree_for
 
 from argosy.core.clock import FakeClock
 from argosy.hardware.loader import load_cluster
+from argosy.scheduler import elastic
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.policies import policies
@@ -172,3 +173,20 @@ def test_with_exact_estimates_every_reservation_is_kept(spec):
     for w in work:
         if w.reserved_at_s >= 0:
             assert w.started_s <= w.reserved_at_s + 1e-6, (w.id, w.started_s, w.reserved_at_s)
+
+
+def test_a_service_without_a_forecast_lends_nothing_it_may_want():
+    sched, clock = make("h100:128", {"short": 60.0, "fill": 1e9}, guarantee=64, a_nominal=64)
+    svc = service("svc", 64)
+    svc.profile = None  # no load profile: it may want its peak at any moment
+    sched.submit(svc)
+    sched.cycle()
+    elastic._shrink_service(sched, svc, 63)  # below its peak for now (replicas restarting)
+    svc.recount()
+    fill = job("fill", queue="a", devices=usable(sched) - 63)
+    sched.submit(fill)
+    short = job("short", queue="b", devices=8, submit=1)
+    sched.submit(short)
+    sched.cycle()
+    assert fill.alloc is not None and usable(sched) == 63  # only the unused guarantee
+    assert short.alloc is None and sched.backfill.lent_starts == 0
