@@ -1,10 +1,11 @@
 """Run-time estimates: how long a workload will hold its devices.
 
 Backfill with reservations needs to know when running gangs end and how long a
-candidate would run. The scheduler asks an `Estimator` (the simulator's from the
+candidate would run. The scheduler asks an `Estimator` (the simulator's, from the
 planner's speed of each job's plan and its remaining work, with an injected error; the
-server's from the planner's step time x the steps left); without one it knows nothing,
-and every estimate is `None`: backfill then falls back to what needs no estimate.
+live server passes none yet: a job spec carries no step count to multiply the planner's
+step time by); without one it knows nothing, and every estimate is `None`: backfill
+then falls back to what needs no estimate.
 
     sched.estimator = my_estimator
     run_s(sched, w, chip, devices)     # seconds w would run from now, or None
