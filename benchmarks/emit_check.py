@@ -8,7 +8,7 @@
 The frameworks live in a cache outside the repository (default
 ~/.cache/argosy/emit_check): torchtitan 0.3.0 and DeepSpeed 0.19.8 from PyPI with
 --no-deps (their pins fight the installed torch; the few imports they need go beside
-them), Megatron-LM core_v0.16.1 and core_v0.19.0 and Megatron-DeepSpeed exported with
+them), Megatron-LM core_v0.16.1, 0.17.1, 0.18.2 and 0.19.0 and Megatron-DeepSpeed exported with
 `git archive` from local clones (--megatron-git, --mds-git; e.g. fetched mirrors).
 
 Matrix: the issue's six model x cluster cases x the three emitters x the planner's top
@@ -84,11 +84,10 @@ PIP = {
     ],
     "extra3": ["hjson", "ninja", "py-cpuinfo", "msgpack", "nvidia-ml-py"],
 }
-MEGATRON_TAGS = ("core_v0.16.1", "core_v0.19.0")
+MEGATRON_TAGS = ("core_v0.16.1", "core_v0.17.1", "core_v0.18.2", "core_v0.19.0")
 # (worker, label, python path entries under the cache)
 RUNS = [
-    ("megatron", f"Megatron-LM {MEGATRON_TAGS[0]}", [f"mlm_{MEGATRON_TAGS[0]}", "extra"]),
-    ("megatron", f"Megatron-LM {MEGATRON_TAGS[1]}", [f"mlm_{MEGATRON_TAGS[1]}", "extra"]),
+    *(("megatron", f"Megatron-LM {tag}", [f"mlm_{tag}", "extra"]) for tag in MEGATRON_TAGS),
     ("torchtitan", "torchtitan 0.3.0", ["tt030", "extra", "extra2"]),
     ("deepspeed", "DeepSpeed 0.19.8 + Megatron-DeepSpeed", ["mds", "ds", "extra", "extra3"]),
 ]
