@@ -2,7 +2,7 @@
 plan -> emitted config -> read-back round trips over many plans (hypothesis).
 
 The golden files are written by `benchmarks/emit_check.py --golden`, which ran each
-emitted config through Megatron-LM (core_v0.16.1, core_v0.19.0) `parse_args` +
+emitted config through Megatron-LM (core_v0.16.1 to core_v0.19.0) `parse_args` +
 `validate_args` + TransformerConfig, torchtitan 0.3.0's ConfigManager + ParallelDims +
 pipeline split, and DeepSpeed 0.19.8's DeepSpeedConfig + Megatron-DeepSpeed's arguments,
 and stored the text with what each parser understood. Here argosy must emit the same text
