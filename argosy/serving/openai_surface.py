@@ -61,6 +61,8 @@ async def completion_prompts(server: Any, body: CompletionBody) -> Job:
             if body.echo:
                 prefix[index] = texts[p]
     shape = Shape(server.name, "text", logprobs=body.logprobs is not None)
+    for index, text in prefix.items():
+        shape.offset_from(index, len(text))
     prompt_tokens = sum(len(i) for i in ids)
     return Job(requests, body.stop_strings(), shape, prompt_tokens, prefix)
 

@@ -51,6 +51,11 @@ class Shape:
         self.created = int(time.time())
         self._offsets: dict[int, int] = {}
 
+    def offset_from(self, index: int, chars: int) -> None:
+        """Choice `index`'s text starts with `chars` characters of prompt (`echo`): its
+        completion logprobs' `text_offset` counts from there."""
+        self._offsets[index] = chars
+
     def _base(self, chunk: bool) -> dict[str, Any]:
         obj = "text_completion"
         if self.kind == "chat":

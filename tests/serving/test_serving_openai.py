@@ -173,9 +173,10 @@ def test_streamed_text_never_splits_a_character(client):
 
 def test_echo_and_prompts_as_lists_and_token_ids(client, smol_engine):
     echoed = client.completions.create(
-        model=MODEL, prompt="The sky is", max_tokens=3, temperature=0, echo=True
+        model=MODEL, prompt="The sky is", max_tokens=3, temperature=0, echo=True, logprobs=1
     )
     assert echoed.choices[0].text.startswith("The sky is")
+    assert echoed.choices[0].logprobs.text_offset[0] == len("The sky is")
     ids = smol_engine.encode("The sky is")
     by_ids = client.completions.create(model=MODEL, prompt=ids, max_tokens=3, temperature=0)
     assert "The sky is" + by_ids.choices[0].text == echoed.choices[0].text
