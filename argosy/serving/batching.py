@@ -32,6 +32,13 @@ each row may grow to its prompt plus `max_tokens` plus one draft, and the batche
 pads every row to the longest (`budget.kv_tokens_needed`). The first request that does
 not fit waits at the head of the queue (first come, first served) until rows finish; one
 that could not fit even alone fails with a `ValueError` (the engine refuses it earlier).
+
+Staged prefill (`prefill.py`; on with a `prefix_cache` or a `chunks` sizer): newcomers are
+not prefilled at admission but queued as prefill jobs, counted against the batch size and
+the KV capacity at once. Each loop iteration runs one chunk of the oldest job (its prompt
+on top of the longest cached prefix) before the running rows' decode step; a job whose
+prompt is in joins the rows with its first token. Identical prompts are then not computed
+together; the prefix cache gives the later ones every full block of the first.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ import torch
 
 from argosy.serving.budget import kv_tokens_needed
 from argosy.serving.decoding import Decoder
+from argosy.serving.prefill import ChunkSizer, PrefillJob
+from argosy.serving.prefix_cache import PrefixCache
 from argosy.serving.speculative.base import DraftOffer
 from argosy.serving.speculative.batch_policy import BatchDraftPolicy
 
@@ -109,6 +118,8 @@ class BatchLoop:
         policy: DraftPolicy | None = None,
         kv_capacity_tokens: int = 0,
         max_draft_tokens: int = 8,
+        prefix_cache: PrefixCache | None = None,
+        chunks: ChunkSizer | None = None,
     ) -> None:
         self.batched_forward = batched_forward
         self.make_cache = make_cache
@@ -126,6 +137,13 @@ class BatchLoop:
         self.compactions = 0
         self.prefilled_rows = 0
         """Prompt rows computed by joint prefills (identical prompts count once)."""
+        self.prefix_cache = prefix_cache
+        staged = prefix_cache is not None or chunks is not None
+        self.chunks = chunks if chunks is not None or not staged else ChunkSizer(0)
+        """Staged prefill's chunk sizes; None: newcomers are prefilled at admission."""
+        self._prefilling: list[PrefillJob] = []
+        self.prefill_chunks = 0
+        """Chunks run by staged prefill."""
         self._cache: Any = None  # the batched cache while two or more rows run
         self._mask: torch.Tensor | None = None
         self._lengths: list[int] = []
@@ -141,8 +159,8 @@ class BatchLoop:
 
     @property
     def running(self) -> int:
-        """Requests being decoded now."""
-        return len(self.rows)
+        """Requests admitted: being decoded, or their prompt being prefilled."""
+        return len(self.rows) + len(self._prefilling)
 
     @property
     def queued(self) -> int:
@@ -152,15 +170,21 @@ class BatchLoop:
     @property
     def kv_reserved_tokens(self) -> int:
         """Cached positions the running requests may reach (what admission counts)."""
-        return kv_tokens_needed([slot.max_length for slot in list(self.rows)])
+        return kv_tokens_needed([slot.max_length for slot in self._admitted()])
 
     # -- the loop ----------------------------------------------------------------------
+    def _admitted(self) -> list[Slot]:
+        return [*self.rows, *(job.slot for job in list(self._prefilling))]
+
     def _run(self) -> None:
         while True:
-            self._admit(block=not self.rows)
+            self._admit(block=not self.rows and not self._prefilling)
             self._drop_done()
+            if self._prefilling:
+                self._prefill_chunk()
             if not self.rows:
                 continue
+            start = time.perf_counter()
             try:
                 if len(self.rows) == 1:
                     self._deliver(self.rows[0], self.rows[0].decoder.advance())
@@ -168,10 +192,12 @@ class BatchLoop:
                     self._batched_step()
             except Exception as err:  # every running request learns why it stopped
                 self._fail_all(err)
+            if self.chunks is not None:
+                self.chunks.observe_step(time.perf_counter() - start)
 
     def _admit(self, block: bool) -> None:
         new: list[Slot] = []
-        while len(self.rows) + len(new) < self.max_batch_size:
+        while len(self.rows) + len(self._prefilling) + len(new) < self.max_batch_size:
             slot = self._next(block and not new)
             if slot is None:
                 break
@@ -183,6 +209,9 @@ class BatchLoop:
             if not slot.done:  # done: refused as too long for the budget
                 new.append(slot)
         if not new:
+            return
+        if self.chunks is not None:
+            self._prefilling.extend(PrefillJob(slot) for slot in new)
             return
         self._unbatch()
         if len(new) >= 2:
@@ -216,7 +245,7 @@ class BatchLoop:
         too long to fit even alone fails here rather than waiting for ever."""
         if not self.kv_capacity_tokens:
             return True
-        lengths = [s.max_length for s in (*self.rows, *new, slot)]
+        lengths = [s.max_length for s in (*self._admitted(), *new, slot)]
         if kv_tokens_needed(lengths) <= self.kv_capacity_tokens:
             return True
         if slot.max_length > self.kv_capacity_tokens:
@@ -224,6 +253,36 @@ class BatchLoop:
             slot.done = True
             return True  # dropped below, as done
         return False
+
+    def _prefill_chunk(self) -> None:
+        """One chunk of the oldest staged prefill; a finished one joins the rows."""
+        assert self.chunks is not None
+        job = self._prefilling[0]
+        slot = job.slot
+        if slot.cancelled:  # the client hung up: the rest of its prompt is not computed
+            self._prefilling.pop(0)
+            return
+        try:
+            if not job.started:
+                job.start(self.prefix_cache, self.make_cache)
+            size = self.chunks.size(job.remaining, decoding=bool(self.rows))
+            start = time.perf_counter()
+            logits = job.feed(size)
+            self.chunks.observe_chunk(size, time.perf_counter() - start)
+            self.prefill_chunks += 1
+            if logits is None:
+                return
+            self._prefilling.pop(0)
+            job.store(self.prefix_cache)
+            self._deliver(slot, slot.decoder.first(logits))
+        except Exception as err:  # a bad request fails alone
+            self._prefilling.remove(job)
+            slot.out.put(err)
+            slot.done = True
+        if not slot.done:
+            self._unbatch()
+            self.rows.append(slot)
+            self._rebatch()
 
     def _prefill_alone(self, slot: Slot) -> None:
         try:

@@ -50,6 +50,22 @@ class EngineConfig(BaseModel):
     activation reserve and the KV caches must fit in F x the device's memory, and requests
     wait for KV room (docs/serving.md, "Several services on one device"); None: no budget."""
 
+    prefix_cache_tokens: int = Field(default=8192, ge=0)
+    """Prompt positions the prefix cache may hold (KV shared across requests whose prompts
+    start alike; each costs `kv_bytes_per_token`); 0 turns the cache off. With a memory
+    fraction it takes at most a quarter of the KV budget, and admission counts it."""
+
+    prefix_block_tokens: int = Field(default=32, ge=1)
+    """Granularity of the prefix cache: prompts share cached KV in whole blocks."""
+
+    prefill_chunk_tokens: int = Field(default=512, ge=0)
+    """Most prompt tokens one prefill chunk feeds; chunks run between decode steps of the
+    running streams. 0 prefills each prompt whole (at admission, without a prefix cache)."""
+
+    prefill_stall_ratio: float = Field(default=1.0, ge=0)
+    """While streams decode, a chunk is cut to about this times a decode step's measured
+    time (at least 16 tokens); 0: chunks are always `prefill_chunk_tokens`."""
+
     device_memory_bytes: int = Field(default=0, ge=0)
     """Memory of the device `memory_fraction` applies to; 0 detects it (the GPU's total
     memory, or the host's MemTotal for an engine computing on CPU)."""

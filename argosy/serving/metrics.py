@@ -35,11 +35,26 @@ def render_metrics(stats: EngineStats, energy: ServingEnergy | None = None) -> s
         ),
         _quantiles("argosy_serving_ttft_seconds", stats.ttft_s),
         _quantiles("argosy_serving_tpot_seconds", stats.tpot_s),
+        _metric("argosy_serving_prefill_chunks_total", "counter", stats.prefill_chunks),
+        *_prefix_cache(stats),
         *_budget(stats),
     ]
     if energy is not None:
         lines.append(energy.metrics(stats.completion_tokens))
     return "\n".join(lines) + "\n"
+
+
+def _prefix_cache(stats: EngineStats) -> list[str]:
+    """The prefix cache's counters (`argosy_serving_prefix_cache_*`), when it is on."""
+    kinds = {"cached_tokens": "gauge", "capacity_tokens": "gauge"}
+    return [
+        _metric(
+            f"argosy_serving_prefix_cache_{name}{'' if name in kinds else '_total'}",
+            kinds.get(name, "counter"),
+            value,
+        )
+        for name, value in stats.prefix_cache.items()
+    ]
 
 
 def _budget(stats: EngineStats) -> list[str]:

@@ -10,9 +10,12 @@ requests are continuously batched by `batching.BatchLoop` (admitted between deco
 one batched forward pass per step verifying every request's draft). With a memory fraction
 the engine sizes its KV capacity from what the budget leaves after the weights
 (`budget.MemoryBudget`), refuses to load when the weights alone do not fit, and the batch
-loop admits requests only while their KV fits (the rest wait). `sleep` drops
-the weights and returns freed pages to the OS; `wake` reloads them from the converted
-checkpoint (memory-mapped safetensors), which takes a fraction of a second for 135M.
+loop admits requests only while their KV fits (the rest wait). Prompts are prefilled in
+chunks between decode steps, on top of the longest prefix the prefix cache holds
+(`prefill.py`, `prefix_cache.py`; its size comes out of the KV budget). `sleep` drops
+the weights and the prefix cache and returns freed pages to the OS; `wake` reloads the
+weights from the converted checkpoint (memory-mapped safetensors), which takes a
+fraction of a second for 135M.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from argosy.serving.config import EngineConfig
 from argosy.serving.decoding import Decoder
 from argosy.serving.errors import EngineAsleepError
 from argosy.serving.placement import Placement
+from argosy.serving.prefill import ChunkSizer
+from argosy.serving.prefix_cache import PrefixCache
 from argosy.serving.speculative import PROPOSERS, check_name, split_spec
 from argosy.serving.speculative.base import OFF, Proposer, ProposerContext
 from argosy.serving.speculative.costs import AcceptanceTracker, StepCosts
@@ -65,6 +70,7 @@ class TransformersEngine:
         self._costs = StepCosts()
         self._acceptance = AcceptanceTracker()
         self._loop: BatchLoop | None = None
+        self._prefix_cache: PrefixCache | None = None
         self.budget: MemoryBudget | None = None
         self.placement: Placement | None = None
         """Where and in which dtype the weights live; resolved by `load`."""
@@ -90,13 +96,27 @@ class TransformersEngine:
                 _warm_up_model(self._model)
             self._stats.asleep = False
             if self._loop is None:
-                self._loop = BatchLoop(
-                    self._batched_forward,
-                    _make_cache,
-                    self.config.max_batch_size,
-                    kv_capacity_tokens=self.budget.kv_capacity_tokens if self.budget else 0,
-                    max_draft_tokens=self.config.num_speculative_tokens,
-                )
+                self._loop = self._make_loop()
+
+    def _make_loop(self) -> BatchLoop:
+        """The batch loop, its prefix cache (at most a quarter of a KV budget, which then
+        admits requests against the rest) and its prefill chunking."""
+        config = self.config
+        capacity = self.budget.kv_capacity_tokens if self.budget else 0
+        cached = min(config.prefix_cache_tokens, capacity // 4 if capacity else 1 << 62)
+        if cached >= config.prefix_block_tokens:
+            self._prefix_cache = PrefixCache(config.prefix_block_tokens, cached)
+            capacity -= cached if capacity else 0
+        chunk, ratio = config.prefill_chunk_tokens, config.prefill_stall_ratio
+        return BatchLoop(
+            self._batched_forward,
+            _make_cache,
+            config.max_batch_size,
+            kv_capacity_tokens=capacity,
+            max_draft_tokens=config.num_speculative_tokens,
+            prefix_cache=self._prefix_cache,
+            chunks=ChunkSizer(chunk, ratio) if chunk else None,
+        )
 
     def _place(self) -> Placement:
         """Resolve `config.device` and `config.dtype` against this host (once)."""
@@ -131,6 +151,8 @@ class TransformersEngine:
         with self._lock:
             self._model = None
             self._stats.asleep = True
+        if self._prefix_cache is not None:
+            self._prefix_cache.clear()
         gc.collect()
         _trim_heap()
         if self.placement is not None and self.placement.is_cuda:
@@ -150,6 +172,13 @@ class TransformersEngine:
             self._stats.batched_tokens = self._loop.batched_tokens
             self._stats.waiting = self._loop.queued
             self._stats.kv_reserved_tokens = self._loop.kv_reserved_tokens
+            self._stats.prefill_chunks = self._loop.prefill_chunks
+        if self._prefix_cache is not None:
+            cache = self._prefix_cache
+            self._stats.prefix_cache = cache.stats.as_dict() | {
+                "cached_tokens": cache.cached_tokens,
+                "capacity_tokens": cache.capacity_tokens,
+            }
         if self.budget is not None:
             self._stats.budget = dict(self.budget.as_dict())
         return self._stats
@@ -358,7 +387,7 @@ class TransformersEngine:
                 f"prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
                 f"({request.params.max_tokens}) exceeds the context of {self.max_context_tokens}"
             )
-        capacity = self.budget.kv_capacity_tokens if self.budget else 0
+        capacity = self._loop.kv_capacity_tokens if self._loop else 0
         if capacity and total + self.config.num_speculative_tokens > capacity:
             raise ValueError(
                 f"prompt ({len(request.prompt_ids)} tokens) plus max_tokens "

@@ -139,3 +139,8 @@ class EngineStats:
     """The memory budget (`MemoryBudget.as_dict`) when the engine has a memory fraction."""
     kv_reserved_tokens: int = 0
     """Cached positions the running requests may reach (counted against the budget)."""
+    prefix_cache: dict[str, int] = field(default_factory=dict)
+    """The prefix cache's counters and size (`PrefixCacheStats` plus `cached_tokens`,
+    `capacity_tokens`); empty when it is off."""
+    prefill_chunks: int = 0
+    """Prefill chunks run (staged prefill)."""
