@@ -11,6 +11,8 @@ imports torch, and `POST /admin/sleep` (enabled by `--admin-token` or
 `--zygote SOCKET` (a running `argosy zygote`) the worker is forked from the node zygote, so
 waking from that level takes about a second instead of a fresh torch import.
 `--served-model-name` is the name clients send as `model` (default: `--model`).
+`--set KEY=VALUE` (repeatable) sets any other `EngineConfig` field, e.g.
+`--set prefix_cache_tokens=0` (no prefix cache) or `--set prefill_chunk_tokens=256`.
 `--device` and `--dtype` choose where the weights, KV cache and drafts live (auto: the first
 GPU in bfloat16 when there is one, else the CPU in float32).
 `--memory-fraction F` gives the service F x its device's memory: the share is claimed in
@@ -91,6 +93,9 @@ def serve(
     served_model_name: str = typer.Option(
         "", "--served-model-name", help="The model's name in the API (default: --model)."
     ),
+    settings: list[str] = typer.Option(  # noqa: B008 (typer's idiom)
+        [], "--set", help="Another engine setting, KEY=VALUE (repeatable): prefix_cache_tokens=0."
+    ),
 ) -> None:
     """Serve a model: /v1/models, /v1/completions, /v1/chat/completions, /metrics."""
     from argosy.serving import ENGINES, EngineConfig, placement
@@ -106,15 +111,19 @@ def serve(
         from argosy.serving.api import build_app  # noqa: F401
     except ImportError as err:
         raise ArgosyError(f"argosy serve needs the 'server' and 'serve' extras: {err}") from err
-    config = EngineConfig(
-        model=model,
-        engine=engine,
-        speculative=speculative,
-        num_threads=threads,
-        memory_fraction=memory_fraction,
-        device=device,
-        dtype=dtype,
-        max_batch_size=max_batch_size,
+    config = _engine_config(
+        EngineConfig,
+        {
+            "model": model,
+            "engine": engine,
+            "speculative": speculative,
+            "num_threads": threads,
+            "memory_fraction": memory_fraction,
+            "device": device,
+            "dtype": dtype,
+            "max_batch_size": max_batch_size,
+        },
+        settings,
     )
     ledger, claim = _claim(memory_fraction, device, f"{model} on port {port}")
     try:
@@ -122,6 +131,26 @@ def serve(
     finally:
         if ledger is not None:
             ledger.release(claim)
+
+
+def _engine_config(
+    model: type[EngineConfig], fields: dict[str, object], settings: list[str]
+) -> EngineConfig:
+    """The flags' fields plus `--set KEY=VALUE` ones; a malformed or invalid one exits 2."""
+    from pydantic import ValidationError
+
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in model.model_fields:
+            known = ", ".join(sorted(model.model_fields))
+            raise typer.BadParameter(f"--set takes KEY=VALUE with KEY one of {known}: {item!r}")
+        if key.strip() in fields:  # e.g. memory_fraction: its flag also claims the ledger
+            raise typer.BadParameter(f"--set {key.strip()}: use its own flag")
+        fields[key.strip()] = value.strip()
+    try:
+        return model(**fields)  # type: ignore[arg-type]  # pydantic validates the strings
+    except ValidationError as err:
+        raise typer.BadParameter(f"--set: {err}") from None
 
 
 def _claim(fraction: float | None, device: str, name: str) -> tuple[DeviceLedger | None, str]:

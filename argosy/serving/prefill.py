@@ -13,8 +13,9 @@ whole prefill. A job:
 
 `ChunkSizer` is the pure decision: at most `chunk_tokens` per chunk (0: the whole rest),
 and while streams are decoding, no more than `stall_ratio` x the measured decode step
-time's worth of tokens at the measured prefill seconds per token (at least `min_tokens`),
-so a stream's inter-token time stays within about (1 + stall_ratio) x its plain step.
+time's worth of tokens at the measured prefill seconds per token (at least `min_tokens`,
+and `min_tokens` until both are measured), so a stream's inter-token time stays within
+about (1 + stall_ratio) x its plain step.
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ class ChunkSizer:
     def size(self, remaining: int, decoding: bool) -> int:
         """Tokens of the next chunk, given the prompt tokens left and whether streams run."""
         size = self.chunk_tokens or remaining
-        if decoding and self.stall_ratio and self.step_s and self.token_s:
-            fair = int(self.stall_ratio * self.step_s / self.token_s)
-            size = min(size, max(self.min_tokens, fair))
+        if decoding and self.stall_ratio and self.chunk_tokens:
+            if self.token_s is None or self.step_s is None:  # a probe: nothing measured yet
+                size = self.min_tokens
+            else:
+                fair = int(self.stall_ratio * self.step_s / self.token_s)
+                size = min(size, max(self.min_tokens, fair))
         return max(1, min(size, remaining))
 
     def observe_step(self, seconds: float) -> None:

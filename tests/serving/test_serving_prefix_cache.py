@@ -74,7 +74,8 @@ def test_the_cache_returns_only_exact_prefixes_within_its_bound(prompts, block, 
 
 def test_chunk_sizes_follow_the_decode_step_time():
     sizer = ChunkSizer(chunk_tokens=512, stall_ratio=1.0, min_tokens=16)
-    assert sizer.size(4000, decoding=True) == 512  # nothing measured yet
+    assert sizer.size(4000, decoding=True) == 16  # nothing measured yet: a probe
+    assert sizer.size(4000, decoding=False) == 512
     sizer.observe_step(0.2)
     sizer.observe_chunk(512, 512 * 0.005)
     assert sizer.size(4000, decoding=True) == 40  # 0.2 s of prefill at 5 ms a token
@@ -205,3 +206,17 @@ def test_the_engine_counts_hits_and_a_sleep_drops_the_cache(smol_engine):
     hits = smol_engine.stats().prefix_cache["hits"]
     assert smol_engine.generate(request).token_ids == first.token_ids
     assert smol_engine.stats().prefix_cache["hits"] == hits  # nothing was left to hit
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["prefix_cache_tokens=-1", "prefix_cache_tokens", "no_such_knob=1", "memory_fraction=0.5"],
+)
+def test_serve_refuses_bad_settings_with_exit_2(setting):
+    from typer.testing import CliRunner
+
+    from argosy.cli.app import app
+
+    result = CliRunner().invoke(app, ["serve", "--set", setting])
+    assert result.exit_code == 2
+    assert "--set" in result.output
