@@ -5,7 +5,9 @@ speculation off, random token ids so no tokenizer effects):
 
 - `shared`: `--requests` prompts of `--prompt-tokens` tokens that share their first
   `--prefix-tokens`, all submitted at once, `--max-tokens` each; requests/s with the
-  prefix cache against without it (target >= 2x);
+  prefix cache against without it (target >= 2x), at each `--stall-ratios` value
+  (`prefill_stall_ratio`: 1, the default, keeps prefill to about half the time while
+  streams decode; 0 lets prefill chunks run at full size);
 - `itl`: `--streams` streams decode; once each has its first token a prompt of
   `--long-tokens` arrives; the streams' inter-token times while it is prefilled, p99
   against median (target p99 <= 2x median), chunked prefill (`prefill_chunk_tokens` 512,
@@ -115,7 +117,10 @@ def inter_token(engine: Any, args: argparse.Namespace, seed: int) -> dict[str, f
         "p99_itl_during_prefill_s": p99,
         "max_itl_during_prefill_s": max(during, default=0.0),
         "p99_over_median": p99 / median,
+        "p90_itl_during_prefill_s": during[int(0.9 * len(during))] if during else 0.0,
+        "slowest_5_during_s": during[-5:],
         "samples_during": len(during),
+        "prefill_chunks": engine.stats().prefill_chunks,
     }
 
 
@@ -148,17 +153,18 @@ def main() -> None:
     parser.add_argument("--stream-tokens", type=int, default=160)
     parser.add_argument("--long-tokens", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--stall-ratios", default="1,0")
     parser.add_argument("--parts", default="shared,itl")
     args = parser.parse_args()
     report: dict[str, Any] = {"machine": platform.node(), "args": vars(args)}
     parts = args.parts.split(",")
-    if "shared" in parts:
-        sides = {"no_cache": _engine(prefix_cache_tokens=0), "prefix_cache": _engine()}
-        report["shared"] = _sides("shared", sides, shared_prefix, args)
-        report["shared"]["ratio"] = (
-            report["shared"]["prefix_cache"]["requests_per_s"]
-            / report["shared"]["no_cache"]["requests_per_s"]
-        )
+    for ratio in [float(r) for r in args.stall_ratios.split(",")] if "shared" in parts else []:
+        sides = {
+            "no_cache": _engine(prefix_cache_tokens=0, prefill_stall_ratio=ratio),
+            "prefix_cache": _engine(prefill_stall_ratio=ratio),
+        }
+        part = report[f"shared_stall_{ratio:g}"] = _sides("shared", sides, shared_prefix, args)
+        part["ratio"] = part["prefix_cache"]["requests_per_s"] / part["no_cache"]["requests_per_s"]
         del sides
     if "itl" in parts:
         sides = {
