@@ -4,7 +4,6 @@ Retry-After; bodies and prompts over their limits are refused before tokenizing;
 bodies hand their memory back; the worker process keeps `stats` apart from streams.
 These test the mechanism; benchmarks/serving_load.py measures the latencies."""
 
-import asyncio
 import json
 import multiprocessing
 import threading
@@ -12,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from async_helpers import run_async
 from fake_engine import FakeEngine
 from http_helpers import served
 from hypothesis import given, settings
@@ -153,8 +153,8 @@ def test_big_bodies_trim_the_heap_after_the_response_and_small_ones_do_not():
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             return await client.post("/", content=b"z" * size)
 
-    assert asyncio.run(post(999)).status_code == 200 and trims == []
-    assert asyncio.run(post(1000)).status_code == 200 and trims == [1]
+    assert run_async(post(999)).status_code == 200 and trims == []
+    assert run_async(post(1000)).status_code == 200 and trims == [1]
 
 
 @settings(max_examples=40, deadline=None)
@@ -190,7 +190,7 @@ def test_the_body_limit_refuses_exactly_the_bodies_over_it(limit, size, chunk):
             streamed = await client.post("/", content=pieces())
             return declared.status_code, streamed.status_code
 
-    declared, streamed = asyncio.run(post())
+    declared, streamed = run_async(post())
     want = 413 if size > limit else 200
     assert (declared, streamed) == (want, want)
     assert all(n <= limit for n in seen)

@@ -5,12 +5,11 @@ sampler, `n` choices, usage chunks, `echo`, prompts as lists and token ids,
 OpenAI-shaped errors, UTF-8-safe streams, and a seed that gives the same tokens under
 every speculation mode."""
 
-import asyncio
-
 import httpx
 import openai
 import pytest
 import torch
+from async_helpers import run_async
 from http_helpers import served
 
 from argosy.serving.api import build_app
@@ -269,6 +268,6 @@ def test_the_async_client_streams_and_answers(aclient):
         )
         return whole, text, text_out
 
-    whole, text, text_out = asyncio.run(run())
+    whole, text, text_out = run_async(run())
     assert text == whole.choices[0].message.content
     assert len(text_out.choices[0].logprobs.tokens) == text_out.usage.completion_tokens
