@@ -2,7 +2,6 @@
 bound), greedy output with the cache and chunking equal to output without, a running
 stream stepping between a long prompt's chunks, and the engine's counters and sleep."""
 
-import copy
 import threading
 
 import pytest
@@ -91,9 +90,22 @@ def test_chunk_sizes_follow_the_decode_step_time():
 
 
 @pytest.fixture(scope="module")
-def model64(tiny_model):
-    """The tiny model in float64: chunked and whole prefills agree far below argmax ties."""
-    return copy.deepcopy(tiny_model).double()
+def model64():
+    """A tiny Llama in float64 with weights large enough (init 0.2, not 0.02) that attention
+    is sharp: a reused KV in the wrong order or scale changes the output (with near-uniform
+    attention it would not), and chunked and whole prefills agree far below argmax ties."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=TINY_VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.2,
+    )
+    return transformers.LlamaForCausalLM(config).eval().double()
 
 
 def _solo(model, prompt, max_tokens):
