@@ -93,7 +93,7 @@ def reserve(sched, w: Workload, now: float) -> Reservation | None:
 
 def _shadow(sched, w: Workload, chip: str, g: int, need: int, now: float):
     """The earliest time `need` devices are expected free on group `g` for `w`."""
-    have = _free_for(sched, w, chip, g)
+    have = free_without_lending(sched, w, chip, g)
     if have >= need:
         return Reservation(w, g, now, need, have - need)
     for t, freed in sched.ends.soonest(g):
@@ -103,13 +103,13 @@ def _shadow(sched, w: Workload, chip: str, g: int, need: int, now: float):
     return None
 
 
-def _free_for(sched, w: Workload, chip: str, g: int) -> int:
-    """Devices of group `g` free for `w` now: beside other queues' unused guarantees."""
+def free_without_lending(sched, w: Workload, chip: str, g: int) -> int:
+    """Devices of group `g` free for `w` now with nothing lent (quota policies: beside
+    every other queue's unused guarantee)."""
     free = int(sched.cap.free_devices[g])
     if not sched.policy.quotas:
         return free
-    spare = sched.cap.chip_free(chip) - sched.tree.reserved_for_others(w.queue, chip)
-    return max(0, min(free, spare))
+    return max(0, min(free, sched.free_for(w.queue, chip)))
 
 
 @dataclass(slots=True)
@@ -240,18 +240,11 @@ def need_curve(sched, chip: str, now: float) -> tuple[np.ndarray, float]:
     return need, step
 
 
-def free_without_lending(sched, w: Workload, chip: str, g: int) -> int:
-    """Devices `w` may start on in group `g` with nothing lent (quota policies: beside
-    every other queue's unused guarantee)."""
-    return _free_for(sched, w, chip, g)
-
-
 def _lent(sched, w: Workload, chip: str, n: int) -> int:
     """Devices of `n` that would come out of other queues' unused guarantees."""
     if not sched.policy.quotas:
         return 0
-    free_for_q = sched.cap.chip_free(chip) - sched.tree.reserved_for_others(w.queue, chip)
-    return max(0, n - max(0, free_for_q))
+    return max(0, n - max(0, sched.free_for(w.queue, chip)))
 
 
 def unused_service_guarantee(sched, queue: str, chip: str) -> int:

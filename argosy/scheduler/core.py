@@ -133,7 +133,7 @@ class Scheduler:
         want = w.max_devices
         limit = 1 << 40
         if self.policy.quotas:
-            free_for_q = self.cap.chip_free(chip) - self.tree.reserved_for_others(w.queue, chip)
+            free_for_q = self.free_for(w.queue, chip)
             if self.policy.reservations:  # services' idle guarantees may be lent (checked
                 free_for_q += backfill.unused_service_guarantee(self, w.queue, chip)  # later)
             limit = min(self.tree.headroom(w.queue, chip), free_for_q)
@@ -178,6 +178,11 @@ class Scheduler:
             run = estimates.run_s(self, w, chip, alloc.devices)
             self.ends.started(w, None if run is None else now + run)
         self.out.append(Decision("start", w, 0, alloc.devices))
+
+    def free_for(self, queue: str, chip: str) -> int:
+        """Free devices of `chip` that `queue` may take: all but other queues' unused
+        guarantees (negative when those are partly lent out already)."""
+        return self.cap.chip_free(chip) - self.tree.reserved_for_others(queue, chip)
 
     def service_queues(self) -> tuple[int, ...]:
         """Rows of the queue tree that hold inference services (their guarantees follow a

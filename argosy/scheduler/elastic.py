@@ -111,8 +111,7 @@ def _place_chunk(sched, w: Workload, missing: int) -> Allocation | None:
 
 
 def _quota_ok(sched, w: Workload, chip: str, n: int) -> bool:
-    free_for_q = sched.cap.chip_free(chip) - sched.tree.reserved_for_others(w.queue, chip)
-    return n <= min(free_for_q, sched.tree.headroom(w.queue, chip))
+    return n <= min(sched.free_for(w.queue, chip), sched.tree.headroom(w.queue, chip))
 
 
 def _below_guarantee(sched, w: Workload) -> bool:
@@ -248,8 +247,7 @@ def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
             add = n
     if add <= 0:
         return
-    free_for_q = cap.chip_free(chip) - tree.reserved_for_others(w.queue, chip)
-    lent = max(0, add - max(0, free_for_q))
+    lent = max(0, add - max(0, sched.free_for(w.queue, chip)))
     borrowed = tree.borrowed_if(w.queue, chip, add)
     placed = cap.place(g, add, prefer_leaves=cap.leaf[w.alloc.nodes])  # repeats do no harm
     if placed is None:

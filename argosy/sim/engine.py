@@ -16,7 +16,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -178,8 +178,6 @@ class Simulation:
 
     def _backfill_report(self) -> dict:
         """What reservations and lending did, and how wrong the estimates were."""
-        from dataclasses import asdict
-
         out: dict = asdict(self.sched.backfill)
         late = np.asarray(out.pop("late_s"))
         out["late_p50_s"] = float(np.median(late)) if len(late) else 0.0
@@ -327,7 +325,7 @@ class Simulation:
         if action == "start":
             if job.starts == 0:
                 self.acc.queue[w.kind].append(t - w.submit_s)
-            stall = 0.0 if job.starts == 0 else runtime.restart_s + runtime.reload_s
+            stall = 0.0 if job.starts == 0 else self.restart_s()
             job.starts += 1
             self._set(job, d.after, t, stall)
             self._spread(w)

@@ -25,17 +25,11 @@ from argosy.scheduler.policies import policies
 class ExactEstimator:
     """Run times known exactly: `runs[id]` seconds from a workload's start."""
 
-    def __init__(self, sched: Scheduler, runs: dict[str, float]) -> None:
-        self.sched, self.runs = sched, runs
+    def __init__(self, runs: dict[str, float]) -> None:
+        self.runs = runs
 
     def run_s(self, w, chip, devices):
         return self.runs.get(w.id)
-
-    def remaining_s(self, w):
-        run = self.runs.get(w.id)
-        if run is None or w.started_s < 0:
-            return None
-        return max(0.0, w.started_s + run - self.sched.clock.now_s())
 
 
 def make(spec: str, runs: dict[str, float] | None, **tree_kw) -> tuple[Scheduler, FakeClock]:
@@ -45,7 +39,7 @@ def make(spec: str, runs: dict[str, float] | None, **tree_kw) -> tuple[Scheduler
     tree = tree_for(cluster, **tree_kw)
     sched = Scheduler(cluster, tree, policies.get("argosy"), config, clock)
     if runs is not None:
-        sched.estimator = ExactEstimator(sched, runs)
+        sched.estimator = ExactEstimator(runs)
     sched.cycle()  # hot spares are held before any work arrives
     return sched, clock
 
