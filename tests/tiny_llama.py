@@ -14,6 +14,23 @@ from argosy.serving.speculative import PROPOSERS
 from argosy.serving.types import SamplingParams
 
 
+def tiny_llama(vocab_size: int, initializer_range: float = 0.02) -> Any:
+    """A 2-layer, 32-wide random Llama (seed 0) in eval mode; a larger `initializer_range`
+    gives sharper attention."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=initializer_range,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
 def batch_loop(model: Any, max_batch_size: int = 8, **kwargs: Any) -> BatchLoop:
     """`BatchLoop` running `model` with a DynamicCache built from per-layer tensors."""
 

@@ -3,7 +3,7 @@ cached on disk), and a tiny random Llama (vocabulary TINY_VOCAB) for the decodin
 
 import pytest
 import torch
-import transformers
+from tiny_llama import tiny_llama
 
 from argosy.serving import ENGINES, EngineConfig
 
@@ -32,14 +32,4 @@ def smol_engine():
 @pytest.fixture(scope="module")
 def tiny_model():
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=TINY_VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    return transformers.LlamaForCausalLM(config).eval()
+    return tiny_llama(TINY_VOCAB)

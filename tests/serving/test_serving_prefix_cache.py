@@ -10,7 +10,7 @@ import transformers
 from conftest import TINY_VOCAB
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_llama import batch_loop, causal_lm_forward, crop_cache, decoder
+from tiny_llama import batch_loop, causal_lm_forward, crop_cache, decoder, tiny_llama
 
 from argosy.serving.decoding import Decoder
 from argosy.serving.metrics import render_metrics
@@ -94,18 +94,7 @@ def model64():
     """A tiny Llama in float64 with weights large enough (init 0.2, not 0.02) that attention
     is sharp: a reused KV in the wrong order or scale changes the output (with near-uniform
     attention it would not), and chunked and whole prefills agree far below argmax ties."""
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=TINY_VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        initializer_range=0.2,
-    )
-    return transformers.LlamaForCausalLM(config).eval().double()
+    return tiny_llama(TINY_VOCAB, initializer_range=0.2).double()
 
 
 def _solo(model, prompt, max_tokens):
