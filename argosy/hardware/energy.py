@@ -309,3 +309,11 @@ class EnergyMeter:
         """Per device: method, joules, seconds, average and peak watts."""
         with self._lock:
             return {d: t.summary() for d, t in sorted(self.traces.items())}
+
+    def joules_between(self, t0_s: float, t1_s: float) -> float | None:
+        """Energy of every measured device between two instants of the meter's clock;
+        None when no device is measured."""
+        with self._lock:
+            parts = [t.between(t0_s, t1_s) for t in self.traces.values()]
+        measured = [p for p in parts if p is not None]
+        return sum(measured) if measured else None

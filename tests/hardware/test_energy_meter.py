@@ -64,6 +64,24 @@ def test_prefer_power_integrates_even_with_a_counter() -> None:
     assert meter.summary()["gpu0"]["method"] == "integrated"
 
 
+def test_joules_between_sums_the_measured_devices_over_the_window() -> None:
+    meter, nvml, clock = _nvml_meter(
+        [FakeGpu(100.0), FakeGpu(300.0), FakeGpu(80.0, counter=False, power=False)]
+    )
+    meter.sample()
+    t0 = clock.now_s()
+    for _ in range(4):
+        clock.advance(0.5)
+        meter.sample()
+    assert meter.joules_between(t0, clock.now_s()) == pytest.approx(400.0 * 2.0, abs=0.01)
+    assert meter.joules_between(t0, t0 + 1.0) == pytest.approx(400.0, abs=0.01)
+    alone, _nvml, clock = _nvml_meter([FakeGpu(80.0, counter=False, power=False)])
+    alone.sample()
+    clock.advance(1.0)
+    alone.sample()
+    assert alone.joules_between(10.0, 11.0) is None  # nothing measured: no number
+
+
 def test_device_with_neither_figure_is_not_measured_never_a_constant() -> None:
     meter, _nvml, clock = _nvml_meter([FakeGpu(80.0, counter=False, power=False)])
     meter.sample()
