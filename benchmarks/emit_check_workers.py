@@ -112,6 +112,13 @@ def _interleaved_microbatches(args, config) -> None:
         raise RuntimeError(f"the remainder of M={m} by N={group} is below PP={pp}")
 
 
+def _block_layers(args) -> int:
+    """Layers per model chunk the parsed arguments recompute under the block method."""
+    if args.recompute_granularity != "full" or args.recompute_method != "block":
+        return 0
+    return int(args.recompute_num_layers)
+
+
 def _megatron_parsed(args) -> dict:
     recompute = args.recompute_granularity or "none"
     zero = 3 if args.use_megatron_fsdp else 1 if args.use_distributed_optimizer else 0
@@ -127,6 +134,7 @@ def _megatron_parsed(args) -> dict:
         "recompute": recompute,
         "zero": zero,
         "precision": "fp8" if args.fp8 else "bf16" if args.bf16 else "fp32",
+        "recompute_layers": _block_layers(args),
     }
     shape = {"layers": args.num_layers, "hidden": args.hidden_size}
     shape |= {"heads": args.num_attention_heads, "experts": args.num_experts or 1}
@@ -199,6 +207,7 @@ def _titan_parsed(config, dims, vpp: int) -> dict:
         else "bf16"
         if config.training.mixed_precision_param == "bfloat16"
         else "fp32",
+        "recompute_layers": 0,  # torchtitan has no block method
     }
     shape = {"layers": len(model.layers), "hidden": getattr(model, "dim", None)}
     return {"parsed": parsed, "shape": shape}
@@ -255,6 +264,7 @@ def _ds_parsed(ds_config, path: str, args, item: dict) -> dict:
         "recompute": args.recompute_granularity or "none",
         "zero": cfg.zero_optimization_stage,
         "precision": "bf16" if bf16 and args.bf16 else "fp32",
+        "recompute_layers": _block_layers(args),
     }
     experts = args.num_experts[0]  # every layer MoE only with --expert-interval 1
     experts = experts if experts == 1 or args.expert_interval == 1 else -args.expert_interval

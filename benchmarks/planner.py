@@ -34,6 +34,7 @@ from argosy.planner.frameworks import CALIBRATED_PATH, Scales
 from argosy.planner.hetero import plan_mixed
 from argosy.planner.layersplit import plan_layer_split
 from argosy.planner.models import load_model
+from argosy.planner.parallel import recompute_label
 from argosy.planner.search import search_group
 
 SEARCH_CASES = [
@@ -94,7 +95,10 @@ def print_accuracy(comps: list[Comparison], loso: dict[str, float] | None) -> No
         given = set(c.point.parallel)
         cfg = " ".join(
             f"{k}={v}" if k in given else f"*{k}={v}"
-            for k, v in c.plan.as_dict().items()
+            for k, v in {
+                **c.plan.as_dict(),
+                "recompute": recompute_label(c.plan.recompute, c.plan.recompute_layers),
+            }.items()
             if k in ("tp", "pp", "dp", "vpp", "cp", "mbs", "recompute", "zero")
         )
         held = f"{loso[c.point.id]:+.1%}" if loso else "-"
@@ -197,7 +201,7 @@ def print_plan_quality(comps: list[Comparison]) -> None:
         plan = ranked.plan(0)
         short = (
             f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} "
-            f"mbs{plan.mbs} {plan.recompute} z{plan.zero}"
+            f"mbs{plan.mbs} {recompute_label(plan.recompute, plan.recompute_layers)} z{plan.zero}"
         )
         note = "" if c.feasible else " (published config over memory in our model)"
         print(

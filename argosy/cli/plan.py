@@ -308,7 +308,8 @@ def _plans_table(entries: list[dict], title: str, caption: str | None) -> Table:
             name = [str(layout["chip"]).split("-")[0]] if mixed and "chip" in layout else []
             name = name or (["-"] if mixed else [])
             cells = [str(rank) if row == 0 else "", *name, _degrees(p), str(p["mbs"])]
-            cells += [p["recompute"][:4], str(p["zero"])]
+            rec = _recompute(p)
+            cells += [rec if ":" in rec else rec[:4], str(p["zero"])]
             cells += totals if row == 0 else [""] * len(totals)
             table.add_row(*cells, f"{gib:.1f}")
     return table
@@ -320,6 +321,12 @@ def _degrees(p: dict) -> str:
     return " ".join(parts) or "dp1"
 
 
+def _recompute(p: dict) -> str:
+    from argosy.planner.parallel import recompute_label
+
+    return recompute_label(p["recompute"], p.get("recompute_layers", 0))
+
+
 def _si(value: float) -> str:
     """A compact count: 590.2k, 12.4M."""
     for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -329,6 +336,6 @@ def _si(value: float) -> str:
 
 
 def _short(p: dict) -> str:
-    return " ".join(
-        f"{k}={p[k]}" for k in ("tp", "pp", "vpp", "dp", "cp", "mbs", "recompute", "zero")
-    )
+    rec = _recompute(p)
+    keys = ("tp", "pp", "vpp", "dp", "cp", "mbs")
+    return " ".join([*(f"{k}={p[k]}" for k in keys), f"recompute={rec}", f"zero={p['zero']}"])

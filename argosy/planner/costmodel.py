@@ -12,7 +12,8 @@ micro-batch, on the slowest pipeline stage:
   attention, matmuls plus memory-bound passes over the scores); norms, the MLP
   activation, residuals/RoPE and the loss at the measured seconds per element, scaled by
   what the framework fuses (eager, `compile=1`, Transformer Engine);
-- recompute: full repeats the forward, selective the attention core;
+- recompute: full repeats the forward (of the recomputed share of layers under the
+  block method), selective the attention core;
 - TP/SP, CP and EP collectives, and PP send/recv, each minus the share the framework's
   profile overlaps with compute;
 - pipeline bubble: (pp - 1) / vpp micro-batch times;
@@ -139,6 +140,23 @@ class Costs:
     def fits(self) -> np.ndarray:
         return self.memory_gib <= self.capacity_gib
 
+    def concat(self, other: Costs) -> Costs:
+        """These candidates' costs followed by `other`'s (same chip group)."""
+        arrays = {
+            f.name: np.concatenate([getattr(self, f.name), getattr(other, f.name)])
+            for f in fields(self)
+            if f.name not in ("memory", "capacity_gib")
+        }
+        memory = Memory(
+            **{
+                f.name: np.concatenate(
+                    [getattr(self.memory, f.name), getattr(other.memory, f.name)]
+                )
+                for f in fields(Memory)
+            }
+        )
+        return Costs(**arrays, memory=memory, capacity_gib=self.capacity_gib)
+
     def breakdown(self, i: int) -> dict[str, float]:
         """Seconds of each part of candidate `i`'s step; they add up to `step_s[i]`."""
         return {name: float(getattr(self, f"{name}_s")[i]) for name in BREAKDOWN}
@@ -202,7 +220,10 @@ def evaluate(
     model_flops = 3.0 * flops_tok * total_tokens
     extra = np.select(
         [c.recompute == 2, c.recompute == 1],
-        [flops_tok - 2.0 * model.vocab * model.hidden, 4.0 * seq_len * model.hidden * model.layers],
+        [
+            (flops_tok - 2.0 * model.vocab * model.hidden) * c.recompute_share(model.layers),
+            4.0 * seq_len * model.hidden * model.layers,
+        ],
         0.0,
     )
     mem = memory(model, c, seq_len, nmb, fw)
@@ -249,7 +270,7 @@ def _microbatch(model, hw: Hardware, fw: Profile, sc: Scales, seq_len, c) -> _Mi
     sel = fw.selective
     selective = (sel.gemm * gemm / 3.0 + sel.elementwise * elem / 3.0) * sc.compute
     selective = selective + sel.attention * attn_fwd
-    rec = np.select([c.recompute == 2, c.recompute == 1], [fwd, selective], 0.0)
+    rec = np.where(c.recompute == 1, selective, fwd * c.recompute_share(model.layers))
     return _MicroBatch(
         fwd=fwd,
         bwd=total - fwd,
@@ -365,9 +386,10 @@ def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, latency_us: f
 
 def _tp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
     volume = tokens * model.hidden * (2.0 if fw.tp_comm_in_bf16 else 4.0)
-    count = 4 + np.where(c.recompute == 2, 2, 0)
+    full = c.recompute_share(model.layers)
+    count = 4 + 2 * full
     one = _ring_s(hw, sc, c.tp, volume, 2.0, hw.eff.latency_us)
-    gathers = np.where(c.recompute > 0, fw.recompute_gathers, 0) * one / 2.0
+    gathers = fw.recompute_gathers * np.where(c.recompute == 1, 1.0, full) * one / 2.0
     return (count * one + gathers) * (1.0 - fw.overlap.tp)
 
 
@@ -383,7 +405,7 @@ def _ep_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
     if not model.is_moe:
         return np.zeros(len(c))
     volume = tokens * model.top_k * model.hidden * 2.0 / c.tp
-    count = 4 + np.where(c.recompute == 2, 2, 0)
+    count = 4 + 2 * c.recompute_share(model.layers)
     one = _ring_s(hw, sc, c.tp * c.ep, volume, 1.0, hw.eff.latency_us)
     return np.where(c.ep > 1, count * one * (1.0 - fw.overlap.ep), 0.0)
 

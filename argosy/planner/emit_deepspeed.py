@@ -101,6 +101,13 @@ def _moe(p: Parallel, model: ModelSpec) -> list[str]:
 def _memory(p: Parallel) -> list[str]:
     if p.recompute == "selective":
         return ["--recompute-activations"]
+    if p.partial_recompute:  # Megatron-DeepSpeed's block method: first k layers per stage
+        k = p.recompute_layers
+        return [
+            "--recompute-granularity full",
+            "--recompute-method block",
+            f"--recompute-num-layers {k}",
+        ]
     if p.recompute == "full":
         return ["--recompute-granularity full", "--recompute-method uniform"]
     return []
@@ -118,6 +125,7 @@ def read_deepspeed(text: str, devices: int) -> Semantics:
         recompute = "selective"
     elif f.get("recompute-granularity") == "full":
         recompute = "full"
+    block = recompute == "full" and f.get("recompute-method") == "block"
     zero = int(config["zero_optimization"]["stage"])
     precise = config.get("bf16", {}).get("enabled") and f.get("bf16")
     return Semantics(
@@ -127,4 +135,5 @@ def read_deepspeed(text: str, devices: int) -> Semantics:
         global_batch=int(config["train_batch_size"]), recompute=recompute,
         zero=zero if int(f.get("zero-stage", zero)) == zero else -1,
         precision="bf16" if precise else "fp32",
+        recompute_layers=int(f.get("recompute-num-layers", 1)) if block else 0,
     )  # fmt: skip

@@ -131,6 +131,12 @@ def _memory(p: Parallel) -> list[str]:
     args = []
     if p.recompute == "selective":
         args.append("--recompute-activations")
+    elif p.partial_recompute:  # the first k layers of each model chunk
+        args += [
+            "--recompute-granularity full",
+            "--recompute-method block",
+            f"--recompute-num-layers {p.recompute_layers}",
+        ]
     elif p.recompute == "full":
         args += [
             "--recompute-granularity full",
@@ -182,4 +188,12 @@ def read_megatron(text: str, devices: int) -> Semantics:
         ep=int(f.get("expert-model-parallel-size", 1)), mbs=int(f["micro-batch-size"]),
         global_batch=int(f["global-batch-size"]), recompute=recompute, zero=zero,
         precision="fp8" if "fp8-format" in f else "bf16" if f.get("bf16") else "fp32",
+        recompute_layers=_block_layers(f),
     )  # fmt: skip
+
+
+def _block_layers(f: dict) -> int:
+    """Layers per model chunk recomputed under the block method; 0 for every layer."""
+    if f.get("recompute-granularity") != "full" or f.get("recompute-method") != "block":
+        return 0
+    return int(f.get("recompute-num-layers", 1))

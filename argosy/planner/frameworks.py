@@ -152,6 +152,10 @@ class Profile(BaseModel):
     interleaved_pipeline: bool = True
     """Whether virtual pipeline stages (vpp > 1) exist in this framework."""
     context_parallel: bool = True
+    partial_recompute: bool = False
+    """Full recompute of only the first k layers of each model chunk (Megatron's
+    `--recompute-method block --recompute-num-layers k`): the planner recomputes as few
+    layers as fit, where recomputing none does not."""
     """Whether context parallelism (cp > 1) exists in this framework."""
     tp_comm_in_bf16: bool = True
     """Whether TP activations travel in bf16 (else fp32)."""

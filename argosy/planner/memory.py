@@ -8,7 +8,8 @@ Terms, for the worse of the first and the last pipeline stage:
 - activations per layer and micro-batch after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b
   bytes, the parallel part divided by TP, the rest by TP only with sequence parallelism;
   flash attention never stores the attention scores and selective recompute drops
-  them, full recompute keeps only the layer input), times the micro-batches in flight
+  them, full recompute keeps only the layer input, of the recomputed layers under the
+  block method), times the micro-batches in flight
   on the first stage of a 1F1B or interleaved pipeline; fp32 logits and their
   gradient on the last stage;
 - the allocator's reserve (a fraction of the allocated peak) plus the runtime's own
@@ -114,7 +115,9 @@ def activation_bytes_per_layer(
     per_token = per_token * np.where(c.recompute == 1, selective_kept, 1.0)
     scores = 5.0 * model.heads * tokens * (seq_len / c.cp) / c.tp
     kept = tokens * per_token + np.where((c.recompute == 0) & ~c.flash, scores, 0.0)
-    return np.where(c.recompute == 2, 2.0 * tokens * h / sp_div, kept)
+    full = c.recompute_share(model.layers)  # block method: the rest keep everything
+    whole = tokens * per_token + np.where(~c.flash, scores, 0.0)
+    return np.where(c.recompute == 2, full * 2.0 * tokens * h / sp_div + (1 - full) * whole, kept)
 
 
 def _sharded(profile, c: Candidates, state: str) -> np.ndarray:

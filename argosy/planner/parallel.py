@@ -3,9 +3,11 @@
 `Parallel` is one configuration; `Candidates` holds many as numpy columns so the cost
 model evaluates them all at once. `parse_parallel` reads the CLI form
 
-    tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1]
+    tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1,recompute_layers=0]
 
-(`flash` left out means the framework's default kernel: see `given_keys`), and
+(`flash` left out means the framework's default kernel: see `given_keys`;
+`recompute_layers=k` with `recompute=full` recomputes only the first k layers of each
+model chunk, Megatron's `--recompute-method block`; 0 means every layer), and
 `check_parallel` raises `ArgosyError` for degrees that cannot work (product not the
 device count, TP not dividing the heads, ...).
 """
@@ -21,10 +23,11 @@ from argosy.planner.models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
 BOOL_KEYS = ("sp", "flash", "compile", "fp8")
-INT_KEYS = ("tp", "pp", "dp", "vpp", "cp", "ep", "mbs", "zero")
+INT_KEYS = ("tp", "pp", "dp", "vpp", "cp", "ep", "mbs", "zero", "recompute_layers")
+ZERO_ALLOWED = ("zero", "recompute_layers")  # integer keys that may be 0
 PARALLEL_FORM = (
     "tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1"
-    "[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1]"
+    "[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1,recompute_layers=0]"
 )
 
 
@@ -45,17 +48,30 @@ class Parallel:
     flash: bool = True
     compile: bool = False
     fp8: bool = False
+    recompute_layers: int = 0
+    """With recompute=full: layers of each model chunk recomputed (block method); 0: all."""
 
     @property
     def devices(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
+    @property
+    def partial_recompute(self) -> bool:
+        """Full recompute of only some layers of each model chunk."""
+        return self.recompute == "full" and self.recompute_layers > 0
+
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def text(self) -> str:
-        """The `--parallel` form of this configuration."""
-        return ",".join(f"{k}={str(v).lower()}" for k, v in asdict(self).items())
+        """The `--parallel` form of this configuration (`recompute_layers` only when set)."""
+        items = asdict(self).items()
+        return ",".join(f"{k}={str(v).lower()}" for k, v in items if k != "recompute_layers" or v)
+
+
+def recompute_label(recompute: str, layers: int = 0) -> str:
+    """'none', 'selective', 'full', or 'full:k' for the first k layers of each chunk."""
+    return f"{recompute}:{layers}" if recompute == "full" and layers else recompute
 
 
 def parse_parallel(text: str) -> Parallel:
@@ -90,7 +106,7 @@ def _value(key: str, raw: str, text: str) -> object:
         return raw
     if key in BOOL_KEYS:
         return raw.lower() in ("1", "true", "yes", "on")
-    if not raw.isdigit() or int(raw) < (0 if key == "zero" else 1):
+    if not raw.isdigit() or int(raw) < (0 if key in ZERO_ALLOWED else 1):
         raise ConfigError(f"{key}={raw!r} is not a positive integer", source=text, field=key)
     if key == "zero" and int(raw) > 3:
         raise ConfigError(f"zero={raw} must be 0, 1, 2 or 3", source=text, field=key)
@@ -112,6 +128,12 @@ def check_parallel(
         raise ArgosyError(f"pp*vpp = {p.pp * p.vpp} exceeds the model's {model.layers} layers")
     if p.vpp > 1 and p.pp == 1:
         raise ArgosyError("vpp > 1 needs pp > 1")
+    chunk = -(-model.layers // (p.pp * p.vpp))
+    if p.recompute_layers and (p.recompute != "full" or p.recompute_layers >= chunk):
+        raise ArgosyError(
+            f"recompute_layers={p.recompute_layers} needs recompute=full and fewer than the "
+            f"{chunk} layers of a model chunk (0 recomputes them all)"
+        )
     if seq_len % (2 * p.cp) and p.cp > 1:
         raise ArgosyError(f"cp={p.cp}: seq-len {seq_len} must be divisible by 2*cp")
     if p.ep > 1 and (not model.is_moe or model.experts % p.ep or (p.dp * p.cp) % p.ep):
@@ -139,6 +161,7 @@ class Candidates:
     flash: np.ndarray
     compile: np.ndarray
     fp8: np.ndarray
+    recompute_layers: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -151,6 +174,22 @@ class Candidates:
         return cls(
             **{k: np.asarray(v, dtype=bool if k in bools else np.int64) for k, v in cols.items()}
         )
+
+    def concat(self, other: Candidates) -> Candidates:
+        return Candidates(
+            **{
+                f.name: np.concatenate([getattr(self, f.name), getattr(other, f.name)])
+                for f in fields(Parallel)
+            }
+        )
+
+    def recompute_share(self, layers: int) -> np.ndarray:
+        """Share of each model chunk's layers recomputed in full: 1 for recompute=full
+        over every layer, k/chunk for the block method's first k, 0 otherwise."""
+        chunk = np.ceil(layers / (self.pp * self.vpp))
+        partial = np.minimum(self.recompute_layers / chunk, 1.0)
+        share = np.where(self.recompute_layers > 0, partial, 1.0)
+        return np.where(self.recompute == 2, share, 0.0)
 
     def take(self, index) -> Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(Parallel)})

@@ -37,6 +37,8 @@ class Semantics:
     recompute: str
     zero: int
     precision: str
+    recompute_layers: int = 0
+    """Full recompute of only the first k layers of each model chunk; 0: all or n/a."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -59,6 +61,7 @@ def expected(plan: Parallel, global_batch: int, framework: str) -> Semantics:
         tp=plan.tp, pp=plan.pp, vpp=plan.vpp, dp=plan.dp, cp=plan.cp, ep=plan.ep, mbs=plan.mbs,
         global_batch=global_batch, recompute=plan.recompute,
         zero=canonical_zero(framework, plan.zero), precision="fp8" if plan.fp8 else "bf16",
+        recompute_layers=plan.recompute_layers if plan.recompute == "full" else 0,
     )  # fmt: skip
 
 

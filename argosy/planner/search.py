@@ -1,7 +1,9 @@
 """Plan search on one chip group: enumerate the pruned space, price it, keep the best.
 
 `search_group` is pure: it takes a model, a resolved node group and a batch, prices every
-candidate with the vectorised cost model, drops what does not fit in memory or what the
+candidate with the vectorised cost model (plus, where recomputing every layer fits and
+none does not, the plans recomputing only as many layers as fit: `partial.py`), drops
+what does not fit in memory or what the
 framework cannot run (`argosy.planner.support`) and returns
 the candidates sorted by step time (ties broken by less memory). `estimate_one` prices a
 single configuration; `smallest_fix` says what change makes an infeasible job fit.
@@ -19,6 +21,7 @@ from argosy.planner.efficiency import Constants
 from argosy.planner.frameworks import Profile, Scales, load_framework
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates, Parallel
+from argosy.planner.partial import partial_candidates
 from argosy.planner.space import enumerate_space
 from argosy.planner.support import fixed_fields, supported
 
@@ -78,6 +81,13 @@ def search_group(
         costs = evaluate(model, hw, seq_len, cands, 0.0, constants, fw, scales)
         return Ranked(cands, costs, np.zeros(0, dtype=np.int64), hw, devices, samples)
     costs = evaluate(model, hw, seq_len, cands, samples / cands.dp, constants, fw, scales)
+    if "recompute" not in fixed and "recompute_layers" not in fixed:
+        more = partial_candidates(model, hw, seq_len, cands, costs, samples, fw, constants, scales)
+        if len(more):
+            more_costs = evaluate(
+                model, hw, seq_len, more, samples / more.dp, constants, fw, scales
+            )
+            cands, costs = cands.concat(more), costs.concat(more_costs)
     keep = np.arange(len(cands)) if include_infeasible else np.flatnonzero(costs.fits)
     order = keep[np.lexsort((costs.memory_gib[keep], costs.step_s[keep]))]
     return Ranked(cands, costs, order, hw, devices, samples)

@@ -90,10 +90,11 @@ def enumerate_space(
     flash = np.full(len(arr), bool(fixed.get("flash", flash_default)))
     compiled = np.full(len(arr), bool(fixed.get("compile", False)))
     fp8 = np.full(len(arr), bool(fixed.get("fp8", False)))
+    rlayers = int(fixed.get("recompute_layers") or 0)  # type: ignore[call-overload]
     return Candidates(
         tp=arr[:, 0], pp=arr[:, 1], dp=arr[:, 2], vpp=arr[:, 3], mbs=arr[:, 4],
         recompute=arr[:, 5], zero=arr[:, 6], cp=arr[:, 7], ep=arr[:, 8], sp=sp_col, flash=flash,
-        compile=compiled, fp8=fp8,
+        compile=compiled, fp8=fp8, recompute_layers=np.full(len(arr), rlayers),
     )  # fmt: skip
 
 

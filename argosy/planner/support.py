@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from argosy.planner.frameworks import load_framework
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates, Parallel
 
@@ -101,6 +102,20 @@ def _microbatches(cands: Candidates, samples: int) -> np.ndarray:
 
 
 def _rules(
+    framework: str, c: Candidates, model: ModelSpec, samples: int
+) -> list[tuple[str, np.ndarray]]:
+    rules = _own_rules(framework, c, model, samples)
+    if not load_framework(framework).partial_recompute:
+        partial = (c.recompute == 2) & (c.recompute_layers > 0)
+        why = (
+            f"{framework} recomputes every layer or none (no block method); this plan "
+            "recomputes {recompute_layers} layers of each model chunk"
+        )
+        rules.insert(0, (why, partial))
+    return rules
+
+
+def _own_rules(
     framework: str, c: Candidates, model: ModelSpec, samples: int
 ) -> list[tuple[str, np.ndarray]]:
     if framework in MEGATRON:

@@ -24,10 +24,15 @@ def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     args = ["plan", "-m", "gpt-1.7b", "-c", "h100:1+a100-80g:2", "--global-batch", "18"]
     done = argosy(*args, "--seq-len", "2048", "--json")
     assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+
+    def uneven(plan: dict) -> bool:
+        return len({g["batch_share"] for g in plan["groups"]}) > 1
+
+    # the best batch split the planner printed (a layer split may rank above it)
+    doc["plans"] = [next(p for p in doc["plans"] if uneven(p))]
     path = tmp_path_factory.mktemp("plan") / "plan.json"
-    path.write_text(done.stdout)
-    shares = [g["batch_share"] for g in json.loads(done.stdout)["plans"][0]["groups"]]
-    assert len(set(shares)) > 1, f"want an uneven split to test, got {shares}"
+    path.write_text(json.dumps(doc))
     return path
 
 

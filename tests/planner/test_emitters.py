@@ -73,6 +73,9 @@ def plans(draw):
     )
     mbs = draw(st.sampled_from([1, 2, 4]))
     batch = dp * mbs * draw(st.integers(1, 24))
+    recompute = draw(st.sampled_from(["none", "selective", "full"]))
+    chunk = -(-model.layers // (pp * vpp))
+    partial = draw(st.integers(0, chunk - 1)) if recompute == "full" and chunk > 1 else 0
     plan = Parallel(
         tp=tp,
         pp=pp,
@@ -82,7 +85,8 @@ def plans(draw):
         cp=cp,
         ep=ep,
         sp=tp > 1,
-        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        recompute=recompute,
+        recompute_layers=partial,
         zero=draw(st.integers(0 if dp * cp == 1 else 0, 3 if dp * cp > 1 else 0)),
         compile=draw(st.booleans()),
         fp8=draw(st.booleans()),
