@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from argosy.core.errors import UnknownNameError
 from argosy.serving.speculative import PROPOSERS, StepRecord
 from argosy.serving.speculative.adaptive import AdaptiveProposer, expected_tokens
+from argosy.serving.speculative.costs import DEFAULT_DRAFT_TOKEN_COST, StepCosts
 from argosy.serving.speculative.ngram import NgramProposer
 
 
@@ -92,3 +93,30 @@ def test_auto_picks_the_draft_length_with_the_best_expected_gain(acceptance, cos
         assert max(gains) <= proposer.min_gain
     else:
         assert gains[k - 1] == max(gains) and gains[k - 1] > proposer.min_gain
+
+
+def test_step_costs_read_a_draft_tokens_cost_from_a_full_drafts_pass():
+    costs = StepCosts(max_draft_tokens=8)
+    assert costs.draft_token_cost == DEFAULT_DRAFT_TOKEN_COST  # nothing measured
+    for _ in range(5):
+        costs.observe(0, 0.10)
+    assert costs.draft_token_cost == DEFAULT_DRAFT_TOKEN_COST  # no verify pass yet
+    costs.observe(2, 0.20)  # one slow short pass (noise, or a slow kernel shape) ...
+    assert costs.draft_token_cost == pytest.approx(0.25)  # ... extrapolates optimistically
+    for _ in range(5):
+        costs.observe(8, 0.15)  # a full draft costs half a plain step more
+    assert costs.draft_token_cost == pytest.approx(0.5 / 8)
+
+
+@given(
+    steps=st.lists(st.tuples(st.integers(0, 8), st.floats(1e-4, 10.0)), min_size=1, max_size=40),
+)
+def test_step_costs_stay_in_range_and_rise_with_slower_full_drafts(steps):
+    costs = StepCosts(max_draft_tokens=8)
+    for drafted, seconds in steps:
+        costs.observe(drafted, seconds)
+    assert 0.0 <= costs.draft_token_cost <= 2.0
+    if costs.plain_s is not None and costs.samples:
+        before = costs.draft_token_cost
+        costs.observe(8, 10 * costs.forward.seconds(9))
+        assert costs.draft_token_cost >= before

@@ -15,10 +15,17 @@ maximizes `E(k) / (1 + c*k)` and stops drafting when even the best k gains less 
 text is therefore enough to turn speculation off; on copy-heavy text acceptance stays high
 and the draft grows to `max_draft_tokens`.
 
-At batch > 1 the batch loop calls `offer` instead: the same per-request switch decides
-whether this request drafts at all, and the batch policy (`batch_policy.py`) decides how
-many of the offered tokens every row verifies, from the rows' acceptance and the measured
-cost of a wider forward pass at the current batch size.
+At batch > 1 the batch loop calls `offer` instead, and the per-request switch above (probe,
+cost model, back-off) does not apply: its cost model is a batch-1 one (what a draft token
+adds to this request's own pass), while in a batch every row's pass is padded to one width,
+so a row's draft costs nothing unless the batch policy (`batch_policy.py`) widens the pass
+for it. `offer` hands over the whole n-gram draft with this request's acceptance estimate,
+and the policy picks the width from every row's acceptance and the measured cost of a
+wider pass at the current batch size (at full batch on a CPU: none). Holding drafts back
+at batch only lost tokens: a cold request (prior 0.5) probed with 2 tokens and, after one
+partly rejected probe, sat out 8 steps of a 32-token copy-heavy answer that `ngram` drafted
+whole. Verify passes in a batch still update the estimate, and the back-off state carries
+on if the request runs alone again.
 """
 
 from __future__ import annotations
@@ -86,11 +93,9 @@ class AdaptiveProposer:
         return self.inner.propose(context, min(max_tokens, length)) if length else []
 
     def offer(self, context: Sequence[int], max_tokens: int) -> DraftOffer:
-        """At batch > 1: the full n-gram draft (the batch policy sizes it) unless backed off."""
-        if not self._gate():
-            return DraftOffer()
-        limit = min(self.probe_tokens, max_tokens) if self.probing else max_tokens
-        draft = self.inner.propose(context, limit)
+        """At batch > 1: the full n-gram draft with this request's acceptance estimate; the
+        batch policy decides how much of it is verified (no probe, no back-off here)."""
+        draft = self.inner.propose(context, max_tokens)
         return DraftOffer(tuple(draft), self.acceptance, adaptive=True)
 
     def _gate(self) -> int:

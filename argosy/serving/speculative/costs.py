@@ -1,11 +1,17 @@
 """What a verify pass costs relative to a plain decode step, learned engine-wide.
 
 On a GPU at batch 1 a verify pass of k draft tokens costs about one plain step; on a CPU
-(compute-bound) or at large batch each draft token adds to it. `StepCosts` keeps moving
-averages of the plain step's seconds and of the relative cost of one draft token,
-`c = (verify_s / plain_s - 1) / k`, over every request an engine serves, so a new request
-starts from the engine's experience instead of learning costs again. Updates are plain
-float writes (safe enough from several threads: a lost update only delays the average).
+(compute-bound) or at large batch each draft token adds to it. `StepCosts` keeps the
+seconds of a request's own (batch-1) steps by the tokens they feed (a `ForwardCosts` over
+every request an engine serves, so a new request starts from the engine's experience) and
+derives the relative cost of one draft token from a full draft's pass,
+`c = (T(1 + K) / T(1) - 1) / K` with K = `max_draft_tokens`. Not from each pass's own ratio:
+that divides the timing noise of a short pass by its k (one slow 2-token pass on a shared
+CPU reads as c = 0.5), and a short pass is not a cheaper one in proportion (oneDNN runs a
+3-token pass slower than a 9-token one here), so the per-pass estimate climbed to 0.6
+while a full draft cost c = 0.06-0.1, and `auto` stopped drafting on copy-heavy text.
+Updates are plain dict writes (safe enough from several threads: a lost update only
+delays the average).
 
 `ForwardCosts` is the batch loop's view: the seconds of one batched forward pass as a
 function of the tokens in it (rows x (1 + draft width)), a moving average per token count,
@@ -32,25 +38,42 @@ DEFAULT_DRAFT_TOKEN_COST = 0.25
 
 
 class StepCosts:
-    """Moving averages of the plain step time and the relative cost of a draft token."""
+    """Seconds of batch-1 steps by the tokens they feed; the relative cost of a draft token."""
 
-    def __init__(self, default_draft_token_cost: float = DEFAULT_DRAFT_TOKEN_COST) -> None:
-        self.plain_s: float | None = None
-        self.draft_token_cost = default_draft_token_cost
+    def __init__(
+        self,
+        default_draft_token_cost: float = DEFAULT_DRAFT_TOKEN_COST,
+        max_draft_tokens: int = 8,
+    ) -> None:
+        self.default_draft_token_cost = default_draft_token_cost
+        self.max_draft_tokens = max_draft_tokens
+        self.forward = ForwardCosts(extra_token_cost=default_draft_token_cost)
+        """Seconds of a solo step by tokens fed (1: a plain step; 1 + k: a verify pass)."""
         self.samples = 0
+
+    @property
+    def plain_s(self) -> float | None:
+        """Seconds of a plain step (None before one was seen)."""
+        return self.forward.seconds_by_tokens.get(1)
+
+    @property
+    def draft_token_cost(self) -> float:
+        """What one draft token adds to a pass, relative to a plain step, averaged over a full
+        draft (beyond the widest pass seen: the optimistic extrapolation of `ForwardCosts`,
+        which is the default cost when only plain steps were seen)."""
+        plain = self.plain_s
+        if plain is None or not self.samples:
+            return self.default_draft_token_cost
+        full = self.forward.seconds(1 + self.max_draft_tokens)
+        assert full is not None  # a plain step was seen
+        return min(2.0, max(0.0, (full / plain - 1.0) / self.max_draft_tokens))
 
     def observe(self, num_drafted: int, elapsed_s: float) -> None:
         """Learn from one step: a plain step (no draft) or a verify pass of `num_drafted`."""
         if elapsed_s <= 0:
             return
-        if num_drafted == 0:
-            self.plain_s = _ema(self.plain_s, elapsed_s)
-            return
-        if self.plain_s is None:
-            return
-        relative = (elapsed_s / self.plain_s - 1.0) / num_drafted
-        self.draft_token_cost = _ema(self.draft_token_cost, min(2.0, max(0.0, relative)))
-        self.samples += 1
+        self.forward.observe(1 + num_drafted, elapsed_s)
+        self.samples += num_drafted > 0
 
 
 def _ema(old: float | None, new: float) -> float:
