@@ -1,0 +1,99 @@
+"""The pytorch profile's single-device memory against peaks tracked at the dispatcher
+(benchmarks/planner_memory_single.py holds the tracker, the program and the matrix), and
+the tracker itself against known allocations and torch's own MemTracker."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "planner_memory_single.py"
+_SPEC = importlib.util.spec_from_file_location("planner_memory_single", _PATH)
+pms = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = pms  # dataclasses resolve their module by name
+_SPEC.loader.exec_module(pms)
+
+TINY = {"layers": 2, "hidden": 1024, "heads": 16, "kv_heads": 8, "ffn": 4096, "vocab": 32000,
+        "seq": 1024, "mbs": 2, "ga": 2}  # fmt: skip
+
+
+def test_tracker_counts_a_known_allocation_pattern_exactly() -> None:
+    with pms.LiveBytes(block=512) as live:
+        a = torch.empty(1000)  # 4,000 bytes: one 4,096-byte block
+        b = torch.empty(10)  # 40 bytes: the 512-byte minimum
+        a.view(10, 100).add_(1.0)  # a view and an in-place op allocate nothing
+        c = a + 1.0  # 4,096
+        assert live.current == 4096 + 512 + 4096
+        del c, b
+        assert live.current == 4096
+        d = torch.empty(0)  # no storage bytes
+        assert live.current == 4096
+    assert live.peak == 4096 + 512 + 4096 and live.peak_op == "add"
+    del a, d
+
+
+def test_tracker_without_rounding_matches_torch_memtracker() -> None:
+    """Two steps of a tiny Hugging Face Llama under fake tensors: the same peak as
+    torch.distributed._tools.mem_tracker.MemTracker, which does not round CPU storages."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    point = pms.Point("tiny", **{**TINY, "hidden": 256, "heads": 4, "kv_heads": 2,
+                                 "ffn": 512, "vocab": 4096, "seq": 256})  # fmt: skip
+    with FakeTensorMode():
+        model, opt = pms.build(point, "cpu")
+        ids = torch.randint(0, point.vocab, (point.mbs, point.seq))
+        tracker = MemTracker()
+        tracker.track_external(model, opt, ids)
+        with tracker, pms.LiveBytes(block=1) as live:
+            live.track(model, opt, ids)
+            for _ in range(2):
+                for _ in range(point.ga):
+                    tracker.reset_mod_stats()  # MemTracker allows one call per module
+                    (model(input_ids=ids, labels=ids).loss / point.ga).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    (peak,) = (snap["Total"] for snap in tracker.get_tracker_snapshot("peak").values())
+    assert live.peak == peak
+
+
+@pytest.mark.parametrize("ckpt", [False, True], ids=["no-ac", "full-ac"])
+def test_estimate_within_five_percent_of_the_tracked_peak(ckpt: bool) -> None:
+    point = pms.Point("tiny", **TINY, ckpt=ckpt)
+    live = pms.tracked_peak(point)
+    assert live.peak_op == "_log_softmax_backward_data"  # the loss's backward
+    allocated, total = pms.estimate(point)
+    tracked = live.peak / pms.GIB
+    assert abs(allocated / tracked - 1) <= 0.05
+    assert total > allocated  # the reserve comes on top
+
+
+def test_sdpa_runs_the_flash_kernel_not_the_score_matrix() -> None:
+    """Under fake tensors on the CPU, HF's sdpa attention hits the flash-style kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    point = pms.Point("tiny", **{**TINY, "layers": 1})
+    seen: set[str] = set()
+
+    class Ops(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with FakeTensorMode():
+        model, opt = pms.build(point, "cpu")
+        ids = torch.randint(0, point.vocab, (1, point.seq))
+        with Ops():
+            model(input_ids=ids, labels=ids).loss.backward()
+    assert "_scaled_dot_product_flash_attention_for_cpu" in seen
+    assert "_scaled_dot_product_flash_attention_for_cpu_backward" in seen
+    assert not seen & {"_softmax", "bmm", "baddbmm"}  # no seq x seq scores
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="would run the real matrix")
+def test_cuda_mode_skips_cleanly_without_a_gpu(monkeypatch, capsys) -> None:  # noqa: ANN001
+    monkeypatch.setattr(sys, "argv", ["planner_memory_single.py", "--device", "cuda"])
+    pms.main()
+    assert "skipped" in capsys.readouterr().out
