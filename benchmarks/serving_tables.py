@@ -2,9 +2,10 @@
 
 `print_curves` prints one table per suite from the runs `serving.batch_curves` collects
 ({suite: {(batch size, method): [run, ...]}}, each run with tokens, seconds, decode tokens
-and seconds, outputs, drafted, accepted, repeat); `vllm_curves` runs
-`benchmarks/serving_vllm.py` in `.venv-vllm` and returns its JSON (its "rows": suite,
-batch_size, method plain|ngram, tok_s, ratio); `reprint_curves` prints a saved run.
+and seconds, outputs, drafted, accepted, repeat, and for argosy methods its decode passes
+and the tokens fed to its batched passes); ratios are per repeat, then median (min-max).
+`vllm_curves` runs `benchmarks/serving_vllm.py` in `.venv-vllm` and returns its JSON (its
+"rows": suite, batch_size, method plain|ngram, tok_s, ratio); `reprint_curves` prints a saved run.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ def print_curves(runs: dict, sizes: list[int], max_tokens: int, vllm: dict | Non
     for suite, table in runs.items():
         print(f"\n{suite}: aggregate tok/s, {max_tokens} tokens max, greedy, B concurrent requests")
         head = ["batch", "off", "auto", "ngram", "HF plain", "HF lookup (B=1)", "auto x off",
-                "ngram x off", "HF plain x off", "HF lookup x HF plain", "auto x off (decode)",
-                "ngram x off (decode)", "auto accepted/drafted", "auto same as off"]  # fmt: skip
+                "ngram x off", "auto x best of off/ngram", "HF plain x off",
+                "HF lookup x HF plain", "auto x off (decode)", "ngram x off (decode)",
+                "decode passes off/ngram/auto", "tokens fed per batched pass off/ngram/auto",
+                "auto accepted/drafted", "auto same as off"]  # fmt: skip
         if vllm is not None:
             head += ["vLLM plain", "vLLM ngram", "vLLM ngram x plain"]
         print("| " + " | ".join(head) + " |")
@@ -41,9 +44,12 @@ def _curve_row(table: dict, size: int, suite: str, vllm: dict | None) -> list[st
     drafted = sum(r["drafted"] for r in auto)
     accepted = sum(r["accepted"] for r in auto)
     cells = [str(size), *(rate(m) for m in CURVE_METHODS)]
-    cells += [_ratio(table, size, m, "off") for m in ("auto", "ngram", "hf-plain")]
+    cells += [_ratio(table, size, m, "off") for m in ("auto", "ngram")]
+    cells.append(_ratio(table, size, "auto", ("off", "ngram")))
+    cells.append(_ratio(table, size, "hf-plain", "off"))
     cells.append(_ratio(table, size, "hf-prompt-lookup", "hf-plain"))
     cells += [_ratio(table, size, m, "off", decode=True) for m in ("auto", "ngram")]
+    cells += _passes(table, size)
     cells.append(f"{accepted}/{drafted}")
     cells.append(_same(table, size, "auto", "off"))
     if vllm is not None:
@@ -51,22 +57,44 @@ def _curve_row(table: dict, size: int, suite: str, vllm: dict | None) -> list[st
     return cells
 
 
-def _ratio(table: dict, size: int, method: str, base: str, decode: bool = False) -> str:
-    """Median over repeats of (method tok/s / base tok/s in the same repeat); `decode`:
-    tokens after the first over the time after the last request's first token."""
+def _ratio(
+    table: dict, size: int, method: str, base: str | tuple[str, ...], decode: bool = False
+) -> str:
+    """Median (min-max) over repeats of (method tok/s / base tok/s in the same repeat); a
+    tuple of bases: the fastest of them in that repeat; `decode`: tokens after the first
+    over the time after the last request's first token."""
 
     def rate(run: dict) -> float:
         if decode:
             return run["decode_tokens"] / run["decode_seconds"]
         return run["tokens"] / run["seconds"]
 
-    by_rep = {r["repeat"]: rate(r) for r in table.get((size, base), [])}
+    bases = (base,) if isinstance(base, str) else base
+    by_rep: dict[int, list[float]] = {}
+    for name in bases:
+        for run in table.get((size, name), []):
+            by_rep.setdefault(run["repeat"], []).append(rate(run))
     ratios = [
-        rate(r) / by_rep[r["repeat"]]
+        rate(r) / max(by_rep[r["repeat"]])
         for r in table.get((size, method), [])
-        if r["repeat"] in by_rep
+        if len(by_rep.get(r["repeat"], [])) == len(bases)
     ]
-    return f"{statistics.median(ratios):.2f}" if ratios else "-"
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def _passes(table: dict, size: int) -> list[str]:
+    """Median decode passes per run (batched and alone), and median tokens fed per batched
+    pass (rows x (1 + draft width)), of the argosy methods: the side of a run that machine
+    noise barely moves (only through when requests join the batch)."""
+    passes, fed = [], []
+    for method in ("off", "ngram", "auto"):
+        runs = [r for r in table.get((size, method), []) if r.get("passes")]
+        passes.append(f"{statistics.median(r['passes'] for r in runs):.0f}" if runs else "-")
+        per = [r["fed"] / r["batched_passes"] for r in runs if r.get("batched_passes")]
+        fed.append(f"{statistics.median(per):.1f}" if per else "-")
+    return ["/".join(passes), "/".join(fed)]
 
 
 def _same(table: dict, size: int, method: str, base: str) -> str:

@@ -133,6 +133,10 @@ class BatchLoop:
         self.rows: list[Slot] = []
         self.batch_steps = 0
         self.batched_tokens = 0
+        self.solo_steps = 0
+        """Decode steps of a request running alone (its own draft-and-verify step)."""
+        self.fed_tokens = 0
+        """Tokens fed to batched decode passes (rows x (1 + draft width), padding included)."""
         self.verify_steps = 0
         self.compactions = 0
         self.prefilled_rows = 0
@@ -187,6 +191,7 @@ class BatchLoop:
             start = time.perf_counter()
             try:
                 if len(self.rows) == 1:
+                    self.solo_steps += 1
                     self._deliver(self.rows[0], self.rows[0].decoder.advance())
                 else:
                     self._batched_step()
@@ -348,6 +353,7 @@ class BatchLoop:
         elapsed = time.perf_counter() - start
         self.policy.observe(ids.numel(), elapsed)
         self.batch_steps += 1
+        self.fed_tokens += ids.numel()
         self.verify_steps += width > 0
         argmax = logits.argmax(dim=-1).tolist()  # one device sync for every greedy row
         kept = []
