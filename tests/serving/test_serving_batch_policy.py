@@ -15,6 +15,7 @@ from argosy.serving.speculative.batch_policy import (
     draft_width,
 )
 from argosy.serving.speculative.costs import AcceptanceTracker, ForwardCosts
+from argosy.serving.speculative.ngram import NgramProposer
 
 
 def linear(fixed_s, per_token_s):
@@ -196,3 +197,18 @@ def test_engine_acceptance_follows_recent_verify_passes():
         tracker.observe("auto:", 2, 0)
     assert tracker.acceptance("auto:") < 0.8 < high  # a few rejected passes cool it down
     assert tracker.acceptance("ngram:") is None
+
+
+@given(
+    context=st.lists(st.integers(0, 5), min_size=0, max_size=40),
+    room=st.integers(0, 10),
+    history=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), max_size=30),
+)
+def test_auto_offers_the_ngram_draft_in_a_batch_whatever_its_history(context, room, history):
+    proposer = AdaptiveProposer(max_draft_tokens=8)
+    for drafted, accepted in history:
+        proposer.observe(StepRecord(drafted, min(accepted, drafted), 0.1, 0.2))
+    offer = proposer.offer(context, room)
+    assert offer.tokens == tuple(NgramProposer(max_draft_tokens=8).propose(context, room))
+    assert offer.adaptive and 0.0 < offer.acceptance < 1.0
+    assert offer.acceptance == pytest.approx(proposer.acceptance)
