@@ -279,6 +279,8 @@ def _print_plans(result: dict, model: str, cluster: str) -> None:
         )
     if "mixed_efficiency" in result:
         console.print(f"  mixed-chip efficiency {result['mixed_efficiency']:.3f}", highlight=False)
+    if result.get("batch_split") and result.get("plans"):
+        console.print(f"  no batch split: {result['batch_split']}", highlight=False)
 
 
 def _plans_table(entries: list[dict], title: str, caption: str | None) -> Table:

@@ -231,22 +231,32 @@ def _plan_mixed(model, cluster, seq_len, global_batch, top, constants, progress,
     split = plan_layer_split(model, cluster, seq_len, global_batch, constants)
     out: dict = {"search": {"candidates": mixed.candidates + (split.candidates if split else 0)}}
     plans = []
-    if mixed.feasible:
+    # `argosy launch --plan` runs every rank of a batch split as a data-parallel replica:
+    # each needs a sequence, so a smaller batch gets layer splits only
+    too_small = global_batch < cluster.num_devices
+    if mixed.feasible and not too_small:
         depth = min(top, *(len(p.ranked) for p in mixed.parts if p.samples))
         plans = [_mixed_entry(mixed, r, cluster, seq_len, global_batch) for r in range(depth)]
+    if too_small:
+        out["batch_split"] = (
+            f"global batch {global_batch} cannot give each of the {cluster.num_devices} "
+            f"devices a sequence: a batch split needs --global-batch {cluster.num_devices} or more"
+        )
     if split is not None:
         plans.append(_layer_split_entry(split, model, cluster, seq_len, global_batch))
     plans.sort(key=lambda e: e["predicted"]["step_time_s"])
     out["plans"] = plans[:top]
     out["feasible"] = bool(plans)
-    if not plans:
+    if not plans and too_small:
+        out["fix"] = out["batch_split"]
+    elif not plans:
         short = [p.group for p in mixed.parts if p.samples and not len(p.ranked)]
         out["fix"] = "; ".join(
             f"{g.chip.id}: "
             + smallest_fix(model, g, seq_len, max(1, global_batch // 2), constants, fw)
             for g in short
         )
-    elif mixed.feasible:
+    elif mixed.feasible and not too_small:
         best = out["plans"][0]["predicted"]["step_time_s"]
         out["mixed_efficiency"] = mixed.efficiency() * mixed.step_s / best
     return out

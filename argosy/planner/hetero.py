@@ -82,7 +82,10 @@ def plan_mixed(
     """Split `global_batch` across the chip groups of `cluster` and plan each group."""
     groups = list(cluster.groups)
     weights = np.array([g.chip.peak_tflops("bf16") * g.num_devices for g in groups], dtype=float)
-    shares = _round_shares(weights, global_batch)
+    # every group of a batch split runs (a group left out would hold devices the launch
+    # must still start); `argosy launch --plan` then gives each rank a sequence
+    floors = np.ones(len(groups), dtype=int) if global_batch >= len(groups) else None
+    shares = _round_shares(weights, global_batch, floors)
     parts: list[GroupPlan] = []
     candidates = 0
     for _ in range(ROUNDS):
@@ -100,7 +103,7 @@ def plan_mixed(
             break
         # a group whose share has no even layout keeps a peak-proportional rate
         per_peak = np.median(rates[rates > 0] / weights[rates > 0])
-        new = _round_shares(np.where(rates > 0, rates, weights * per_peak), global_batch)
+        new = _round_shares(np.where(rates > 0, rates, weights * per_peak), global_batch, floors)
         if np.array_equal(new, shares):
             break
         shares = new
@@ -112,7 +115,8 @@ def plan_mixed(
 
 def _refine(model, parts: list[GroupPlan], seq_len, constants, framework=None, moves: int = 12):
     """Move samples off the slowest group while its step time drops: integer micro-batches
-    leave the proportional split uneven. Tries a few move sizes towards every other group."""
+    leave the proportional split uneven. Tries a few move sizes towards every other group
+    (never the slow group's last sample)."""
     cache: dict[tuple[int, int], GroupPlan] = {(p.group.index, p.samples): p for p in parts}
 
     def part(group, samples: int) -> GroupPlan:
@@ -158,8 +162,16 @@ def _plan_part(model, group, seq_len, samples, constants, framework=None) -> Gro
     return GroupPlan(group, samples, replace(ranked, order=even))
 
 
-def _round_shares(weights: np.ndarray, total: int) -> np.ndarray:
-    """Integer shares of `total` proportional to `weights` (largest remainders)."""
+def _round_shares(weights: np.ndarray, total: int, floors: np.ndarray | None = None) -> np.ndarray:
+    """Integer shares of `total` proportional to `weights` (largest remainders); where one
+    falls below its floor, every group gets its floor and the rest is split so."""
+    shares = _proportional(weights, total)
+    if floors is not None and np.any(shares < floors):
+        shares = floors + _proportional(weights, total - int(floors.sum()))
+    return shares
+
+
+def _proportional(weights: np.ndarray, total: int) -> np.ndarray:
     raw = weights / weights.sum() * total
     shares = np.floor(raw).astype(int)
     for i in np.argsort(-(raw - shares))[: total - shares.sum()]:

@@ -314,3 +314,37 @@ def test_a_batch_smaller_than_the_ranks_is_refused_with_the_fix() -> None:
     entry = {"predicted": {"step_time_s": 1.0}, "parallel": {"mbs": 1}}
     with pytest.raises(PlanMismatchError, match="--global-batch 8"):
         parse_plan({"plans": [entry], "global_batch": 4, "cluster": "h100-sxm:8"})
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    h100=st.sampled_from([1, 2, 4]),
+    a100=st.sampled_from([1, 2, 4]),
+    layers=st.integers(2, 8),
+    batch=st.integers(1, 12),
+)
+def test_every_plan_the_planner_prints_is_one_the_launch_runs(h100, a100, layers, batch) -> None:
+    """Each printed mixed plan passes the launch's checks and gives every batch-split
+    rank at least one sequence; a batch too small for that gets layer splits only."""
+    from argosy.hardware.loader import load_cluster
+    from argosy.planner.api import plan
+    from argosy.planner.models import load_model
+
+    model = load_model(f"layers={layers},hidden=128,heads=4,vocab=512")
+    cluster = load_cluster(f"h100:{h100}+a100-80g:{a100}")
+    result = plan(model, cluster, 128, batch, top=3)
+    launch = {"h100-sxm": h100, "a100-80g": a100}
+    if batch < h100 + a100:
+        assert "batch_split" in result
+    for entry in result["plans"]:
+        if batch < h100 + a100:
+            assert entry["split"] == "layers"
+        layout = parse_plan({**entry, "global_batch": batch})
+        check_launch(layout.chip_counts(), h100 + a100, launch, "printed")
+        ranks = assign_ranks(layout)
+        assert len(ranks) == h100 + a100
+        if layout.split == "layers":
+            assert sum(r.layers or 0 for r in ranks) == layers
+        else:
+            assert min(r.samples for r in ranks) >= 1
+            assert sum(r.samples for r in ranks) == batch

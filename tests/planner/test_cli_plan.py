@@ -300,3 +300,17 @@ def test_mixed_plan_emits_a_launch_bundle_and_says_no_framework_runs_it() -> Non
     doc = json.loads(result.stdout)
     assert "no other framework" in doc["note"]
     assert len(assign_ranks(parse_plan(doc))) == 3
+
+
+def test_mixed_batch_smaller_than_the_devices_gets_layer_splits_and_says_why() -> None:
+    small = ["-c", "h100:1+a100-80g:2", "--seq-len", "128", "--global-batch", "2"]
+    result = invoke("plan", "-m", "layers=8,hidden=128,heads=4,vocab=512", *small)
+    assert result.exit_code == 0, result.output
+    assert "no batch split" in result.output and "--global-batch 3 or more" in result.output
+    doc = json.loads(
+        invoke("plan", "-m", "layers=8,hidden=128,heads=4,vocab=512", *small, "--json").output
+    )
+    assert doc["plans"] and {p["split"] for p in doc["plans"]} == {"layers"}
+    # too few layers for a layer split: no plan, and the fix names the batch
+    none = invoke("plan", "-m", "layers=2,hidden=128,heads=4,vocab=512", *small)
+    assert none.exit_code == 1 and "--global-batch 3 or more" in " ".join(none.output.split())
