@@ -105,24 +105,34 @@ async def submit(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Response:
     """Submit a job. A repeated `Idempotency-Key` with the same body returns the first job
-    (200) instead of a new one; with a different body it is a 409. A job that could never
+    (200) instead of a new one; with a different body it is a 409. Keys are the token's
+    own: another token's key neither clashes nor answers (no oracle, no squatting on a
+    key another tenant will send). A job that could never
     run here (missing or relative workdir, a script that is missing, unreadable, outside
     its workdir or not runnable, arguments over the OS limit) is a 422 naming the field."""
     if not who.may_change(spec.queue):
         raise HTTPException(403, f"this token may submit only to queue '{who.queue}'")
     refuse_unless_runnable(spec, ctl.readable)  # 422 naming the field: it could never run
-    digest = ""  # what a repeated Idempotency-Key is compared by
+    digest, scoped = "", None  # what a repeated Idempotency-Key is compared by
     if idempotency_key is not None:
         body = json.dumps(spec.model_dump(), sort_keys=True).encode()
         digest = hashlib.sha256(body).hexdigest()
+        scoped = _token_scoped(who, idempotency_key)
     try:
-        row, created = ctl.submit(spec, idempotency_key, digest, actor=who.actor)
-    except IdempotencyConflictError as err:
-        raise HTTPException(409, f"Idempotency-Key '{err}' was used with another body") from err
+        row, created = ctl.submit(spec, scoped, digest, actor=who.actor)
+    except IdempotencyConflictError:
+        msg = f"Idempotency-Key '{idempotency_key}' was used with another body"
+        raise HTTPException(409, msg) from None
     except ArgosyError as err:
         raise HTTPException(422, str(err)) from err
     body = job_view(row).model_dump_json()  # built once, not validated a second time
     return Response(body, status_code=201 if created else 200, media_type="application/json")
+
+
+def _token_scoped(who, key: str) -> str:
+    """The stored form of a token's Idempotency-Key: a digest of the token id and the key."""
+    owner = who.token_id or who.actor
+    return "k" + hashlib.sha256(f"{owner}\0{key}".encode()).hexdigest()
 
 
 @router.get("/jobs", response_model=JobPage)

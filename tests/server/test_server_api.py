@@ -126,6 +126,26 @@ def test_idempotency_key_returns_the_first_job(client: TestClient) -> None:
     assert len(client.get("/api/v1/jobs", params={"name": "idem"}).json()["items"]) == 1
 
 
+def test_idempotency_keys_are_each_tokens_own(client: TestClient) -> None:
+    """Two tokens of one queue sending the same key and body get a job each; each token's
+    retry gets its own job back; a different body under another token's key is no 409."""
+    users = [
+        {
+            "Authorization": "Bearer "
+            + client.post("/api/v1/tokens", json={"queue": "default"}).json()["token"]
+        }
+        for _ in range(2)
+    ]
+    key = {"Idempotency-Key": "nightly"}
+    first = [client.post("/api/v1/jobs", json=job_body("idem"), headers=u | key) for u in users]
+    assert [r.status_code for r in first] == [201, 201]
+    assert first[0].json()["id"] != first[1].json()["id"]
+    again = client.post("/api/v1/jobs", json=job_body("idem"), headers=users[1] | key)
+    assert again.status_code == 200 and again.json()["id"] == first[1].json()["id"]
+    other = client.post("/api/v1/jobs", json=job_body("other"), headers=key)  # the admin
+    assert other.status_code == 201
+
+
 def test_pagination_and_filters_see_every_job_once(client: TestClient) -> None:
     client.post("/api/v1/nodes/" + client.get("/api/v1/nodes").json()[0]["name"] + "/cordon")
     ids = [client.post("/api/v1/jobs", json=job_body(f"p{i % 2}")).json()["id"] for i in range(7)]
