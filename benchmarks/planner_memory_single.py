@@ -2,6 +2,7 @@
 dispatcher, against argosy's `pytorch` profile (issue 33).
 
     python benchmarks/planner_memory_single.py                # tracked (CPU, fake tensors)
+    python benchmarks/planner_memory_single.py --before       # the profile before issue 33
     python benchmarks/planner_memory_single.py --explain m1   # what is live at one peak
     python benchmarks/planner_memory_single.py --device cuda  # the real step on a GPU
 
@@ -22,6 +23,10 @@ ops allocate inside themselves (see below). Under `FakeTensorMode` on the CPU no
 allocated, so an 8B-parameter step is tracked in seconds within a few MiB of host memory.
 
 Where fake CPU tensors do not stand for the CUDA program, and what neither counts:
+- transformers cannot read fake position ids when it looks for packed sequences, and
+  would then build a [mbs, 1, seq, seq] mask and repeat K and V per query head; the
+  tracker gives it the real tensors' answer (no packing: no mask, `is_causal=True`,
+  `enable_gqa`), see `real_mask_decision`;
 - SDPA: on the CPU the dispatcher hits `_scaled_dot_product_flash_attention_for_cpu`
   (and its backward), on CUDA `_scaled_dot_product_flash_attention`; both keep the
   output and an fp32 log-sum-exp, never a seq x seq score matrix. CUDA's flash backward
@@ -35,6 +40,13 @@ Where fake CPU tensors do not stand for the CUDA program, and what neither count
   fragmented blocks (`memory_reserved` minus `memory_allocated`).
 With more micro-batches than two, the tracked run stops at two per step: micro-batches
 2..ga see the same live set (gradients allocated, accumulation temporaries).
+
+The comparison is with argosy's allocated estimate (`Memory.allocated`, no allocator
+reserve): the tracked peak is `max_memory_allocated`'s counterpart, while the reserve
+(5% + 0.5 GiB) stands for the caching allocator's spare blocks and the CUDA context,
+which only a GPU run can show. The OOM verdict is argosy's total (with the reserve)
+against the catalog's 80 GiB, and, for the tracked step, its peak + `CONTEXT_GIB` against
+an H100's 81,559 MiB.
 """
 
 from __future__ import annotations
@@ -44,6 +56,8 @@ import gc
 import math
 import sys
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,12 +239,31 @@ def train(model: torch.nn.Module, opt: torch.optim.Optimizer, ids: torch.Tensor,
         opt.zero_grad(set_to_none=True)
 
 
+@contextmanager
+def real_mask_decision() -> Iterator[None]:
+    """Let transformers decide on the causal mask as it does for real tensors.
+
+    Without a KV cache (training) it looks for packed sequences in the position ids, and
+    it cannot read a FakeTensor's values: it then keeps a "packed" mask, builds a bf16
+    [mbs, 1, seq, seq] mask and, with a mask, repeats K and V to every query head. With
+    real position ids (0..seq-1 in every row) it finds no packing, skips the mask, and
+    SDPA runs `is_causal=True` with `enable_gqa`; this returns that answer."""
+    from transformers import masking_utils
+
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
 def tracked_peak(point: Point, record: bool = False, ga_cap: int = 2) -> LiveBytes:
     """The step's peak under `FakeTensorMode` on the CPU (two steps, at most `ga_cap`
     micro-batches each)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode():
+    with FakeTensorMode(), real_mask_decision():
         model, opt = build(point, "cpu")
         ids = torch.randint(0, point.vocab, (point.mbs, point.seq))
         with LiveBytes(record=record) as live:
@@ -286,7 +319,7 @@ def table(points: list[Point], peaks: dict[str, float], profile: Profile | str) 
         called = total > capacity
         agree += oom == called
         verdict = f"{'OOM' if oom else 'fits'} / {'OOM' if called else 'fits'}"
-        print(f"| {p.name} | {p.label()} | {peak:.2f} | {alloc:.2f} | {err:+.1%} | "
+        print(f"| {p.name} | {p.label()} | {peak:.2f} | {alloc:.2f} | {err:+.2%} | "
               f"{total:.2f} | {verdict} |")  # fmt: skip
     abs_err = np.abs(errors)
     print(f"median |error| {np.median(abs_err):.1%}, p90 {np.percentile(abs_err, 90):.1%}, "
@@ -298,6 +331,13 @@ def with_logits(profile: Profile, per_vocab: float) -> Profile:
     """`profile` with its eager bytes per token and vocabulary entry at the loss."""
     memory = profile.memory.model_copy(update={"logits_bytes_per_vocab": per_vocab})
     return profile.model_copy(update={"memory": memory})
+
+
+def before_issue_33(profile: Profile) -> Profile:
+    """The pytorch profile's memory as it was: torchtitan's `eager` block accounting, 14
+    loss bytes per token and vocabulary entry, gradients counted from the start."""
+    update = {"activations": "eager", "lazy_grads": False, "logits_bytes_per_vocab": 14.0}
+    return profile.model_copy(update={"memory": profile.memory.model_copy(update=update)})
 
 
 def fit_logits(points: list[Point], peaks: dict[str, float]) -> tuple[float, list[float]]:
@@ -324,17 +364,14 @@ def main() -> None:
     parser.add_argument("--points", default="", help="comma-separated names (default all)")
     parser.add_argument("--explain", default="", help="one point: the live bytes at its peak")
     parser.add_argument(
-        "--logits-bytes",
-        type=float,
-        default=None,
-        help="compare a profile with these loss bytes (14: before issue 33)",
+        "--before", action="store_true", help="the profile as it was before issue 33"
     )
     args = parser.parse_args()
     wanted = set(filter(None, args.points.split(",")))
     points = [p for p in POINTS if not wanted or p.name in wanted]
     profile = load_framework("pytorch")
-    if args.logits_bytes is not None:
-        profile = with_logits(profile, args.logits_bytes)
+    if args.before:
+        profile = before_issue_33(profile)
     if args.explain:
         point = next(p for p in POINTS if p.name == args.explain)
         live = tracked_peak(point, record=True)
@@ -357,7 +394,7 @@ def main() -> None:
     shipped = load_framework("pytorch").memory.logits_bytes_per_vocab
     print(f"fitted bytes per token and vocabulary entry: {best:g} (shipped {shipped:g})")
     for p, err in zip(points, loo, strict=True):
-        print(f"  LOO {p.name:4s} {err:+.1%}")
+        print(f"  LOO {p.name:4s} {err:+.2%}")
     abs_loo = np.abs(loo)
     print(f"LOO median |error| {np.median(abs_loo):.1%}, p90 {np.percentile(abs_loo, 90):.1%}, "
           f"max {abs_loo.max():.1%}")  # fmt: skip

@@ -14,7 +14,8 @@ Contract: `load_framework(name)` returns the frozen `Profile` read from
   fusion (eager, and with `compile=1`), the cross-entropy kernel, GEMM-precision support;
 - memory: bytes per parameter of weights, gradients and optimizer states, activation
   accounting (`megatron`: Korthikanti et al. 2022 with fused kernels; `eager`: what
-  PyTorch autograd saves for an unfused Llama block), bytes per logit;
+  PyTorch autograd saves for an unfused Llama block; `hf`: the same counted for Hugging
+  Face's LlamaForCausalLM), bytes per logit, lazily allocated gradients;
 - `calibration`: the key its fitted parameters are stored under (frameworks sharing
   kernels share a key).
 """
@@ -111,8 +112,12 @@ class Memory(BaseModel):
     """Bytes per parameter of the accumulated gradients."""
     optimizer_bytes: float = 12.0
     """Bytes per parameter of optimizer states (with the master copy when it is sharded)."""
-    activations: Literal["megatron", "eager"] = "megatron"
-    """Activation accounting."""
+    activations: Literal["megatron", "eager", "hf"] = "megatron"
+    """Activation accounting (`memory.activation_bytes_per_layer`)."""
+    lazy_grads: bool = False
+    """Gradients are allocated by the first backward and freed after the step
+    (`zero_grad(set_to_none=True)`, no DDP buckets): on one device with one micro-batch
+    the loss's peak comes before they exist."""
     logits_bytes_per_vocab: float = 4.0
     """Bytes per token and vocabulary entry at the loss (logits, their gradient)."""
     compiled_activations: float = Field(default=1.0, gt=0, le=1)

@@ -4,7 +4,8 @@ Terms, for the worse of the first and the last pipeline stage:
 
 - weights, gradients and optimizer states per parameter held (Megatron: 2 + 4 + 12 B),
   sharded over data parallel as the framework's ZeRO stage says; the embedding lives on
-  the first stage and the LM head on the last;
+  the first stage and the LM head on the last; gradients a framework allocates lazily
+  are not yet there at the loss of a one-device, one-micro-batch step;
 - activations per layer and micro-batch after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b
   bytes, the parallel part divided by TP, the rest by TP only with sequence parallelism;
   flash attention never stores the attention scores and selective recompute drops
@@ -89,7 +90,11 @@ def activation_bytes_per_layer(
     the MLP term grows with the FFN width and gating). `eager`: what PyTorch autograd saves
     for an unfused Llama block: two RMSNorms that upcast to fp32 (6h each), q, k, v,
     the attention output and its contiguous copy, and the MLP's gate, activation, up and
-    product (8 f; 4 f without gating)."""
+    product (8 f; 4 f without gating). `hf`: the same block as Hugging Face's Llama runs
+    it, counted at the dispatcher (benchmarks/planner_memory_single.py): each RMSNorm
+    keeps its fp32 upcast, its bf16 normalised copy and its weighted output (the next
+    GEMMs' input; 8h each), attention keeps the rotated q and k, v, its output (already
+    laid out for the output projection: no copy) and an fp32 log-sum-exp per head."""
     h = model.hidden
     tokens = c.mbs * seq_len / c.cp
     kvd = model.kv * model.head_dim
@@ -99,9 +104,14 @@ def activation_bytes_per_layer(
         else model.expert_ffn * (model.top_k + model.shared_experts)
     )
     sp_div = np.where(c.sp, c.tp, 1)
+    mlp = (8.0 if model.gated else 4.0) * f_eff
     if accounting == "eager":
         nonpar = 12.0 * h
-        par = 6.0 * h + 4.0 * kvd + (8.0 if model.gated else 4.0) * f_eff
+        par = 6.0 * h + 4.0 * kvd + mlp
+        per_token = nonpar / sp_div + par / c.tp
+    elif accounting == "hf":
+        nonpar = 16.0 * h
+        par = 4.0 * h + 4.0 * kvd + 4.0 * model.heads + mlp
         per_token = nonpar / sp_div + par / c.tp
     else:
         f_eff = f_eff * (1.5 if model.gated else 1.0)
@@ -149,7 +159,9 @@ def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profi
     )
     act_layer = act_layer * np.where(c.compile, mem.compiled_activations, 1.0)
     tokens = c.mbs * seq_len / c.cp
-    acts = (layers_stage * act_layer + 2.0 * tokens * model.hidden) * inflight
+    # outside the layers: the final RMSNorm's saved copies and output under `hf` (8h)
+    edge = 8.0 if mem.activations == "hf" else 2.0
+    acts = (layers_stage * act_layer + edge * tokens * model.hidden) * inflight
     compiled_logits = mem.compiled_logits_bytes_per_vocab or mem.logits_bytes_per_vocab
     per_vocab = np.where(c.compile, compiled_logits, mem.logits_bytes_per_vocab)
     logits = per_vocab * tokens * model.vocab / c.tp
@@ -158,6 +170,11 @@ def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profi
     worse_is_last = last > acts
     acts_out = np.where(worse_is_last, last - logits, acts)
     logits_out = np.where(worse_is_last | (c.pp == 1), logits, 0.0)
+    if mem.lazy_grads:
+        # one device, one micro-batch: the loss peaks before the backward allocates the
+        # gradients, the optimizer step after; the gradient term is what the step adds
+        alone = (c.tp * c.pp * c.dp * c.cp == 1) & (nmb == 1)
+        grads = np.where(alone, np.maximum(grads - acts_out - logits_out, 0.0), grads)
     allocated = weights + grads + optim + acts_out + logits_out
     reserved = allocated * mem.reserve_fraction + mem.runtime_gib * GIB
     return Memory(weights, grads, optim, acts_out, logits_out, reserved)
