@@ -169,8 +169,7 @@ def _run(
     config: EngineConfig, host: str, port: int, admin_token: str, zygote: str, name: str
 ) -> None:
     """Load the engine in its worker and serve until SIGTERM/SIGINT."""
-    import uvicorn
-
+    from argosy.core import bounded_http
     from argosy.serving.api import build_app
     from argosy.serving.worker import WorkerEngine
 
@@ -187,7 +186,7 @@ def _run(
     typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {name})", err=True)
     app = build_app(instance, served_name=name, admin_token=admin_token or None)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        bounded_http.run(app, host=host, port=port, log_level="warning")
     finally:
         instance.close()
 

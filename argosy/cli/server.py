@@ -43,8 +43,9 @@ def server(
 ) -> None:
     """Run the control plane: REST API under /api/v1, OpenAPI at /docs."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 (the 'server' extra's, checked here for its message)
 
+        from argosy.core import bounded_http
         from argosy.server.app import create_app
         from argosy.server.config import ServerConfig
     except ImportError as err:
@@ -82,7 +83,7 @@ def server(
 
         config = config.model_copy(update={"ray_address": check_reachable(config.ray_address)})
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+    bounded_http.run(create_app(config), host=host, port=port, log_level="warning")
 
 
 def _with_file(model, path: Path | None, flags: dict):  # noqa: ANN001, ANN202

@@ -213,12 +213,13 @@ OVERSIZED = [
     case("500-nested-objects-in-elastic", post_raw_job(nested(500)),
          422, "nested deeper than 32 levels"),
     case("10-nested-objects-in-elastic", post_raw_job(nested(10)), 422, '"elastic"'),
-    # uvicorn (httptools) reads a 10 MB header whole and the app answers as usual.
+    # A request head over 64 KiB is refused before the app sees it (argosy.core.bounded_http):
+    # 431 and the connection closed; a client still sending sees the reset (status 0).
     case("10mb-header", api("team-a", "GET", "/api/v1/queues", headers={"X-Big": "a" * TEN_MB}),
-         (200, 400, 431)),
+         (431, 0)),
     case("10mb-authorization-header",
          raw("GET", "/api/v1/jobs", {"Authorization": "Bearer " + "a" * TEN_MB}),
-         401, UNKNOWN_TOKEN),
+         (431, 0)),
     case("8kb-query-parameter",
          raw("GET", "/api/v1/jobs?name=" + "n" * 8000, {"Authorization": "Bearer <admin>"}),
          422, '"name"'),

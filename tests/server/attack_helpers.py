@@ -131,6 +131,8 @@ def raw(method: str, path: str, headers: dict[str, str] | None = None, body: byt
             r = conn.getresponse()
             text = r.read().decode(errors="replace")
             return Answer(r.status, {k.lower(): v for k, v in r.getheaders()}, text)
+        except (ConnectionResetError, BrokenPipeError) as err:  # closed while we sent
+            return Answer(0, {}, f"connection closed by the server: {err}")
         finally:
             conn.close()
 
