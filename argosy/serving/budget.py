@@ -13,6 +13,10 @@ A service started with `--memory-fraction F` (0 < F <= 1) owns F x the device's 
   (`$ARGOSY_DEVICE_LEDGER_DIR`, default `<tmp>/argosy-devices`), so separate
   `argosy serve` processes on one node see each other's claims; a claim lives as long as
   the process that made it (dead processes' claims are dropped when the file is read).
+  The directory must be this user's and closed to others (created 0700; one another
+  user made first, or a symlink, is refused naming `ARGOSY_DEVICE_LEDGER_DIR`); files in
+  it are opened without following symlinks and replaced through a fresh temporary name,
+  so a link planted in a shared /tmp cannot make a claim write elsewhere.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import fcntl
 import json
 import math
 import os
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -198,22 +203,52 @@ class DeviceLedger:
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, dict[str, Any]]]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "a+") as lock:
+        _own_directory(self.directory)
+        lock = _open_no_follow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                records = _live(_read(self.path))
-                yield records
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(records))
-                tmp.replace(self.path)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+            records = _live(_read(self.path))
+            yield records
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".ledger-", suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(records))
+            os.replace(tmp, self.path)  # replaces the name itself, never a link's target
+        finally:
+            os.close(lock)  # closing drops the lock
+
+
+def _own_directory(directory: Path) -> None:
+    """Create `directory` 0700, or check an existing one is this user's real directory
+    and closed to others; `ArgosyError` naming the fix otherwise."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(directory)
+    fix = "set ARGOSY_DEVICE_LEDGER_DIR to a directory of your own"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ArgosyError(f"device ledger {directory} is not a directory (a link?); {fix}")
+    if st.st_uid != os.geteuid():
+        raise ArgosyError(
+            f"device ledger {directory} belongs to uid {st.st_uid}, not this user "
+            f"({os.geteuid()}): its claims could be forged; {fix}"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(directory, 0o700)
+
+
+def _open_no_follow(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise ArgosyError(f"device ledger file {path}: {err.strerror} (a link?)") from err
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        with os.fdopen(fd) as handle:
+            data = json.loads(handle.read())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_llama import batch_loop, decoder
 
+from argosy.core.errors import ArgosyError
 from argosy.serving.budget import (
     DeviceLedger,
     DeviceShares,
@@ -115,6 +116,42 @@ def test_ledger_is_shared_and_drops_dead_processes(tmp_path):
     records["gone"] = {"fraction": 0.3, "pid": int(dead.stdout), "name": "exited"}
     ledger.path.write_text(json.dumps(records))
     assert ledger.total() == pytest.approx(0.7)  # the exited process's claim is gone
+
+
+def test_ledger_never_writes_through_a_planted_link(tmp_path):
+    """A shared /tmp lets another user plant links where the ledger writes: a claim must
+    neither follow them nor clobber their targets."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    ledger_dir = tmp_path / "ledger"
+    ledger = DeviceLedger("cpu", ledger_dir)
+    ledger_dir.mkdir(mode=0o700)
+    ledger.path.symlink_to(victim)  # the ledger file itself
+    ledger.path.with_suffix(".tmp").symlink_to(victim)  # the old fixed temporary name
+    ledger.claim(0.5, "a")
+    assert victim.read_text() == "precious"
+    assert not ledger.path.is_symlink() and ledger.total() == pytest.approx(0.5)
+    ledger.path.with_suffix(".lock").unlink()
+    ledger.path.with_suffix(".lock").symlink_to(victim)
+    with pytest.raises(ArgosyError, match="a link"):
+        ledger.claim(0.1, "b")
+    assert victim.read_text() == "precious"
+
+
+def test_ledger_directory_must_be_this_users_and_closed(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    DeviceLedger("cpu", shared).claim(0.2, "a")
+    assert shared.stat().st_mode & 0o777 == 0o700  # closed to others from then on
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as another user
+    with pytest.raises(ArgosyError, match="ARGOSY_DEVICE_LEDGER_DIR"):
+        DeviceLedger("cpu", shared).claim(0.2, "b")
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    monkeypatch.undo()
+    with pytest.raises(ArgosyError, match="not a directory"):
+        DeviceLedger("cpu", link).claim(0.2, "c")
 
 
 # -- admission against the KV capacity ---------------------------------------------------
