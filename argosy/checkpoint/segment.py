@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import mmap
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Callable
@@ -74,6 +75,23 @@ def job_segments(job: str) -> list[Path]:
     return sorted(SHM_DIR.glob(f"{PREFIX}{job}-r*"))
 
 
+def open_own(path: Path, flags: int) -> int:
+    """A descriptor of `path`, a regular file of this user, never through a link.
+
+    /dev/shm is every user's: another tenant can plant a file or link under a slot's name
+    (job ids are public). A slot's metadata is unpickled on restore, so a planted slot
+    would run its author's code in this job; one not owned by this user is refused with
+    `PermissionError` (restore skips it), a link with `OSError` (ELOOP)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise PermissionError(
+            f"{path}: not a slot of this user (owner uid {st.st_uid}, this user {os.geteuid()})"
+        )
+    return fd
+
+
 class Segment:
     """A mapped slot file. `data` and `meta` regions are memoryviews into the mapping."""
 
@@ -89,7 +107,7 @@ class Segment:
     ) -> Segment:
         """Create (or grow) the file, map it and touch every page so later copies never fault;
         `on_touch(bytes)` runs after every chunk touched (progress)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_own(path, os.O_RDWR | os.O_CREAT)
         try:
             os.ftruncate(fd, size)
         except OSError:
@@ -102,7 +120,7 @@ class Segment:
 
     @classmethod
     def open(cls, path: Path, writable: bool = False, populate: bool = False) -> Segment:
-        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        fd = open_own(path, os.O_RDWR if writable else os.O_RDONLY)
         size = os.fstat(fd).st_size
         if size < HEADER_BYTES:
             os.close(fd)
