@@ -147,8 +147,9 @@ def measure(
             for method in order:
                 ours = not method.startswith("hf-")
                 runner = run_argosy if ours else run_hf
-                t0 = METER.now()
+                t0, cpu0 = METER.now(), time.process_time()
                 seconds, tokens = runner(engine, ids, method, max_tokens)
+                cpu_seconds = time.process_time() - cpu0
                 joules = METER.joules(t0, METER.now())
                 passes, rejected = PASSES.pop() if ours else (None, None)
                 rows.append(
@@ -157,6 +158,7 @@ def measure(
                         "repeat": rep,
                         "method": method,
                         "seconds": seconds,
+                        "cpu_seconds": cpu_seconds,
                         "tokens": tokens,
                         "passes": passes,
                         "rejected": rejected,
@@ -180,6 +182,9 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
     for method, runs in by_method.items():
         rates = [len(r["tokens"]) / r["seconds"] for r in runs]
         ratios = [rate / _base_rate(base, r) for rate, r in zip(rates, runs, strict=True)]
+        cpu_ratios = [
+            len(r["tokens"]) / r["cpu_seconds"] / _base_rate(base, r, "cpu_seconds") for r in runs
+        ]
         same = sum(r["tokens"] == base[(r["prompt"], r["repeat"])]["tokens"] for r in runs if base)
         counted = [r for r in runs if r["passes"] is not None]
         table[method] = {
@@ -192,34 +197,39 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
             "tok_per_j": tokens_per_joule(runs),
             "ratio": statistics.median(ratios),
             "ratio_range": (min(ratios), max(ratios)),
+            "cpu_ratio": statistics.median(cpu_ratios),
+            "cpu_ratio_range": (min(cpu_ratios), max(cpu_ratios)),
             "same": same,
             "runs": len(runs),
         }
     return table
 
 
-def _base_rate(base: dict, row: dict) -> float:
-    """tok/s of the `off` run on the same prompt and repeat (NaN when `off` did not run)."""
+def _base_rate(base: dict, row: dict, seconds: str = "seconds") -> float:
+    """Tokens per (wall or CPU) second of the `off` run on the same prompt and repeat (NaN
+    when `off` did not run)."""
     ref = base.get((row["prompt"], row["repeat"]))
-    return len(ref["tokens"]) / ref["seconds"] if ref else float("nan")
+    return len(ref["tokens"]) / ref[seconds] if ref else float("nan")
 
 
 def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
     print(f"\n{title}")
     print(
-        "| method | tok/s (median) | tokens / J | x off (median) | same tokens as off "
-        "| target passes / token | rejected draft tokens |"
+        "| method | tok/s (median) | tokens / J | x off (median) | x off, CPU time | same "
+        "tokens as off | target passes / token | rejected draft tokens |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for method in table:
         row = table[method]
         passes = "-" if row["passes_per_token"] is None else f"{row['passes_per_token']:.2f}"
         rejected = "-" if row["rejected"] is None else str(row["rejected"])
         per_j = "not measured" if row["tok_per_j"] is None else f"{row['tok_per_j']:.3g}"
         low, high = row["ratio_range"]
+        cpu_low, cpu_high = row["cpu_ratio_range"]
         print(
             f"| {method} | {row['tok_s']:.1f} | {per_j} | {row['ratio']:.2f} ({low:.2f}-"
-            f"{high:.2f}) | {row['same']}/{row['runs']} | {passes} | {rejected} |"
+            f"{high:.2f}) | {row['cpu_ratio']:.2f} ({cpu_low:.2f}-{cpu_high:.2f}) | "
+            f"{row['same']}/{row['runs']} | {passes} | {rejected} |"
         )
     if METER.meter is None:
         print(f"energy not measured here: {METER.why}")
@@ -231,7 +241,13 @@ PAIRS = (("ngram", "hf-prompt-lookup"), ("auto", "ngram"), ("auto", "hf-prompt-l
 def print_pairs(rows: list[dict]) -> None:
     """Per (prompt, repeat) ratios of the target pairs, and of `auto` over the faster of the
     fixed methods (`off`, `ngram`) there: median (min-max)."""
-    rate = {(r["prompt"], r["repeat"], r["method"]): len(r["tokens"]) / r["seconds"] for r in rows}
+    for seconds in ("seconds", "cpu_seconds"):
+        print(f"per (prompt, repeat), tokens per {seconds.replace('_', ' ')}:")
+        _print_pairs(rows, seconds)
+
+
+def _print_pairs(rows: list[dict], seconds: str) -> None:
+    rate = {(r["prompt"], r["repeat"], r["method"]): len(r["tokens"]) / r[seconds] for r in rows}
     keys = sorted({(p, rep) for p, rep, _ in rate})
     ran = {m for _, _, m in rate}
     pairs = [(a, b, [rate[(*k, a)] / rate[(*k, b)] for k in keys]) for a, b in PAIRS
@@ -322,7 +338,7 @@ def _run_batch(engine, prompts: list[list[int]], method: str, max_tokens: int) -
     """All `prompts` at once: tokens, seconds, each request's tokens, drafted/accepted."""
     import threading
 
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     if method.startswith("hf-"):
         outputs = (
             [run_hf(engine, prompts[0], method, max_tokens)[1]]
@@ -330,7 +346,9 @@ def _run_batch(engine, prompts: list[list[int]], method: str, max_tokens: int) -
             else _hf_batched(engine, prompts, max_tokens)
         )
         seconds = time.perf_counter() - start
-        return {"tokens": sum(map(len, outputs)), "seconds": seconds, "outputs": outputs}
+        cpu_seconds = time.process_time() - cpu0
+        return {"tokens": sum(map(len, outputs)), "seconds": seconds, "outputs": outputs,
+                "cpu_seconds": cpu_seconds}  # fmt: skip
     before = dataclasses.replace(engine.stats().spec)
     loop = engine._loop  # its pass counters: the noise-free side of the run
     batched0, solo0, fed0 = loop.batch_steps, loop.solo_steps, loop.fed_tokens
@@ -354,6 +372,7 @@ def _run_batch(engine, prompts: list[list[int]], method: str, max_tokens: int) -
     return {
         "tokens": sum(map(len, outputs)),
         "seconds": end - start,
+        "cpu_seconds": time.process_time() - cpu0,
         "decode_tokens": sum(map(len, outputs)) - len(prompts),
         "decode_seconds": end - max(firsts),
         "outputs": outputs,

@@ -23,7 +23,8 @@ def print_curves(runs: dict, sizes: list[int], max_tokens: int, vllm: dict | Non
     for suite, table in runs.items():
         print(f"\n{suite}: aggregate tok/s, {max_tokens} tokens max, greedy, B concurrent requests")
         head = ["batch", "off", "auto", "ngram", "HF plain", "HF lookup (B=1)", "auto x off",
-                "ngram x off", "auto x best of off/ngram", "HF plain x off",
+                "ngram x off", "auto x best of off/ngram", "auto x off (CPU)",
+                "ngram x off (CPU)", "auto x best of off/ngram (CPU)", "HF plain x off",
                 "HF lookup x HF plain", "auto x off (decode)", "ngram x off (decode)",
                 "decode passes off/ngram/auto", "tokens fed per batched pass off/ngram/auto",
                 "auto accepted/drafted", "auto same as off"]  # fmt: skip
@@ -46,6 +47,8 @@ def _curve_row(table: dict, size: int, suite: str, vllm: dict | None) -> list[st
     cells = [str(size), *(rate(m) for m in CURVE_METHODS)]
     cells += [_ratio(table, size, m, "off") for m in ("auto", "ngram")]
     cells.append(_ratio(table, size, "auto", ("off", "ngram")))
+    cells += [_ratio(table, size, m, "off", cpu=True) for m in ("auto", "ngram")]
+    cells.append(_ratio(table, size, "auto", ("off", "ngram"), cpu=True))
     cells.append(_ratio(table, size, "hf-plain", "off"))
     cells.append(_ratio(table, size, "hf-prompt-lookup", "hf-plain"))
     cells += [_ratio(table, size, m, "off", decode=True) for m in ("auto", "ngram")]
@@ -58,15 +61,23 @@ def _curve_row(table: dict, size: int, suite: str, vllm: dict | None) -> list[st
 
 
 def _ratio(
-    table: dict, size: int, method: str, base: str | tuple[str, ...], decode: bool = False
+    table: dict,
+    size: int,
+    method: str,
+    base: str | tuple[str, ...],
+    decode: bool = False,
+    cpu: bool = False,
 ) -> str:
     """Median (min-max) over repeats of (method tok/s / base tok/s in the same repeat); a
     tuple of bases: the fastest of them in that repeat; `decode`: tokens after the first
-    over the time after the last request's first token."""
+    over the time after the last request's first token; `cpu`: tokens per CPU second of
+    the benchmark process (what other processes on a shared machine take is not in it)."""
 
     def rate(run: dict) -> float:
         if decode:
             return run["decode_tokens"] / run["decode_seconds"]
+        if cpu:
+            return run["tokens"] / run["cpu_seconds"]
         return run["tokens"] / run["seconds"]
 
     bases = (base,) if isinstance(base, str) else base
