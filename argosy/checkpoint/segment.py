@@ -18,13 +18,14 @@ import contextlib
 import fcntl
 import mmap
 import os
-import stat
 import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
+
+from argosy.core.own_files import open_own
 
 SHM_DIR = Path(os.environ.get("ARGOSY_SHM_DIR", "/dev/shm"))
 PREFIX = "argosy-ckpt-"
@@ -73,23 +74,6 @@ def segment_paths(job: str, rank: int) -> list[Path]:
 
 def job_segments(job: str) -> list[Path]:
     return sorted(SHM_DIR.glob(f"{PREFIX}{job}-r*"))
-
-
-def open_own(path: Path, flags: int) -> int:
-    """A descriptor of `path`, a regular file of this user, never through a link.
-
-    /dev/shm is every user's: another tenant can plant a file or link under a slot's name
-    (job ids are public). A slot's metadata is unpickled on restore, so a planted slot
-    would run its author's code in this job; one not owned by this user is refused with
-    `PermissionError` (restore skips it), a link with `OSError` (ELOOP)."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        os.close(fd)
-        raise PermissionError(
-            f"{path}: not a slot of this user (owner uid {st.st_uid}, this user {os.geteuid()})"
-        )
-    return fd
 
 
 class Segment:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from argosy.core.own_files import open_own
 from argosy.core.procs import pid_alive
 
 RING = 512
@@ -158,16 +159,20 @@ class ProgressBoard:
     def create(cls, path: Path, world_size: int) -> ProgressBoard:
         """Create (or wipe) the board for `world_size` ranks."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = np.memmap(path, dtype=np.float64, mode="w+", shape=(world_size, ROW))
+        fd = open_own(path, os.O_RDWR | os.O_CREAT)  # /dev/shm is every user's
+        with os.fdopen(fd, "r+b") as handle:
+            handle.truncate(world_size * ROW * 8)
+            data = np.memmap(handle, dtype=np.float64, mode="r+", shape=(world_size, ROW))
         data[:] = 0.0
         return cls(path, data)
 
     @classmethod
     def attach(cls, path: Path) -> ProgressBoard:
         """Open an existing board for writing one's own row."""
-        size = path.stat().st_size // 8
-        assert size % ROW == 0, f"{path} is not a progress board"
-        data = np.memmap(path, dtype=np.float64, mode="r+", shape=(size // ROW, ROW))
+        with os.fdopen(open_own(path, os.O_RDWR), "r+b") as handle:
+            size = os.fstat(handle.fileno()).st_size // 8
+            assert size % ROW == 0, f"{path} is not a progress board"
+            data = np.memmap(handle, dtype=np.float64, mode="r+", shape=(size // ROW, ROW))
         return cls(path, data)
 
     def row(self, rank: int) -> BoardRow:

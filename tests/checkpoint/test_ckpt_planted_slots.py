@@ -41,7 +41,7 @@ def test_a_slot_of_another_user_is_never_restored(job, monkeypatch) -> None:
         assert [s.step for s in memory_slots(job, 0)] == [10**6]  # ours: it is a slot
         monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # seen by another user
         assert memory_slots(job, 0) == []
-        with pytest.raises(PermissionError, match="not a slot of this user"):
+        with pytest.raises(PermissionError, match="not a file of this user"):
             Segment.open(seg.path)
     finally:
         seg.close()

@@ -138,3 +138,22 @@ def test_another_users_stale_board_is_left_alone_not_an_error() -> None:
     finally:
         roots.unlink(missing_ok=True)
         shared.rmdir()
+
+
+def test_a_board_name_another_user_took_or_linked_is_refused(tmp_path, monkeypatch) -> None:
+    """Board names in /dev/shm are guessable (run id and pid): a planted file or link
+    under one must be neither read as this run's board nor written through."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"x" * 4096)
+    link = tmp_path / "argosy-run.1.board"
+    link.symlink_to(victim)
+    with pytest.raises(OSError):
+        ProgressBoard.create(link, 2)
+    assert victim.read_bytes() == b"x" * 4096
+    mine = tmp_path / "argosy-run.2.board"
+    ProgressBoard.create(mine, 2).close()
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as another user
+    with pytest.raises(PermissionError, match="not a file of this user"):
+        ProgressBoard.attach(mine)
+    with pytest.raises(PermissionError):
+        ProgressBoard.create(mine, 2)
