@@ -59,6 +59,19 @@ def test_tracker_without_rounding_matches_torch_memtracker() -> None:
     assert live.peak == peak
 
 
+@pytest.mark.parametrize("ckpt", [False, True], ids=["no-ac", "full-ac"])
+def test_fake_step_tracks_the_same_peak_as_the_real_step(ckpt: bool) -> None:
+    """The same tiny step with real CPU tensors (transformers reads the real position ids
+    and decides on the mask itself) peaks at exactly the fake step's bytes."""
+    point = pms.Point("tiny", 2, 256, 4, 2, 512, 1000, 128, 2, 2, ckpt)
+    model, opt = pms.build(point, "cpu")
+    ids = torch.randint(0, point.vocab, (point.mbs, point.seq))
+    with pms.LiveBytes() as live:
+        live.track(model, opt, ids)
+        pms.train(model, opt, ids, point.ga, steps=2)
+    assert live.peak == pms.tracked_peak(point).peak
+
+
 CASES = {
     "no-ac": ({}, "_log_softmax_backward_data"),  # the loss's backward
     "full-ac": ({"ckpt": True}, "_log_softmax_backward_data"),
