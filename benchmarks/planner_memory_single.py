@@ -10,7 +10,8 @@ The program is the one `reference/measured_h100.md` measured: `LlamaForCausalLM`
 random init, `attn_implementation="sdpa"`, bf16 weights and gradients (no fp32 master
 copy), `torch.optim.AdamW(fused=True)` (bf16 moments), untied embeddings, loss over all
 positions (`labels=input_ids`), no recompute unless the point says `ckpt` (then
-`gradient_checkpointing_enable(use_reentrant=False)`: every decoder layer recomputed).
+`activation_checkpointing_enable(use_reentrant=False)`, `gradient_checkpointing_enable`
+before transformers 5.2x: every decoder layer recomputed).
 One step is `ga` micro-batches of `mbs` sequences, `(model(...).loss / ga).backward()`
 each, then `opt.step(); opt.zero_grad(set_to_none=True)`; two steps are run, so the
 second starts with the Adam moments allocated.
@@ -20,7 +21,8 @@ every tensor storage an op returns (and of storages registered with `track`) fro
 until the storage is freed, rounding each storage up to CUDA's 512-byte block; its
 `peak` is what `torch.cuda.max_memory_allocated` counts for the same program, less what
 ops allocate inside themselves (see below). Under `FakeTensorMode` on the CPU no data is
-allocated, so an 8B-parameter step is tracked in seconds within a few MiB of host memory.
+allocated, so an 8B-parameter step is tracked in seconds; the process holds about 400 MiB,
+the libraries. `torch.optim.AdamW(fused=True)` runs fused on the CPU too.
 
 Where fake CPU tensors do not stand for the CUDA program, and what neither counts:
 - transformers cannot read fake position ids when it looks for packed sequences, and
@@ -39,7 +41,8 @@ Where fake CPU tensors do not stand for the CUDA program, and what neither count
 - neither counts the CUDA context (about 0.5 GiB) or the allocator's cached,
   fragmented blocks (`memory_reserved` minus `memory_allocated`).
 With more micro-batches than two, the tracked run stops at two per step: micro-batches
-2..ga see the same live set (gradients allocated, accumulation temporaries).
+2..ga see the same live set (gradients allocated, accumulation temporaries); the CUDA run
+does all of them.
 
 The comparison is with argosy's allocated estimate (`Memory.allocated`, no allocator
 reserve): the tracked peak is `max_memory_allocated`'s counterpart, while the reserve
