@@ -10,8 +10,8 @@ The program is the one `reference/measured_h100.md` measured: `LlamaForCausalLM`
 random init, `attn_implementation="sdpa"`, bf16 weights and gradients (no fp32 master
 copy), `torch.optim.AdamW(fused=True)` (bf16 moments), untied embeddings, loss over all
 positions (`labels=input_ids`), no recompute unless the point says `ckpt` (then
-`activation_checkpointing_enable(use_reentrant=False)`, `gradient_checkpointing_enable`
-before transformers 5.2x: every decoder layer recomputed).
+`activation_checkpointing_enable(use_reentrant=False)`, or `gradient_checkpointing_enable`
+in a transformers without it: every decoder layer recomputed).
 One step is `ga` micro-batches of `mbs` sequences, `(model(...).loss / ga).backward()`
 each, then `opt.step(); opt.zero_grad(set_to_none=True)`; two steps are run, so the
 second starts with the Adam moments allocated.
