@@ -135,7 +135,7 @@ def _start_on(sched, w, chip: str, g: int, n: int, lent: int, now: float, allow_
     borrowed = sched.tree.borrowed_if(w.queue, chip, n) if sched.policy.quotas else 0
     if borrowed and not allow_borrow:
         return DEFER
-    alloc = sched.cap.place(g, n)
+    alloc = sched.cap.place(g, n, per_node=w.per_node)
     if alloc is None:
         return BLOCKED
     _count(sched, w, g, n, lent)

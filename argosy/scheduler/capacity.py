@@ -11,9 +11,10 @@ size k fit here?" in O(1). Nothing here creates a Python object per device.
 Placement rules: a request smaller than a node goes to the fullest node that still fits
 it (best fit, keeps whole nodes whole); a request of whole nodes goes to the single leaf
 switch with the fewest free nodes that is big enough, else to the leaves with the most
-free nodes first (fewest leaves). Tensor-parallel groups of up to a node's devices
-therefore never leave an NVLink domain. Down and hot-spare nodes are invisible to
-placement (`avail` is 0 there).
+free nodes first (fewest leaves); a gang with a per-node shape gets exactly that many
+devices on each of its nodes, the fullest nodes that fit first. Tensor-parallel groups
+of up to a node's devices therefore never leave an NVLink domain. Down and hot-spare
+nodes are invisible to placement (`avail` is 0 there).
 
 One index convention: every node id that enters or leaves this class is global (an
 index into `cluster.nodes`); `ranges[g]` is only used inside to slice a group's nodes.
@@ -65,9 +66,13 @@ class Capacity:
             self.groups_of_chip.setdefault(chip, []).append(gi)
 
     # ---- fit checks -------------------------------------------------------------------
-    def fits(self, g: int, devices: int) -> bool:
-        """Whether `devices` could be placed on group `g` right now (never a false no)."""
+    def fits(self, g: int, devices: int, per_node: int = 0) -> bool:
+        """Whether `devices` could be placed on group `g` right now (never a false no);
+        `per_node`: exactly that many on each node of the gang (0: packed)."""
         d = self.dpn[g]
+        if per_node:
+            nodes, rest = divmod(devices, per_node)
+            return not rest and per_node <= d and int(self.hist[g, per_node:].sum()) >= nodes
         if devices <= d:  # a row of at most a node's devices + 1 counts: plain Python
             return any(self.hist[g].tolist()[devices:])
         whole, rest = divmod(devices, d)
@@ -92,11 +97,14 @@ class Capacity:
 
     # ---- placement --------------------------------------------------------------------
     def place(
-        self, g: int, devices: int, prefer_leaves: np.ndarray | None = None
+        self, g: int, devices: int, prefer_leaves: np.ndarray | None = None, per_node: int = 0
     ) -> Allocation | None:
-        """Where `devices` would go on group `g`, or None; changes nothing."""
-        if devices <= 0 or not self.fits(g, devices):
+        """Where `devices` would go on group `g`, or None; changes nothing. `per_node`:
+        exactly that many devices on each of `devices / per_node` distinct nodes."""
+        if devices <= 0 or not self.fits(g, devices, per_node):
             return None
+        if per_node:
+            return self._spread(g, devices // per_node, per_node)
         d = self.dpn[g]
         if devices < d:
             node = self._best_fit(g, devices)
@@ -109,6 +117,16 @@ class Capacity:
         if rest:
             counts[-1] = rest
         return Allocation(g, nodes, counts, devices)
+
+    def _spread(self, g: int, k: int, per_node: int) -> Allocation:
+        """`per_node` devices on each of `k` nodes: the fullest nodes that fit first (whole
+        nodes stay whole), then by leaf switch (fewest leaves)."""
+        s, e = self.ranges[g]
+        av = self.avail[s:e]
+        ok = np.flatnonzero(av >= per_node)
+        pick = ok[np.lexsort((self.leaf[s:e][ok], av[ok]))[:k]]
+        nodes = s + np.sort(pick)
+        return Allocation(g, nodes, np.full(k, per_node, dtype=np.int32), k * per_node)
 
     def _best_fit(self, g: int, devices: int) -> int:
         s, e = self.ranges[g]

@@ -138,7 +138,7 @@ class Scheduler:
                 free_for_q += backfill.unused_service_guarantee(self, w.queue, chip)  # later)
             limit = min(self.tree.headroom(w.queue, chip), free_for_q)
         if not (self.policy.elastic and w.elastic):
-            return want if want <= limit and self.cap.fits(g, want) else 0
+            return want if want <= limit and self.cap.fits(g, want, w.per_node) else 0
         d = self.cap.dpn[g]
         whole = self.cap.whole_free_nodes(g) * d
         spare = int(self.cap.free_devices[g]) - room.buffer_devices(self, g)

@@ -5,7 +5,7 @@
 Checked: no device in two allocations; free counts, histograms and per-group totals of
 `Capacity` agree with the allocations; hot spares are whole, up and idle; nothing runs
 on a down node; every gang is whole (min <= devices <= its most, `growth.max_size`) on
-one group of its chip;
+one group of its chip, with its per-node shape where it has one;
 queue usage equals what its workloads hold, and never exceeds an explicit ceiling.
 After a cycle (`spares_short`): under a policy with hot spares every group holds its
 spare target (at least one in a group of two nodes or more) unless it has no whole idle
@@ -72,6 +72,8 @@ def _gang(cap: Capacity, w, most: int) -> list[str]:  # noqa: ANN001
         out.append(f"{w.id} lists a node twice or with no device")
     if (cap.group[a.nodes] != a.group).any():
         out.append(f"{w.id} holds nodes outside its group {a.group}")
+    if w.per_node and (a.counts != w.per_node).any():
+        out.append(f"{w.id} asks {w.per_node} devices per node, holds {a.counts.tolist()}")
     if cap.chips[a.group] != w.chip:
         out.append(f"{w.id} runs on group {a.group} ({cap.chips[a.group]}), not on {w.chip}")
     return out

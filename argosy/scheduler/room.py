@@ -69,7 +69,7 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Alloc
         undo.append((v, v.alloc, keep))
         v.alloc = keep
         missing -= drop.devices
-        placed = sched.cap.place(g, n)
+        placed = sched.cap.place(g, n, per_node=w.per_node)
         if placed is not None:
             return _settle(sched, w, n, undo, placed, now, urgent or owed)
     if evict is None:
@@ -77,7 +77,7 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Alloc
     for v in evict[: sched.config.max_victims]:
         sched.cap.give(v.alloc)
         undo.append((v, v.alloc, None))
-        placed = sched.cap.place(g, n)
+        placed = sched.cap.place(g, n, per_node=w.per_node)
         if placed is not None:
             return _settle(sched, w, n, undo, placed, now, urgent or owed)
     _undo(sched, undo)  # it did not fit: put everything back

@@ -55,6 +55,9 @@ class Workload:
     max_devices: int
     submit_s: float = 0.0
     checkpoint_interval_s: float = 0.0
+    per_node: int = 0
+    """Devices on each node of the gang (its nodes are then `devices / per_node` distinct
+    ones); 0: packed onto as few nodes as hold them. Fixed-size gangs only."""
     # scheduler state
     state: State = State.PENDING
     alloc: Allocation | None = None

@@ -125,7 +125,9 @@ class Scheduling:
     def _workload(self, job_id: str, spec: JobSpec, submit_s: float) -> Workload:
         chips = tuple(spec.chips) or tuple(self.cluster.devices_by_chip())
         low, high = spec.device_range
-        return Workload(job_id, "train", spec.queue, spec.priority, chips, low, high, submit_s)
+        w = Workload(job_id, "train", spec.queue, spec.priority, chips, low, high, submit_s)
+        w.per_node = spec.nproc_per_node if spec.exact_nodes else 0
+        return w
 
     def adopt(self, job_id: str, spec: JobSpec, submit_s: float, placement: Placement) -> bool:
         """Re-admit a job that kept running through a server restart on its devices."""

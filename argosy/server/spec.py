@@ -72,6 +72,10 @@ class JobSpec(BaseModel):
     """Ranks per node, one device each."""
     nnodes: int = Field(default=1, ge=1, le=1024)
     """Nodes of the gang (all start together or none does)."""
+    exact_nodes: bool = False
+    """Run on exactly `nnodes` distinct nodes with `nproc_per_node` devices each (one rank
+    per node needs it); false: the scheduler packs the nnodes x nproc_per_node devices
+    onto as few nodes as hold them. Fixed-size jobs only (not with `elastic`)."""
     chips: list[str] = Field(default_factory=list, max_length=32)
     """Chip types the job accepts (catalog names); empty: any chip the cluster has."""
     checkpoint_every: int | None = Field(default=None, ge=1)
@@ -97,6 +101,8 @@ class JobSpec(BaseModel):
     def _range_holds_nnodes(cls, value: ElasticSpec | None, info: ValidationInfo) -> object:
         """The job's `nnodes` lies within its elastic range."""
         nnodes = info.data.get("nnodes")
+        if value is not None and info.data.get("exact_nodes"):
+            raise ValueError("exact_nodes is for fixed-size jobs; an elastic job is packed")
         if (
             value is not None
             and nnodes is not None

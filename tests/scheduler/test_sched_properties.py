@@ -1,7 +1,8 @@
 """Invariants under random operation sequences (hypothesis):
 
 - no device is allocated twice, and the free-capacity index stays exact;
-- gangs are never partially placed (min <= devices <= max for every running job);
+- gangs are never partially placed (min <= devices <= max for every running job), and a
+  gang with a per-node shape holds exactly that many devices on each of its nodes;
 - usage never exceeds an explicit queue ceiling;
 - after every cycle each group holds its hot spares (at least one) while a whole node is idle;
 - a guarantee is always reclaimable within one cycle once its nodes are up.
@@ -20,6 +21,8 @@ NODES = 24  # h100:192 -> 24 nodes of 8
 op = st.one_of(
     st.tuples(st.just("submit"), st.sampled_from(["a", "b"]), st.sampled_from([1, 2, 4, 8, 16, 32]),
               st.booleans(), st.integers(0, 3)),
+    st.tuples(st.just("shaped"), st.sampled_from(["a", "b"]), st.sampled_from([1, 2, 4]),
+              st.integers(1, 4), st.integers(0, 3)),
     st.tuples(st.just("complete"), st.integers(0, 1000)),
     st.tuples(st.just("fail"), st.integers(0, NODES - 1), st.booleans()),
     st.tuples(st.just("repair"), st.integers(0, NODES - 1)),
@@ -36,6 +39,13 @@ def apply(sched, clock, svc, step, counter):
         top = min(4 * n, 64) if elastic and n >= 8 else n
         sched.submit(job(f"j{counter[0]}", queue=queue, devices=n, max_devices=top,
                          priority=prio, submit=clock.now_s()))  # fmt: skip
+    elif kind == "shaped":  # exactly per_node devices on each of `nodes` nodes
+        _, queue, per_node, nodes, prio = step
+        counter[0] += 1
+        w = job(f"j{counter[0]}", queue=queue, devices=per_node * nodes, priority=prio,
+                submit=clock.now_s())  # fmt: skip
+        w.per_node = per_node
+        sched.submit(w)
     elif kind == "complete" and sched.running:
         victims = sorted(sched.running)
         sched.complete(sched.running[victims[step[1] % len(victims)]])
