@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import sys
 import weakref
@@ -377,6 +378,18 @@ def fit_logits(points: list[Point], peaks: dict[str, float]) -> tuple[float, lis
     return best, loo
 
 
+def write_json(path: Path, points: list[Point], peaks: dict, errors: list, device: str) -> None:
+    """Measured peaks and argosy's errors, for scripts/gpu_parts.py's summary."""
+    abs_err = np.abs(errors) if errors else np.array([float("nan")])
+    doc = {
+        "device": device,
+        "peaks_gib": {p.name: peaks[p.name] for p in points},
+        "median_abs_error": float(np.median(abs_err)),
+        "max_abs_error": float(abs_err.max()),
+    }
+    path.write_text(json.dumps(doc, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["fake", "cuda"], default="fake")
@@ -385,6 +398,7 @@ def main() -> None:
     parser.add_argument(
         "--before", action="store_true", help="the profile as it was before issue 33"
     )
+    parser.add_argument("--json", type=Path, help="write the peaks and errors here")
     args = parser.parse_args()
     wanted = set(filter(None, args.points.split(",")))
     points = [p for p in POINTS if not wanted or p.name in wanted]
@@ -404,8 +418,10 @@ def main() -> None:
             return
         print(f"measured on {torch.cuda.get_device_name()}, torch {torch.__version__}")
         peaks = {p.name: cuda_peak(p) / GIB for p in points}
-        table(points, peaks, profile)
+        errors = table(points, peaks, profile)
         compare_with_tracked(points, peaks)
+        if args.json:
+            write_json(args.json, points, peaks, errors, torch.cuda.get_device_name())
         return
     peaks = {p.name: tracked_peak(p).peak / GIB for p in points}
     print(f"tracked under FakeTensorMode on the CPU, torch {torch.__version__}")

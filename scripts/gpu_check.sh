@@ -9,7 +9,9 @@
 # (benchmarks/serving_gpu.py), train (benchmarks/train_gpu.py: 1-GPU launch, SIGKILL, resume),
 # ckpt (benchmarks/checkpoint.py at 8 GB of GPU state, argosy + DLRover + DCP async),
 # energy (benchmarks/energy.py: a 60-s GEMM on GPU 0, the meter's integrated power against
-# NVML's own energy counter; target within 5%).
+# NVML's own energy counter; target within 5%), mem (benchmarks/planner_memory_single.py
+# --device cuda: the planner's single-GPU memory against max_memory_allocated of real
+# Hugging Face Llama steps; issue 33's median <= 5%).
 # Runs on a bare GPU machine from PYTHONPATH, without a venv: its Python needs torch,
 # transformers, numpy, rich, typer, pyyaml, psutil, httpx, pytest, hypothesis and
 # nvidia-ml-py; the wheels of scripts/gpu_wheels.txt (in ./.whl, fetched by
@@ -32,7 +34,7 @@ WHEELS=${ARGOSY_GPU_WHEELS:-.whl}
 DEVICE=${ARGOSY_GPU_DEVICE:-cuda}
 CKPT_GB=${ARGOSY_GPU_CKPT_GB:-8}
 read -r -a SERVE_ARGS <<<"${ARGOSY_GPU_SERVE_ARGS:-}"  # e.g. "--max-tokens 16 --clients 4"
-STEPS=health,tests,serve,train,ckpt,energy
+STEPS=health,tests,serve,train,ckpt,energy,mem
 MODEL=auto
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,8 +45,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 for step in ${STEPS//,/ }; do
-  case "$step" in health|tests|serve|train|ckpt|energy) ;; *)
-    echo "gpu_check.sh: unknown step '$step' (use health,tests,serve,train,ckpt,energy)" >&2; exit 2 ;;
+  case "$step" in health|tests|serve|train|ckpt|energy|mem) ;; *)
+    echo "gpu_check.sh: unknown step '$step' (use health,tests,serve,train,ckpt,energy,mem)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT" "$SITE" "$PARTS"
@@ -93,6 +95,8 @@ for step in ${STEPS//,/ }; do
       --json "$OUT/ckpt.json" ;;
     energy) run_step energy 120 "$PY" benchmarks/energy.py --device "$DEVICE" \
       --seconds "${ARGOSY_GPU_ENERGY_S:-60}" --json "$OUT/energy.json" ;;
+    mem) run_step mem 180 "$PY" benchmarks/planner_memory_single.py --device cuda \
+      --points "${ARGOSY_GPU_MEM_POINTS:-m1,m2,m3,s1,s6,s11,b1,b2,c1,c2}" --json "$OUT/mem.json" ;;
   esac
 done
 "$PY" scripts/gpu_parts.py summary "$OUT" | tee "$OUT/summary.json"

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-STEPS = ("health", "tests", "serve", "train", "ckpt", "energy")
+STEPS = ("health", "tests", "serve", "train", "ckpt", "energy", "mem")
 
 
 def env() -> dict[str, Any]:
@@ -141,12 +141,13 @@ READERS = {
     "train": lambda out: _load(out / "train.json"),
     "ckpt": lambda out: _load(out / "ckpt.json"),
     "energy": lambda out: _load(out / "energy.json"),
+    "mem": lambda out: _load(out / "mem.json"),
 }
 
 
 def targets(steps: dict[str, Any]) -> dict[str, Any]:
-    """Each issue-32 and issue-36 target with its measured figure (None when the step did
-    not give it)."""
+    """Each issue-32, issue-33 (memory) and issue-36 target with its measured figure (None
+    when the step did not give it)."""
     serve = steps.get("serve", {}).get("result") or {}
     train = steps.get("train", {}).get("result") or {}
     tests = steps.get("tests", {}).get("result") or {}
@@ -164,6 +165,10 @@ def targets(steps: dict[str, Any]) -> dict[str, Any]:
     }
     rows.update(_ckpt_targets(steps.get("ckpt", {}).get("result")))
     rows.update(_energy_targets(steps.get("energy", {}).get("result"), train))
+    mem = steps.get("mem", {}).get("result")
+    rows["single-GPU peak memory median <= 5% (issue 33)"] = _at_most(
+        mem, "median_abs_error", 0.05
+    )
     return {name: {"met": met, "figure": figure} for name, (met, figure) in rows.items()}
 
 

@@ -82,3 +82,19 @@ def test_summary_sets_issue_36_targets(tmp_path, error, energy_section, want_met
     assert got["training joules per step reported"]["met"] is want_train
     if want_train:
         assert got["training joules per step reported"]["figure"] == 41.5
+
+
+@pytest.mark.parametrize(("median", "want"), [(0.021, True), (0.08, False), (None, None)])
+def test_summary_sets_the_single_gpu_memory_target(tmp_path, median, want) -> None:
+    """The `mem` step (benchmarks/planner_memory_single.py --device cuda --json) gives
+    issue 33's single-GPU memory target: median error of the planner <= 5%."""
+    out = tmp_path / "out"
+    out.mkdir()
+    if median is not None:
+        (out / "mem.status").write_text('{"rc": 0, "seconds": 60}')
+        doc = {"device": "H100", "peaks_gib": {"m1": 36.3}, "median_abs_error": median}
+        (out / "mem.json").write_text(json.dumps(doc))
+    got = parts.summary(out)["targets"]["single-GPU peak memory median <= 5% (issue 33)"]
+    assert got["met"] is want
+    if want is not None:
+        assert got["figure"] == round(median, 3)
