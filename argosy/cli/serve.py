@@ -23,6 +23,7 @@ FastAPI and uvicorn are imported only when the server starts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,6 +94,12 @@ def serve(
     served_model_name: str = typer.Option(
         "", "--served-model-name", help="The model's name in the API (default: --model)."
     ),
+    api_key_file: Path | None = typer.Option(  # noqa: B008 (typer's idiom)
+        None,
+        "--api-key-file",
+        help="Require this key (first line) as 'Authorization: Bearer' on /v1/*; "
+        "or set ARGOSY_SERVE_API_KEY. Never on the command line: every user sees it.",
+    ),
     settings: list[str] = typer.Option(  # noqa: B008 (typer's idiom)
         [], "--set", help="Another engine setting, KEY=VALUE (repeatable): prefix_cache_tokens=0."
     ),
@@ -125,9 +132,13 @@ def serve(
         },
         settings,
     )
+    from argosy.serving.api_key import read_key
+
+    api_key = read_key(api_key_file, dict(os.environ))
     ledger, claim = _claim(memory_fraction, device, f"{model} on port {port}")
     try:
-        _run(config, host, port, admin_token, zygote, served_model_name.strip() or model)
+        name = served_model_name.strip() or model
+        _run(config, host, port, admin_token, zygote, name, api_key)
     finally:
         if ledger is not None:
             ledger.release(claim)
@@ -166,7 +177,13 @@ def _claim(fraction: float | None, device: str, name: str) -> tuple[DeviceLedger
 
 
 def _run(
-    config: EngineConfig, host: str, port: int, admin_token: str, zygote: str, name: str
+    config: EngineConfig,
+    host: str,
+    port: int,
+    admin_token: str,
+    zygote: str,
+    name: str,
+    api_key: str | None = None,
 ) -> None:
     """Load the engine in its worker and serve until SIGTERM/SIGINT."""
     from argosy.core import bounded_http
@@ -184,7 +201,7 @@ def _run(
     except ImportError as err:
         raise ArgosyError(f"engine '{config.engine}' needs the 'serve' extra: {err}") from err
     typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {name})", err=True)
-    app = build_app(instance, served_name=name, admin_token=admin_token or None)
+    app = build_app(instance, served_name=name, admin_token=admin_token or None, api_key=api_key)
     try:
         bounded_http.run(app, host=host, port=port, log_level="warning")
     finally:

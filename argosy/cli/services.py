@@ -64,12 +64,18 @@ def services(
 def service(
     service_id: str = typer.Argument(..., help="Service id."),
     delete: bool = typer.Option(False, "--delete", help="Stop its replicas and delete it."),
+    key: bool = typer.Option(
+        False, "--key", help="Print its API key (its queue and admins): 'Bearer' on /v1/*."
+    ),
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
     """Show one service: replicas, endpoints and its event log (or delete it)."""
     client = Client(server, token)
+    if key:
+        print(client.call("GET", f"/services/{service_id}/key")["api_key"])
+        return
     if delete:
         data = client.call("DELETE", f"/services/{service_id}")
     else:

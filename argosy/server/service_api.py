@@ -1,6 +1,7 @@
 """REST routes of services under /api/v1/services: create from a service spec, list, get,
-delete, events and replica logs. The same tokens as jobs: any token reads; an admin or
-the queue's token creates and deletes (403 otherwise)."""
+delete, events, replica logs and the API key. The same tokens as jobs: any token reads
+states; an admin or the queue's token creates, deletes and reads logs and the key (403
+otherwise)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,17 @@ async def service_logs(
     key = replica_key(service_id, replica)
     path = ctl.services.run_dir(key) / "server" / f"attempt{attempt}" / "output.log"
     return log_response(path if attempt else None, offset)
+
+
+@router.get("/services/{service_id}/key", responses={403: {}, 404: {}})
+async def service_key(service_id: str, ctl: Ctl, who: Who) -> dict[str, str]:
+    """The service's API key: its replicas' `/v1/*` routes need it as
+    `Authorization: Bearer <key>` (the `openai` SDK's `api_key`). Its queue and admins
+    only: another tenant must not use (or drain) this service's model."""
+    row = _service(ctl, service_id)
+    if not who.may_read_output(row["queue"]):
+        raise HTTPException(403, f"a service's key is for queue '{row['queue']}' and admins")
+    return {"api_key": ctl.lease.api_key(service_id)}
 
 
 def _service(ctl: Control, service_id: str) -> Row:

@@ -41,6 +41,7 @@ from argosy.server.service_spec import ServiceSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
 from argosy.server.tidal import HOLDING, Lease
 from argosy.server.views import launcher_error
+from argosy.serving.api_key import ENV_API_KEY
 
 SERVICE_TERMINAL: frozenset[str] = frozenset({"deleted", "failed"})
 UNHEALTHY_AFTER = 3
@@ -194,7 +195,8 @@ class Services:
         self.store.add_event(service_id, "replica_started", f"replica {rec['index']} on {where}")
 
     def _replica_env(self, service_id: str, spec: ServiceSpec) -> dict[str, str]:
-        env = {"ARGOSY_SERVICE_ID": service_id}
+        # the key in the environment, not the command line every user can read
+        env = {"ARGOSY_SERVICE_ID": service_id, ENV_API_KEY: self.lease.api_key(service_id)}
         if spec.tidal is not None:  # the lease sleeps and wakes it
             env["ARGOSY_ADMIN_TOKEN"] = self.lease.token(service_id)
         return env

@@ -63,8 +63,8 @@ class ReplicaAdmin(Protocol):
         """Wake the replica; its JSON answer."""
         ...
 
-    def first_token(self, url: str, model: str) -> float:
-        """Seconds until the replica answers a one-token chat request."""
+    def first_token(self, url: str, model: str, api_key: str) -> float:
+        """Seconds until the replica answers a one-token chat request (with its key)."""
         ...
 
 
@@ -80,10 +80,10 @@ class HttpReplicaAdmin:
     def wake(self, url: str, token: str) -> dict[str, Any]:
         return self._post(f"{url}/admin/wake", {}, token)
 
-    def first_token(self, url: str, model: str) -> float:
+    def first_token(self, url: str, model: str, api_key: str) -> float:
         body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
         start = time.perf_counter()
-        self._post(f"{url}/v1/chat/completions", body, None)
+        self._post(f"{url}/v1/chat/completions", body, api_key)
         return time.perf_counter() - start
 
     def _post(self, url: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:
@@ -101,6 +101,14 @@ def replica_token(secret: bytes, service_id: str) -> str:
     """The admin token of a service's replicas: derived from the server's secret, so a
     restarted server can still reach the replicas it adopts."""
     return hmac.new(secret, service_id.encode(), hashlib.sha256).hexdigest()
+
+
+def service_api_key(secret: bytes, service_id: str) -> str:
+    """The API key of a service's `/v1/*` routes (`argosy.serving.api_key`): derived from
+    the server's secret with another label than the admin token, so neither gives the
+    other; only the service's queue and admins can read it (`GET .../services/{id}/key`)."""
+    digest = hmac.new(secret, b"api-key\0" + service_id.encode(), hashlib.sha256).hexdigest()
+    return "sk-argosy-" + digest
 
 
 @dataclass
@@ -144,6 +152,9 @@ class Lease:
     def token(self, service_id: str) -> str:
         return replica_token(self.secret, service_id)
 
+    def api_key(self, service_id: str) -> str:
+        return service_api_key(self.secret, service_id)
+
     # ---- replicas ---------------------------------------------------------------------
     def reconcile(self, row: Row, wanted: list[str], training: set[str], model: str) -> bool:
         """Yield the replicas of a tidal service beyond the scheduler's `wanted` nodes and
@@ -176,7 +187,8 @@ class Lease:
             future = self._pool.submit(_timed, self.admin.sleep, url, token, arg)
         else:
             rec["state"] = "waking"
-            future = self._pool.submit(_wake_to_token, self.admin, url, token, arg)
+            api_key = self.api_key(row["id"])
+            future = self._pool.submit(_wake_to_token, self.admin, url, token, arg, api_key)
         self.calls[key] = ReplicaCall(kind, row["id"], rec["index"], future)
 
     def collect(self, rows: dict[str, Row], stop: Callable[[str], None]) -> set[str]:
@@ -325,9 +337,11 @@ def _timed(call: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     return answer | {"wall_s": time.perf_counter() - start}
 
 
-def _wake_to_token(admin: ReplicaAdmin, url: str, token: str, model: str) -> dict[str, Any]:
+def _wake_to_token(
+    admin: ReplicaAdmin, url: str, token: str, model: str, api_key: str
+) -> dict[str, Any]:
     answer = _timed(admin.wake, url, token)
-    return answer | {"first_token_s": admin.first_token(url, model)}
+    return answer | {"first_token_s": admin.first_token(url, model, api_key)}
 
 
 EVENTS_LIMIT_BYTES = 64 << 20

@@ -33,6 +33,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from argosy.serving.admin import install_admin_routes
+from argosy.serving.api_key import ApiKeyGuard
 from argosy.serving.energy_metrics import ServingEnergy
 from argosy.serving.errors import EngineAsleepError
 from argosy.serving.errors_http import ApiError, install_error_handlers
@@ -93,13 +94,16 @@ def build_app(
     served_name: str,
     admin_token: str | None = None,
     limits: ServingLimits | None = None,
+    api_key: str | None = None,
 ) -> FastAPI:
-    """An app serving `engine` under `served_name`; `admin_token` enables `/admin/*`."""
+    """An app serving `engine` under `served_name`; `admin_token` enables `/admin/*`,
+    `api_key` guards `/v1/*` (`argosy.serving.api_key`)."""
     limits = limits or ServingLimits()
     app = FastAPI(title="argosy serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(
         BodyLimit, max_bytes=limits.max_body_bytes, trim_after_bytes=limits.trim_after_bytes
     )
+    app.add_middleware(ApiKeyGuard, key=api_key)  # the outermost: no key, nothing read
     server = Server(engine, served_name, limits)
     app.state.server = server
     install_error_handlers(app, limits)

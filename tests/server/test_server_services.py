@@ -206,3 +206,33 @@ def test_a_node_that_joins_later_is_placed_on_and_running_work_stays(tmp_path: P
     assert "node_joined" in kinds
     ctl.services.close()
     store.close()
+
+
+def test_each_service_has_a_key_only_its_queue_reads_and_replicas_get_it_by_env(
+    tmp_path: Path,
+) -> None:
+    """A service's `/v1` routes need its API key: the replicas get it in their environment
+    (not their command line, which every user can read), its queue's tokens and admins can
+    read it, another queue's token cannot."""
+    queues = tmp_path / "queues.yaml"
+    queues.write_text("queues:\n  - name: org\n    children:\n      - name: a\n      - name: b\n")
+    fake = FakeExecutor(NODES)
+    home = tmp_path / "home"
+    with TestClient(create_app(fast_config(home, queues_file=queues), executor=fake)) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        ids = [
+            api.post("/api/v1/services", json={"name": f"s{q}", "queue": q}).json()["id"]
+            for q in ("a", "b")
+        ]
+        wait_until(api, ids[0], lambda s: len(s["replicas"]) == 1)
+        key = api.get(f"/api/v1/services/{ids[0]}/key").json()["api_key"]
+        other = api.get(f"/api/v1/services/{ids[1]}/key").json()["api_key"]
+        assert key.startswith("sk-argosy-") and key != other
+        request = fake.running[f"{ids[0]}.r0"]
+        assert request.env["ARGOSY_SERVE_API_KEY"] == key
+        assert key not in " ".join(request.command)
+        token = api.post("/api/v1/tokens", json={"queue": "a", "name": "u"}).json()["token"]
+        user = {"Authorization": f"Bearer {token}"}
+        assert api.get(f"/api/v1/services/{ids[0]}/key", headers=user).json()["api_key"] == key
+        denied = api.get(f"/api/v1/services/{ids[1]}/key", headers=user)
+        assert denied.status_code == 403 and other not in denied.text

@@ -67,7 +67,10 @@ def test_a_service_serves_restarts_and_is_deleted(server: ServerProcess, tmp_pat
     sid = json.loads(submitted.stdout)["id"]
     client = server.client()
     data = wait_ready(client, sid, attempt=1)
-    models = httpx.get(f"{data['endpoints'][0]}/models", timeout=10).json()
+    key = client.get(f"/api/v1/services/{sid}/key").json()["api_key"]
+    assert httpx.get(f"{data['endpoints'][0]}/models", timeout=10).status_code == 401
+    auth = {"Authorization": f"Bearer {key}"}
+    models = httpx.get(f"{data['endpoints'][0]}/models", headers=auth, timeout=10).json()
     assert [m["id"] for m in models["data"]] == ["smollm2-135m"]
 
     attempt_dir = server.home / "runs" / sid / "r0" / "server" / "attempt1"
@@ -84,7 +87,7 @@ def test_a_service_serves_restarts_and_is_deleted(server: ServerProcess, tmp_pat
         assert time.monotonic() < deadline
         time.sleep(0.2)
     with pytest.raises(httpx.HTTPError):
-        httpx.get(f"{data['endpoints'][0]}/models", timeout=2)
+        httpx.get(f"{data['endpoints'][0]}/models", headers=auth, timeout=2)
     node = client.get("/api/v1/nodes").json()[0]
     assert node["free"] == node["devices"]
     kinds = [e["kind"] for e in client.get(f"/api/v1/services/{sid}/events").json()["items"]]

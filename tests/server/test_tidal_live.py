@@ -115,7 +115,11 @@ def test_a_service_lends_its_device_to_training_over_a_compressed_day(
         "max_tokens": 4,
         "messages": [{"role": "user", "content": "Hi"}],
     }
-    answer = httpx.post(f"{data['endpoints'][0]}/chat/completions", json=chat, timeout=60).json()
+    auth = {
+        "Authorization": f"Bearer {client.get(f'/api/v1/services/{sid}/key').json()['api_key']}"
+    }
+    url = f"{data['endpoints'][0]}/chat/completions"
+    answer = httpx.post(url, json=chat, headers=auth, timeout=60).json()
     assert answer["choices"][0]["message"]["content"]
     assert time.time() < peak_s, f"answered {time.time() - peak_s:.1f} s after the peak began"
     assert datetime.fromisoformat(reclaimed["created_at"]).timestamp() < peak_s

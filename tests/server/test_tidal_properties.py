@@ -55,7 +55,7 @@ class FakeAdmin:
         self.calls.append(("wake", url))
         return {"state": "awake", "level": 0, "seconds": 0.0, "resident_bytes": 2}
 
-    def first_token(self, url: str, model: str) -> float:
+    def first_token(self, url: str, model: str, api_key: str) -> float:
         return 0.0
 
 
