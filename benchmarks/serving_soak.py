@@ -364,7 +364,9 @@ async def _drive(base: str, args: argparse.Namespace, admin: httpx.Client, sid: 
     limits = httpx.Limits(max_connections=args.clients + 8, max_keepalive_connections=args.clients)
     token = admin.headers["Authorization"].removeprefix("Bearer ")
     progress = asyncio.create_task(_progress(str(admin.base_url), token, sid, tally, started))
-    async with httpx.AsyncClient(timeout=args.request_timeout, limits=limits) as http:
+    key = admin.get(f"/api/v1/services/{sid}/key").json()["api_key"]  # the service's /v1
+    auth = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=args.request_timeout, limits=limits, headers=auth) as http:
         tasks = [
             asyncio.create_task(_client(http, base, i, end, args, tally))
             for i in range(args.clients)
