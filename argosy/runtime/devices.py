@@ -18,35 +18,29 @@ failing later inside NCCL. Anything else raises ValueError listing the accepted 
 
 from __future__ import annotations
 
-import re
+from argosy.core.device_spec import FORMS, parse_device_spec
 
-FORMS = "auto, cpu, cuda, cuda:<index>"
-"""The accepted device specs, as error messages list them."""
-
-_CUDA_INDEX = re.compile(r"cuda:(\d+)")
+__all__ = ["FORMS", "backend_for", "resolve_device"]
 
 
 def resolve_device(
     spec: str, local_rank: int = 0, cuda_count: int = 0, local_world: int = 1
 ) -> str:
     """The torch device string this rank uses ("cpu" or "cuda:<i>"); see the module doc."""
-    spec = spec.strip().lower()
     if local_rank < 0 or local_world < 1 or cuda_count < 0:
         raise ValueError(
             f"local_rank {local_rank}, local_world {local_world}, cuda_count {cuda_count}: "
             "expected local_rank >= 0, local_world >= 1, cuda_count >= 0"
         )
-    if spec == "cpu":
+    kind, index = parse_device_spec(spec)
+    spec = spec.strip().lower()
+    if kind == "cpu":
         return "cpu"
-    if spec == "auto":
+    if kind == "auto":
         return f"cuda:{local_rank % cuda_count}" if cuda_count >= local_world else "cpu"
-    if spec == "cuda":
+    if index is None:
         _check_cuda(spec, cuda_count, local_world)
         return f"cuda:{local_rank % cuda_count}"
-    match = _CUDA_INDEX.fullmatch(spec)
-    if match is None:
-        raise ValueError(f"device '{spec}' is not one of the accepted forms: {FORMS}")
-    index = int(match.group(1))
     _check_cuda(spec, cuda_count, 1)
     if index >= cuda_count:
         raise ValueError(

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from argosy.core.device_spec import parse_device_spec
 from argosy.core.errors import ArgosyError
 
 AUTO = "auto"
-DEVICE_FORMS = ("auto", "cpu", "cuda", "cuda:N")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
 _ACCELERATOR_DEFAULT = "bfloat16"
@@ -76,16 +76,13 @@ class Placement:
 
 
 def parse_device(spec: str) -> str:
-    """`spec` in canonical form (`auto`, `cpu` or `cuda:N`), else a `PlacementError`."""
-    text = spec.strip().lower()
-    if text in (AUTO, "cpu"):
-        return text
-    if text == "cuda":
-        return "cuda:0"
-    kind, _, index = text.partition(":")
-    if kind == "cuda" and index.isdigit():
-        return f"cuda:{int(index)}"
-    raise PlacementError("device", f"unknown device '{spec}': use {', '.join(DEVICE_FORMS)}")
+    """`spec` in canonical form (`auto`, `cpu` or `cuda:N`; `cuda` is `cuda:0` for a
+    server), else a `PlacementError`."""
+    try:
+        kind, index = parse_device_spec(spec)
+    except ValueError as err:
+        raise PlacementError("device", f"unknown {err}") from None
+    return f"cuda:{index or 0}" if kind == "cuda" else kind
 
 
 def parse_dtype(spec: str) -> str:
