@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from argosy.serving.speculative.base import (
+    NEW_ROW_ACCEPTANCE,
     DraftOffer,
     ObservesSteps,
     OffersDrafts,
@@ -121,11 +122,14 @@ class Decoder:
     def _acceptance_estimate(self) -> float:
         """A fixed proposer's per-token acceptance so far: this request's accepted over
         drafted tokens, from a prior worth two drafted tokens (the engine's running
-        acceptance of this proposer, else 0.5). With it the batch policy sizes a fixed
+        acceptance of this proposer, else 0.5; at most `NEW_ROW_ACCEPTANCE` before this request
+        drafted). With it the batch policy sizes a fixed
         proposer's draft like an adaptive one's: long while a wider pass is cheap, none
         once the batch is full enough that verifying costs more than it yields."""
         prior = self.acceptance.acceptance(self.proposer_key) if self.acceptance else None
         prior = 0.5 if prior is None else prior
+        if not self.counters.drafted:  # the other requests' acceptance: claim little
+            return min(prior, NEW_ROW_ACCEPTANCE)
         return (self.counters.accepted + 2 * prior) / (self.counters.drafted + 2)
 
     def check(

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from argosy.serving.speculative import StepRecord
 from argosy.serving.speculative.adaptive import AdaptiveProposer, expected_tokens
-from argosy.serving.speculative.base import DraftOffer, ProposerContext
+from argosy.serving.speculative.base import NEW_ROW_ACCEPTANCE, DraftOffer, ProposerContext
 from argosy.serving.speculative.batch_policy import (
     MIN_GAIN,
     BatchDraftPolicy,
@@ -177,7 +177,11 @@ def test_rows_start_from_the_engines_running_acceptance():
     cold = AdaptiveProposer(max_draft_tokens=8)
     low = AdaptiveProposer(max_draft_tokens=8, context=ProposerContext(acceptance=0.3))
     assert warm.offer(COPY, 6).tokens == (4, 5, 6, 7, 8, 9)
-    assert warm.acceptance == pytest.approx(0.9)
+    assert warm.acceptance == pytest.approx(0.9)  # alone: it drafts at once (no probe) ...
+    assert warm.offer(COPY, 6).acceptance == NEW_ROW_ACCEPTANCE  # ... in a batch it claims
+    warm.observe(StepRecord(4, 4, 0.1, 0.1))  # little before its own drafts are verified
+    assert warm.offer(COPY, 6).acceptance == pytest.approx(warm.acceptance)
+    assert warm.acceptance > 0.9
     assert cold.offer(COPY, 6) == DraftOffer((4, 5, 6, 7, 8, 9), 0.5, adaptive=True)
     assert low.offer(COPY, 6).acceptance == pytest.approx(0.3)  # no probe in a batch: the
     costs = ForwardCosts()
@@ -211,4 +215,6 @@ def test_auto_offers_the_ngram_draft_in_a_batch_whatever_its_history(context, ro
     offer = proposer.offer(context, room)
     assert offer.tokens == tuple(NgramProposer(max_draft_tokens=8).propose(context, room))
     assert offer.adaptive and 0.0 < offer.acceptance < 1.0
-    assert offer.acceptance == pytest.approx(proposer.acceptance)
+    verified = any(drafted for drafted, _ in history)
+    claim = proposer.acceptance if verified else min(proposer.acceptance, NEW_ROW_ACCEPTANCE)
+    assert offer.acceptance == pytest.approx(claim)

@@ -19,9 +19,10 @@ At batch > 1 the batch loop calls `offer` instead, and the per-request switch ab
 cost model, back-off) does not apply: its cost model is a batch-1 one (what a draft token
 adds to this request's own pass), while in a batch every row's pass is padded to one width,
 so a row's draft costs nothing unless the batch policy (`batch_policy.py`) widens the pass
-for it. `offer` hands over the whole n-gram draft with this request's acceptance estimate,
-and the policy picks the width from every row's acceptance and the measured cost of a
-wider pass at the current batch size (at full batch on a CPU: none). Holding drafts back
+for it. `offer` hands over the whole n-gram draft with this request's acceptance estimate
+(at most `NEW_ROW_ACCEPTANCE` before its first verified draft), and the policy picks the
+width from every row's acceptance and the measured cost of a wider pass at the current
+batch size (at full batch on a CPU: none). Holding drafts back
 at batch only lost tokens: a cold request (prior 0.5) probed with 2 tokens and, after one
 partly rejected probe, sat out 8 steps of a 32-token copy-heavy answer that `ngram` drafted
 whole. Verify passes in a batch still update the estimate, and the back-off state carries
@@ -32,7 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from argosy.serving.speculative.base import DraftOffer, ProposerContext, StepRecord
+from argosy.serving.speculative.base import (
+    NEW_ROW_ACCEPTANCE,
+    DraftOffer,
+    ProposerContext,
+    StepRecord,
+)
 from argosy.serving.speculative.costs import DEFAULT_DRAFT_TOKEN_COST
 from argosy.serving.speculative.ngram import NgramProposer
 
@@ -69,6 +75,9 @@ class AdaptiveProposer:
         self.off_steps = 0
         self.backoff = min_backoff_steps
         self.probing = prior is None or prior < warm_acceptance
+        self.verified = False
+        """Whether a draft of this request was verified (before: `offer` claims at most
+        `NEW_ROW_ACCEPTANCE`)."""
 
     @property
     def acceptance(self) -> float:
@@ -96,7 +105,8 @@ class AdaptiveProposer:
         """At batch > 1: the full n-gram draft with this request's acceptance estimate; the
         batch policy decides how much of it is verified (no probe, no back-off here)."""
         draft = self.inner.propose(context, max_tokens)
-        return DraftOffer(tuple(draft), self.acceptance, adaptive=True)
+        claim = self.acceptance if self.verified else min(self.acceptance, NEW_ROW_ACCEPTANCE)
+        return DraftOffer(tuple(draft), claim, adaptive=True)
 
     def _gate(self) -> int:
         """The draft length this request's own cost model allows now (0 while backed off)."""
@@ -116,6 +126,7 @@ class AdaptiveProposer:
         if step.num_drafted == 0:
             return
         self.probing = False
+        self.verified = True
         rejected = 1.0 if step.num_accepted < step.num_drafted else 0.0
         self.accepted_weight = _DECAY * self.accepted_weight + step.num_accepted
         self.rejected_weight = _DECAY * self.rejected_weight + rejected
