@@ -39,7 +39,7 @@ def partial_candidates(
     if not fw.partial_recompute or len(full) == 0:
         return cands.take(np.zeros(0, dtype=np.int64))
     base = cands.take(full)
-    plain = base.take(np.arange(len(base)))
+    plain = base.take(slice(None))  # a copy: the same plans without recompute
     plain.recompute = np.zeros(len(base), dtype=np.int64)
     none = evaluate(model, hw, seq_len, plain, samples / plain.dp, constants, fw, scales)
     mem0, mem1 = none.memory_gib, costs.memory_gib[full]

@@ -94,7 +94,7 @@ def enumerate_space(
     return Candidates(
         tp=arr[:, 0], pp=arr[:, 1], dp=arr[:, 2], vpp=arr[:, 3], mbs=arr[:, 4],
         recompute=arr[:, 5], zero=arr[:, 6], cp=arr[:, 7], ep=arr[:, 8], sp=sp_col, flash=flash,
-        compile=compiled, fp8=fp8, recompute_layers=np.full(len(arr), rlayers),
+        compile=compiled, fp8=fp8, recompute_layers=np.where(arr[:, 5] == 2, rlayers, 0),
     )  # fmt: skip
 
 
