@@ -144,18 +144,24 @@ def estimate(
 def _estimate_fix(
     model, group, plan: Parallel, seq_len, global_batch, constants, fw: Profile
 ) -> str | None:
-    """The least invasive change to `plan` that fits: more ZeRO, then more recompute."""
+    """The least invasive change to `plan` that fits: more ZeRO, then more recompute (under
+    a profile with the block method, full recompute of as few layers as fit first)."""
     options: list[dict] = [{"zero": z} for z in range(plan.zero + 1, 4)]
     order = ("none", "selective", "full")
+    chunk = -(-model.layers // (plan.pp * plan.vpp))
     for rec in order[order.index(plan.recompute) + 1 :]:
-        options += [{"recompute": rec}]
-        options += [{"recompute": rec, "zero": z} for z in range(plan.zero + 1, 4)]
+        if rec == "full" and fw.partial_recompute:
+            options += [{"recompute": rec, "recompute_layers": k} for k in range(1, chunk)]
+        options += [{"recompute": rec, "recompute_layers": 0}]
+        options += [
+            {"recompute": rec, "recompute_layers": 0, "zero": z} for z in range(plan.zero + 1, 4)
+        ]
     for change in options:
         costs, _ = estimate_one(
             model, group, seq_len, global_batch, replace(plan, **change), constants, fw
         )
         if costs.fits[0]:
-            what = ", ".join(f"{k}={v}" for k, v in change.items())
+            what = ", ".join(f"{k}={v}" for k, v in change.items() if k != "recompute_layers" or v)
             gib, step = float(costs.memory_gib[0]), float(costs.step_s[0])
             return f"{what} fits ({gib:.1f} GiB per device, step {step:.2f} s)"
     return None

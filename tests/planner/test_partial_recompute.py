@@ -110,3 +110,17 @@ def test_recompute_layers_round_trips_and_is_validated() -> None:
         check_parallel(dataclasses.replace(plan, recompute_layers=2), model, 8192, 8192, 2048)
     with pytest.raises(ConfigError):
         parse_parallel("tp=8,recompute_layers=-1")
+
+
+def test_estimate_suggests_recomputing_as_few_layers_as_fit() -> None:
+    """`argosy estimate` of a layout over memory names the smallest fix; under a profile
+    with the block method that is full recompute of the fewest layers that fit."""
+    from argosy.planner.api import estimate
+
+    model, cluster = load_model("llama3-405b"), load_cluster("h100:8192")
+    plan = parse_parallel("tp=8,pp=16,dp=64,vpp=4,mbs=1,recompute=none,zero=2")
+    out = estimate(model, cluster, plan, 8192, 2048, framework="megatron-core")
+    assert out["feasible"] is False
+    assert out["fix"].startswith("recompute=full, recompute_layers=1 fits"), out["fix"]
+    titan = estimate(model, cluster, plan, 8192, 2048, framework="torchtitan")
+    assert "recompute_layers" not in (titan.get("fix") or "")
