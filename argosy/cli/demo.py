@@ -292,7 +292,10 @@ def _service_line(client: _Client) -> None:
     for svc in page.get("items", []):
         where = ", ".join(svc.get("endpoints", [])) or "no endpoint ready yet"
         console.print(f"service {svc['name']}: {svc['state']} ({where})")
-        console.print(f"  its API key: argosy service {svc['id']} --key", highlight=False)
+        console.print(
+            f"  its API key, while the server runs: argosy service {svc['id']} --key",
+            highlight=False,
+        )
 
 
 def _delete_services(client: _Client, timeout_s: float = 60.0) -> None:
