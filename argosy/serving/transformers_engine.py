@@ -67,7 +67,7 @@ class TransformersEngine:
         self._model: Any = None
         self._tokenizer: Any = None
         self._stats = EngineStats()
-        self._costs = StepCosts()
+        self._costs = StepCosts(max_draft_tokens=config.num_speculative_tokens)
         self._acceptance = AcceptanceTracker()
         self._loop: BatchLoop | None = None
         self._prefix_cache: PrefixCache | None = None

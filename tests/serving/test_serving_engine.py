@@ -57,3 +57,13 @@ def test_oversized_prompt_and_unknown_names_are_clear_errors(smol_engine):
         ENGINES.get("transformers")(EngineConfig(model="no-such-model"))
     with pytest.raises(UnknownNameError, match="speculative proposer"):
         ENGINES.get("transformers")(EngineConfig(speculative="eagle9"))
+
+
+def test_the_cost_model_reads_full_drafts_of_the_configured_length():
+    """The draft-token cost is read from full drafts: of `num_speculative_tokens`, not of
+    the cost model's default."""
+    from argosy.serving import ENGINES, EngineConfig
+
+    for k in (4, 12):
+        engine = ENGINES.get("transformers")(EngineConfig(num_speculative_tokens=k))
+        assert engine._costs.max_draft_tokens == k
