@@ -199,6 +199,8 @@ class Replica(BaseModel):
     """Base URL of its OpenAI-compatible API (`.../v1`)."""
     attempt: int
     restarts: int
+    failed_probes: int = 0
+    """Health probes it failed in a row just now (the third restarts a ready replica)."""
 
 
 class Service(BaseModel):

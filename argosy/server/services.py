@@ -295,7 +295,9 @@ class Services:
             return
         rec = next(r for r in row["replicas"] if r["index"] == int(index))
         if ok:
-            self._failures.pop(key, None)
+            if self._failures.pop(key, None):  # a failed probe is shown until one passes
+                rec["failed_probes"] = 0
+                self._save(row)
             if rec["state"] == "starting":
                 rec["state"] = "ready"
                 self.store.add_event(service_id, "replica_ready", f"replica {index} healthy")
@@ -304,6 +306,11 @@ class Services:
         if rec["state"] != "ready":
             return  # still loading its model
         self._failures[key] = failures = self._failures.get(key, 0) + 1
+        rec["failed_probes"] = failures
+        self._save(row)
+        if failures == 1:
+            msg = f"replica {index} failed a health probe; {UNHEALTHY_AFTER} in a row restart it"
+            self.store.add_event(service_id, "replica_probe_failed", msg)
         if failures == UNHEALTHY_AFTER:
             why = f"replica {index} failed {failures} health probes in a row; restarting it"
             self.store.add_event(service_id, "replica_unhealthy", why)

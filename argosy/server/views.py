@@ -200,6 +200,7 @@ def service_view(row: Row) -> Service:
                 url=url,
                 attempt=r.get("attempt", 0),
                 restarts=r.get("restarts", 0),
+                failed_probes=r.get("failed_probes", 0),
             )
         )
     return Service(
