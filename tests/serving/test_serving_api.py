@@ -154,11 +154,11 @@ def test_32_concurrent_streaming_clients_all_finish(base_url, smol_engine):
     results: list = [None] * num_clients
 
     def client(i):
-        body = _chat(
-            max_tokens=4,
+        body = _chat(  # long enough answers that the 32 overlap whatever their speculation
+            max_tokens=12,
             temperature=0,
             stream=True,
-            messages=[{"role": "user", "content": f"Say the number {i}."}],
+            messages=[{"role": "user", "content": f"Count from {i} to {i + 40}, one per line."}],
         )
         start = time.perf_counter()
         first = None
