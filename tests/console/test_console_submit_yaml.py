@@ -3,11 +3,16 @@ answering other requests (every tenant's) while it is read."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import httpx
 from console_helpers import login_client
+
+from argosy.cli.demo import server_process
+from argosy.core.net import free_port
 
 
 def big_job_yaml() -> str:
@@ -20,8 +25,15 @@ def big_job_yaml() -> str:
     return head + f"pad: &p [{pad}]\nmore: [{aliases}]\nargs: [{flat}]\n"
 
 
-def test_health_answers_while_a_big_job_yaml_is_parsed(server, admin_token) -> None:  # noqa: ANN001
-    url = server[0]
+def test_health_answers_while_a_big_job_yaml_is_parsed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    root_jobs = ("--allow-root-jobs",) if os.geteuid() == 0 else ()
+    with server_process(home, free_port(), slots=1, extra=root_jobs) as url:
+        admin_token = (home / "admin.token").read_text().strip()
+        _check(url, admin_token)
+
+
+def _check(url: str, admin_token: str) -> None:
     finished: list[str] = []
     with httpx.Client(base_url=url, timeout=120) as client:
         csrf = login_client(client, admin_token)
