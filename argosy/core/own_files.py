@@ -5,8 +5,8 @@ file owned by this effective user, opened without following a symlink at its las
 component; otherwise `PermissionError` (another user's file, or not a regular file) or
 `OSError` (ELOOP: a link). Names there are guessable (job and run ids are public), so
 anything read back from such a file (a checkpoint slot's pickled metadata, a run's
-progress board) could otherwise be another tenant's; and a planted link would make a
-create-and-truncate write through to its target.
+progress board, the serving device ledger) could otherwise be another tenant's; and a
+planted link would make a create-and-truncate write through to its target.
 """
 
 from __future__ import annotations

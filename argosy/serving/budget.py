@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
+from argosy.core.own_files import open_own
 from argosy.core.procs import pid_alive
 
 FIELD = "memory_fraction"
@@ -204,7 +205,7 @@ class DeviceLedger:
     @contextmanager
     def _locked(self) -> Iterator[dict[str, dict[str, Any]]]:
         _own_directory(self.directory)
-        lock = _open_no_follow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+        lock = _open_lock(self.path.with_suffix(".lock"))
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             records = _live(_read(self.path))
@@ -234,17 +235,17 @@ def _own_directory(directory: Path) -> None:
         os.chmod(directory, 0o700)
 
 
-def _open_no_follow(path: Path, flags: int) -> int:
+def _open_lock(path: Path) -> int:
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        return open_own(path, os.O_RDWR | os.O_CREAT)
     except OSError as err:
-        raise ArgosyError(f"device ledger file {path}: {err.strerror} (a link?)") from err
+        raise ArgosyError(f"device ledger file {path}: {err.strerror or err} (a link?)") from err
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        fd = open_own(path, os.O_RDONLY)
+    except OSError:  # absent, a link or another user's: an empty ledger, rewritten as ours
         return {}
     try:
         with os.fdopen(fd) as handle:
