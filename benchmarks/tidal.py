@@ -85,19 +85,9 @@ class Server:
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=30)
-        for pid_file in (self.home / "runs").glob("**/server/attempt*/launch.pid"):
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (OSError, ValueError):
-                continue
-        from argosy.core.procs import signal_by_env
-        from argosy.executors.local import kill_job_processes
+        from argosy.executors.local import kill_leftovers
 
-        for run in (self.home / "runs").glob("*"):
-            kill_job_processes(run.name)
-            for replica in run.glob("r*"):
-                kill_job_processes(f"{run.name}.{replica.name}")
-        signal_by_env("ARGOSY_HOME", str(self.home), signal.SIGKILL)  # a warm launcher left
+        kill_leftovers(self.home / "runs")  # replicas and jobs outlive their server
 
 
 class Traffic(threading.Thread):

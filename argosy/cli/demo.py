@@ -34,6 +34,7 @@ from argosy.cli.common import console, err_console
 from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
 from argosy.core.net import DEFAULT_PORT, free_port
+from argosy.core.procs import env_holds
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -181,7 +182,7 @@ def _follow(
     client: _Client, job_id: str, run_dir: Path, steps: int, fault_step: int, timeout_s: float
 ) -> dict:
     """Show steps and runtime events until the job ends; inject the fault on the way."""
-    injector = FaultInjector(run_dir, rank=0, after_step=fault_step) if fault_step else None
+    injector = FaultInjector(run_dir, job_id, rank=0, after_step=fault_step) if fault_step else None
     seen: set[str] = set()
     deadline = time.monotonic() + timeout_s
     columns = (
@@ -228,17 +229,19 @@ def read_progress(path: Path) -> tuple[int, list[dict]]:
 
 class FaultInjector:
     """Kills one rank of a running job once (SIGKILL), after it passed `after_step`: the
-    fault a dying process or machine causes, injected from outside the job."""
+    fault a dying process or machine causes, injected from outside the job. Only a process
+    that carries the job's id in its environment is killed (a spawn event's pid may be a
+    stranger's by now)."""
 
-    def __init__(self, run_dir: Path, rank: int, after_step: int) -> None:
-        self.run_dir, self.rank, self.after_step = run_dir, rank, after_step
+    def __init__(self, run_dir: Path, job_id: str, rank: int, after_step: int) -> None:
+        self.run_dir, self.job_id, self.rank, self.after_step = run_dir, job_id, rank, after_step
         self.fired = False
 
     def maybe_fire(self, step: int) -> bool:
         if self.fired or step <= self.after_step:
             return False
         pid = self._rank_pid()
-        if pid is None:
+        if pid is None or not env_holds(pid, "ARGOSY_JOB_ID", self.job_id):
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -2,13 +2,16 @@
 
 Launchers, executors and the checkpoint harness each need to find the processes a job left
 behind (a rank in its own session, a lingering persister). They carry a marker variable in
-their environment; `signal_by_env` finds them by it. Linux only, standard library only.
+their environment; `signal_by_env` finds them by it. A pid read from a file may name a
+stranger by now (pids wrap, at 32,768 on many hosts): `env_holds` and `start_ticks` tell
+the two apart before anything is signalled. Linux only, standard library only.
 
     signal_by_env("ARGOSY_JOB_ID", "job-7", signal.SIGKILL)   # -> how many were signalled
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -27,18 +30,32 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def env_holds(pid: int, key: str, value: str) -> bool:
+    """Whether the environment `pid` started with holds `key=value` (False when it is gone
+    or another user's): how a pid read from a file is told from a stranger reusing it."""
+    try:
+        return f"{key}={value}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def start_ticks(pid: int) -> int:
+    """The process's start time in clock ticks since boot (-1 if it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def signal_by_env(key: str, value: str, sig: int) -> int:
     """Send `sig` to every process of this user (but this one) whose environment holds
     `key=value`; returns how many were signalled."""
-    marker = f"{key}={value}".encode()
     hit = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
+        if env_holds(int(entry.name), key, value):
+            with contextlib.suppress(OSError):  # gone since
                 os.kill(int(entry.name), sig)
                 hit += 1
-        except OSError:
-            continue  # gone, or another user's process
     return hit

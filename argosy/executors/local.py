@@ -45,7 +45,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from argosy.core.procs import pid_alive, signal_by_env
+from argosy.core.procs import pid_alive, signal_by_env, start_ticks
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.executors.isolation import (
     JobIdentity,
@@ -76,6 +76,8 @@ mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
 JOB_ENV = "ARGOSY_JOB_ID"
 WARM_USERS = 4
+LAUNCHER_START_S = 60
+"""A launcher starts this soon after its wrapper, or the pid its file names is a stranger's."""
 """Warm processes kept at most: one per recently started job user (a queue's)."""
 
 
@@ -165,7 +167,7 @@ class LocalExecutor:
             )
             _wait_for_exec(proc, where)
         (where / "wrapper.pid").write_text(str(proc.pid))
-        (where / "wrapper.start").write_text(str(_start_time(proc.pid)))
+        (where / "wrapper.start").write_text(str(start_ticks(proc.pid)))
         self._running[request.job_id] = _Attempt(
             request.job_id, request.attempt, where, proc.pid, proc
         )
@@ -201,8 +203,8 @@ class LocalExecutor:
         current = self._running.get(job_id)
         if current is None:
             return
-        pid = _read_int(current.dir / "launch.pid")
-        if pid is not None and pid_alive(pid):
+        pid = launcher_pid(current.dir)
+        if pid is not None:
             _signal(pid, signal.SIGTERM)  # the launcher stops its ranks, then exits 130
 
     def poll(self) -> list[AttemptExit]:
@@ -343,6 +345,35 @@ def kill_job_processes(job_id: str) -> int:
     return hit
 
 
+def launcher_pid(where: Path) -> int | None:
+    """The pid of the attempt's launcher while that process runs, else None. The pid file
+    outlives its process, and pids wrap: the one it names counts only if that process
+    started within LAUNCHER_START_S of the attempt's wrapper (its parent, cold or warm)."""
+    pid, wrapper_start = _read_int(where / "launch.pid"), _read_int(where / "wrapper.start")
+    if pid is None or wrapper_start is None or not pid_alive(pid):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return pid if 0 <= start_ticks(pid) - wrapper_start <= LAUNCHER_START_S * ticks else None
+
+
+def kill_leftovers(runs: Path) -> int:
+    """SIGKILL what a stopped server's attempts left running under `runs` (its
+    `<home>/runs`): each attempt's launcher first (a warm-started one does not carry the job
+    id in its environment, and would restart a rank killed before it), then the ranks of
+    each job and service replica. Returns how many were signalled; never a stranger."""
+    hit = 0
+    for where in runs.glob("**/server/attempt*"):
+        pid = launcher_pid(where)
+        if pid is not None:
+            _signal(pid, signal.SIGKILL)
+            hit += 1
+    for run in runs.glob("*"):
+        hit += kill_job_processes(run.name)
+        for replica in run.glob("r*"):
+            hit += kill_job_processes(f"{run.name}.{replica.name}")
+    return hit
+
+
 def _read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -370,15 +401,7 @@ def _same_process(pid: int, where: Path) -> bool:
         recorded = int((where / "wrapper.start").read_text())
     except (OSError, ValueError):
         return False
-    return recorded == _start_time(pid)
-
-
-def _start_time(pid: int) -> int:
-    """The process's start time in clock ticks since boot (-1 if it is gone)."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return -1
+    return recorded == start_ticks(pid)
 
 
 def _cmdline(pid: int) -> str:

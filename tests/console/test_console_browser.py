@@ -72,7 +72,7 @@ def test_a_submitted_job_runs_through_an_injected_fault_and_resumes(page, server
     page.click("#submit-yaml button[type=submit]")
     job_id = job_id_of(page)
     page.evaluate("window.stayedOnPage = 42")
-    injector = FaultInjector(home / "runs" / job_id, rank=0, after_step=6)
+    injector = FaultInjector(home / "runs" / job_id, job_id, rank=0, after_step=6)
     deadline = time.monotonic() + 120
     while not injector.fired:
         step, _ = read_progress(home / "runs" / job_id / "events.jsonl")

@@ -9,9 +9,7 @@ replica wakes and answers a chat request before the peak starts.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import re
 import signal
 import time
@@ -24,8 +22,7 @@ import httpx
 import pytest
 from server_helpers import ServerProcess
 
-from argosy.core.procs import signal_by_env
-from argosy.executors.local import kill_job_processes
+from argosy.executors.local import kill_leftovers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,16 +44,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     yield proc
     proc.proc.send_signal(signal.SIGTERM)
     proc.proc.wait(timeout=30)
-    # replicas and jobs outlive their server: launchers first (a warm-started one does not
-    # carry the job id in its environment, and would restart a rank killed before it)
-    for pid_file in (proc.home / "runs").glob("**/server/attempt*/launch.pid"):
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
-    for run in (proc.home / "runs").glob("*"):
-        kill_job_processes(run.name)
-        for replica in run.glob("r*"):
-            kill_job_processes(f"{run.name}.{replica.name}")
-    signal_by_env("ARGOSY_HOME", str(proc.home), signal.SIGKILL)  # a warm launcher left
+    kill_leftovers(proc.home / "runs")  # replicas and jobs outlive their server
 
 
 def wait_event(client: httpx.Client, owner: str, kind: str, after: int = 0, timeout_s: float = 240):
