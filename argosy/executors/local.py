@@ -140,8 +140,9 @@ class LocalExecutor:
     def start(self, request: LaunchRequest) -> None:
         older = self._running.pop(request.job_id, None)
         if older is not None:  # an older attempt never has company
-            with contextlib.suppress(OSError):
-                os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
+            if older.proc is not None or _same_process(older.pid, older.dir):
+                with contextlib.suppress(OSError):  # (an adopted pid may be a stranger's)
+                    os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
             kill_job_processes(request.job_id)  # ranks, in sessions of their own
         user = self.user_for(request.queue)
         prepare_run_dir(request.run_dir, user)
