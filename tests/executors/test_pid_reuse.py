@@ -90,7 +90,10 @@ def test_the_demo_fault_spares_a_stranger_and_kills_the_jobs_rank(
     env = {"ARGOSY_JOB_ID": "job-1", "PATH": "/usr/bin:/bin"}
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
-        assert env_holds(rank.pid, "ARGOSY_JOB_ID", "job-1")
+        deadline = time.monotonic() + 10  # its environment shows once it has run a little
+        while not env_holds(rank.pid, "ARGOSY_JOB_ID", "job-1"):
+            assert time.monotonic() < deadline, "the rank's environment never showed its job"
+            time.sleep(0.02)
         spawn_event(tmp_path / "run", rank.pid)
         injector = FaultInjector(tmp_path / "run", "job-1", rank=0, after_step=1)
         assert not injector.maybe_fire(1)  # not past its step yet
