@@ -260,8 +260,9 @@ def fit() -> None:
     lines = [
         "# Fitted scales per framework calibration key x chip generation, written by",
         "# `benchmarks/planner.py --fit` from argosy/planner/data/calibration.yaml: compute",
-        "# multiplies kernel time, comm collective time. `any` holds the median over keys",
-        "# for pairs no published run covers. Never edit by hand.",
+        "# multiplies kernel time, comm collective time. `any` holds one fit pooled over",
+        "# every point of the generation, for pairs no published run covers (and its comm",
+        "# for groups too small to fit both). Never edit by hand.",
         "fitted:",
     ]
     for key, gens in fits.items():

@@ -8,7 +8,7 @@ point's own FLOP convention, so every comparison is step time against step time.
 Each point is priced under its framework profile (`point.framework`).
 
 `fit_all(points)` fits the two scales (`compute`, `comm`) of every framework x chip
-generation the points cover, plus the per-generation median (`any`);
+generation the points cover, plus one fit pooled over each generation (`any`);
 `benchmarks/planner.py --fit` writes them to `data/calibrated.yaml`, and its
 leave-one-source-out check calls `fit_all` without each source in turn.
 """
@@ -151,21 +151,26 @@ def _loss(pts: list[Point], scales: Scales) -> float:
     return float(np.median(errors) + np.mean(errors))
 
 
-def fit_group(pts: list[Point], compute: float | None = None) -> Scales:
+def fit_group(pts: list[Point], compute: float | None = None, comm: float | None = None) -> Scales:
     """Compute and comm scales for points of one framework x chip generation, minimising
     the median plus mean absolute log error: a coarse grid over both (the two scales trade
     off along a ridge, so one at a time stalls), then a pattern search over neighbouring
     cells. With `compute` given (borrowed from the framework whose kernels these runs
-    use), only comm is fitted; with few points, only compute."""
+    use), only comm is fitted; with `comm` given (too few points to tell the two apart:
+    the generation's pooled comm), only compute; with neither and few points, compute
+    with comm at 1.0."""
     base = Scales(points=len(pts), sources=sorted({p.source for p in pts}))
     computes = COMPUTE_GRID[::4] if compute is None else (compute,)
-    comms = COMM_GRID if len(pts) >= MIN_POINTS_FOR_COMM or compute is not None else (1.0,)
+    if comm is not None:
+        comms: tuple[float, ...] = (comm,)
+    elif len(pts) >= MIN_POINTS_FOR_COMM or compute is not None:
+        comms = COMM_GRID
+    else:
+        comms = (1.0,)
     trials = [base.model_copy(update={"compute": a, "comm": b}) for a in computes for b in comms]
     score, best = min(((_loss(pts, t), t) for t in trials), key=lambda st: st[0])
-    if compute is None and len(comms) > 1:
-        best, score = _pattern_search(pts, best, score)
-    elif compute is None:
-        best, score = _pattern_search(pts, best, score, comm_fixed=True)
+    if compute is None:
+        best, score = _pattern_search(pts, best, score, comm_fixed=len(comms) == 1)
     return best
 
 
@@ -198,11 +203,21 @@ def _pattern_search(
 
 
 def fit_all(pts: list[Point] | None = None) -> dict[str, dict[str, Scales]]:
-    """Fitted scales per calibration key and generation, plus `any` per generation (the
-    median over keys) for pairs no published run covers."""
+    """Fitted scales per calibration key and generation, plus `any` per generation: one
+    fit pooled over every point of that generation, for pairs no published run covers.
+    A group with too few points to tell compute from comm takes the pooled comm."""
+    pts = list(pts if pts is not None else points())
     groups: dict[tuple[str, str], list[Point]] = {}
-    for p in pts if pts is not None else points():
+    for p in pts:
         groups.setdefault(calibration_key(p), []).append(p)
+    pooled = {
+        gen: fit_group([p for (_, g), members in groups.items() if g == gen for p in members])
+        for gen in sorted({gen for _, gen in groups})
+    }
+
+    def few(members: list[Point], gen: str) -> float | None:
+        return pooled[gen].comm if len(members) < MIN_POINTS_FOR_COMM else None
+
     out: dict[str, dict[str, Scales]] = {}
     borrowed: list[tuple[str, str, list[Point]]] = []
     for (key, gen), members in sorted(groups.items()):
@@ -210,22 +225,13 @@ def fit_all(pts: list[Point] | None = None) -> dict[str, dict[str, Scales]]:
         if kernels and kernels != key:
             borrowed.append((key, gen, members))
             continue
-        out.setdefault(key, {})[gen] = fit_group(members)
+        out.setdefault(key, {})[gen] = fit_group(members, comm=few(members, gen))
     for key, gen, members in borrowed:
         kernels = load_framework(members[0].framework).kernels
         own = out.get(kernels, {}).get(gen)
-        out.setdefault(key, {})[gen] = fit_group(members, compute=own.compute if own else None)
-    by_gen: dict[str, list[Scales]] = {}
-    for gens in out.values():
-        for gen, sc in gens.items():
-            by_gen.setdefault(gen, []).append(sc)
-    out["any"] = {
-        gen: Scales(
-            compute=float(np.median([s.compute for s in scs])),
-            comm=float(np.median([s.comm for s in scs])),
-            points=sum(s.points for s in scs),
-            sources=sorted({src for s in scs for src in s.sources}),
-        )
-        for gen, scs in by_gen.items()
-    }
+        if own is not None:
+            out.setdefault(key, {})[gen] = fit_group(members, compute=own.compute)
+        else:
+            out.setdefault(key, {})[gen] = fit_group(members, comm=few(members, gen))
+    out["any"] = pooled
     return out

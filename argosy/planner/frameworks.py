@@ -277,7 +277,7 @@ def _calibrated() -> dict[str, dict[str, Scales]]:
 
 def fitted_scales(key: str, generation: str) -> Scales:
     """The fitted scales of calibration key `key` on chip generation `generation`; where
-    no published run covers the pair, the generation's mean over frameworks (`any`), else
+    no published run covers the pair, the generation's pooled fit (`any`), else
     the defaults (1.0, not fitted)."""
     fitted = _calibrated()
     found = fitted.get(key, {}).get(generation) or fitted.get("any", {}).get(generation)

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from argosy.hardware.loader import load_cluster
-from argosy.planner.calibration import calibration_key, measured_step_s, points, predict
+from argosy.planner.calibration import (
+    calibration_key,
+    fit_all,
+    measured_step_s,
+    points,
+    predict,
+)
 from argosy.planner.frameworks import fitted_scales
 from argosy.planner.search import search_group
 
@@ -81,3 +87,14 @@ def test_every_point_is_priced_with_scales_fitted_on_its_own_group() -> None:
         scales = fitted_scales(key, gen)
         assert scales.points > 0 and p.source in scales.sources, p.id
     assert fitted_scales("deepspeed", "910b").points == 0  # no run: defaults, not fitted
+
+
+def test_a_group_too_small_to_fit_both_scales_takes_its_generations_pooled_comm() -> None:
+    """Two torchtitan runs cannot tell compute from communication apart: they fit compute
+    under the comm scale of every run of their generation fitted together (`any`)."""
+    pts = [p for p in POINTS if p.source in ("titan-h200", "nemo-2407")]
+    fits = fit_all(pts)
+    pooled, small = fits["any"]["h100-sxm"], fits["pytorch"]["h100-sxm"]
+    assert pooled.points == len(pts) == 6 and small.points == 2
+    assert small.comm == pooled.comm != 1.0
+    assert fits["megatron-core"]["h100-sxm"].points == 4  # enough to fit both scales
