@@ -205,7 +205,8 @@ def _pattern_search(
 def fit_all(pts: list[Point] | None = None) -> dict[str, dict[str, Scales]]:
     """Fitted scales per calibration key and generation, plus `any` per generation: one
     fit pooled over every point of that generation, for pairs no published run covers.
-    A group with too few points to tell compute from comm takes the pooled comm."""
+    A group with too few multi-device runs to tell compute from comm takes the pooled
+    comm."""
     pts = list(pts if pts is not None else points())
     groups: dict[tuple[str, str], list[Point]] = {}
     for p in pts:
@@ -216,7 +217,9 @@ def fit_all(pts: list[Point] | None = None) -> dict[str, dict[str, Scales]]:
     }
 
     def few(members: list[Point], gen: str) -> float | None:
-        return pooled[gen].comm if len(members) < MIN_POINTS_FOR_COMM else None
+        """The pooled comm where too few runs communicate (one device has no collective)."""
+        talking = [m for m in members if m.devices > 1]
+        return pooled[gen].comm if len(talking) < MIN_POINTS_FOR_COMM else None
 
     out: dict[str, dict[str, Scales]] = {}
     borrowed: list[tuple[str, str, list[Point]]] = []
