@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
+from argosy.core.procs import start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -201,20 +202,19 @@ def fork_worker(
 
 
 class ForkedWorker:
-    """A worker the zygote forked: the service is not its parent, so it polls by pid."""
+    """A worker the zygote forked: the service is not its parent, so it polls by pid. The
+    zygote reaps it, and pids wrap: its start time tells it from a later process that
+    reuses the number, which is never signalled."""
 
     def __init__(self, pid: int, zygote_pid: int) -> None:
         self.pid = pid
         self.zygote_pid = zygote_pid
+        self._started = start_ticks(pid)
 
     def is_alive(self) -> bool:
-        """True while the process exists (the zygote reaps it when it exits)."""
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        """True while this process exists (not a zombie, not a stranger with its pid)."""
+        if self._started < 0 or start_ticks(self.pid) != self._started:
             return False
-        except PermissionError:
-            return True
         return not _is_zombie(self.pid)
 
     def join(self, timeout: float | None = None) -> None:
@@ -224,9 +224,10 @@ class ForkedWorker:
             time.sleep(0.01)
 
     def kill(self) -> None:
-        """SIGKILL the worker."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        """SIGKILL the worker, if it still runs."""
+        if self.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
 
 def _is_zombie(pid: int) -> bool:

@@ -102,3 +102,21 @@ def test_the_demo_fault_spares_a_stranger_and_kills_the_jobs_rank(
     finally:
         rank.kill()
         rank.wait()
+
+
+def test_a_zygote_worker_whose_pid_names_a_later_process_is_gone_and_never_killed(
+    stranger: subprocess.Popen,
+) -> None:
+    from argosy.serving.zygote import ForkedWorker
+
+    worker = ForkedWorker(stranger.pid, zygote_pid=0)
+    assert worker.is_alive()
+    worker._started -= 1  # the pid now names a process that started at another time
+    assert not worker.is_alive()
+    worker.kill()
+    worker.join(timeout=1)
+    time.sleep(0.1)
+    assert stranger.poll() is None
+    real = ForkedWorker(stranger.pid, zygote_pid=0)
+    real.kill()
+    assert stranger.wait(timeout=10) == -9
