@@ -35,6 +35,7 @@ from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
 from argosy.core.net import DEFAULT_PORT, free_port
 from argosy.core.procs import env_holds
+from argosy.executors.local import JOB_ENV
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -241,7 +242,7 @@ class FaultInjector:
         if self.fired or step <= self.after_step:
             return False
         pid = self._rank_pid()
-        if pid is None or not env_holds(pid, "ARGOSY_JOB_ID", self.job_id):
+        if pid is None or not env_holds(pid, JOB_ENV, self.job_id):
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

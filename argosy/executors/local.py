@@ -76,9 +76,9 @@ mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
 JOB_ENV = "ARGOSY_JOB_ID"
 WARM_USERS = 4
+"""Warm processes kept at most: one per recently started job user (a queue's)."""
 LAUNCHER_START_S = 60
 """A launcher starts this soon after its wrapper, or the pid its file names is a stranger's."""
-"""Warm processes kept at most: one per recently started job user (a queue's)."""
 
 
 @dataclass(frozen=True)
@@ -398,11 +398,8 @@ def _same_process(pid: int, where: Path) -> bool:
     reuses its pid): its command line names the attempt, or it started when recorded."""
     if str(where) in _cmdline(pid):
         return True
-    try:
-        recorded = int((where / "wrapper.start").read_text())
-    except (OSError, ValueError):
-        return False
-    return recorded == start_ticks(pid)
+    recorded = _read_int(where / "wrapper.start")
+    return recorded is not None and recorded == start_ticks(pid)
 
 
 def _cmdline(pid: int) -> str:

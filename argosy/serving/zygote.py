@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
-from argosy.core.procs import start_ticks
+from argosy.core.procs import pid_alive, start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -213,9 +213,7 @@ class ForkedWorker:
 
     def is_alive(self) -> bool:
         """True while this process exists (not a zombie, not a stranger with its pid)."""
-        if self._started < 0 or start_ticks(self.pid) != self._started:
-            return False
-        return not _is_zombie(self.pid)
+        return self._started >= 0 and start_ticks(self.pid) == self._started and pid_alive(self.pid)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the process has exited, at most `timeout` seconds."""
@@ -228,14 +226,6 @@ class ForkedWorker:
         if self.is_alive():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _parse(data: bytes) -> dict[str, Any]:
