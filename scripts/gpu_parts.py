@@ -166,9 +166,7 @@ def targets(steps: dict[str, Any]) -> dict[str, Any]:
     rows.update(_ckpt_targets(steps.get("ckpt", {}).get("result")))
     rows.update(_energy_targets(steps.get("energy", {}).get("result"), train))
     mem = steps.get("mem", {}).get("result")
-    rows["single-GPU peak memory median <= 5% (issue 33)"] = _at_most(
-        mem, "median_abs_error", 0.05
-    )
+    rows["single-GPU peak memory median <= 5% (issue 33)"] = _at_most(mem, "median_abs_error", 0.05)
     return {name: {"met": met, "figure": figure} for name, (met, figure) in rows.items()}
 
 
