@@ -20,9 +20,12 @@ The batched KV cache is left-padded: row i holds its `lengths[i]` cached positio
 attention mask hides padding and `position_ids` give each row its own positions. After a
 verify pass a row's rejected draft positions stay in the cache but are masked out (a hole
 is exactly like padding); once holes waste more than a quarter of the width, the cache is
-compacted (split into per-request caches and left-padded again). The batched cache is
-built when two or more requests run and split back into per-request caches when a request
-joins or only one remains; a request that leaves is removed with `batch_select_indices`.
+compacted (one gather per layer, rows left-padded to the longest again). The batched cache
+is built when two or more requests run; a newcomer joins it by one left-padded
+concatenation per layer, a request that leaves is removed with `batch_select_indices`, and
+it is split back into a request's own cache only when one request remains. None of these
+touches the running rows one by one: on a GPU a decode step is launch-bound, and work per
+row and layer would cost more than the step.
 Every request's output is exactly what it would be alone, up to floating-point summation
 order.
 
@@ -218,7 +221,6 @@ class BatchLoop:
         if self.chunks is not None:
             self._prefilling.extend(PrefillJob(slot) for slot in new)
             return
-        self._unbatch()
         if len(new) >= 2:
             try:
                 self._prefill_together(new)
@@ -226,12 +228,9 @@ class BatchLoop:
                 for slot in new:
                     slot.out.put(err)
                 new = []
-        for slot in new:
-            if not slot.done:
-                self.rows.append(slot)
-        if len(new) == 1:
+        else:
             self._prefill_alone(new[0])
-        self._rebatch()
+        self._join([slot for slot in new if not slot.done])
 
     def _next(self, block: bool) -> Slot | None:
         """The held head first, then the queue (waiting for one when `block`)."""
@@ -285,9 +284,7 @@ class BatchLoop:
             slot.out.put(err)
             slot.done = True
         if not slot.done:
-            self._unbatch()
-            self.rows.append(slot)
-            self._rebatch()
+            self._join([slot])
 
     def _prefill_alone(self, slot: Slot) -> None:
         try:
@@ -295,8 +292,6 @@ class BatchLoop:
         except Exception as err:  # a bad request fails alone
             slot.out.put(err)
             slot.done = True
-        if slot.done:
-            self.rows.remove(slot)
 
     def _prefill_together(self, slots: list[Slot]) -> None:
         """One left-padded forward pass over the newcomers' distinct prompts (the `n`
@@ -333,7 +328,7 @@ class BatchLoop:
             self._lengths = [self._lengths[i] for i in keep]
             self.rows = [self.rows[i] for i in keep]
             return
-        self._unbatch()
+        self._unbatch(keep)
         self.rows = [self.rows[i] for i in keep]
 
     def _batched_step(self) -> None:
@@ -377,8 +372,7 @@ class BatchLoop:
         waste = mask.shape[1] - max(self._lengths)
         if waste > max(_MIN_WASTE, mask.shape[1] // 4):
             self.compactions += 1
-            self._unbatch()
-            self._rebatch()
+            self._compact()
 
     def _deliver(self, slot: Slot, step: Step) -> None:
         slot.out.put(step)
@@ -392,18 +386,71 @@ class BatchLoop:
         self._cache, self._mask, self._lengths, self.rows = None, None, [], []
 
     # -- the batched cache -------------------------------------------------------------
-    def _unbatch(self) -> None:
-        """Give each running request its own unpadded cache again."""
+    # Joining, leaving and compaction cost a few tensor operations per layer whatever the
+    # number of rows: on a GPU a step is launch-bound, so work per row and layer (thousands
+    # of small copies at 64 rows) would cost more than the decode step itself.
+    def _join(self, slots: list[Slot]) -> None:
+        """Add prefilled requests (each with its own cache) to the running rows: with a
+        batched cache running, one left-padded concatenation per layer; the rows already
+        there are not split."""
+        if not slots:
+            return
+        if self._cache is None:
+            self.rows.extend(slots)
+            self._rebatch()
+            return
+        assert self._mask is not None
+        caches = [slot.decoder.cache for slot in slots]
+        lengths = [int(cache.get_seq_length()) for cache in caches]
+        width = max(self._mask.shape[1], *lengths)
+        layers = []
+        for index, old in enumerate(self._cache.layers):
+            keys = [_left_pad(old.keys, width)]
+            values = [_left_pad(old.values, width)]
+            for cache in caches:
+                keys.append(_left_pad(cache.layers[index].keys, width))
+                values.append(_left_pad(cache.layers[index].values, width))
+            layers.append((torch.cat(keys), torch.cat(values)))
+        self._cache = self.make_cache(layers)
+        self._mask = torch.cat([_left_pad_mask(self._mask, width), _ones_right(lengths, width)])
+        self._lengths.extend(lengths)
+        self.rows.extend(slots)
+        for slot in slots:
+            slot.decoder.cache = None  # its positions live in the batched cache now
+
+    def _compact(self) -> None:
+        """Squeeze out every row's masked-out positions (rejected drafts, padding): one
+        gather per layer, rows left-padded to the longest again."""
+        assert self._cache is not None and self._mask is not None
+        width = max(self._lengths)
+        index = torch.zeros(len(self.rows), width, dtype=torch.long)
+        for i, length in enumerate(self._lengths):
+            index[i, width - length :] = self._mask[i].nonzero().flatten()
+        index = index.to(self._cache.layers[0].keys.device)
+        layers = []
+        for layer in self._cache.layers:
+            keys, values = layer.keys, layer.values
+            gather = index[:, None, :, None].expand(
+                keys.shape[0], keys.shape[1], width, keys.shape[3]
+            )
+            layers.append((keys.gather(2, gather), values.gather(2, gather)))
+        self._cache = self.make_cache(layers)
+        self._mask = _ones_right(self._lengths, width)
+
+    def _unbatch(self, rows: Sequence[int] | None = None) -> None:
+        """Drop the batched cache, giving the running requests at `rows` (all by default)
+        their own unpadded caches again."""
         if self._cache is None:
             return
         assert self._mask is not None
-        for i, slot in enumerate(self.rows):
-            keep = self._mask[i].bool()
+        device = self._cache.layers[0].keys.device
+        for i in range(len(self.rows)) if rows is None else rows:
+            keep = self._mask[i].nonzero().flatten().to(device)
             layers = [
                 (_kept(layer.keys, i, keep), _kept(layer.values, i, keep))
                 for layer in self._cache.layers
             ]
-            slot.decoder.cache = self.make_cache(layers)
+            self.rows[i].decoder.cache = self.make_cache(layers)
         self._cache, self._mask, self._lengths = None, None, []
 
     def _rebatch(self) -> None:
@@ -419,9 +466,9 @@ class BatchLoop:
             values = [_left_pad(c.layers[index].values, width) for c in caches]
             layers.append((torch.cat(keys), torch.cat(values)))
         self._cache = self.make_cache(layers)
-        self._mask = torch.zeros(len(caches), width, dtype=torch.long)
-        for i, length in enumerate(self._lengths):
-            self._mask[i, width - length :] = 1
+        self._mask = _ones_right(self._lengths, width)
+        for slot in self.rows:
+            slot.decoder.cache = None  # its positions live in the batched cache now
 
 
 def _too_long(length: int, capacity: int) -> str:
@@ -437,8 +484,8 @@ def _row(tensor: torch.Tensor, row: int, start: int) -> torch.Tensor:
 
 
 def _kept(tensor: torch.Tensor, row: int, keep: torch.Tensor) -> torch.Tensor:
-    """Row `row` of a batched [B, heads, T, dim] tensor at the positions `keep` marks."""
-    return tensor[row : row + 1, :, keep.to(tensor.device)].clone()
+    """Row `row` of a batched [B, heads, T, dim] tensor at the positions `keep` lists."""
+    return tensor[row : row + 1, :, keep]
 
 
 def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
@@ -448,3 +495,19 @@ def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
         return tensor
     pad = tensor.new_zeros(tensor.shape[0], tensor.shape[1], missing, tensor.shape[3])
     return torch.cat([pad, tensor], dim=2)
+
+
+def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, length] attention mask -> [B, width], zeros (hidden) on the left."""
+    missing = width - mask.shape[1]
+    if missing == 0:
+        return mask
+    return torch.cat([mask.new_zeros(mask.shape[0], missing), mask], dim=1)
+
+
+def _ones_right(lengths: Sequence[int], width: int) -> torch.Tensor:
+    """A [len(lengths), width] attention mask whose row i shows its last `lengths[i]`."""
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for i, length in enumerate(lengths):
+        mask[i, width - length :] = 1
+    return mask

@@ -112,3 +112,36 @@ def test_identical_prompts_admitted_together_are_prefilled_once(tiny_model):
     assert loop.prefilled_rows == 2  # two distinct prompts for five newcomers
     assert got[1:] == [_solo(tiny_model, prompt, 5)] * 4 + [_solo(tiny_model, [4, 4, 8], 5)]
     assert got[0] == _solo(tiny_model, [1, 2, 3], 6)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["prefill-at-admission", "staged-prefill"])
+def test_a_newcomer_joins_without_splitting_the_running_rows(tiny_model, staged):
+    """On a GPU a decode step is launch-bound: a join that split every running row's cache
+    and padded it back (thousands of small copies at 64 rows) cost more than the step. A
+    join costs a few operations per layer whatever the number of rows: no request's own
+    cache is rebuilt while the batch runs, and every output is still its solo output."""
+    from argosy.serving.prefill import ChunkSizer
+
+    loop = batch_loop(tiny_model, 8, chunks=ChunkSizer(4, 0.0) if staged else None)
+    plain_make = loop.make_cache
+    per_request: list[int] = []  # rows of each cache the loop built
+
+    def counting(layers):
+        per_request.append(layers[0][0].shape[0] if layers else 0)
+        return plain_make(layers)
+
+    loop.make_cache = counting
+    prompts = [[3 + i, 5, 7 + i, 1][: 2 + i % 3] for i in range(6)]
+    streams, outputs = [], []
+    for prompt in prompts:
+        if streams:  # the rows already running make a step before the next one joins
+            outputs[-1].extend(next(streams[-1])[0])
+        streams.append(loop.submit(decoder(tiny_model, prompt, 24)).chunks())
+        outputs.append([])
+    for steps, out in zip(streams, outputs, strict=True):
+        for new, _ in steps:
+            out.extend(new)
+    assert outputs == [_solo(tiny_model, p, 24) for p in prompts]
+    assert loop.batch_steps > 0
+    # one batched cache per join, and one request's own cache when a single row remains
+    assert per_request.count(1) <= 1, per_request
