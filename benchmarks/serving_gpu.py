@@ -9,14 +9,19 @@ Model: `smollm2-135m` (the catalog's real weights, when its GGUF is installed), 
 (random weights of the same shape in bf16, `argosy.serving.synthetic`: for the parts where
 weights do not matter), or `auto` (the real one when present). Everything greedy, the engine
 at `--dtype auto` (bf16 on a GPU). Parts:
-- equality: the engine's tokens against `model.generate()` on the same weights, per prompt;
-- batch1: one request at a time, engine (speculation off) vs `generate()`, interleaved;
+- equality: the engine's tokens against `model.generate()` on the same weights, per prompt
+  (`--equality-tokens`, 64);
 - clients: `argosy serve` in its own process; one streaming client, then N at once
   (`--clients`, 64): aggregate completion tokens/s over the batch-1 rate (target 15x);
-- speculation: copy-heavy prompts, n-gram and auto drafts vs off (target 1.5x), and auto vs
-  off on open-ended prompts (meaningful on real weights only);
 - shares: `--services` servers at `--memory-fraction` on the device answering together, a
-  further one refused (exit 2), each server's device memory (NVML) against its share.
+  further one refused (exit 2), each server's device memory (NVML) against its share;
+- batch1: one request at a time, engine (speculation off) vs `generate()`, interleaved
+  (`--repeats` rounds);
+- speculation: copy-heavy prompts, n-gram and auto drafts vs off (target 1.5x), and auto vs
+  off on open-ended prompts (meaningful on real weights only; half the rounds), with how
+  often the drafted output equals the plain one.
+They run in that order whatever `--parts` says: the quick ones first, so that a call cut
+short (about 3.5 minutes in all on an H200 at the defaults) still has them.
 Ratios are medians over (prompt, repeat) pairs. `--json` writes every figure.
 """
 
@@ -39,7 +44,8 @@ from serving import COPY_HEAVY, OPEN_ENDED, run_hf
 
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
 
-PARTS = ("equality", "batch1", "speculation", "clients", "shares")
+PARTS = ("equality", "clients", "shares", "batch1", "speculation")
+"""In the order they run: the quick ones first, so a call cut short still has them."""
 TARGETS = {"batch1": 1.0, "clients": 15.0, "speculation": 1.5}
 LONG = "Write a long story about a lighthouse keeper and a storm, in many paragraphs."
 
@@ -127,7 +133,16 @@ def batch1(engine: Any, max_tokens: int, repeats: int) -> dict:
 
 
 def speculation(engine: Any, max_tokens: int, repeats: int) -> dict:
+    """Speed-ups over `off`, and how often the drafted output equals the plain one.
+
+    Verifying a draft computes several positions in one pass, whose bf16 rounding differs
+    from one position at a time, so a near-tie between the two best tokens can flip (as
+    in every engine's speculative decoding in bf16). A differing output is recorded with
+    its first differing position and the plain path's margin between its two best logits
+    there (small: rounding; large: a real fault); exact equality in float32 is a test."""
     found: dict[str, list[float]] = {}
+    differing: list[dict[str, Any]] = []
+    compared = 0
     for suite, prompts in (("copy_heavy", COPY_HEAVY), ("open_ended", OPEN_ENDED)):
         for _ in range(repeats):
             for text in prompts.values():
@@ -135,11 +150,29 @@ def speculation(engine: Any, max_tokens: int, repeats: int) -> dict:
                 base_s, base = ours(engine, ids, max_tokens, "off")
                 for spec in ("ngram", "auto"):
                     spent, tokens = ours(engine, ids, max_tokens, spec)
-                    assert tokens == base, f"{spec} changed the greedy output"
+                    compared += 1
+                    if tokens != base:
+                        differing.append(_divergence(engine, ids, base, tokens, spec))
                     key = f"{suite}_{spec}_vs_off"
                     found.setdefault(key, []).append(base_s / spent)
-    out = {key: statistics.median(values) for key, values in found.items()}
+    out: dict[str, Any] = {key: statistics.median(values) for key, values in found.items()}
+    out["same_as_off"] = f"{compared - len(differing)}/{compared}"
+    out["differing"] = differing[:8]
     return {**out, "target": TARGETS["speculation"]}
+
+
+def _divergence(engine: Any, ids: list[int], base: list, tokens: list, spec: str) -> dict:
+    """Where a drafted output first leaves the plain one, and the plain path's margin
+    between its two best logits there (one full forward of the prompt and the prefix)."""
+    import torch
+
+    from argosy.serving.transformers_engine import _make_cache
+
+    pairs = enumerate(zip(base, tokens, strict=False))
+    at = next((i for i, (a, b) in pairs if a != b), min(len(base), len(tokens)))
+    logits = engine._forward([*ids, *base[:at]], _make_cache([]), 1)[-1].float()
+    top = torch.topk(logits, 2).values.tolist()
+    return {"spec": spec, "at": at, "of": len(base), "top2_margin": round(top[0] - top[1], 4)}
 
 
 # -- parts against `argosy serve` ----------------------------------------------------------
@@ -318,7 +351,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2, help="batch1 and single-client runs")
+    parser.add_argument("--equality-tokens", type=int, default=64)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--services", type=int, default=4)
     parser.add_argument("--fraction", type=float, default=0.2)
@@ -348,15 +382,19 @@ def main() -> None:
         warm = chat_ids(engine, "warm up")
         ours(engine, warm, 8), theirs(engine, warm, 8)
     runs = {
-        "equality": lambda: equality(engine, args.max_tokens),
+        "equality": lambda: equality(engine, min(args.max_tokens, args.equality_tokens)),
         "batch1": lambda: batch1(engine, args.max_tokens, args.repeats),
-        "speculation": lambda: speculation(engine, args.max_tokens, args.repeats),
+        "speculation": lambda: speculation(engine, args.max_tokens, max(1, args.repeats // 2)),
         "clients": lambda: clients_part(model, args.device, args),
         "shares": lambda: shares_part(model, args.device, args),
     }
-    for part in parts:
-        if part in ("clients", "shares") and engine is not None:
-            engine.sleep()  # the servers get the device's memory
+    for part in sorted(parts, key=PARTS.index):
+        if engine is not None:  # the servers get the device's memory while they run
+            serving = part in ("clients", "shares")
+            if serving and not engine.stats().asleep:
+                engine.sleep()
+            elif not serving and engine.stats().asleep:
+                engine.wake()
         start = time.perf_counter()
         try:
             report[part] = runs[part]()

@@ -69,6 +69,16 @@ def test_concurrent_requests_batch_on_the_device_with_the_tokens_of_single_runs(
     assert same >= len(texts) - 2  # bf16 batched kernels may flip a near tie
 
 
+def test_speculation_in_float32_on_the_gpu_keeps_the_plain_greedy_output(checkpoint):
+    """The draft-and-verify logic is lossless: in float32 (no ties from rounding) drafted
+    and plain greedy outputs are equal on the device. In bf16 a verify pass's rounding can
+    flip an exact tie of the two best logits (benchmarks/serving_gpu.py reports how often)."""
+    engine = _engine(checkpoint, dtype="float32")
+    for text in ("Repeat the list: ship, ship, harbour, ship, harbour", "def mean(values):"):
+        plain = engine.generate(_request(engine, text, 48)).token_ids
+        assert engine.generate(_request(engine, text, 48, "ngram")).token_ids == plain
+
+
 def test_sampling_with_a_seed_runs_on_the_gpu_and_repeats(checkpoint):
     engine = _engine(checkpoint)
     ids = engine.encode_chat([{"role": "user", "content": "a ship"}])
