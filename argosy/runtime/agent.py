@@ -268,7 +268,7 @@ class Agent:
             snap = self.board.snapshot()
             self._read_board(snap, watch, attempt, hang, slow)
             if watch.resumed and not self.standby:
-                self._start_standby()
+                self._start_standby(snap)
             closing = self._finished_then_failed(group, snap, codes, attempt, now)
             if closing is not None:
                 if closing:
@@ -330,11 +330,18 @@ class Agent:
             group.stop(self.config.term_grace_s)
         return True
 
-    def _start_standby(self) -> None:
-        """Warm processes for the next attempt, started once this one trains."""
-        if self.config.warm_standby and can_use_standby(self.spec.command):
+    def _start_standby(self, snap: np.ndarray) -> None:
+        """Warm processes for the next attempt, started once this one trains; each one
+        also starts CUDA on the device its local rank works on now (the board says)."""
+        if not (self.config.warm_standby and can_use_standby(self.spec.command)):
+            return
+        self.standby = []
+        for local in range(self.spec.nproc_per_node):
             env = base_env()
-            self.standby = [warm.start_standby(env) for _ in range(self.spec.nproc_per_node)]
+            device = int(snap[self.spec.first_rank + local, Slot.CUDA_DEVICE]) - 1
+            if device >= 0:
+                env[warm.ENV_CUDA] = str(device)
+            self.standby.append(warm.start_standby(env))
 
     def _lingering(
         self, group: WorkerGroup, snap: np.ndarray, codes: dict, now: float, attempt: int

@@ -59,6 +59,9 @@ class Slot(IntEnum):
     """The step the script trains to (0: not said)."""
     CKPT_COMMITTED = 22
     """The newest step this rank knows committed on disk (set after `wait`)."""
+    CUDA_DEVICE = 23
+    """The CUDA device index the rank's process works on, plus one (0: none seen); set
+    when it says it restored, so the standby that may replace it warms that device."""
 
 
 SCALARS = 24

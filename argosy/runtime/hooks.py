@@ -132,6 +132,9 @@ class Runtime:
             path.write_text(json.dumps(decision, default=str))
         if target_step:
             self._row.set(Slot.TARGET_STEP, target_step)
+        from argosy.hardware.backends import cuda  # here: a rank's import stays light
+
+        self._row.set(Slot.CUDA_DEVICE, cuda.current_device() + 1)
         self._row.set(Slot.RESTORED_STEP, step)
         self._touch(Slot.T_RESTORED)
 

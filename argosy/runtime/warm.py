@@ -7,6 +7,13 @@ stdin, `{"env", "argv", "cwd", "log"}`, points stdout and stderr at the rank's l
 takes the rank's environment and runs the script as `__main__`. A standby whose stdin
 closes exits quietly.
 
+On a GPU the rest of a restart is mostly CUDA's own start (the device's context). A
+standby started with `ARGOSY_WARM_CUDA=<index>` (the agent sets it from the device the
+rank it may replace works on) creates that device's context too, and nothing else: no
+allocator, no cuBLAS, whose settings the script may still choose. Should the rank's
+environment then name other visible devices than the standby started with, the context
+would be for the wrong ones: the standby runs the script in a fresh interpreter instead.
+
     proc = start_standby(env)                  # agent, while the attempt runs
     assign(proc, env=..., argv=[script, ...], cwd=..., log=...)   # at restart
 """
@@ -21,6 +28,9 @@ import sys
 from pathlib import Path
 
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
+ENV_CUDA = "ARGOSY_WARM_CUDA"
+"""The CUDA device index whose context a standby creates while it waits."""
+VISIBLE = "CUDA_VISIBLE_DEVICES"
 
 
 def start_standby(env: dict[str, str]) -> subprocess.Popen:
@@ -58,8 +68,23 @@ def _preload() -> None:
             continue
 
 
+def warm_cuda(device: str | None) -> bool:
+    """Create CUDA's context on `device` (an index); False when there is none to make."""
+    if not device:
+        return False
+    try:
+        from argosy.hardware.backends import cuda
+
+        cuda.start_context(int(device))
+    except Exception:  # no such device, no CUDA here: the script starts it itself
+        return False
+    return True
+
+
 def main() -> int:
     _preload()
+    warmed = warm_cuda(os.environ.get(ENV_CUDA))
+    visible = os.environ.get(VISIBLE)
     line = sys.stdin.readline()
     if not line:
         return 0
@@ -68,9 +93,11 @@ def main() -> int:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    os.chdir(job["cwd"])
+    if warmed and job["env"].get(VISIBLE) != visible:  # our context is for other devices
+        os.execve(sys.executable, [sys.executable, *job["argv"]], job["env"])
     os.environ.clear()
     os.environ.update(job["env"])
-    os.chdir(job["cwd"])
     script = job["argv"][0]
     sys.argv = list(job["argv"])
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

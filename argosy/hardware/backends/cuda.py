@@ -67,6 +67,26 @@ def use_device(index: int) -> None:
     torch.cuda.set_device(index)
 
 
+def start_context(index: int) -> None:
+    """Create device `index`'s CUDA context and make it current; nothing else (no
+    allocator, no cuBLAS handle, whose settings a script may still choose)."""
+    import torch
+
+    torch.cuda.set_device(index)
+    torch.cuda.synchronize(index)
+
+
+def current_device() -> int:
+    """The device this process works on, or -1 while it has not started CUDA; torch is
+    not imported for the question (a process without it has not started CUDA)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return -1
+    return int(torch.cuda.current_device())
+
+
 def bf16_supported(index: int) -> bool:
     """Whether device `index` computes in bfloat16 natively."""
     import torch
