@@ -38,10 +38,11 @@ that could not fit even alone fails with a `ValueError` (the engine refuses it e
 
 Staged prefill (`prefill.py`; on with a `prefix_cache` or a `chunks` sizer): newcomers are
 not prefilled at admission but queued as prefill jobs, counted against the batch size and
-the KV capacity at once. Each loop iteration runs one chunk of the oldest job (its prompt
-on top of the longest cached prefix) before the running rows' decode step; a job whose
-prompt is in joins the rows with its first token. Identical prompts are then not computed
-together; the prefix cache gives the later ones every full block of the first.
+the KV capacity at once. Each loop iteration, before the running rows' decode step, runs
+either one pass over the oldest jobs whose whole remaining prompt fits the chunk budget
+together (each on top of its longest cached prefix; identical prompts computed once; the
+pass stores their full blocks in the prefix cache), or else one chunk of the oldest job. A
+job whose prompt is in joins the rows with its first token.
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ from typing import Any, Protocol
 
 import torch
 
+from argosy.serving import kv_batch
 from argosy.serving.budget import kv_tokens_needed
 from argosy.serving.decoding import Decoder
+from argosy.serving.kv_batch import KVRows
 from argosy.serving.prefill import ChunkSizer, PrefillJob
 from argosy.serving.prefix_cache import PrefixCache
 from argosy.serving.speculative.base import DraftOffer
@@ -80,6 +83,8 @@ class DraftPolicy(Protocol):
 
 _MIN_WASTE = 16
 """Masked-out cache positions tolerated before the batched cache is compacted."""
+_GROUP_TOKENS = 4096
+"""Most prompt tokens (padding included) one batched prefill pass of several jobs feeds."""
 
 
 Step = tuple[list[int], str | None]
@@ -151,9 +156,8 @@ class BatchLoop:
         self._prefilling: list[PrefillJob] = []
         self.prefill_chunks = 0
         """Chunks run by staged prefill."""
-        self._cache: Any = None  # the batched cache while two or more rows run
-        self._mask: torch.Tensor | None = None
-        self._lengths: list[int] = []
+        self._batch: KVRows | None = None
+        """The running rows' batched cache while two or more run (in `rows` order)."""
         self._thread = threading.Thread(target=self._run, name="argosy-batch-loop", daemon=True)
         self._thread.start()
 
@@ -188,7 +192,7 @@ class BatchLoop:
             self._admit(block=not self.rows and not self._prefilling)
             self._drop_done()
             if self._prefilling:
-                self._prefill_chunk()
+                self._prefill_step()
             if not self.rows:
                 continue
             start = time.perf_counter()
@@ -221,16 +225,16 @@ class BatchLoop:
         if self.chunks is not None:
             self._prefilling.extend(PrefillJob(slot) for slot in new)
             return
-        if len(new) >= 2:
-            try:
-                self._prefill_together(new)
-            except Exception as err:  # every newcomer learns why it stopped
-                for slot in new:
-                    slot.out.put(err)
-                new = []
-        else:
+        if len(new) == 1:
             self._prefill_alone(new[0])
-        self._join([slot for slot in new if not slot.done])
+            self._join([slot for slot in new if not slot.done])
+            return
+        try:
+            self._prefill_many(new, [0] * len(new))
+        except Exception as err:  # every newcomer learns why it stopped
+            for slot in new:
+                slot.out.put(err)
+                slot.done = True
 
     def _next(self, block: bool) -> Slot | None:
         """The held head first, then the queue (waiting for one when `block`)."""
@@ -257,6 +261,45 @@ class BatchLoop:
             slot.done = True
             return True  # dropped below, as done
         return False
+
+    def _prefill_step(self) -> None:
+        """This iteration's staged prefill: the oldest jobs whose whole remaining prompt
+        fits the chunk budget together in one pass, else one chunk of the oldest job."""
+        assert self.chunks is not None
+        jobs = self._ready_jobs()
+        if len(jobs) < 2:
+            self._prefill_chunk()
+            return
+        for job in jobs:
+            self._prefilling.remove(job)
+        slots = [job.slot for job in jobs]
+        try:
+            fed, seconds = self._prefill_many(slots, [job.position for job in jobs])
+        except Exception as err:  # every job of the pass learns why it stopped
+            for slot in slots:
+                slot.out.put(err)
+                slot.done = True
+            return
+        self.chunks.observe_chunk(fed, seconds)
+        self.prefill_chunks += 1
+
+    def _ready_jobs(self) -> list[PrefillJob]:
+        """The oldest staged prefills, in order, while each one's whole remaining prompt
+        and the padded pass of them all stay within this iteration's chunk budget."""
+        assert self.chunks is not None
+        budget = min(self.chunks.size(_GROUP_TOKENS, decoding=bool(self.rows)), _GROUP_TOKENS)
+        jobs: list[PrefillJob] = []
+        longest = 0
+        for job in self._prefilling:
+            if job.slot.cancelled or (not job.started and len(job.decoder.tokens) > budget):
+                break
+            if not job.started:
+                job.start(self.prefix_cache, self.make_cache)
+            longest = max(longest, job.remaining)
+            if (len(jobs) + 1) * longest > budget:
+                break
+            jobs.append(job)
+        return jobs
 
     def _prefill_chunk(self) -> None:
         """One chunk of the oldest staged prefill; a finished one joins the rows."""
@@ -293,39 +336,60 @@ class BatchLoop:
             slot.out.put(err)
             slot.done = True
 
-    def _prefill_together(self, slots: list[Slot]) -> None:
-        """One left-padded forward pass over the newcomers' distinct prompts (the `n`
-        choices of one request share theirs: it is computed once); each newcomer gets its
-        own copy of its prompt's cache."""
+    def _prefill_many(self, slots: list[Slot], cached: list[int]) -> tuple[int, float]:
+        """One forward pass over several requests' remaining prompts, each after the
+        `cached[i]` positions its own cache holds (left-padded caches, right-aligned
+        inputs: a shorter input leaves a hole, masked like padding). Identical prompts
+        (the `n` choices of one request, a burst of one prompt) are computed once. Each
+        request gets its first token; those that go on join the running rows. Returns
+        the tokens fed (padding included) and the pass's seconds."""
         prompts = [tuple(slot.decoder.tokens) for slot in slots]
         unique = list(dict.fromkeys(prompts))
-        row_of = {prompt: i for i, prompt in enumerate(unique)}
-        width = max(len(p) for p in unique)
-        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in unique])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in unique])
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        cache = self.make_cache([])
+        first = [prompts.index(prompt) for prompt in unique]
+        seeded = [cached[i] for i in first]
+        tails = [list(prompt[c:]) for prompt, c in zip(unique, seeded, strict=True)]
+        width = max(len(tail) for tail in tails)
+        caches = [slots[i].decoder.cache for i in first]
+        cache = kv_batch.stack_seeded(caches, seeded, self.make_cache)
+        ids = torch.tensor([[0] * (width - len(tail)) + tail for tail in tails])
+        fed = kv_batch.ones_right([len(tail) for tail in tails], width)
+        mask = torch.cat([kv_batch.ones_right(seeded, max(seeded)), fed], dim=1)
+        positions = torch.tensor(seeded).unsqueeze(1) + (fed.cumsum(dim=1) - 1).clamp(min=0)
+        start = time.perf_counter()
         logits = self.batched_forward(ids, cache, mask, positions, 1)[:, -1]
+        seconds = time.perf_counter() - start
         self.prefilled_rows += len(unique)
+        lengths = [c + len(tail) for c, tail in zip(seeded, tails, strict=True)]
+        rows = KVRows(cache, mask, lengths)
+        self._store_prefixes(rows, unique)
+        row_of = {prompt: i for i, prompt in enumerate(unique)}
         for slot, prompt in zip(slots, prompts, strict=True):
             row = row_of[prompt]
-            start = width - len(prompt)
-            layers = [
-                (_row(lay.keys, row, start), _row(lay.values, row, start)) for lay in cache.layers
-            ]
-            slot.decoder.cache = self.make_cache(layers)
-            self._deliver(slot, slot.decoder.first(logits[row : row + 1]))
+            try:
+                self._deliver(slot, slot.decoder.first(logits[row : row + 1]))
+            except Exception as err:  # a bad request fails alone
+                slot.out.put(err)
+                slot.done = True
+        going = [i for i, slot in enumerate(slots) if not slot.done]
+        if going:
+            picked = kv_batch.select(rows, [row_of[prompts[i]] for i in going])
+            self._add_rows([slots[i] for i in going], picked)
+        return ids.numel(), seconds
+
+    def _store_prefixes(self, rows: KVRows, prompts: list[tuple[int, ...]]) -> None:
+        """Offer each prompt's full blocks (its row, holes removed) to the prefix cache."""
+        if self.prefix_cache is None:
+            return
+        for row, prompt in enumerate(prompts):
+            if len(prompt) >= self.prefix_cache.block_tokens:
+                self.prefix_cache.insert(prompt, kv_batch.row_layers(rows, row))
 
     def _drop_done(self) -> None:
         keep = [i for i, slot in enumerate(self.rows) if not (slot.done or slot.cancelled)]
         if len(keep) == len(self.rows):
             return
-        if self._cache is not None and len(keep) >= 2:
-            where = self._cache.layers[0].keys.device
-            self._cache.batch_select_indices(torch.tensor(keep, device=where))
-            assert self._mask is not None
-            self._mask = self._mask[keep]
-            self._lengths = [self._lengths[i] for i in keep]
+        if self._batch is not None and len(keep) >= 2:
+            self._batch = kv_batch.select(self._batch, keep)
             self.rows = [self.rows[i] for i in keep]
             return
         self._unbatch(keep)
@@ -333,7 +397,8 @@ class BatchLoop:
 
     def _batched_step(self) -> None:
         """One forward pass for every row: its last token plus its draft (right-padded)."""
-        assert self._cache is not None and self._mask is not None
+        batch = self._batch
+        assert batch is not None
         offers = [slot.decoder.offer() for slot in self.rows]
         width = self.policy.width(offers)
         drafts = [o.tokens[:width] if o.adaptive else o.tokens for o in offers]
@@ -341,10 +406,10 @@ class BatchLoop:
         ids = torch.tensor([[s.decoder.tokens[-1], *d, *[0] * (width - len(d))]
                             for s, d in zip(self.rows, drafts, strict=True)])  # fmt: skip
         ones = torch.ones(len(self.rows), 1 + width, dtype=torch.long)
-        mask = torch.cat([self._mask, ones], dim=1)
-        positions = torch.tensor(self._lengths).unsqueeze(1) + torch.arange(1 + width)
+        mask = torch.cat([batch.mask, ones], dim=1)
+        positions = torch.tensor(batch.lengths).unsqueeze(1) + torch.arange(1 + width)
         start = time.perf_counter()
-        logits = self.batched_forward(ids, self._cache, mask, positions, 1 + width)
+        logits = self.batched_forward(ids, batch.cache, mask, positions, 1 + width)
         elapsed = time.perf_counter() - start
         self.policy.observe(ids.numel(), elapsed)
         self.batch_steps += 1
@@ -364,15 +429,17 @@ class BatchLoop:
 
     def _trim(self, mask: torch.Tensor, kept: list[int]) -> None:
         """Hide each row's rejected draft positions; compact once holes waste a quarter."""
-        old_width = self._mask.shape[1] if self._mask is not None else 0
+        batch = self._batch
+        assert batch is not None
+        old_width = batch.width
         for i, accepted in enumerate(kept):
             mask[i, old_width + 1 + accepted :] = 0
-            self._lengths[i] += 1 + accepted
-        self._mask = mask
-        waste = mask.shape[1] - max(self._lengths)
+            batch.lengths[i] += 1 + accepted
+        batch.mask = mask
+        waste = mask.shape[1] - max(batch.lengths)
         if waste > max(_MIN_WASTE, mask.shape[1] // 4):
             self.compactions += 1
-            self._compact()
+            self._batch = kv_batch.compact(batch, self.make_cache)
 
     def _deliver(self, slot: Slot, step: Step) -> None:
         slot.out.put(step)
@@ -383,92 +450,48 @@ class BatchLoop:
         for slot in self.rows:
             slot.out.put(err)
             slot.done = True
-        self._cache, self._mask, self._lengths, self.rows = None, None, [], []
+        self._batch, self.rows = None, []
 
-    # -- the batched cache -------------------------------------------------------------
-    # Joining, leaving and compaction cost a few tensor operations per layer whatever the
-    # number of rows: on a GPU a step is launch-bound, so work per row and layer (thousands
-    # of small copies at 64 rows) would cost more than the decode step itself.
+    # -- the batched cache (kv_batch: a few operations per layer, whatever the rows) ----
     def _join(self, slots: list[Slot]) -> None:
-        """Add prefilled requests (each with its own cache) to the running rows: with a
-        batched cache running, one left-padded concatenation per layer; the rows already
-        there are not split."""
+        """Add prefilled requests, each with its own cache, to the running rows."""
         if not slots:
             return
-        if self._cache is None:
-            self.rows.extend(slots)
-            self._rebatch()
+        if self._batch is None and not self.rows and len(slots) == 1:
+            self.rows.append(slots[0])  # alone: it decodes on its own cache
             return
-        assert self._mask is not None
         caches = [slot.decoder.cache for slot in slots]
-        lengths = [int(cache.get_seq_length()) for cache in caches]
-        width = max(self._mask.shape[1], *lengths)
-        layers = []
-        for index, old in enumerate(self._cache.layers):
-            keys = [_left_pad(old.keys, width)]
-            values = [_left_pad(old.values, width)]
-            for cache in caches:
-                keys.append(_left_pad(cache.layers[index].keys, width))
-                values.append(_left_pad(cache.layers[index].values, width))
-            layers.append((torch.cat(keys), torch.cat(values)))
-        self._cache = self.make_cache(layers)
-        self._mask = torch.cat([_left_pad_mask(self._mask, width), _ones_right(lengths, width)])
-        self._lengths.extend(lengths)
+        self._add_rows(slots, kv_batch.stack(caches, self.make_cache))
+
+    def _add_rows(self, slots: list[Slot], new: KVRows) -> None:
+        """Add requests whose positions are the rows of `new` (in order) to the running
+        rows: merged into the batched cache (which a request running alone joins first),
+        or, for a single request with nothing else running, given back as its own cache."""
+        if not slots:
+            return
+        if self._batch is None and not self.rows and len(slots) == 1:
+            slots[0].decoder.cache = kv_batch.row_cache(new, 0, self.make_cache)
+            self.rows.append(slots[0])
+            return
+        if self._batch is None and self.rows:  # the request running alone joins first
+            self._batch = kv_batch.stack([self.rows[0].decoder.cache], self.make_cache)
+            self.rows[0].decoder.cache = None
+        if self._batch is None:
+            self._batch = new
+        else:
+            self._batch = kv_batch.merge(self._batch, new, self.make_cache)
         self.rows.extend(slots)
         for slot in slots:
             slot.decoder.cache = None  # its positions live in the batched cache now
 
-    def _compact(self) -> None:
-        """Squeeze out every row's masked-out positions (rejected drafts, padding): one
-        gather per layer, rows left-padded to the longest again."""
-        assert self._cache is not None and self._mask is not None
-        width = max(self._lengths)
-        index = torch.zeros(len(self.rows), width, dtype=torch.long)
-        for i, length in enumerate(self._lengths):
-            index[i, width - length :] = self._mask[i].nonzero().flatten()
-        index = index.to(self._cache.layers[0].keys.device)
-        layers = []
-        for layer in self._cache.layers:
-            keys, values = layer.keys, layer.values
-            gather = index[:, None, :, None].expand(
-                keys.shape[0], keys.shape[1], width, keys.shape[3]
-            )
-            layers.append((keys.gather(2, gather), values.gather(2, gather)))
-        self._cache = self.make_cache(layers)
-        self._mask = _ones_right(self._lengths, width)
-
     def _unbatch(self, rows: Sequence[int] | None = None) -> None:
         """Drop the batched cache, giving the running requests at `rows` (all by default)
         their own unpadded caches again."""
-        if self._cache is None:
+        if self._batch is None:
             return
-        assert self._mask is not None
-        device = self._cache.layers[0].keys.device
         for i in range(len(self.rows)) if rows is None else rows:
-            keep = self._mask[i].nonzero().flatten().to(device)
-            layers = [
-                (_kept(layer.keys, i, keep), _kept(layer.values, i, keep))
-                for layer in self._cache.layers
-            ]
-            self.rows[i].decoder.cache = self.make_cache(layers)
-        self._cache, self._mask, self._lengths = None, None, []
-
-    def _rebatch(self) -> None:
-        """Left-pad the running requests' caches into one batch (two or more rows)."""
-        if len(self.rows) < 2:
-            return
-        caches = [slot.decoder.cache for slot in self.rows]
-        self._lengths = [int(cache.get_seq_length()) for cache in caches]
-        width = max(self._lengths)
-        layers = []
-        for index in range(len(caches[0].layers)):
-            keys = [_left_pad(c.layers[index].keys, width) for c in caches]
-            values = [_left_pad(c.layers[index].values, width) for c in caches]
-            layers.append((torch.cat(keys), torch.cat(values)))
-        self._cache = self.make_cache(layers)
-        self._mask = _ones_right(self._lengths, width)
-        for slot in self.rows:
-            slot.decoder.cache = None  # its positions live in the batched cache now
+            self.rows[i].decoder.cache = kv_batch.row_cache(self._batch, i, self.make_cache)
+        self._batch = None
 
 
 def _too_long(length: int, capacity: int) -> str:
@@ -476,38 +499,3 @@ def _too_long(length: int, capacity: int) -> str:
         f"the request may reach {length} cached tokens (prompt, max_tokens and a draft); "
         f"this service's KV budget holds {capacity} (memory_fraction)"
     )
-
-
-def _row(tensor: torch.Tensor, row: int, start: int) -> torch.Tensor:
-    """Row `row` of a batched [B, heads, T, dim] tensor from position `start`, as [1, ...]."""
-    return tensor[row : row + 1, :, start:].clone()
-
-
-def _kept(tensor: torch.Tensor, row: int, keep: torch.Tensor) -> torch.Tensor:
-    """Row `row` of a batched [B, heads, T, dim] tensor at the positions `keep` lists."""
-    return tensor[row : row + 1, :, keep]
-
-
-def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    """[1, heads, length, dim] -> [1, heads, width, dim], zeros on the left."""
-    missing = width - tensor.shape[2]
-    if missing == 0:
-        return tensor
-    pad = tensor.new_zeros(tensor.shape[0], tensor.shape[1], missing, tensor.shape[3])
-    return torch.cat([pad, tensor], dim=2)
-
-
-def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    """[B, length] attention mask -> [B, width], zeros (hidden) on the left."""
-    missing = width - mask.shape[1]
-    if missing == 0:
-        return mask
-    return torch.cat([mask.new_zeros(mask.shape[0], missing), mask], dim=1)
-
-
-def _ones_right(lengths: Sequence[int], width: int) -> torch.Tensor:
-    """A [len(lengths), width] attention mask whose row i shows its last `lengths[i]`."""
-    mask = torch.zeros(len(lengths), width, dtype=torch.long)
-    for i, length in enumerate(lengths):
-        mask[i, width - length :] = 1
-    return mask

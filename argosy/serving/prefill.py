@@ -33,7 +33,13 @@ _DECAY = 0.7
 
 
 class ChunkSizer:
-    """How many prompt tokens the next prefill chunk feeds."""
+    """How many prompt tokens the next prefill chunk feeds.
+
+    While streams decode, a chunk may add about `stall_ratio` decode steps of work beyond
+    what any pass costs: its seconds are fitted as fixed + per token x tokens (weighted
+    least squares over recent chunks; on a launch-bound GPU the fixed part is most of a
+    pass, on a CPU the per-token part). Until chunks of different sizes were seen, the
+    fixed part is taken as zero."""
 
     def __init__(self, chunk_tokens: int = 512, stall_ratio: float = 1.0, min_tokens: int = 16):
         self.chunk_tokens = chunk_tokens
@@ -41,17 +47,22 @@ class ChunkSizer:
         self.min_tokens = min_tokens
         self.step_s: float | None = None
         """Moving average of a decode step's seconds."""
-        self.token_s: float | None = None
-        """Moving average of a prefill chunk's seconds per token."""
+        self._fit = _AffineFit()
+
+    @property
+    def token_s(self) -> float | None:
+        """Seconds each further prompt token adds to a chunk (None: nothing measured)."""
+        return self._fit.slope()
 
     def size(self, remaining: int, decoding: bool) -> int:
         """Tokens of the next chunk, given the prompt tokens left and whether streams run."""
         size = self.chunk_tokens or remaining
         if decoding and self.stall_ratio and self.chunk_tokens:
-            if self.token_s is None or self.step_s is None:  # a probe: nothing measured yet
+            token_s = self.token_s
+            if token_s is None or self.step_s is None:  # a probe: nothing measured yet
                 size = self.min_tokens
-            else:
-                fair = int(self.stall_ratio * self.step_s / self.token_s)
+            elif token_s > 0:
+                fair = int(self.stall_ratio * self.step_s / token_s)
                 size = min(size, max(self.min_tokens, fair))
         return max(1, min(size, remaining))
 
@@ -60,8 +71,32 @@ class ChunkSizer:
         self.step_s = _average(self.step_s, seconds)
 
     def observe_chunk(self, num_tokens: int, seconds: float) -> None:
-        """Learn a prefill chunk's time per token."""
-        self.token_s = _average(self.token_s, seconds / max(1, num_tokens))
+        """Learn a prefill pass's time for `num_tokens` tokens."""
+        self._fit.add(max(1, num_tokens), seconds)
+
+
+class _AffineFit:
+    """Seconds = fixed + slope x tokens, by least squares weighted towards recent passes."""
+
+    def __init__(self) -> None:
+        self.w = self.n = self.t = self.nn = self.nt = 0.0
+
+    def add(self, tokens: float, seconds: float) -> None:
+        keep = _DECAY if self.w else 0.0
+        self.w = keep * self.w + 1.0
+        self.n = keep * self.n + tokens
+        self.t = keep * self.t + seconds
+        self.nn = keep * self.nn + tokens * tokens
+        self.nt = keep * self.nt + tokens * seconds
+
+    def slope(self) -> float | None:
+        if not self.w:
+            return None
+        mean_n, mean_t = self.n / self.w, self.t / self.w
+        var = self.nn / self.w - mean_n * mean_n
+        if var <= (0.1 * mean_n) ** 2:  # one size seen: no fixed part can be told apart
+            return mean_t / mean_n
+        return (self.nt / self.w - mean_n * mean_t) / var
 
 
 class PrefillJob:

@@ -34,9 +34,17 @@ requests_strategy = st.lists(
 
 @pytest.mark.slow
 @settings(max_examples=12, deadline=None)
-@given(requests=requests_strategy, max_batch_size=st.integers(1, 4))
-def test_requests_joining_mid_flight_decode_exactly_as_alone(tiny_model, requests, max_batch_size):
-    loop = _loop(tiny_model, max_batch_size)
+@given(requests=requests_strategy, max_batch_size=st.integers(1, 4), staged=st.booleans())
+def test_requests_joining_mid_flight_decode_exactly_as_alone(
+    tiny_model, requests, max_batch_size, staged
+):
+    """Staged: prompts queued together are prefilled in joint passes after caches of
+    different lengths from the prefix cache (the second request of a prompt hits it)."""
+    from argosy.serving.prefill import ChunkSizer
+    from argosy.serving.prefix_cache import PrefixCache
+
+    staging = {"prefix_cache": PrefixCache(2, 512), "chunks": ChunkSizer(16, 0.0)}
+    loop = batch_loop(tiny_model, max_batch_size, **(staging if staged else {}))
     eos = frozenset({7})
     streams, outputs = [], []
     for prompt, max_tokens, join_after, proposer in requests:

@@ -134,7 +134,50 @@ def test_identical_prompts_share_every_full_block(model64):
     prompt = [5, 9, 2, 5, 9, 11, 3, 3, 7, 1, 2]
     got = _run_all(loop, model64, [prompt] * 4, 5)
     assert got == [_solo(model64, prompt, 5)] * 4
-    assert loop.prefix_cache.stats.reused_tokens == 3 * 8  # the first computes, three reuse
+    stats = loop.prefix_cache.stats
+    # arriving together, the four are computed once in one pass; one after another, the
+    # first computes and the rest reuse its two full blocks: never more than that
+    assert stats.reused_tokens in (0, 8, 16, 24)
+    assert loop.prefilled_rows + stats.reused_tokens // 8 <= 4
+    reused = stats.reused_tokens
+    later = _run_all(loop, model64, [prompt], 5)  # every full block is cached by now
+    assert later == [_solo(model64, prompt, 5)]
+    assert loop.prefix_cache.stats.reused_tokens == reused + 8
+
+
+def test_a_burst_of_short_prompts_is_prefilled_in_one_pass(model64):
+    """Prompts admitted together go through one left-padded pass (identical ones once),
+    after caches of different lengths from the prefix cache; each decodes as it would
+    alone, and the pass stores every full block it computed."""
+    loop = batch_loop(model64, 8, prefix_cache=PrefixCache(4, 256), chunks=ChunkSizer(64, 0.0))
+    shared = [5, 9, 2, 5, 9, 11, 3, 3]
+    _run_all(loop, model64, [shared + [1]], 2)  # caches the two blocks of `shared`
+    busy = decoder(model64, [1, 2, 3], 6)
+    gate, inside = threading.Event(), threading.Event()
+    plain_forward = busy.forward
+
+    def held(ids, cache, num_logits):  # the busy request's first decode step waits here
+        if len(ids) == 1 and not gate.is_set():
+            inside.set()
+            gate.wait(30)
+        return plain_forward(ids, cache, num_logits)
+
+    busy.forward = held
+    first = loop.submit(busy)
+    assert inside.wait(30)
+    prompts = [shared + [4, 4], shared[:4] + [7], [6, 1, 6, 1, 6, 2], shared + [4, 4]]
+    before = (loop.prefill_chunks, loop.prefilled_rows)
+    slots = [loop.submit(decoder(model64, p, 7)) for p in prompts]
+    gate.set()
+    got = [[t for new, _ in slot.chunks() for t in new] for slot in slots]
+    assert got == [_solo(model64, p, 7) for p in prompts]
+    assert [t for new, _ in first.chunks() for t in new] == _solo(model64, [1, 2, 3], 6)
+    assert (loop.prefill_chunks, loop.prefilled_rows) == (before[0] + 1, before[1] + 3)
+    reused = loop.prefix_cache.stats.reused_tokens
+    assert _run_all(loop, model64, [[6, 1, 6, 1, 6, 2, 8]], 3)[0] == _solo(
+        model64, [6, 1, 6, 1, 6, 2, 8], 3
+    )
+    assert loop.prefix_cache.stats.reused_tokens == reused + 4  # stored by the joint pass
 
 
 def _tagged(model, tag, log, prompt, max_tokens):
@@ -221,3 +264,20 @@ def test_serve_refuses_bad_settings_with_exit_2(setting):
     result = CliRunner().invoke(app, ["serve", "--set", setting])
     assert result.exit_code == 2
     assert "--set" in result.output
+
+
+def test_a_launch_bound_pass_gets_full_chunks_and_a_compute_bound_one_is_cut():
+    """Seconds are fitted as fixed + per token: on a GPU, where a 16-token chunk costs
+    what a 400-token one does (the launches), chunks grow to the cap; on a CPU, where the
+    cost is per token, they are cut to the decode step's time as before."""
+    gpu = ChunkSizer(chunk_tokens=512, stall_ratio=1.0, min_tokens=16)
+    gpu.observe_step(0.025)
+    gpu.observe_chunk(400, 0.0262)  # nothing decoding: a whole prompt in one chunk
+    gpu.observe_chunk(16, 0.0250)  # while streams decode: the first probe
+    assert gpu.token_s is not None and gpu.token_s < 1e-5
+    assert gpu.size(4000, decoding=True) == 512
+    cpu = ChunkSizer(chunk_tokens=512, stall_ratio=1.0, min_tokens=16)
+    cpu.observe_step(0.2)
+    cpu.observe_chunk(400, 400 * 0.005 + 0.001)
+    cpu.observe_chunk(16, 16 * 0.005 + 0.001)
+    assert abs(cpu.size(4000, decoding=True) - 40) <= 1  # 0.2 s more work at 5 ms a token
