@@ -19,7 +19,9 @@ at `--dtype auto` (bf16 on a GPU). Parts:
   (`--repeats` rounds);
 - speculation: copy-heavy prompts, n-gram and auto drafts vs off (target 1.5x), and auto vs
   off on open-ended prompts (meaningful on real weights only; half the rounds), with how
-  often the drafted output equals the plain one.
+  often the drafted output equals the plain one;
+- profile: one batch-1 request of each side under torch.profiler (64 tokens): kernel
+  launches, synchronizations and copies per token, and the busiest host calls.
 They run in that order whatever `--parts` says: the quick ones first, so that a call cut
 short (about 3.5 minutes in all on an H200 at the defaults) still has them.
 Ratios are medians over (prompt, repeat) pairs. `--json` writes every figure.
@@ -44,7 +46,7 @@ from serving import COPY_HEAVY, OPEN_ENDED, run_hf
 
 from argosy.serving import ENGINES, EngineConfig, GenerationRequest, SamplingParams
 
-PARTS = ("equality", "clients", "shares", "batch1", "speculation")
+PARTS = ("equality", "clients", "shares", "batch1", "speculation", "profile")
 """In the order they run: the quick ones first, so a call cut short still has them."""
 TARGETS = {"batch1": 1.0, "clients": 15.0, "speculation": 1.5}
 LONG = "Write a long story about a lighthouse keeper and a storm, in many paragraphs."
@@ -130,6 +132,45 @@ def batch1(engine: Any, max_tokens: int, repeats: int) -> dict:
         "ratio": statistics.median(ratios),
         "target": TARGETS["batch1"],
     }
+
+
+def profile(engine: Any, max_tokens: int) -> dict:
+    """One batch-1 request of each side under torch.profiler: per generated token, the
+    host's kernel launches, synchronizations and copies, and the busiest host calls; where
+    the engine's batch-1 time goes beside `generate()`'s (a launch-bound GPU step)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    ids = chat_ids(engine, LONG)
+    out: dict[str, Any] = {}
+    for side, run in (("argosy", ours), ("generate", theirs)):
+        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with torch_profile(activities=activities, experimental_config=_all_threads()) as prof:
+            seconds, tokens = run(engine, ids, max_tokens)
+        events = prof.key_averages()
+        count = {e.key: e.count for e in events}
+        per_token = max(1, len(tokens))
+        calls = ("cudaLaunchKernel", "cudaStreamSynchronize", "cudaMemcpyAsync", "aten::copy_",
+                 "aten::item", "aten::_local_scalar_dense", "aten::linear")  # fmt: skip
+        out[side] = {
+            "tok_s": len(tokens) / seconds,
+            "per_token": {
+                name: round(sum(n for k, n in count.items() if k.startswith(name)) / per_token, 1)
+                for name in calls
+            },
+            "top_host": events.table(sort_by="self_cpu_time_total", row_limit=12),
+        }
+    return out
+
+
+def _all_threads() -> Any:
+    """Profile every thread (the engine decodes on its batch loop's), where torch can."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    try:
+        return _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:  # an older torch: the calling thread only
+        return None
 
 
 def speculation(engine: Any, max_tokens: int, repeats: int) -> dict:
@@ -376,7 +417,7 @@ def main() -> None:
     report: dict[str, Any] = {"model": label, "device": args.device}
     report["switch_interval_s"] = sys.getswitchinterval()
     engine = None
-    if {"equality", "batch1", "speculation"} & set(parts):
+    if {"equality", "batch1", "speculation", "profile"} & set(parts):
         engine = load_engine(model, args.device, speculative="auto")
         report["placement"] = engine.placement.as_dict()
         warm = chat_ids(engine, "warm up")
@@ -385,6 +426,7 @@ def main() -> None:
         "equality": lambda: equality(engine, min(args.max_tokens, args.equality_tokens)),
         "batch1": lambda: batch1(engine, args.max_tokens, args.repeats),
         "speculation": lambda: speculation(engine, args.max_tokens, max(1, args.repeats // 2)),
+        "profile": lambda: profile(engine, min(args.max_tokens, 64)),
         "clients": lambda: clients_part(model, args.device, args),
         "shares": lambda: shares_part(model, args.device, args),
     }
