@@ -159,7 +159,7 @@ def worker(
     paired: bool = True,
 ) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"argosy-bench-{peer}-"))
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_files()
     try:
         if peer == "loop":
             return {"loops": [loop_figure(repeats, 30.0), loop_figure(repeats, 0.0)]}
@@ -194,15 +194,25 @@ def _kill_tree(pid: int | None = None) -> None:
             child.kill()
 
 
-def _clean_children_and_shm(before: set[str], pid: int | None = None) -> None:
+def shm_files() -> set[Path]:
+    """The shared-memory files now: /dev/shm's (DLRover's, torch's) and those of argosy's
+    slot folder (this user's, inside it)."""
+    from argosy.checkpoint.segment import SHM_DIR
+
+    folders = [Path("/dev/shm"), SHM_DIR]
+    return {path for folder in folders if folder.is_dir() for path in folder.iterdir()}
+
+
+def _clean_children_and_shm(before: set[Path], pid: int | None = None) -> None:
     """DLRover leaves its saver process and shm segments behind; remove what this run made.
     `pid`: a worker's that was killed (the driver's clean-up after a timeout)."""
     _kill_tree(pid)
     mine = f"argosy-ckpt-{bench_job_prefix(pid)}"  # argosy slots of other workers stay
-    for name in set(os.listdir("/dev/shm")) - before:
+    for path in shm_files() - before:
+        name = path.name
         theirs = name.startswith("argosy-ckpt-") and not name.startswith(mine)
-        if not theirs and ("ckpt" in name or name.startswith("torch_")):
-            Path("/dev/shm", name).unlink(missing_ok=True)
+        if path.is_file() and not theirs and ("ckpt" in name or name.startswith("torch_")):
+            path.unlink(missing_ok=True)
 
 
 def child_env() -> dict[str, str]:
@@ -239,7 +249,7 @@ def run_peer(
     cmd = [sys.executable, "-W", "ignore", __file__, "--worker", peer, "--gb", str(gb)]
     cmd += ["--repeats", str(repeats), "--device", device, "--tensor-mb", str(tensor_mb)]
     cmd += ["--worker-floors", floors, "--mode", "full" if paired else "lean"]
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_files()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         # files, not pipes: a child the worker leaves behind must not hold its output open
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=child_env())

@@ -10,6 +10,14 @@ bytes and COMPLETE (with the metadata checksum) only after every byte is in plac
 process killed mid-copy leaves a slot that is never read as good. Segments are named by
 job, rank and slot, so a process restarted on the same host finds them; whoever owns a
 segment holds an exclusive `flock` on it, readers a shared one.
+
+Where: this user's own folder, `<base>/argosy-<uid>` (base: `$ARGOSY_SHM_DIR`, else
+/dev/shm, else the temp folder), made with mode 0700. Job ids are public, and in a shared
+/dev/shm another user could create a job's slot names first, so that every save and
+restart of that job would fail on a file it does not own; nobody else can create names in
+a folder of ours. Should another user hold the folder's name, a fresh private folder is
+used instead (with a warning): snapshots still work, though a restarted process, which
+looks in the usual folder, then restores from disk.
 """
 
 from __future__ import annotations
@@ -18,7 +26,10 @@ import contextlib
 import fcntl
 import mmap
 import os
+import stat
 import struct
+import tempfile
+import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +38,39 @@ from pathlib import Path
 
 from argosy.core.own_files import open_own
 
-SHM_DIR = Path(os.environ.get("ARGOSY_SHM_DIR", "/dev/shm"))
+
+def private_dir(base: Path) -> Path:
+    """`base/argosy-<uid>`, a folder only this user can use (made, or checked: ours,
+    not a link, mode 0700); a fresh private folder under `base` if another user holds
+    that name."""
+    uid = os.geteuid()
+    path = base / f"argosy-{uid}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
+        if st.st_mode & 0o077:
+            os.chmod(path, 0o700)
+        return path
+    fresh = Path(tempfile.mkdtemp(prefix=f"argosy-{uid}-", dir=base))
+    warnings.warn(
+        f"{path} belongs to uid {st.st_uid}, not this user ({uid}): flash-checkpoint slots "
+        f"go to {fresh} (a restarted process will restore from disk)",
+        stacklevel=2,
+    )
+    return fresh
+
+
+def _shm_base() -> Path:
+    chosen = os.environ.get("ARGOSY_SHM_DIR")
+    if chosen:
+        return Path(chosen)
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+SHM_DIR = private_dir(_shm_base())
+"""Where this user's slots live (see the module docstring)."""
 PREFIX = "argosy-ckpt-"
 HEADER_BYTES = 4096
 MAGIC = b"ARGOSYCK"

@@ -4,7 +4,6 @@ argosy with a floor per durable save), and argosy's pairs wait for its pruning."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -96,15 +95,15 @@ def test_the_memmove_floor_copies_every_byte_in_order() -> None:
 def test_a_worker_cleans_up_only_its_own_slots(tmp_path: Path) -> None:
     """Workers of two peers run side by side (xdist): one's clean-up must not unlink the
     other's argosy slots, which silently lost a held snapshot before the hand-over."""
-    from checkpoint import _clean_children_and_shm
+    from checkpoint import _clean_children_and_shm, shm_files
     from checkpoint_peers import bench_job
 
     from argosy.checkpoint.segment import SHM_DIR, segment_name
 
-    before = set(os.listdir(SHM_DIR))
+    before = shm_files()
     other = SHM_DIR / segment_name("bench-1-0000beef", 0, 0)  # another worker's slot
     mine = SHM_DIR / segment_name(bench_job(), 0, 0)
-    dlrover = SHM_DIR / "argosy-bench-0000beef_ckpt_shm_0"  # its run id names its segment
+    dlrover = Path("/dev/shm", "argosy-bench-0000beef_ckpt_shm_0")  # named by its run id
     try:
         for path in (other, mine, dlrover):
             path.write_bytes(b"x")
