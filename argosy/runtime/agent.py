@@ -339,7 +339,7 @@ class Agent:
         for local in range(self.spec.nproc_per_node):
             env = base_env()
             device = int(snap[self.spec.first_rank + local, Slot.CUDA_DEVICE]) - 1
-            if device >= 0:
+            if device >= 0 and self.config.warm_cuda:
                 env[warm.ENV_CUDA] = str(device)
             self.standby.append(warm.start_standby(env))
 

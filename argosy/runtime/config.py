@@ -14,6 +14,10 @@ class RuntimeConfig(BaseModel):
     """Group restarts allowed before the launcher gives up and reports the cause."""
     warm_standby: bool = True
     """Keep one process per local rank with torch imported, ready for the next restart."""
+    warm_cuda: bool = True
+    """A standby also creates CUDA's context on its rank's device (seconds off a GPU
+    restart; a few hundred MB of that device's memory held meanwhile: turn it off for a
+    job that needs every byte)."""
     poll_interval_s: float = Field(0.05, gt=0)
     """How often the agent reads the progress board and checks the processes."""
     hang_floor_s: float = Field(5.0, gt=0)

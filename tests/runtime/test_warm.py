@@ -102,6 +102,7 @@ def test_the_agent_warms_each_standby_on_its_rank_s_device(monkeypatch):
 
     from argosy.runtime.agent import Agent
     from argosy.runtime.board import ROW, Slot
+    from argosy.runtime.config import RuntimeConfig
 
     started: list[dict[str, str]] = []
     monkeypatch.setattr(warm, "start_standby", lambda env: started.append(env) or env)
@@ -109,12 +110,16 @@ def test_the_agent_warms_each_standby_on_its_rank_s_device(monkeypatch):
     snap[4, Slot.CUDA_DEVICE] = 3  # rank 4 (local 0 here) works on cuda:2
     snap[5, Slot.CUDA_DEVICE] = 0  # rank 5 has not started CUDA
     agent = SimpleNamespace(
-        config=SimpleNamespace(warm_standby=True),
+        config=RuntimeConfig(),
         spec=SimpleNamespace(command=[sys.executable, "t.py"], nproc_per_node=2, first_rank=4),
         standby=[],
     )
     Agent._start_standby(agent, snap)
     assert [env.get(warm.ENV_CUDA) for env in started] == ["2", None]
+    started.clear()
+    agent.config = RuntimeConfig(warm_cuda=False)  # a job that needs every byte
+    Agent._start_standby(agent, snap)
+    assert [env.get(warm.ENV_CUDA) for env in started] == [None, None]
 
 
 def test_a_rank_says_which_cuda_device_it_works_on(monkeypatch):
