@@ -93,3 +93,25 @@ def decoder(
         eos,
         draft,
     )
+
+
+def held_busy_request(loop: BatchLoop, model: Any, prompt: list[int], max_tokens: int):  # noqa: ANN201
+    """Submit a request whose first decode step waits inside the loop; returns its slot and
+    a `release()` to call once the requests that should be admitted together are queued
+    (they join at the loop's next admission, all at once)."""
+    import threading
+
+    busy = decoder(model, prompt, max_tokens)
+    gate, inside = threading.Event(), threading.Event()
+    plain_forward = busy.forward
+
+    def held(ids, cache, num_logits):  # noqa: ANN001, ANN202
+        if len(ids) == 1 and not gate.is_set():
+            inside.set()
+            gate.wait(30)
+        return plain_forward(ids, cache, num_logits)
+
+    busy.forward = held
+    slot = loop.submit(busy)
+    assert inside.wait(30), "the busy request never reached its first decode step"
+    return slot, gate.set

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_llama import batch_loop, decoder
+from tiny_llama import batch_loop, decoder, held_busy_request
 
 VOCAB = 48
 
@@ -99,23 +99,11 @@ def test_a_cancelled_request_leaves_the_others_running(tiny_model):
 
 def test_identical_prompts_admitted_together_are_prefilled_once(tiny_model):
     loop = _loop(tiny_model, max_batch_size=8)
-    busy = decoder(tiny_model, [1, 2, 3], 6)
-    gate, inside = threading.Event(), threading.Event()
-    plain_forward = busy.forward
-
-    def held(ids, cache, num_logits):  # the busy request's first decode step waits here
-        if len(ids) == 1 and not gate.is_set():
-            inside.set()
-            gate.wait(30)
-        return plain_forward(ids, cache, num_logits)
-
-    busy.forward = held
-    first = loop.submit(busy)
-    assert inside.wait(30)  # the loop is inside a step: what follows joins at the next one
+    first, release = held_busy_request(loop, tiny_model, [1, 2, 3], 6)
     prompt = [5, 9, 2, 5, 9, 11]
     slots = [loop.submit(decoder(tiny_model, prompt, 5)) for _ in range(4)]
     slots.append(loop.submit(decoder(tiny_model, [4, 4, 8], 5)))
-    gate.set()
+    release()
     got = [[t for new, _ in slot.chunks() for t in new] for slot in [first, *slots]]
     assert loop.prefilled_rows == 2  # two distinct prompts for five newcomers
     assert got[1:] == [_solo(tiny_model, prompt, 5)] * 4 + [_solo(tiny_model, [4, 4, 8], 5)]

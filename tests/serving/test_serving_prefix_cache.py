@@ -10,7 +10,14 @@ import transformers
 from conftest import TINY_VOCAB
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_llama import batch_loop, causal_lm_forward, crop_cache, decoder, tiny_llama
+from tiny_llama import (
+    batch_loop,
+    causal_lm_forward,
+    crop_cache,
+    decoder,
+    held_busy_request,
+    tiny_llama,
+)
 
 from argosy.serving.decoding import Decoder
 from argosy.serving.metrics import render_metrics
@@ -152,23 +159,11 @@ def test_a_burst_of_short_prompts_is_prefilled_in_one_pass(model64):
     loop = batch_loop(model64, 8, prefix_cache=PrefixCache(4, 256), chunks=ChunkSizer(64, 0.0))
     shared = [5, 9, 2, 5, 9, 11, 3, 3]
     _run_all(loop, model64, [shared + [1]], 2)  # caches the two blocks of `shared`
-    busy = decoder(model64, [1, 2, 3], 6)
-    gate, inside = threading.Event(), threading.Event()
-    plain_forward = busy.forward
-
-    def held(ids, cache, num_logits):  # the busy request's first decode step waits here
-        if len(ids) == 1 and not gate.is_set():
-            inside.set()
-            gate.wait(30)
-        return plain_forward(ids, cache, num_logits)
-
-    busy.forward = held
-    first = loop.submit(busy)
-    assert inside.wait(30)
+    first, release = held_busy_request(loop, model64, [1, 2, 3], 6)
     prompts = [shared + [4, 4], shared[:4] + [7], [6, 1, 6, 1, 6, 2], shared + [4, 4]]
     before = (loop.prefill_chunks, loop.prefilled_rows)
     slots = [loop.submit(decoder(model64, p, 7)) for p in prompts]
-    gate.set()
+    release()
     got = [[t for new, _ in slot.chunks() for t in new] for slot in slots]
     assert got == [_solo(model64, p, 7) for p in prompts]
     assert [t for new, _ in first.chunks() for t in new] == _solo(model64, [1, 2, 3], 6)
