@@ -127,6 +127,22 @@ def redone_steps(run: Run) -> tuple[int, int, int | None]:
     return max(0, max(before, default=0) - resumed), resumed, max(on_disk, default=None)
 
 
+def after_resume(clean: Run, faulty: Run, resumed: int) -> dict[str, float]:
+    """Seconds of the steps after the resume point: the faulty run's last attempt from its
+    resume to its last step, and the clean run's same steps. More in the faulty run is
+    lost time none of the causes names (an attempt's first steps run slower: its
+    checkpoint persister starting beside them, warm-up)."""
+    out = {}
+    for name, run in (("clean", clean), ("faulty", faulty)):
+        events = run.events
+        last = max((e["attempt"] for e in events if e["event"] == "step"), default=0)
+        ends = {e["step"]: e["t"] for e in events if e["event"] == "step" and e["attempt"] == last}
+        starts = {e["attempt"]: e["t"] for e in events if e["event"] == "resume"}
+        begin = starts.get(last, 0.0) if name == "faulty" else ends.get(resumed, 0.0)
+        out[name] = round(max(ends.values(), default=begin) - begin, 3)
+    return out
+
+
 def compare(clean: Run, faulty: Run, args: argparse.Namespace) -> dict:
     """The result record (see the module docstring)."""
     faults = len(faulty.summary.get("faults", []))
@@ -152,6 +168,7 @@ def compare(clean: Run, faulty: Run, args: argparse.Namespace) -> dict:
         "clean_s": clean.wall_s,
         "faulty_s": faulty.wall_s,
         "redone_steps": redone,
+        "after_resume_s": after_resume(clean, faulty, resumed),
         "target_lost_s": TARGET_LOST_S,
         "run_dirs": {"clean": str(clean.run_dir), "faulty": str(faulty.run_dir)},
     }
@@ -189,6 +206,11 @@ def show(result: dict) -> None:
             f"newest committed step at resume: {r['committed_step_at_resume']}",
         ),
         ("redone steps", str(r["redone_steps"]), ""),
+        (
+            "steps after the resume",
+            f"{r['after_resume_s']['faulty']:.2f} s",
+            f"the same steps in the clean run: {r['after_resume_s']['clean']:.2f} s",
+        ),
         ("lost by cause", "", causes),
     ]
     for row in rows:
