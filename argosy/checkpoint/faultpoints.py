@@ -39,7 +39,7 @@ class Crash(BaseException):
 
 _armed: dict[str, tuple[int, str]] = {}
 _seen: dict[str, int] = {}
-_file = os.environ.get(FILE_ENV, "")
+_file = ""
 _file_stamp: tuple[int, int] | None = None
 
 
@@ -62,7 +62,15 @@ def _arm(spec: str) -> None:
         _armed[point] = (count, action)
 
 
-_arm(os.environ.get(ENV, ""))
+def from_environment() -> None:
+    """Arm this process as its environment says (at import; again by a persister started
+    ahead, once it took its trainer's environment)."""
+    global _file, _file_stamp
+    _file, _file_stamp = os.environ.get(FILE_ENV, ""), None
+    _arm(os.environ.get(ENV, ""))
+
+
+from_environment()
 
 
 def arm(spec: str) -> None:

@@ -16,6 +16,8 @@ Contract:
   connection is made or has failed, and by `close()`; `reap_socket_dirs()` removes those
   of processes that died before (SIGKILLed while their persister started). Nothing of
   this module is left in the temp dir once its process is gone and a later one started.
+- A persister started ahead by the runtime's warm standby (`standby.py`) is adopted
+  first when one waits: it has imported torch already.
 - Its environment (`persister_env`) is the trainer's, plus glibc's tunable that makes
   `memmove` use non-temporal stores from `NON_TEMPORAL_BYTES` on (glibc's own threshold
   here was 288 MiB, above every piece of a snapshot's copy), unless the caller set that
@@ -41,6 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from argosy.checkpoint import standby
 from argosy.core.procs import pid_alive
 
 SOCKET_PREFIX = "argosy-ckpt-"
@@ -103,23 +106,14 @@ def start_persister(spec: Any, log_dir: Path) -> PersisterHandle:
     try:
         address = os.path.join(sockdir, "persister.sock")
         listener = Listener(address, family="AF_UNIX", authkey=key)
-        env = persister_env(os.environ) | {
+        own = {
             "ARGOSY_PERSISTER_KEY": key.hex(),
             "ARGOSY_PERSISTER_SPEC": json.dumps(dataclasses.asdict(spec)),
         }
-        log = _open_log(log_dir, spec.rank)
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "argosy.checkpoint.persister", address],
-                env=env,
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()
+        env = persister_env(os.environ) | own
+        proc = standby.adopt(address, env, _log_path(log_dir, spec.rank))
+        if proc is None:
+            proc = _start_cold(address, env, log_dir, spec.rank)
     except BaseException:
         shutil.rmtree(sockdir, ignore_errors=True)
         raise
@@ -136,11 +130,37 @@ def persister_env(base: Mapping[str, str]) -> dict[str, str]:
     return dict(base) | {"GLIBC_TUNABLES": ":".join(tunables)}
 
 
-def _open_log(log_dir: Path, rank: int) -> Any:
-    """The persister's stderr: `<log_dir>/persister-r<rank>.log`, if writable."""
+def _start_cold(address: str, env: dict[str, str], log_dir: Path, rank: int) -> Any:
+    """A persister started now (it imports torch before it connects)."""
+    log = _open_log(log_dir, rank)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "argosy.checkpoint.persister", address],
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    finally:
+        if log is not subprocess.DEVNULL:
+            log.close()
+
+
+def _log_path(log_dir: Path, rank: int) -> Path | None:
+    """`<log_dir>/persister-r<rank>.log`, its folder made; None if it cannot be."""
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
-        return open(log_dir / f"persister-r{rank}.log", "ab")  # noqa: SIM115
+    except OSError:
+        return None
+    return log_dir / f"persister-r{rank}.log"
+
+
+def _open_log(log_dir: Path, rank: int) -> Any:
+    """The persister's stderr: `<log_dir>/persister-r<rank>.log`, if writable."""
+    path = _log_path(log_dir, rank)
+    try:
+        return open(path, "ab") if path else subprocess.DEVNULL  # noqa: SIM115
     except OSError:
         return subprocess.DEVNULL
 

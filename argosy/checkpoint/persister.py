@@ -542,7 +542,8 @@ class _QuietStream:
 
 
 def main(address: str) -> None:
-    """Process entry point: `python -m argosy.checkpoint.persister ADDRESS`."""
+    """Process entry point: `python -m argosy.checkpoint.persister ADDRESS` (or
+    `--standby`: started ahead, the address comes on stdin; checkpoint/standby.py)."""
     import faulthandler
     import multiprocessing
     import signal
@@ -550,6 +551,13 @@ def main(address: str) -> None:
 
     import torch.multiprocessing  # noqa: F401  # registers the tensor-sharing reducers
 
+    from argosy.checkpoint import standby
+
+    if address == standby.STANDBY_ARG:  # started ahead: torch is in, now wait for a trainer
+        assigned = standby.await_assignment()
+        if assigned is None:
+            os._exit(0)
+        address = assigned
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
     sys.stderr = _QuietStream(sys.stderr)
     key = bytes.fromhex(os.environ.pop("ARGOSY_PERSISTER_KEY"))

@@ -101,6 +101,8 @@ class Agent:
         self.spares_left = config.spares
         self.reported_stragglers: set[int] = set()
         self.standby: list[subprocess.Popen] = []
+        self._persisters_asked = False
+        """Whether the standbys were told to start their persisters ahead."""
         self._closing_since: float | None = None
         self.on_event = on_event
         self.on_rank_line = on_rank_line
@@ -269,6 +271,8 @@ class Agent:
             self._read_board(snap, watch, attempt, hang, slow)
             if watch.resumed and not self.standby:
                 self._start_standby(snap)
+            elif self.standby and not self._persisters_asked:
+                self._prewarm_persisters(snap)
             closing = self._finished_then_failed(group, snap, codes, attempt, now)
             if closing is not None:
                 if closing:
@@ -330,14 +334,25 @@ class Agent:
             group.stop(self.config.term_grace_s)
         return True
 
+    def _prewarm_persisters(self, snap: np.ndarray) -> None:
+        """Once this attempt took a flash checkpoint, each standby starts its rank's
+        checkpoint persister ahead (warm.prewarm_persister)."""
+        first = self.spec.first_rank
+        ranks = range(first, first + self.spec.nproc_per_node)
+        if any(snap[r, Slot.CKPT_COUNT] > 0 for r in ranks):
+            self._persisters_asked = True
+            for proc in self.standby:
+                warm.prewarm_persister(proc)
+
     def _start_standby(self, snap: np.ndarray) -> None:
         """Warm processes for the next attempt, started once this one trains; each one
         also starts CUDA on the device its local rank works on now (the board says)."""
         if not (self.config.warm_standby and can_use_standby(self.spec.command)):
             return
-        self.standby = []
+        self.standby, self._persisters_asked = [], False
         for local in range(self.spec.nproc_per_node):
             env = base_env()
+            env.setdefault("ARGOSY_CKPT_JOB", self.spec.run_id)  # its persister's, found at the end
             device = int(snap[self.spec.first_rank + local, Slot.CUDA_DEVICE]) - 1
             if device >= 0 and self.config.warm_cuda:
                 env[warm.ENV_CUDA] = str(device)

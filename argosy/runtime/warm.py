@@ -5,7 +5,10 @@ A restart spends most of its time in `import torch` and in what DDP imports on f
 per local rank while an attempt trains; on a restart each standby reads one JSON line on
 stdin, `{"env", "argv", "cwd", "log"}`, points stdout and stderr at the rank's log,
 takes the rank's environment and runs the script as `__main__`. A standby whose stdin
-closes exits quietly.
+closes exits quietly. Told first (`prewarm_persister`, once the attempt it may replace has
+taken flash checkpoints), it also starts that rank's checkpoint persister ahead, which
+the restarted rank's checkpointer adopts (argosy/checkpoint/standby.py): its first saves
+then do not wait for a persister importing torch.
 
 On a GPU the rest of a restart is mostly CUDA's own start (the device's context). A
 standby started with `ARGOSY_WARM_CUDA=<index>` (the agent sets it from the device the
@@ -22,9 +25,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import runpy
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
@@ -81,14 +86,43 @@ def warm_cuda(device: str | None) -> bool:
     return True
 
 
+def prewarm_persister(proc: subprocess.Popen) -> bool:
+    """Tell a standby to start its checkpoint persister ahead (the attempt it may replace
+    takes flash checkpoints); False if it is gone."""
+    if proc.poll() is not None or proc.stdin is None:
+        return False
+    try:
+        proc.stdin.write((json.dumps({"prewarm": "persister"}) + "\n").encode())
+        proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+        return False
+    return True
+
+
+def _read_orders(inbox: queue.Queue[dict | None]) -> None:
+    """Stdin, on a thread of its own: a persister asked for starts at once, beside the
+    heavy imports; the assignment (None once stdin closes without one) goes to `inbox`."""
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("prewarm") != "persister":
+            inbox.put(dict(message))
+            return
+        from argosy.checkpoint import standby
+
+        if not standby.waiting():
+            standby.start()
+    inbox.put(None)
+
+
 def main() -> int:
+    inbox: queue.Queue[dict | None] = queue.Queue()
+    threading.Thread(target=_read_orders, args=(inbox,), daemon=True).start()
     _preload()
     warmed = warm_cuda(os.environ.get(ENV_CUDA))
     visible = os.environ.get(VISIBLE)
-    line = sys.stdin.readline()
-    if not line:
+    job = inbox.get()
+    if job is None:
         return 0
-    job = json.loads(line)
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

@@ -111,11 +111,14 @@ def test_the_agent_warms_each_standby_on_its_rank_s_device(monkeypatch):
     snap[5, Slot.CUDA_DEVICE] = 0  # rank 5 has not started CUDA
     agent = SimpleNamespace(
         config=RuntimeConfig(),
-        spec=SimpleNamespace(command=[sys.executable, "t.py"], nproc_per_node=2, first_rank=4),
+        spec=SimpleNamespace(
+            command=[sys.executable, "t.py"], nproc_per_node=2, first_rank=4, run_id="r-7"
+        ),
         standby=[],
     )
     Agent._start_standby(agent, snap)
     assert [env.get(warm.ENV_CUDA) for env in started] == ["2", None]
+    assert {env["ARGOSY_CKPT_JOB"] for env in started} == {"r-7"}  # found at the run's end
     started.clear()
     agent.config = RuntimeConfig(warm_cuda=False)  # a job that needs every byte
     Agent._start_standby(agent, snap)
@@ -133,3 +136,44 @@ def test_a_rank_says_which_cuda_device_it_works_on(monkeypatch):
     monkeypatch.setattr(cuda, "current_device", lambda: 2)
     rt.restored(0)
     assert rt._row.get(Slot.CUDA_DEVICE) == 3
+
+
+PREWARMED = """
+from argosy.checkpoint import standby
+print("persisters waiting", standby.waiting(), "alive", standby._WAITING[0].poll() is None)
+"""
+
+
+def test_a_standby_told_first_starts_its_rank_s_persister_ahead(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(PREWARMED)
+    proc = warm.start_standby(base_env())
+    assert warm.prewarm_persister(proc) and warm.prewarm_persister(proc)  # twice: one
+    log = tmp_path / "rank0.log"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    assert warm.assign(proc, env=env, argv=[str(script)], cwd=str(tmp_path), log=log)
+    assert proc.wait(timeout=120) == 0
+    assert "persisters waiting 1 alive True" in log.read_text()
+
+
+def test_the_agent_asks_for_persisters_once_the_attempt_checkpointed(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from argosy.runtime.agent import Agent
+    from argosy.runtime.board import ROW, Slot
+
+    asked: list[object] = []
+    monkeypatch.setattr(warm, "prewarm_persister", lambda proc: asked.append(proc) or True)
+    agent = SimpleNamespace(
+        spec=SimpleNamespace(nproc_per_node=2, first_rank=0),
+        standby=["a", "b"],
+        _persisters_asked=False,
+    )
+    snap = np.zeros((2, ROW))
+    Agent._prewarm_persisters(agent, snap)
+    assert asked == [] and not agent._persisters_asked  # no checkpoint yet: no persisters
+    snap[1, Slot.CKPT_COUNT] = 1
+    Agent._prewarm_persisters(agent, snap)
+    assert asked == ["a", "b"] and agent._persisters_asked
