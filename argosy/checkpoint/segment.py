@@ -26,7 +26,6 @@ import contextlib
 import fcntl
 import mmap
 import os
-import stat
 import struct
 import tempfile
 import warnings
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from argosy.core.own_files import open_own
+from argosy.core.own_files import open_own, own_directory, shared_memory_dir
 
 
 def private_dir(base: Path) -> Path:
@@ -45,16 +44,12 @@ def private_dir(base: Path) -> Path:
     that name."""
     uid = os.geteuid()
     path = base / f"argosy-{uid}"
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    st = os.lstat(path)
-    if stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
-        if st.st_mode & 0o077:
-            os.chmod(path, 0o700)
+    held = own_directory(path)
+    if held is None:
         return path
     fresh = Path(tempfile.mkdtemp(prefix=f"argosy-{uid}-", dir=base))
     warnings.warn(
-        f"{path} belongs to uid {st.st_uid}, not this user ({uid}): flash-checkpoint slots "
+        f"{path} belongs to uid {held.st_uid}, not this user ({uid}): flash-checkpoint slots "
         f"go to {fresh} (a restarted process will restore from disk)",
         stacklevel=2,
     )
@@ -63,10 +58,7 @@ def private_dir(base: Path) -> Path:
 
 def _shm_base() -> Path:
     chosen = os.environ.get("ARGOSY_SHM_DIR")
-    if chosen:
-        return Path(chosen)
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return Path(chosen) if chosen else shared_memory_dir()
 
 
 SHM_DIR = private_dir(_shm_base())

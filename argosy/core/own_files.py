@@ -1,6 +1,9 @@
 """Opening files in directories every user shares (/dev/shm, /tmp) safely.
 
-Contract: `open_own(path, flags)` returns a descriptor of `path` only when it is a regular
+Contract: `shared_memory_dir()` is /dev/shm where this user can write there, else the temp
+directory. `own_directory(path)` makes `path` (mode 0700) or checks it is this user's
+real directory, closing it to others if it was open; what holds the name otherwise.
+`open_own(path, flags)` returns a descriptor of `path` only when it is a regular
 file owned by this effective user, opened without following a symlink at its last
 component; otherwise `PermissionError` (another user's file, or not a regular file) or
 `OSError` (ELOOP: a link). Names there are guessable (job and run ids are public), so
@@ -11,6 +14,7 @@ planted link would make a create-and-truncate write through to its target.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -26,3 +30,25 @@ def open_own(path: Path, flags: int, mode: int = 0o600) -> int:
             f"{path}: not a file of this user (owner uid {st.st_uid}, this user {os.geteuid()})"
         )
     return fd
+
+
+def shared_memory_dir() -> Path:
+    """/dev/shm when it exists and this user can write there, else the temp directory."""
+    shm = Path("/dev/shm")
+    return (
+        shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(os.environ.get("TMPDIR", "/tmp"))
+    )
+
+
+def own_directory(path: Path) -> os.stat_result | None:
+    """Make `path` with mode 0700 (its parents too), or check that it is a directory of
+    this user, not a link (one open to others is closed to 0700). None when it is; else
+    what holds the name (a link, a file, another user's directory), from `lstat`."""
+    with contextlib.suppress(FileExistsError):  # a file or a link there: told by lstat
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return st
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from argosy.core.own_files import open_own
+from argosy.core.own_files import open_own, shared_memory_dir
 from argosy.core.procs import pid_alive
 
 RING = 512
@@ -79,11 +79,7 @@ def default_board_path(run_id: str, owner_pid: int | None = None) -> Path:
     The name ends with the owning launcher's pid (`argosy-<run id>.<pid>.board`), so the
     next launch can tell a leaked board (its owner is dead) from a live one.
     """
-    shm = Path("/dev/shm")
-    base = (
-        shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(os.environ.get("TMPDIR", "/tmp"))
-    )
-    return base / f"argosy-{run_id}.{owner_pid or os.getpid()}.board"
+    return shared_memory_dir() / f"argosy-{run_id}.{owner_pid or os.getpid()}.board"
 
 
 def owner_of(path: Path) -> int | None:

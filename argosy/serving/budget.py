@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
-from argosy.core.own_files import open_own
+from argosy.core.own_files import open_own, own_directory
 from argosy.core.procs import pid_alive
 
 FIELD = "memory_fraction"
@@ -221,18 +221,16 @@ class DeviceLedger:
 def _own_directory(directory: Path) -> None:
     """Create `directory` 0700, or check an existing one is this user's real directory
     and closed to others; `ArgosyError` naming the fix otherwise."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = os.lstat(directory)
+    held = own_directory(directory)
+    if held is None:
+        return
     fix = "set ARGOSY_DEVICE_LEDGER_DIR to a directory of your own"
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+    if not stat.S_ISDIR(held.st_mode):
         raise ArgosyError(f"device ledger {directory} is not a directory (a link?); {fix}")
-    if st.st_uid != os.geteuid():
-        raise ArgosyError(
-            f"device ledger {directory} belongs to uid {st.st_uid}, not this user "
-            f"({os.geteuid()}): its claims could be forged; {fix}"
-        )
-    if st.st_mode & 0o077:
-        os.chmod(directory, 0o700)
+    raise ArgosyError(
+        f"device ledger {directory} belongs to uid {held.st_uid}, not this user "
+        f"({os.geteuid()}): its claims could be forged; {fix}"
+    )
 
 
 def _open_lock(path: Path) -> int:
