@@ -361,7 +361,7 @@ class BatchLoop:
         self.prefilled_rows += len(unique)
         lengths = [c + len(tail) for c, tail in zip(seeded, tails, strict=True)]
         rows = KVRows(cache, mask, lengths)
-        self._store_prefixes(rows, unique)
+        self._store_prefixes(rows, unique, seeded)
         row_of = {prompt: i for i, prompt in enumerate(unique)}
         for slot, prompt in zip(slots, prompts, strict=True):
             row = row_of[prompt]
@@ -376,12 +376,16 @@ class BatchLoop:
             self._add_rows([slots[i] for i in going], picked)
         return ids.numel(), seconds
 
-    def _store_prefixes(self, rows: KVRows, prompts: list[tuple[int, ...]]) -> None:
-        """Offer each prompt's full blocks (its row, holes removed) to the prefix cache."""
+    def _store_prefixes(
+        self, rows: KVRows, prompts: list[tuple[int, ...]], seeded: list[int]
+    ) -> None:
+        """Offer each prompt's full blocks (its row, holes removed) to the prefix cache;
+        a row whose full blocks all came from the cache (`seeded` positions) is skipped."""
         if self.prefix_cache is None:
             return
-        for row, prompt in enumerate(prompts):
-            if len(prompt) >= self.prefix_cache.block_tokens:
+        block = self.prefix_cache.block_tokens
+        for row, (prompt, reused) in enumerate(zip(prompts, seeded, strict=True)):
+            if len(prompt) // block * block > reused:
                 self.prefix_cache.insert(prompt, kv_batch.row_layers(rows, row))
 
     def _drop_done(self) -> None:

@@ -44,15 +44,10 @@ class KVRows:
 def stack(caches: Sequence[Any], make_cache: MakeCache) -> KVRows:
     """Requests' own (unpadded) caches as rows; a single cache is used as it is."""
     lengths = [int(cache.get_seq_length()) for cache in caches]
-    width = max(lengths)
+    mask = ones_right(lengths, max(lengths))
     if len(caches) == 1:
-        return KVRows(caches[0], ones_right(lengths, width), lengths)
-    layers = []
-    for index in range(len(caches[0].layers)):
-        keys = [left_pad(c.layers[index].keys, width) for c in caches]
-        values = [left_pad(c.layers[index].values, width) for c in caches]
-        layers.append((torch.cat(keys), torch.cat(values)))
-    return KVRows(make_cache(layers), ones_right(lengths, width), lengths)
+        return KVRows(caches[0], mask, lengths)
+    return KVRows(stack_seeded(caches, lengths, make_cache), mask, lengths)
 
 
 def stack_seeded(caches: Sequence[Any], lengths: Sequence[int], make_cache: MakeCache) -> Any:
