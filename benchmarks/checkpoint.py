@@ -205,9 +205,16 @@ def shm_files() -> set[Path]:
 
 def _clean_children_and_shm(before: set[Path], pid: int | None = None) -> None:
     """DLRover leaves its saver process and shm segments behind; remove what this run made.
-    `pid`: a worker's that was killed (the driver's clean-up after a timeout)."""
+    `pid`: a worker's that was killed (the driver's clean-up after a timeout); None: this
+    process, a worker, whose every child is the run's."""
     _kill_tree(pid)
-    mine = f"argosy-ckpt-{bench_job_prefix(pid)}"  # argosy slots of other workers stay
+    clean_shm(before, pid)
+
+
+def clean_shm(before: set[Path], pid: int | None = None) -> None:
+    """Unlink the checkpoint segments that appeared since `before` and belong to the worker
+    `pid` (this process when None): argosy slots of other workers stay."""
+    mine = f"argosy-ckpt-{bench_job_prefix(pid)}"
     for path in shm_files() - before:
         name = path.name
         theirs = name.startswith("argosy-ckpt-") and not name.startswith(mine)

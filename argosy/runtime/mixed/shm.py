@@ -53,9 +53,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from argosy.core.own_files import shared_memory_dir
 from argosy.core.procs import pid_alive
 
-SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+SHM_DIR = shared_memory_dir()  # /dev/shm where this user can write there
 PREFIX = "argosy-ar-"
 _LINE = 64  # one flag per cache line: no false sharing between writers
 _FLAGS = 4  # published, reduced, sent, drained
