@@ -20,7 +20,8 @@ micro-batch, on the slowest pipeline stage:
 - data parallel, by the framework's ZeRO semantics: gradients all-reduced or
   reduce-scattered and parameters all-gathered once per step (hidden behind the last
   backward / first forward) or on every micro-batch (hidden behind that micro-batch);
-  rings run at the scale-up link inside a node, else at the NIC per device; hidden
+  rings run at the scale-up link when the group sits in one node (a data-parallel
+  group's members are tp devices apart), else at the NIC per device; hidden
   traffic still costs `overlap.interference` of its time (NCCL kernels share the SMs);
 - optimizer step at the measured fused-AdamW bandwidth; a fixed overhead; a straggler
   term growing with the log of data-parallel replicas.
@@ -367,21 +368,24 @@ def _head_s(model, hw: Hardware, fw: Profile, c, tokens) -> np.ndarray:
     return gemm + loss
 
 
-def _ring_bw(hw: Hardware, span, message_bytes) -> np.ndarray:
-    """Per-device bytes/s of a ring collective over `span` devices: the scale-up link
-    inside a node, else the NIC; small messages reach less (half at `coll_half_mb`)."""
-    inside = span <= hw.devices_per_node
+def _ring_bw(hw: Hardware, span, message_bytes, stride=1) -> np.ndarray:
+    """Per-device bytes/s of a ring collective over `span` devices `stride` ranks apart
+    (a data-parallel group's members are a TP group apart): the scale-up link when they
+    all sit in one node, else the NIC; small messages reach less (half at
+    `coll_half_mb`)."""
+    inside = span * stride <= hw.devices_per_node
     bw = np.where(inside, hw.link_bps * hw.eff.link_eff, hw.nic_bps * hw.eff.nic_eff)
     half = hw.eff.coll_half_mb * 1e6
     return bw * message_bytes / (message_bytes + half)
 
 
-def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, latency_us: float):
+def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, latency_us: float, stride=1):
     """Seconds of a ring collective moving `passes` x (span-1)/span x `volume` per device."""
     span = np.maximum(span, 1)
     moved = passes * (span - 1) / span * volume
     lat = latency_us * 1e-6 * np.log2(span) * passes
-    return np.where(span > 1, (moved / _ring_bw(hw, span, volume) + lat) * sc.comm, 0.0)
+    bw = _ring_bw(hw, span, volume, stride)
+    return np.where(span > 1, (moved / bw + lat) * sc.comm, 0.0)
 
 
 def _tp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
@@ -442,8 +446,8 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
         if not sel.any():
             continue
         passes = 2.0 if stage.grad_op == "all_reduce" else 1.0
-        g = _ring_s(hw, sc, d, grads, passes, lat)
-        p = _ring_s(hw, sc, d, weights, 1.0, lat)
+        g = _ring_s(hw, sc, d, grads, passes, lat, stride=c.tp)
+        p = _ring_s(hw, sc, d, weights, 1.0, lat, stride=c.tp)
         ov_g = fw.overlap.grad_reduce if stage.overlap_grad is None else stage.overlap_grad
         ov_p = fw.overlap.param_gather if stage.overlap_param is None else stage.overlap_param
         per_step = 1.0 if stage.grad_reduce == "step" else nmb

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argosy.hardware.loader import load_cluster
 from argosy.planner.calibration import narayanan_flops
@@ -106,3 +108,20 @@ def test_tensor_parallel_one_has_no_tp_traffic_and_more_dp_traffic() -> None:
     tp8 = cost(Parallel(tp=8, pp=1, dp=8, zero=1), "h100:64", model, 8192, 512)
     assert tp1.tp_s[0] == 0 and tp8.tp_s[0] > 0
     assert np.isfinite(tp1.step_s[0]) and tp1.step_s[0] < tp8.step_s[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([2, 4, 8]))
+def test_data_parallel_traffic_leaves_the_node_when_its_group_does(tp: int, dp: int) -> None:
+    """A data-parallel group's members are a TP group apart: with tp x dp devices over one
+    node's 8, its gradients cross the NIC, however few replicas there are. A faster NIC
+    then shortens the reduction exactly when the group leaves the node."""
+    model = load_model("llama3-8b")
+    plan = Parallel(tp=tp, pp=1, dp=dp, zero=0, mbs=1)
+    n = tp * dp
+    slow, fast = (cost(plan, f"h100:{n}", model, 4096, dp, nic=nic) for nic in (100, 3200))
+    assert slow.dp_s[0] > 0
+    if n <= 8:
+        assert slow.dp_s[0] == pytest.approx(fast.dp_s[0], rel=1e-9)
+    else:
+        assert slow.dp_s[0] > 2 * fast.dp_s[0]
