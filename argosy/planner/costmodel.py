@@ -379,20 +379,32 @@ def _ring_bw(hw: Hardware, span, message_bytes, stride=1) -> np.ndarray:
     return bw * message_bytes / (message_bytes + half)
 
 
-def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, latency_us: float, stride=1):
-    """Seconds of a ring collective moving `passes` x (span-1)/span x `volume` per device."""
+def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, stride=1, calls=1.0):
+    """Seconds of `calls` ring collectives over `span` devices `stride` ranks apart, moving
+    `passes` x (span-1)/span x `volume` per device in all (2 passes: an all-reduce)."""
     span = np.maximum(span, 1)
     moved = passes * (span - 1) / span * volume
-    lat = latency_us * 1e-6 * np.log2(span) * passes
-    bw = _ring_bw(hw, span, volume, stride)
+    bw = _ring_bw(hw, span, volume / calls, stride)
+    lat = calls * _ring_latency_s(hw, span, passes, stride)
     return np.where(span > 1, (moved / bw + lat) * sc.comm, 0.0)
+
+
+def _ring_latency_s(hw: Hardware, span, passes: float, stride=1) -> np.ndarray:
+    """NCCL's latency of one ring collective (its tuning model, Simple protocol): a base,
+    plus passes x (span-1) steps, those that cross to the next node at the network's
+    latency and the rest at the scale-up link's."""
+    nodes = np.clip(np.ceil(span * stride / hw.devices_per_node), 1, span)
+    steps = passes * (span - 1)
+    inter = passes * (nodes - 1)
+    us = hw.eff.ring_base_us + (steps - inter) * hw.eff.link_step_us + inter * hw.eff.nic_step_us
+    return us * 1e-6
 
 
 def _tp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
     volume = tokens * model.hidden * (2.0 if fw.tp_comm_in_bf16 else 4.0)
     full = c.recompute_share(model.layers)
     count = 4 + 2 * full
-    one = _ring_s(hw, sc, c.tp, volume, 2.0, hw.eff.latency_us)
+    one = _ring_s(hw, sc, c.tp, volume, 2.0)
     gathers = fw.recompute_gathers * np.where(c.recompute == 1, 1.0, full) * one / 2.0
     return (count * one + gathers) * (1.0 - fw.overlap.tp)
 
@@ -410,7 +422,7 @@ def _ep_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
         return np.zeros(len(c))
     volume = tokens * model.top_k * model.hidden * 2.0 / c.tp
     count = 4 + 2 * c.recompute_share(model.layers)
-    one = _ring_s(hw, sc, c.tp * c.ep, volume, 1.0, hw.eff.latency_us)
+    one = _ring_s(hw, sc, c.tp * c.ep, volume, 1.0)
     return np.where(c.ep > 1, count * one * (1.0 - fw.overlap.ep), 0.0)
 
 
@@ -438,7 +450,6 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
     grads = params * fw.grad_comm_bytes
     fp8_bytes = fw.fp8_param_comm_bytes or fw.param_comm_bytes
     weights = params * np.where(c.fp8, fp8_bytes, fw.param_comm_bytes)
-    lat = hw.eff.latency_us
     out = np.zeros(len(c))
     for z in range(4):
         stage = fw.stage(z)
@@ -446,8 +457,11 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
         if not sel.any():
             continue
         passes = 2.0 if stage.grad_op == "all_reduce" else 1.0
-        g = _ring_s(hw, sc, d, grads, passes, lat, stride=c.tp)
-        p = _ring_s(hw, sc, d, weights, 1.0, lat, stride=c.tp)
+        calls = np.ceil(model.layers / c.pp) * stage.calls_per_layer  # per micro-batch
+        g_calls = calls if stage.grad_reduce == "microbatch" else 1.0
+        p_calls = calls if stage.param_gather == "microbatch" else 1.0
+        g = _ring_s(hw, sc, d, grads, passes, stride=c.tp, calls=g_calls)
+        p = _ring_s(hw, sc, d, weights, 1.0, stride=c.tp, calls=p_calls)
         ov_g = fw.overlap.grad_reduce if stage.overlap_grad is None else stage.overlap_grad
         ov_p = fw.overlap.param_gather if stage.overlap_param is None else stage.overlap_param
         per_step = 1.0 if stage.grad_reduce == "step" else nmb

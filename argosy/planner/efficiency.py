@@ -42,8 +42,12 @@ class ChipEfficiency(BaseModel):
     """Fraction of memory bandwidth reached by elementwise kernels."""
     coll_half_mb: float = Field(default=1.0, ge=0)
     """Collective message size (MB) at which a ring reaches half its bandwidth."""
-    latency_us: float = Field(default=20.0, ge=0)
-    """Latency of one ring step of a collective, microseconds."""
+    ring_base_us: float = Field(default=8.4, ge=0)
+    """Latency of launching one ring collective, microseconds (NCCL's Simple protocol)."""
+    link_step_us: float = Field(default=3.4, ge=0)
+    """Latency of one ring step between devices of a node, microseconds."""
+    nic_step_us: float = Field(default=9.6, ge=0)
+    """Latency of one ring step between nodes, microseconds."""
     basis: Literal["fitted", "assumed"] = "assumed"
     """Whether the set was fitted to measurements or assumed."""
 
@@ -69,8 +73,6 @@ class Framework(BaseModel):
     """Fraction of expert all-to-all on the critical path."""
     dp_overlap: float = 1.0
     """Fraction of the last micro-batch's backward that hides data-parallel traffic."""
-    collective_latency_us: float = 20
-    """Latency of one collective step, microseconds."""
     step_overhead_s: float = 0.05
     """Fixed time per step (optimizer launch, logging, data loading)."""
     straggler_per_doubling: float = 0.004

@@ -76,6 +76,10 @@ class ZeroStage(BaseModel):
     """When parameters are all-gathered: never, once per step, or every micro-batch."""
     gathers_per_microbatch: int = Field(default=1, ge=1, le=3)
     """Parameter all-gathers per micro-batch (2 when the forward reshards them)."""
+    calls_per_layer: float = Field(default=1.0, gt=0)
+    """Collective calls per layer for each per-micro-batch gather or reduction (FSDP
+    gathers a block at once: 1; DeepSpeed ZeRO-3 one submodule at a time): each call
+    pays a ring's latency, which grows with the data-parallel size."""
     overlap_grad: float | None = Field(default=None, ge=0, le=1)
     """This stage's gradient-reduction overlap, where it differs from the profile's."""
     overlap_param: float | None = Field(default=None, ge=0, le=1)

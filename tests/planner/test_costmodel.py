@@ -125,3 +125,33 @@ def test_data_parallel_traffic_leaves_the_node_when_its_group_does(tp: int, dp: 
         assert slow.dp_s[0] == pytest.approx(fast.dp_s[0], rel=1e-9)
     else:
         assert slow.dp_s[0] > 2 * fast.dp_s[0]
+
+
+def test_ring_latency_follows_nccl_steps_inside_and_between_nodes() -> None:
+    """NCCL's model: a base plus one latency per ring step, network steps dearer than
+    NVLink ones; 1,536 ranks on 192 nodes wait about 6.4 ms per all-gather."""
+    from argosy.planner.costmodel import Hardware, _ring_latency_s
+
+    hw = Hardware.of(load_cluster("a100:1536").groups[0])
+    one_node = _ring_latency_s(hw, np.array([8.0]), 1.0)[0]
+    assert one_node == pytest.approx((8.4 + 7 * 3.4) * 1e-6)
+    big = _ring_latency_s(hw, np.array([1536.0]), 1.0)[0]
+    assert big == pytest.approx((8.4 + 1344 * 3.4 + 191 * 9.6) * 1e-6)
+    spread = _ring_latency_s(hw, np.array([8.0]), 1.0, stride=8)[0]  # one rank per node
+    assert spread == pytest.approx((8.4 + 7 * 9.6) * 1e-6)
+    assert _ring_latency_s(hw, np.array([8.0]), 2.0)[0] > one_node  # an all-reduce: twice
+
+
+@pytest.mark.parametrize("dp", [384, 768, 1536])
+def test_zero3_per_layer_gathers_pay_latency_that_grows_with_replicas(dp: int) -> None:
+    """ZeRO-3 moves the same bytes per device at any data-parallel size, but DeepSpeed
+    gathers one submodule at a time: more replicas, longer rings, a longer step."""
+    plan = Parallel(tp=1, pp=1, dp=dp, mbs=1536 // dp, recompute="full", zero=3)
+    here = cost(plan, f"a100:{dp}", framework="deepspeed")
+    twice = cost(
+        Parallel(tp=1, pp=1, dp=2 * dp, mbs=1536 // dp, recompute="full", zero=3),
+        f"a100:{2 * dp}",
+        gbs=3072,
+        framework="deepspeed",
+    )
+    assert twice.dp_s[0] > 1.02 * here.dp_s[0]  # log-latency rings: +0.1%

@@ -57,9 +57,12 @@ def test_distributed_optimizer_reduces_once_per_step_zero2_every_microbatch() ->
 
 
 def test_overlap_makes_megatron_core_faster_than_2021_megatron_lm() -> None:
+    """TP overlap halves the exposed TP time and the step is shorter. (Megatron-Core
+    reduces gradients in fp32, twice the 2021 bytes: behind a short last backward its
+    data-parallel part alone can be the longer one.)"""
     plan = Parallel(tp=8, pp=8, dp=4, vpp=6, mbs=1, recompute="selective", zero=1, flash=True)
     core, old = cost(plan, "megatron-core"), cost(plan, "megatron-lm")
-    assert core.tp_s[0] < old.tp_s[0] and core.dp_s[0] < old.dp_s[0]
+    assert core.tp_s[0] < old.tp_s[0] and core.step_s[0] < old.step_s[0]
 
 
 def test_compile_and_fp8_speed_up_torchtitan() -> None:
