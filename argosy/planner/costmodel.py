@@ -379,23 +379,25 @@ def _ring_bw(hw: Hardware, span, message_bytes, stride=1) -> np.ndarray:
     return bw * message_bytes / (message_bytes + half)
 
 
-def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, stride=1, calls=1.0):
+def _ring_s(hw: Hardware, sc: Scales, span, volume, passes: float, stride=1, calls=1.0, a2a=False):
     """Seconds of `calls` ring collectives over `span` devices `stride` ranks apart, moving
-    `passes` x (span-1)/span x `volume` per device in all (2 passes: an all-reduce)."""
+    `passes` x (span-1)/span x `volume` per device in all (2 passes: an all-reduce).
+    `a2a`: an all-to-all, which moves as much but sends to every peer at once."""
     span = np.maximum(span, 1)
     moved = passes * (span - 1) / span * volume
     bw = _ring_bw(hw, span, volume / calls, stride)
-    lat = calls * _ring_latency_s(hw, span, passes, stride)
+    lat = calls * _ring_latency_s(hw, span, passes, stride, a2a)
     return np.where(span > 1, (moved / bw + lat) * sc.comm, 0.0)
 
 
-def _ring_latency_s(hw: Hardware, span, passes: float, stride=1) -> np.ndarray:
+def _ring_latency_s(hw: Hardware, span, passes: float, stride=1, a2a=False) -> np.ndarray:
     """NCCL's latency of one ring collective (its tuning model, Simple protocol): a base,
     plus passes x (span-1) steps, those that cross to the next node at the network's
-    latency and the rest at the scale-up link's."""
+    latency and the rest at the scale-up link's. An all-to-all (grouped sends to every
+    peer, no ring) waits one step."""
     nodes = np.clip(np.ceil(span * stride / hw.devices_per_node), 1, span)
-    steps = passes * (span - 1)
-    inter = passes * (nodes - 1)
+    steps = np.where(a2a, 1.0, passes * (span - 1))
+    inter = np.where(a2a, np.minimum(nodes - 1, 1.0), passes * (nodes - 1))
     us = hw.eff.ring_base_us + (steps - inter) * hw.eff.link_step_us + inter * hw.eff.nic_step_us
     return us * 1e-6
 
@@ -422,7 +424,7 @@ def _ep_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
         return np.zeros(len(c))
     volume = tokens * model.top_k * model.hidden * 2.0 / c.tp
     count = 4 + 2 * c.recompute_share(model.layers)
-    one = _ring_s(hw, sc, c.tp * c.ep, volume, 1.0)
+    one = _ring_s(hw, sc, c.tp * c.ep, volume, 1.0, a2a=True)
     return np.where(c.ep > 1, count * one * (1.0 - fw.overlap.ep), 0.0)
 
 
