@@ -39,6 +39,7 @@ from argosy.serving.budget import (
 )
 from argosy.serving.config import EngineConfig
 from argosy.serving.decoding import Decoder
+from argosy.serving.detokenize import TextStream
 from argosy.serving.errors import EngineAsleepError
 from argosy.serving.placement import Placement
 from argosy.serving.prefill import ChunkSizer
@@ -284,18 +285,16 @@ class TransformersEngine:
         request: GenerationRequest,
     ) -> Iterator[GenerationChunk]:
         start = last = time.perf_counter()
-        ids: list[int] = []
-        text = ""
+        text = TextStream(self.decode)
+        ids = text.ids
         try:
             for new, finish in steps:
                 now = time.perf_counter()
                 self._sample_time(now - start if not ids else None, now - last, len(new))
                 last = now
                 logprobs = self._token_logprobs(decoder.logprobs[len(ids) : len(ids) + len(new)])
-                ids.extend(new)
-                full = self.decode(ids)
-                hold = finish is None and full.endswith("\ufffd")
-                delta, text = ("", text) if hold else (full[len(text) :], full)
+                delta = text.push(new)
+                delta += text.finish() if finish is not None else ""
                 yield GenerationChunk(tuple(new), delta, finish, logprobs)
         finally:
             getattr(steps, "close", lambda: None)()
