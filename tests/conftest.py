@@ -5,13 +5,20 @@ Under `pytest -n N` (xdist's default `load` distribution) the modules in SHARED_
 whole on one worker, so that their module-scoped fixtures (a pair of real launches, a
 server process, a loaded model, a Ray cluster) start once instead of once per worker.
 Every other test is handed out one at a time, as `load` does, the `slow`-marked ones
-first, so that the run ends on short tests and both workers end together. (xdist's own
+first, so that the run ends on short tests and both workers end together.
+
+Every test runs beside two bystanders, children of the pytest process that no test
+started (one in its process group, one in a session of its own, as a browser's driver
+and the browser are): a test that kills them fails there, instead of a later test
+failing on a dead browser or server another test had started. (xdist's own
 `xdist_group` mark cannot do this under pytest 9: it renames test ids through an attribute
 pytest 9 no longer reads, so marked tests still spread over the workers.)
 """
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -102,3 +109,30 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
             return module if module in SHARED_SETUP else nodeid
 
     return SharedSetupScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def _bystanders() -> Iterator[list[subprocess.Popen]]:
+    """Two idle children of this pytest process: in its process group, in a session of
+    their own."""
+    procs = [_bystander(False), _bystander(True)]
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def _bystander(own_session: bool) -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "10000000"], start_new_session=own_session)
+
+
+@pytest.fixture(autouse=True)
+def _kills_no_bystander(_bystanders: list[subprocess.Popen]) -> Iterator[None]:
+    """Fail the test that killed a process it did not start (and start a new one)."""
+    yield
+    dead = [(i, p.returncode) for i, p in enumerate(_bystanders) if p.poll() is not None]
+    for i, _ in dead:
+        _bystanders[i] = _bystander(own_session=i == 1)
+    if dead:
+        codes = ", ".join(str(code) for _, code in dead)
+        pytest.fail(f"this test killed children of pytest it did not start (exit {codes})")
