@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from argosy.core.procs import tell
+
 STANDBY_ARG = "--standby"
 """The persister's argument in place of an address: wait for one on stdin."""
 _WAITING: list[subprocess.Popen] = []
@@ -51,17 +53,11 @@ def waiting() -> int:
 def adopt(address: str, env: dict[str, str], log: Path | None) -> subprocess.Popen | None:
     """The first waiting persister, told to serve `address` with `env` (the trainer's,
     with its key and spec) and to write its stderr to `log`; None when none is alive."""
+    job = {"address": address, "env": env, "log": str(log) if log else ""}
     while _WAITING:
         proc = _WAITING.pop(0)
-        if proc.poll() is not None or proc.stdin is None:
-            continue
-        job = {"address": address, "env": env, "log": str(log) if log else ""}
-        try:
-            proc.stdin.write((json.dumps(job) + "\n").encode())
-            proc.stdin.close()
-        except OSError:  # it died meanwhile
-            continue
-        return proc
+        if tell(proc, job, last=True):
+            return proc
     return None
 
 

@@ -7,12 +7,17 @@ stranger by now (pids wrap, at 32,768 on many hosts): `env_holds` and `start_tic
 the two apart before anything is signalled. Linux only, standard library only.
 
     signal_by_env("ARGOSY_JOB_ID", "job-7", signal.SIGKILL)   # -> how many were signalled
+
+`tell(proc, message, last)` writes one JSON line to a child waiting on its stdin (a warm
+standby, a persister started ahead), closing that stdin after the last.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -59,3 +64,18 @@ def signal_by_env(key: str, value: str, sig: int) -> int:
                 os.kill(int(entry.name), sig)
                 hit += 1
     return hit
+
+
+def tell(proc: subprocess.Popen, message: dict, last: bool) -> bool:
+    """One JSON line to `proc`'s stdin (closed after the `last`); False if it is gone."""
+    if proc.poll() is not None or proc.stdin is None:
+        return False
+    try:
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+        if last:
+            proc.stdin.close()
+        else:
+            proc.stdin.flush()
+    except OSError:  # BrokenPipeError included: it died meanwhile
+        return False
+    return True

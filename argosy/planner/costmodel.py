@@ -47,7 +47,7 @@ from argosy.planner.efficiency import (
 )
 from argosy.planner.frameworks import Profile, Scales, fitted_scales, load_framework
 from argosy.planner.measured import Measured, tables_for
-from argosy.planner.memory import GIB, Memory, layer_params_per_device, memory
+from argosy.planner.memory import GIB, Memory, memory, stage_layers, stage_params
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates
 
@@ -396,8 +396,10 @@ def _ring_latency_s(hw: Hardware, span, passes: float, stride=1, a2a=False) -> n
     latency and the rest at the scale-up link's. An all-to-all (grouped sends to every
     peer, no ring) waits one step."""
     nodes = np.clip(np.ceil(span * stride / hw.devices_per_node), 1, span)
-    steps = np.where(a2a, 1.0, passes * (span - 1))
-    inter = np.where(a2a, np.minimum(nodes - 1, 1.0), passes * (nodes - 1))
+    if a2a:
+        steps, inter = 1.0, np.minimum(nodes - 1, 1.0)
+    else:
+        steps, inter = passes * (span - 1), passes * (nodes - 1)
     us = hw.eff.ring_base_us + (steps - inter) * hw.eff.link_step_us + inter * hw.eff.nic_step_us
     return us * 1e-6
 
@@ -438,13 +440,6 @@ def _p2p_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
     return np.where(c.pp > 1, one * (1.0 - fw.overlap.p2p), 0.0)
 
 
-def stage_params(model: ModelSpec, c: Candidates) -> np.ndarray:
-    """Parameters held by one device of the fullest stage (layers and embedding or head)."""
-    ends = model.vocab * model.hidden / c.tp
-    body = np.ceil(model.layers / c.pp) * layer_params_per_device(model, c)
-    return body + np.where(c.pp == 1, 2 * ends, ends)
-
-
 def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
     """Exposed data-parallel seconds per step under the framework's ZeRO semantics."""
     params = stage_params(model, c)
@@ -459,7 +454,7 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
         if not sel.any():
             continue
         passes = 2.0 if stage.grad_op == "all_reduce" else 1.0
-        calls = np.ceil(model.layers / c.pp) * stage.calls_per_layer  # per micro-batch
+        calls = stage_layers(model, c) * stage.calls_per_layer  # per micro-batch
         g_calls = calls if stage.grad_reduce == "microbatch" else 1.0
         p_calls = calls if stage.param_gather == "microbatch" else 1.0
         g = _ring_s(hw, sc, d, grads, passes, stride=c.tp, calls=g_calls)

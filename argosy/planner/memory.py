@@ -139,14 +139,25 @@ def _sharded(profile, c: Candidates, state: str) -> np.ndarray:
     return out
 
 
+def stage_layers(model: ModelSpec, c: Candidates) -> np.ndarray:
+    """Layers of the fullest pipeline stage."""
+    return np.ceil(model.layers / c.pp)
+
+
+def stage_params(model: ModelSpec, c: Candidates) -> np.ndarray:
+    """Parameters held by one device of the fullest stage (layers and embedding or head)."""
+    ends = model.vocab * model.hidden / c.tp
+    body = stage_layers(model, c) * layer_params_per_device(model, c)
+    return body + np.where(c.pp == 1, 2 * ends, ends)
+
+
 def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profile) -> Memory:
     """Per-device memory of every candidate under a framework `profile`, the fuller of
     first and last stage; the reserve is the allocator's fraction plus the runtime."""
     mem = profile.memory
-    layers_stage = np.ceil(model.layers / c.pp)
+    layers_stage = stage_layers(model, c)
     per_layer = layer_params_per_device(model, c)
-    ends = model.vocab * model.hidden / c.tp
-    params = layers_stage * per_layer + np.where(c.pp == 1, 2 * ends, ends)
+    params = stage_params(model, c)
     weight_div = _sharded(profile, c, "weights")
     # sharded weights are gathered (bf16) a layer at a time, the next one prefetched
     gathered = np.where(weight_div > 1, 2.0 * 2.0 * per_layer, 0.0)

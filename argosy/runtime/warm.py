@@ -32,6 +32,8 @@ import sys
 import threading
 from pathlib import Path
 
+from argosy.core.procs import tell
+
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
 ENV_CUDA = "ARGOSY_WARM_CUDA"
 """The CUDA device index whose context a standby creates while it waits."""
@@ -52,22 +54,7 @@ def start_standby(env: dict[str, str]) -> subprocess.Popen:
 
 def assign(proc: subprocess.Popen, *, env: dict, argv: list[str], cwd: str, log: Path) -> bool:
     """Hand a standby its rank; False if it is gone (the caller then starts one cold)."""
-    return _tell(proc, {"env": env, "argv": argv, "cwd": cwd, "log": str(log)}, last=True)
-
-
-def _tell(proc: subprocess.Popen, message: dict, last: bool) -> bool:
-    """One JSON line to a standby's stdin (closed after the `last`); False if it is gone."""
-    if proc.poll() is not None or proc.stdin is None:
-        return False
-    try:
-        proc.stdin.write((json.dumps(message) + "\n").encode())
-        if last:
-            proc.stdin.close()
-        else:
-            proc.stdin.flush()
-    except (BrokenPipeError, OSError):
-        return False
-    return True
+    return tell(proc, {"env": env, "argv": argv, "cwd": cwd, "log": str(log)}, last=True)
 
 
 def _preload() -> None:
@@ -96,7 +83,7 @@ def warm_cuda(device: str | None) -> bool:
 def prewarm_persister(proc: subprocess.Popen) -> bool:
     """Tell a standby to start its checkpoint persister ahead (the attempt it may replace
     takes flash checkpoints); False if it is gone."""
-    return _tell(proc, {"prewarm": "persister"}, last=False)
+    return tell(proc, {"prewarm": "persister"}, last=False)
 
 
 def _read_orders(inbox: queue.Queue[dict | None]) -> None:

@@ -32,22 +32,18 @@ class TextStream:
         self._prefix = 0  # the window's first token: where the previous delta began
         self._read = 0  # tokens whose text has been sent
 
-    def push(self, new: Sequence[int]) -> str:
-        """The text `new` completes (empty while a character is still partial)."""
+    def push(self, new: Sequence[int], final: bool = False) -> str:
+        """The text `new` completes (empty while a character is still partial); with
+        `final`, no token follows: everything left (a partial character as U+FFFD)."""
         self.ids.extend(new)
-        before, after = self._window()
-        if len(after) <= len(before) or after.endswith(REPLACEMENT):
+        window = self.ids[self._prefix :]
+        before = self._decode(window[: self._read - self._prefix])
+        after = self._decode(window)
+        if not final and (len(after) <= len(before) or after.endswith(REPLACEMENT)):
             return ""
         self._prefix, self._read = self._read, len(self.ids)
         return after[len(before) :]
 
     def finish(self) -> str:
-        """The text left once no token follows (a partial character as U+FFFD)."""
-        before, after = self._window()
-        self._prefix, self._read = self._read, len(self.ids)
-        return after[len(before) :]
-
-    def _window(self) -> tuple[str, str]:
-        """Text of the window up to the read point, and of the whole window."""
-        window = self.ids[self._prefix :]
-        return self._decode(window[: self._read - self._prefix]), self._decode(window)
+        """The text left once no token follows: `push((), final=True)`."""
+        return self.push((), final=True)

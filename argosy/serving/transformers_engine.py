@@ -293,8 +293,7 @@ class TransformersEngine:
                 self._sample_time(now - start if not ids else None, now - last, len(new))
                 last = now
                 logprobs = self._token_logprobs(decoder.logprobs[len(ids) : len(ids) + len(new)])
-                delta = text.push(new)
-                delta += text.finish() if finish is not None else ""
+                delta = text.push(new, final=finish is not None)
                 yield GenerationChunk(tuple(new), delta, finish, logprobs)
         finally:
             getattr(steps, "close", lambda: None)()
