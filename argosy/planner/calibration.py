@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from argosy.core.documents import load_yaml, validate
 from argosy.hardware.loader import load_cluster
 from argosy.planner.efficiency import Constants, default_constants
-from argosy.planner.frameworks import Scales, load_framework
+from argosy.planner.frameworks import Profile, Scales, load_framework
 from argosy.planner.models import ModelSpec, load_model
 from argosy.planner.parallel import Parallel
 from argosy.planner.search import search_group
@@ -112,15 +112,18 @@ class Comparison:
 
 
 def predict(
-    point: Point, constants: Constants | None = None, scales: Scales | None = None
+    point: Point,
+    constants: Constants | None = None,
+    scales: Scales | None = None,
+    profile: Profile | None = None,
 ) -> Comparison:
     """Price the published configuration of `point` (unknown fields chosen by the planner)
-    under its framework; `scales` replaces the fitted ones (for fitting)."""
+    under its framework; `scales` and `profile` replace the fitted ones (for fitting)."""
     group = load_cluster(point.cluster).groups[0]
     kwargs = {
         "fixed": dict(point.parallel),
         "constants": constants,
-        "framework": point.framework,
+        "framework": profile or point.framework,
         "scales": scales,
     }
     ranked = search_group(point.spec, group, point.seq, point.gbs, **kwargs)

@@ -47,7 +47,15 @@ from argosy.planner.efficiency import (
 )
 from argosy.planner.frameworks import Profile, Scales, fitted_scales, load_framework
 from argosy.planner.measured import Measured, tables_for
-from argosy.planner.memory import GIB, Memory, memory, stage_layers, stage_params
+from argosy.planner.memory import (
+    GIB,
+    Memory,
+    layer_expert_params_per_device,
+    memory,
+    stage_layers,
+    stage_params,
+    state_params,
+)
 from argosy.planner.models import ModelSpec
 from argosy.planner.parallel import Candidates
 
@@ -304,10 +312,10 @@ def _gemm_fb_s(hw: Hardware, m, n, k, fp8) -> np.ndarray:
 def _layer_compute(model, hw: Hardware, fw: Profile, c, tokens, seq_len):
     """Forward+backward seconds of one layer for one micro-batch: GEMMs, attention core,
     memory-bound ops; and the forward's share of the total."""
-    h, t = model.hidden, c.tp
-    qkv = h + 2 * model.kv * model.head_dim
+    h, t, q = model.hidden, c.tp, model.q_dim
+    qkv = q + 2 * model.kv_dim
     fp8 = c.fp8
-    gemm = _gemm_fb_s(hw, tokens, qkv / t, h, fp8) + _gemm_fb_s(hw, tokens, h, h / t, fp8)
+    gemm = _gemm_fb_s(hw, tokens, qkv / t, h, fp8) + _gemm_fb_s(hw, tokens, h, q / t, fp8)
     if model.is_moe:
         per_expert = tokens * model.top_k * c.ep / model.experts
         local = model.experts / c.ep
@@ -322,24 +330,26 @@ def _layer_compute(model, hw: Hardware, fw: Profile, c, tokens, seq_len):
             gemm = gemm + _gemm_fb_s(hw, tokens, h, fs / t, fp8)
         gemm = gemm + _gemm_fb_s(hw, tokens, model.experts, h, False)
         act_elems = tokens * model.top_k * f / t + tokens * model.shared_experts * f / t
+        routing = tokens * local * fw.moe_token_expert_ns * 1e-9 * hw.elem_scale
     else:
         f = model.ffn_size
         gemm = gemm + _gemm_fb_s(hw, tokens, f * (model.mlp_mats - 1) / t, h, fp8)
         gemm = gemm + _gemm_fb_s(hw, tokens, h, f / t, fp8)
         act_elems = tokens * f / t
+        routing = 0.0
     flash = c.flash
     if hw.measured is not None:
-        causal_fwd = 2.0 * tokens * seq_len * h / t
+        causal_fwd = 2.0 * tokens * seq_len * q / t
         attn_flash = 3.5 * causal_fwd / (hw.peak_flops * hw.measured.attn_eff(seq_len))
     else:
-        attn_flash = 12.0 * tokens * seq_len * h / t / (hw.peak_flops * hw.eff.attn_eff)
+        attn_flash = 12.0 * tokens * seq_len * q / t / (hw.peak_flops * hw.eff.attn_eff)
     # without flash attention: full score matmuls plus memory-bound passes over the scores
     score_bytes = 2.0 * tokens * seq_len * model.heads / t
-    attn_plain = 12.0 * tokens * seq_len * h / t / (hw.peak_flops * hw.eff.attn_eff) + (
+    attn_plain = 12.0 * tokens * seq_len * q / t / (hw.peak_flops * hw.eff.attn_eff) + (
         fw.score_passes * score_bytes / (hw.memory_bps * hw.eff.mem_eff)
     )
     attn = np.where(flash, attn_flash, attn_plain)
-    elem = _elementwise_s(model, hw, fw, c, tokens, act_elems)
+    elem = _elementwise_s(model, hw, fw, c, tokens, act_elems) + routing
     # forward share: a third of GEMMs and elementwise work, 1/3.5 of the attention core
     fwd_share = (gemm / 3.0 + attn / 3.5 + elem / 3.0) / (gemm + attn + elem)
     return gemm, attn, elem, fwd_share
@@ -414,7 +424,7 @@ def _tp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
 
 
 def _cp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens, attn_fwd):
-    kv_bytes = 2.0 * tokens * model.kv * model.head_dim * 2.0 / c.tp
+    kv_bytes = 2.0 * tokens * model.kv_dim * 2.0 / c.tp
     bw = _ring_bw(hw, c.tp * c.cp, kv_bytes)
     comm = 3.0 * (c.cp - 1) * kv_bytes / bw * sc.comm
     hidden = fw.overlap.cp * 3.5 * attn_fwd
@@ -441,12 +451,22 @@ def _p2p_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
 
 
 def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
-    """Exposed data-parallel seconds per step under the framework's ZeRO semantics."""
-    params = stage_params(model, c)
+    """Exposed data-parallel seconds per step under the framework's ZeRO semantics. Routed
+    experts (already split over ep) reduce and gather over their own data-parallel group:
+    dp*cp/ep ranks, tp*ep apart."""
+    experts = stage_layers(model, c) * layer_expert_params_per_device(model, c)
+    dense = stage_params(model, c) - experts
     d = c.dp * c.cp
-    grads = params * fw.grad_comm_bytes
     fp8_bytes = fw.fp8_param_comm_bytes or fw.param_comm_bytes
-    weights = params * np.where(c.fp8, fp8_bytes, fw.param_comm_bytes)
+    param_bytes = np.where(c.fp8, fp8_bytes, fw.param_comm_bytes)
+
+    def ring(volume_per_param, passes, calls):
+        own = _ring_s(hw, sc, d, dense * volume_per_param, passes, stride=c.tp, calls=calls)
+        if not model.is_moe:
+            return own
+        span, stride = d / c.ep, c.tp * c.ep
+        return own + _ring_s(hw, sc, span, experts * volume_per_param, passes, stride, calls)
+
     out = np.zeros(len(c))
     for z in range(4):
         stage = fw.stage(z)
@@ -457,8 +477,8 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
         calls = stage_layers(model, c) * stage.calls_per_layer  # per micro-batch
         g_calls = calls if stage.grad_reduce == "microbatch" else 1.0
         p_calls = calls if stage.param_gather == "microbatch" else 1.0
-        g = _ring_s(hw, sc, d, grads, passes, stride=c.tp, calls=g_calls)
-        p = _ring_s(hw, sc, d, weights, 1.0, stride=c.tp, calls=p_calls)
+        g = ring(fw.grad_comm_bytes, passes, g_calls)
+        p = ring(param_bytes, 1.0, p_calls)
         ov_g = fw.overlap.grad_reduce if stage.overlap_grad is None else stage.overlap_grad
         ov_p = fw.overlap.param_gather if stage.overlap_param is None else stage.overlap_param
         per_step = 1.0 if stage.grad_reduce == "step" else nmb
@@ -481,16 +501,13 @@ def _exposed(comm, overlap: float, window, interference: float = 0.0):
 
 
 def _optimizer_s(model, hw: Hardware, fw: Profile, c):
-    params = stage_params(model, c)
-    shard = np.ones(len(c))
-    for z in range(4):
-        if "optimizer" in fw.stage(z).shard:
-            shard = np.where(c.zero == z, c.dp * c.cp, shard)
+    experts = stage_layers(model, c) * layer_expert_params_per_device(model, c)
+    held = state_params(fw, c, "optimizer", stage_params(model, c), experts)
     m = hw.measured
     bps = 28.0 / m.adamw_s_per_param_fp32 if m else hw.memory_bps * hw.eff.mem_eff
     if m and m.chip_id != hw.chip_id:
         bps = bps / hw.elem_scale
-    return fw.optimizer_bytes_moved * params / shard / bps
+    return fw.optimizer_bytes_moved * held / bps
 
 
 def costs_fields() -> tuple[str, ...]:

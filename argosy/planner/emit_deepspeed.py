@@ -56,6 +56,8 @@ def _shape(model: ModelSpec, seq_len: int) -> list[str]:
         "--untie-embeddings-and-output-weights",
         "--bf16",
     ]
+    if model.q_dim != model.hidden:
+        args.append(f"--kv-channels {model.head_dim}")
     if model.gated:
         args += [
             "--normalization rmsnorm",

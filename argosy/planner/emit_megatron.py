@@ -78,6 +78,8 @@ def _architecture(model: ModelSpec) -> list[str]:
         ]
     if model.kv != model.heads:
         args += ["--group-query-attention", f"--num-query-groups {model.kv}"]
+    if model.q_dim != model.hidden:
+        args.append(f"--kv-channels {model.head_dim}")
     return args
 
 

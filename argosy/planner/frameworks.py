@@ -184,6 +184,10 @@ class Profile(BaseModel):
     """bf16 passes over the attention scores per forward+backward without flash attention."""
     extra_passes: float = Field(default=6.0, ge=0)
     """Other bf16 passes over the hidden state per token and layer (residuals, RoPE, dropout)."""
+    moe_token_expert_ns: float = Field(default=0.0, ge=0)
+    """Routing work per MoE layer, forward+backward, in nanoseconds per token and local
+    expert (permutation, per-expert chunking and quantization, router): fitted on
+    published MoE runs (`benchmarks/planner_moe.py --fit`); 0 where none was measured."""
     grad_comm_bytes: float = 4.0
     """Bytes per gradient element in the data-parallel reduction."""
     param_comm_bytes: float = 2.0

@@ -71,9 +71,16 @@ def layer_params_per_device(model: ModelSpec, c: Candidates) -> np.ndarray:
     if not model.is_moe:
         return attn + model.mlp_params() / c.tp + 2 * model.hidden
     one = model.mlp_mats * model.hidden * model.expert_ffn
-    experts = one * model.experts / (c.ep * c.tp)
     shared = one * model.shared_experts / c.tp
+    experts = layer_expert_params_per_device(model, c)
     return attn + experts + shared + model.hidden * model.experts + 2 * model.hidden
+
+
+def layer_expert_params_per_device(model: ModelSpec, c: Candidates) -> np.ndarray:
+    """Routed-expert parameters of one layer held by one device (0 for a dense model)."""
+    if not model.is_moe:
+        return np.zeros(len(c))
+    return model.mlp_mats * model.hidden * model.expert_ffn * model.experts / (c.ep * c.tp)
 
 
 def activation_bytes_per_layer(
@@ -95,9 +102,9 @@ def activation_bytes_per_layer(
     keeps its fp32 upcast, its bf16 normalised copy and its weighted output (the next
     GEMMs' input; 8h each), attention keeps the rotated q and k, v, its output (already
     laid out for the output projection: no copy) and an fp32 log-sum-exp per head."""
-    h = model.hidden
+    h, q = model.hidden, model.q_dim
     tokens = c.mbs * seq_len / c.cp
-    kvd = model.kv * model.head_dim
+    kvd = model.kv_dim
     f_eff = (
         model.ffn_size
         if not model.is_moe
@@ -107,15 +114,15 @@ def activation_bytes_per_layer(
     mlp = (8.0 if model.gated else 4.0) * f_eff
     if accounting == "eager":
         nonpar = 12.0 * h
-        par = 6.0 * h + 4.0 * kvd + mlp
+        par = 6.0 * q + 4.0 * kvd + mlp
         per_token = nonpar / sp_div + par / c.tp
     elif accounting == "hf":
         nonpar = 16.0 * h
-        par = 4.0 * h + 4.0 * kvd + 4.0 * model.heads + mlp
+        par = 4.0 * q + 4.0 * kvd + 4.0 * model.heads + mlp
         per_token = nonpar / sp_div + par / c.tp
     else:
         f_eff = f_eff * (1.5 if model.gated else 1.0)
-        attn = 5 + 2 * (h + 2 * kvd) / h
+        attn = (3 * h + 4 * q + 4 * kvd) / h  # input, mask; q, context; k, v
         mlp = 3 + 4 * f_eff / h
         total = 4 + attn + mlp
         nonpar_h, par_h = 10.0, total - 10.0
@@ -139,6 +146,15 @@ def _sharded(profile, c: Candidates, state: str) -> np.ndarray:
     return out
 
 
+def state_params(profile, c: Candidates, state: str, params, experts) -> np.ndarray:
+    """Parameters whose `state` one device holds: the dense ones sharded over dp*cp, the
+    routed experts (already split over ep) only over their own data-parallel group,
+    dp*cp/ep ranks (Megatron's expert data parallel)."""
+    div = _sharded(profile, c, state)
+    expert_div = np.where(div > 1, div / c.ep, 1.0)
+    return (params - experts) / div + experts / expert_div
+
+
 def stage_layers(model: ModelSpec, c: Candidates) -> np.ndarray:
     """Layers of the fullest pipeline stage."""
     return np.ceil(model.layers / c.pp)
@@ -158,12 +174,13 @@ def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profi
     layers_stage = stage_layers(model, c)
     per_layer = layer_params_per_device(model, c)
     params = stage_params(model, c)
+    experts = layers_stage * layer_expert_params_per_device(model, c)
     weight_div = _sharded(profile, c, "weights")
     # sharded weights are gathered (bf16) a layer at a time, the next one prefetched
     gathered = np.where(weight_div > 1, 2.0 * 2.0 * per_layer, 0.0)
-    weights = mem.weight_bytes * params / weight_div + gathered
-    grads = mem.grad_bytes * params / _sharded(profile, c, "grads")
-    optim = mem.optimizer_bytes * params / _sharded(profile, c, "optimizer")
+    weights = mem.weight_bytes * state_params(profile, c, "weights", params, experts) + gathered
+    grads = mem.grad_bytes * state_params(profile, c, "grads", params, experts)
+    optim = mem.optimizer_bytes * state_params(profile, c, "optimizer", params, experts)
     inflight = np.minimum(c.pp, nmb) * np.where(c.vpp > 1, 1 + (c.pp - 1) / (c.pp * c.vpp), 1.0)
     act_layer = activation_bytes_per_layer(
         model, c, seq_len, mem.activations, profile.selective.kept, mem.fp8_activations

@@ -28,6 +28,7 @@ INLINE_KEYS = {
     "hidden": "hidden",
     "heads": "heads",
     "kv_heads": "kv_heads",
+    "head_dim": "head_dim",
     "ffn": "ffn",
     "vocab": "vocab",
     "experts": "experts",
@@ -53,6 +54,9 @@ class ModelSpec(BaseModel):
     """Attention (query) heads."""
     kv_heads: int | None = Field(default=None, gt=0)
     """Key/value heads (grouped-query attention); default = heads."""
+    head_dim: int = Field(default=0, ge=0)
+    """Width of one attention head; 0 means hidden / heads. Models such as Qwen3 or gpt-oss
+    set it apart from the width (their query projection is heads x head_dim wide)."""
     ffn: int | None = Field(default=None, gt=0)
     """MLP hidden size of a dense layer; default 4*hidden."""
     vocab: int = Field(default=51200, gt=0)
@@ -70,10 +74,20 @@ class ModelSpec(BaseModel):
     source: str = ""
     """Where the shape was read."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_head_dim(cls, values: object) -> object:
+        if not isinstance(values, dict) or values.get("head_dim"):
+            return values
+        hidden, heads = values.get("hidden"), values.get("heads")
+        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+            if hidden % heads:
+                raise ValueError(f"heads={heads} must divide hidden={hidden} (or give head_dim)")
+            return {**values, "head_dim": hidden // heads}
+        return values
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
-        if self.hidden % self.heads:
-            raise ValueError(f"heads={self.heads} must divide hidden={self.hidden}")
         if self.heads % self.kv:
             raise ValueError(f"kv_heads={self.kv} must divide heads={self.heads}")
         if self.top_k > self.experts:
@@ -97,8 +111,14 @@ class ModelSpec(BaseModel):
         return self.experts > 1
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def q_dim(self) -> int:
+        """Width of the query projection and of the attention output: heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key (and of the value) projection."""
+        return self.kv * self.head_dim
 
     @property
     def mlp_mats(self) -> int:
@@ -106,8 +126,7 @@ class ModelSpec(BaseModel):
 
     def attn_params(self) -> int:
         """Q, K, V and output projection weights of one layer."""
-        h, qkv = self.hidden, self.hidden + 2 * self.kv * self.head_dim
-        return h * qkv + h * h
+        return self.hidden * (2 * self.q_dim + 2 * self.kv_dim)
 
     def mlp_params(self) -> int:
         """Weights of one layer's MLP: all experts (dense: the one MLP)."""
@@ -139,7 +158,7 @@ class ModelSpec(BaseModel):
     def forward_flops_per_token(self, seq_len: int) -> float:
         """Model FLOPs of one forward pass per token: matmuls, full (unmasked) attention
         scores, and the LM head; embeddings and elementwise ops are not counted."""
-        attn_core = 4 * seq_len * self.hidden
+        attn_core = 4 * seq_len * self.q_dim
         per_layer = 2 * (self.attn_params() + self.active_mlp_params()) + attn_core
         return self.layers * per_layer + 2 * self.vocab * self.hidden
 
@@ -210,6 +229,7 @@ def from_hf_config(path: Path) -> ModelSpec:
         "hidden": pick("hidden_size", "n_embd", "d_model"),
         "heads": pick("num_attention_heads", "n_head"),
         "kv_heads": pick("num_key_value_heads"),
+        "head_dim": pick("head_dim"),
         "ffn": pick("intermediate_size", "n_inner", "ffn_dim"),
         "vocab": pick("vocab_size"),
         "gated": cfg.get("hidden_act", cfg.get("activation_function")) in ("silu", "swiglu"),

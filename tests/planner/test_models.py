@@ -14,6 +14,9 @@ PUBLISHED_PARAMS_B = [
     ("gpt3-175b", 175.2),
     ("mixtral-8x7b", 46.7),
     ("qwen2.5-72b", 72.7),
+    ("qwen3-30b-a3b", 30.5),
+    ("qwen3-235b-a22b", 235.1),
+    ("gpt-oss-120b", 116.8),
 ]
 
 
@@ -97,5 +100,43 @@ def test_bad_inline_shapes_are_named(text: str, needle: str) -> None:
 
 
 def test_heads_must_divide_hidden() -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         load_model("layers=2,hidden=100,heads=3")
+    assert "head_dim" in str(err.value)
+
+
+def test_head_dim_defaults_to_width_over_heads() -> None:
+    spec = load_model("llama3-8b")
+    assert spec.head_dim == 128 and spec.q_dim == spec.hidden and spec.kv_dim == 8 * 128
+    same = load_model("layers=32,hidden=4096,heads=32,kv_heads=8,head_dim=128,ffn=14336,gated=1")
+    assert same.attn_params() == spec.attn_params()
+
+
+def test_head_dim_apart_from_the_width_widens_the_attention() -> None:
+    """Qwen3-30B-A3B: 32 heads of 128 on a 2,048-wide model, so q and the attention output
+    are 4,096 wide; per layer Q 2048x4096, K and V 2048x512 each, O 4096x2048."""
+    spec = load_model("qwen3-30b-a3b")
+    assert spec.q_dim == 4096 and spec.kv_dim == 512
+    assert spec.attn_params() == 2048 * 4096 * 2 + 2 * 2048 * 512
+    narrow = spec.model_copy(update={"head_dim": 64})
+    assert narrow.forward_flops_per_token(4096) < spec.forward_flops_per_token(4096)
+
+
+def test_hugging_face_config_reads_head_dim(tmp_path) -> None:
+    cfg = {
+        "num_hidden_layers": 36,
+        "hidden_size": 2880,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "vocab_size": 201088,
+        "hidden_act": "silu",
+        "num_local_experts": 128,
+        "num_experts_per_tok": 4,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_model(str(path))
+    assert spec.q_dim == 4096 and spec.experts == 128 and spec.top_k == 4
+    assert spec.total_params() == load_model("gpt-oss-120b").total_params()
