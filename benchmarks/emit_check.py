@@ -50,6 +50,7 @@ CASES = [
     ("llama3-405b", "h100:16384"),
     ("mixtral-8x7b", "h100:128"),
     ("deepseek-v3-like", "h100:1024"),
+    ("gpt-oss-120b", "h100:64"),
     ("llama3-70b", "a100-80g:256+h100:256"),
 ]
 SEQ_LEN, GLOBAL_BATCH, TOP = 8192, 1024, 3
@@ -188,9 +189,7 @@ def _emit_before(before: dict, emitter: str, entry: dict, model, cluster) -> dic
         path.write_text(text)
         text = f"--job.config_file {path}"
     want = expected(plan, GLOBAL_BATCH, framework_of(emitter)).as_dict()
-    shape = {"layers": model.layers, "hidden": model.hidden, "heads": model.heads}
-    shape["experts"] = model.experts
-    return {**row, "status": "emitted", "text": text, "want": want, "shape": shape,
+    return {**row, "status": "emitted", "text": text, "want": want, "shape": _shape(model),
             "own_mismatches": []}  # fmt: skip
 
 
@@ -205,16 +204,20 @@ def _emit_row(emitter: str, result: dict, entry: dict, model, cluster) -> dict:
         return {**row, "status": "refused", "reason": str(err)}
     want = expected(plan, GLOBAL_BATCH, framework_of(emitter))
     own = mismatches(want, readers[emitter](text, cluster.num_devices))
-    shape = {"layers": model.layers, "hidden": model.hidden, "heads": model.heads}
-    shape["experts"] = model.experts
     return {
         **row,
         "status": "emitted",
         "text": text,
         "want": want.as_dict(),
-        "shape": shape,
+        "shape": _shape(model),
         "own_mismatches": own,
     }
+
+
+def _shape(model) -> dict[str, int]:
+    """The model shape each framework's parsed arguments must match."""
+    shape = {"layers": model.layers, "hidden": model.hidden, "heads": model.heads}
+    return shape | {"experts": model.experts, "head_dim": model.head_dim}
 
 
 def run_workers(cache: Path, items: list[dict]) -> dict[str, dict]:

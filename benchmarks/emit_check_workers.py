@@ -138,6 +138,7 @@ def _megatron_parsed(args) -> dict:
     }
     shape = {"layers": args.num_layers, "hidden": args.hidden_size}
     shape |= {"heads": args.num_attention_heads, "experts": args.num_experts or 1}
+    shape["head_dim"] = args.kv_channels  # validate_args: hidden / heads unless given
     return {"parsed": parsed, "shape": shape}
 
 
@@ -270,6 +271,7 @@ def _ds_parsed(ds_config, path: str, args, item: dict) -> dict:
     experts = experts if experts == 1 or args.expert_interval == 1 else -args.expert_interval
     shape = {"layers": args.num_layers, "hidden": args.hidden_size}
     shape |= {"heads": args.num_attention_heads, "experts": experts}
+    shape["head_dim"] = args.kv_channels
     return {"parsed": parsed, "shape": shape}
 
 
