@@ -188,7 +188,7 @@ def _emit_before(before: dict, emitter: str, entry: dict, model, cluster) -> dic
         path = Path(tempfile.mkdtemp()) / "job.toml"
         path.write_text(text)
         text = f"--job.config_file {path}"
-    want = expected(plan, GLOBAL_BATCH, framework_of(emitter)).as_dict()
+    want = expected(plan, GLOBAL_BATCH, framework_of(emitter), model.is_moe).as_dict()
     return {**row, "status": "emitted", "text": text, "want": want, "shape": _shape(model),
             "own_mismatches": []}  # fmt: skip
 
@@ -202,7 +202,7 @@ def _emit_row(emitter: str, result: dict, entry: dict, model, cluster) -> dict:
         text = emitters.get(emitter)(plan, model, seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
     except EmitRefusedError as err:
         return {**row, "status": "refused", "reason": str(err)}
-    want = expected(plan, GLOBAL_BATCH, framework_of(emitter))
+    want = expected(plan, GLOBAL_BATCH, framework_of(emitter), model.is_moe)
     own = mismatches(want, readers[emitter](text, cluster.num_devices))
     return {
         **row,

@@ -135,6 +135,7 @@ def _megatron_parsed(args) -> dict:
         "zero": zero,
         "precision": "fp8" if args.fp8 else "bf16" if args.bf16 else "fp32",
         "recompute_layers": _block_layers(args),
+        "etp": args.expert_tensor_parallel_size if args.num_experts else 0,
     }
     shape = {"layers": args.num_layers, "hidden": args.hidden_size}
     shape |= {"heads": args.num_attention_heads, "experts": args.num_experts or 1}
@@ -159,6 +160,7 @@ def torchtitan(items: list[dict]) -> dict:
         try:
             config = ConfigManager().parse_args(tokens)
             dims = ParallelDims.from_config(config.parallelism, item["devices"])
+            _titan_mesh(dims)
             vpp = _titan_stages(pipe, dims, config) // dims.pp
             out[item["id"]] = {"accepted": True, **_titan_parsed(config, dims, vpp)}
         except BaseException as err:  # noqa: BLE001 - the framework's verdict, recorded
@@ -180,6 +182,28 @@ def _titan_stages(pipe, dims, config) -> int:
     if stages > dims.pp and m % rounds:
         raise ValueError(f"{m} micro-batches not a multiple of {rounds} rounds")
     return stages
+
+
+def _titan_moe(model) -> bool:
+    return any(getattr(layer, "moe", None) is not None for layer in model.layers)
+
+
+def _titan_mesh(dims) -> None:
+    """Build the device meshes as torchtitan does at start-up (dense and sparse: EP's
+    efsdp = dp_shard*cp*tp/ep must be whole), over a fake process group of the job's
+    world size: the arithmetic ParallelDims leaves to `build_mesh` is checked too."""
+    import torch.distributed as dist
+    import torchtitan.distributed.parallel_dims as parallel_dims
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=dims.world_size)
+    parallel_dims.device_type = "cpu"
+    try:
+        dims.build_mesh()
+    finally:
+        dist.destroy_process_group()
 
 
 def _titan_parsed(config, dims, vpp: int) -> dict:
@@ -209,6 +233,8 @@ def _titan_parsed(config, dims, vpp: int) -> dict:
         if config.training.mixed_precision_param == "bfloat16"
         else "fp32",
         "recompute_layers": 0,  # torchtitan has no block method
+        # routed experts: whole under EP (sparse mesh without TP), split over TP without
+        "etp": (dims.tp if dims.ep == 1 else 1) if _titan_moe(model) else 0,
     }
     shape = {"layers": len(model.layers), "hidden": getattr(model, "dim", None)}
     return {"parsed": parsed, "shape": shape}
@@ -267,6 +293,10 @@ def _ds_parsed(ds_config, path: str, args, item: dict) -> dict:
         "precision": "bf16" if bf16 and args.bf16 else "fp32",
         "recompute_layers": _block_layers(args),
     }
+    if args.num_experts[0] > 1:  # experts whole on each device unless expert TP is on
+        parsed["etp"] = tp if args.enable_expert_tensor_parallelism else 1
+    else:
+        parsed["etp"] = 0
     experts = args.num_experts[0]  # every layer MoE only with --expert-interval 1
     experts = experts if experts == 1 or args.expert_interval == 1 else -args.expert_interval
     shape = {"layers": args.num_layers, "hidden": args.hidden_size}

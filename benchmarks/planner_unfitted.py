@@ -93,12 +93,9 @@ GRID_NS = tuple(float(x) for x in range(0, 401, 5))
 def outside(point: Point) -> str:
     """Why the cost model cannot price the published layout, or ''."""
     par = point.parallel
-    ep, dp, cp = par.get("ep", 1), par.get("dp", 1), par.get("cp", 1)
-    if (dp * cp) % ep:
-        return (
-            f"ep {ep} spans tensor-parallel ranks (dp x cp = {dp * cp}): expert-tensor "
-            "folding (etp 1) is not modelled"
-        )
+    ep, dp, cp, tp = (par.get(k, 1) for k in ("ep", "dp", "cp", "tp"))
+    if (dp * cp * tp) % ep:
+        return f"ep {ep} does not divide dp x cp x tp = {dp * cp * tp}"
     return ""
 
 

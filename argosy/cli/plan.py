@@ -318,8 +318,11 @@ def _plans_table(entries: list[dict], title: str, caption: str | None) -> Table:
 
 
 def _degrees(p: dict) -> str:
-    """Parallel degrees above 1, e.g. 'tp8 pp4 dp32' ('dp1' on one device)."""
+    """Parallel degrees above 1, e.g. 'tp8 pp4 dp32' ('dp1' on one device); 'etp1' where
+    the routed experts stay whole under TP."""
     parts = [f"{k}{p[k]}" for k in ("tp", "pp", "vpp", "dp", "cp", "ep") if p[k] > 1]
+    if p.get("etp") and p["etp"] != p["tp"]:
+        parts.append(f"etp{p['etp']}")
     return " ".join(parts) or "dp1"
 
 

@@ -317,12 +317,15 @@ def _layer_compute(model, hw: Hardware, fw: Profile, c, tokens, seq_len):
     fp8 = c.fp8
     gemm = _gemm_fb_s(hw, tokens, qkv / t, h, fp8) + _gemm_fb_s(hw, tokens, h, q / t, fp8)
     if model.is_moe:
-        per_expert = tokens * model.top_k * c.ep / model.experts
+        # each device holds experts/ep experts split over etp ranks; with etp < tp the
+        # tokens of tp/etp sequence shards meet at each whole expert
+        et = c.expert_tp
+        per_expert = tokens * model.top_k * c.ep / model.experts * et / t
         local = model.experts / c.ep
         f = model.expert_ffn
         gemm = gemm + local * (
-            _gemm_fb_s(hw, per_expert, f * (model.mlp_mats - 1) / t, h, fp8)
-            + _gemm_fb_s(hw, per_expert, h, f / t, fp8)
+            _gemm_fb_s(hw, per_expert, f * (model.mlp_mats - 1) / et, h, fp8)
+            + _gemm_fb_s(hw, per_expert, h, f / et, fp8)
         )
         if model.shared_experts:
             fs = f * model.shared_experts
@@ -330,7 +333,7 @@ def _layer_compute(model, hw: Hardware, fw: Profile, c, tokens, seq_len):
             gemm = gemm + _gemm_fb_s(hw, tokens, h, fs / t, fp8)
         gemm = gemm + _gemm_fb_s(hw, tokens, model.experts, h, False)
         act_elems = tokens * model.top_k * f / t + tokens * model.shared_experts * f / t
-        routing = tokens * local * fw.moe_token_expert_ns * 1e-9 * hw.elem_scale
+        routing = tokens * et / t * local * fw.moe_token_expert_ns * 1e-9 * hw.elem_scale
     else:
         f = model.ffn_size
         gemm = gemm + _gemm_fb_s(hw, tokens, f * (model.mlp_mats - 1) / t, h, fp8)
@@ -436,7 +439,7 @@ def _ep_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
         return np.zeros(len(c))
     volume = tokens * model.top_k * model.hidden * 2.0 / c.tp
     count = 4 + 2 * c.recompute_share(model.layers)
-    one = _ring_s(hw, sc, c.tp * c.ep, volume, 1.0, a2a=True)
+    one = _ring_s(hw, sc, c.expert_tp * c.ep, volume, 1.0, a2a=True)
     return np.where(c.ep > 1, count * one * (1.0 - fw.overlap.ep), 0.0)
 
 
@@ -453,7 +456,7 @@ def _p2p_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
 def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
     """Exposed data-parallel seconds per step under the framework's ZeRO semantics. Routed
     experts (already split over ep) reduce and gather over their own data-parallel group:
-    dp*cp/ep ranks, tp*ep apart."""
+    dp*cp*tp/(ep*etp) ranks, etp*ep apart."""
     experts = stage_layers(model, c) * layer_expert_params_per_device(model, c)
     dense = stage_params(model, c) - experts
     d = c.dp * c.cp
@@ -464,7 +467,7 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
         own = _ring_s(hw, sc, d, dense * volume_per_param, passes, stride=c.tp, calls=calls)
         if not model.is_moe:
             return own
-        span, stride = d / c.ep, c.tp * c.ep
+        span, stride = d * c.tp / (c.ep * c.expert_tp), c.expert_tp * c.ep
         return own + _ring_s(hw, sc, span, experts * volume_per_param, passes, stride, calls)
 
     out = np.zeros(len(c))

@@ -92,12 +92,15 @@ def _layout(p: Parallel, global_batch: int) -> list[str]:
 def _moe(p: Parallel, model: ModelSpec) -> list[str]:
     if not model.is_moe:
         return []
-    return [
+    args = [
         f"--num-experts {model.experts}",
         "--expert-interval 1",  # the default 2 makes only every second layer MoE
         f"--topk {model.top_k}",
         f"--moe-expert-parallel-size {p.ep}",
     ]
+    if p.tp > 1 and p.expert_tp == p.tp:  # experts are whole on each device by default
+        args.append("--enable-expert-tensor-parallelism")
+    return args
 
 
 def _memory(p: Parallel) -> list[str]:
@@ -138,4 +141,5 @@ def read_deepspeed(text: str, devices: int) -> Semantics:
         zero=zero if int(f.get("zero-stage", zero)) == zero else -1,
         precision="bf16" if precise else "fp32",
         recompute_layers=int(f.get("recompute-num-layers", 1)) if block else 0,
+        etp=(tp if f.get("enable-expert-tensor-parallelism") else 1) if "num-experts" in f else 0,
     )  # fmt: skip

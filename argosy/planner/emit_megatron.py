@@ -88,6 +88,8 @@ def _moe(p: Parallel, model: ModelSpec) -> list[str]:
         return []
     args = [f"--num-experts {model.experts}", f"--moe-router-topk {model.top_k}"]
     args.append(f"--expert-model-parallel-size {p.ep}")
+    if p.expert_tp != p.tp:  # Megatron's default is tp
+        args.append(f"--expert-tensor-parallel-size {p.expert_tp}")
     if model.moe_ffn:
         args.append(f"--moe-ffn-hidden-size {model.moe_ffn}")
     if model.shared_experts:
@@ -191,6 +193,7 @@ def read_megatron(text: str, devices: int) -> Semantics:
         global_batch=int(f["global-batch-size"]), recompute=recompute, zero=zero,
         precision="fp8" if "fp8-format" in f else "bf16" if f.get("bf16") else "fp32",
         recompute_layers=_block_layers(f),
+        etp=int(f.get("expert-tensor-parallel-size", tp)) if "num-experts" in f else 0,
     )  # fmt: skip
 
 

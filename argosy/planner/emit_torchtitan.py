@@ -146,10 +146,12 @@ def read_torchtitan(text: str) -> Semantics:
         vpp = math.ceil((entry.layers + extra) / per) // pp
     reshard = o.get("parallelism.fsdp-reshard-after-forward")
     zero = 0 if reshard is None else 2 if reshard == "never" else 3
+    tp, ep = get("tensor-parallel-degree"), get("expert-parallel-degree")
     return Semantics(
-        tp=get("tensor-parallel-degree"), pp=pp, vpp=vpp, dp=replicate * shard,
-        cp=get("context-parallel-degree"), ep=get("expert-parallel-degree"),
+        tp=tp, pp=pp, vpp=vpp, dp=replicate * shard,
+        cp=get("context-parallel-degree"), ep=ep,
         mbs=get("pipeline-parallel-microbatch-size") if pp > 1 else local,
         global_batch=int(o["training.global-batch-size"]), recompute=ac, zero=zero,
         precision="fp8" if entry.fp8 else "bf16",
+        etp=(tp if ep == 1 else 1) if entry.moe else 0,  # experts whole under EP
     )  # fmt: skip

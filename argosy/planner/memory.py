@@ -80,7 +80,8 @@ def layer_expert_params_per_device(model: ModelSpec, c: Candidates) -> np.ndarra
     """Routed-expert parameters of one layer held by one device (0 for a dense model)."""
     if not model.is_moe:
         return np.zeros(len(c))
-    return model.mlp_mats * model.hidden * model.expert_ffn * model.experts / (c.ep * c.tp)
+    split = c.ep * c.expert_tp
+    return model.mlp_mats * model.hidden * model.expert_ffn * model.experts / split
 
 
 def activation_bytes_per_layer(
@@ -148,10 +149,10 @@ def _sharded(profile, c: Candidates, state: str) -> np.ndarray:
 
 def state_params(profile, c: Candidates, state: str, params, experts) -> np.ndarray:
     """Parameters whose `state` one device holds: the dense ones sharded over dp*cp, the
-    routed experts (already split over ep) only over their own data-parallel group,
-    dp*cp/ep ranks (Megatron's expert data parallel)."""
+    routed experts (already split over ep x etp) only over their own data-parallel group,
+    dp*cp*tp/(ep*etp) ranks (Megatron's expert data parallel)."""
     div = _sharded(profile, c, state)
-    expert_div = np.where(div > 1, div / c.ep, 1.0)
+    expert_div = np.where(div > 1, div * c.tp / (c.ep * c.expert_tp), 1.0)
     return (params - experts) / div + experts / expert_div
 
 

@@ -3,11 +3,13 @@
 `Parallel` is one configuration; `Candidates` holds many as numpy columns so the cost
 model evaluates them all at once. `parse_parallel` reads the CLI form
 
-    tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1,recompute_layers=0]
+    tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1[,cp=1,ep=1,etp=0,sp=1,flash=1,compile=1,fp8=1,recompute_layers=0]
 
 (`flash` left out means the framework's default kernel: see `given_keys`;
 `recompute_layers=k` with `recompute=full` recomputes only the first k layers of each
-model chunk, Megatron's `--recompute-method block`; 0 means every layer), and
+model chunk, Megatron's `--recompute-method block`; 0 means every layer; `etp` is the
+tensor-parallel degree of the routed experts, 0 meaning tp: with etp=1 the experts are
+whole on each device and ep may take ranks from TP, Megatron's MoE parallel folding), and
 `check_parallel` raises `ArgosyError` for degrees that cannot work (product not the
 device count, TP not dividing the heads, ...).
 """
@@ -23,11 +25,11 @@ from argosy.planner.models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
 BOOL_KEYS = ("sp", "flash", "compile", "fp8")
-INT_KEYS = ("tp", "pp", "dp", "vpp", "cp", "ep", "mbs", "zero", "recompute_layers")
-ZERO_ALLOWED = ("zero", "recompute_layers")  # integer keys that may be 0
+INT_KEYS = ("tp", "pp", "dp", "vpp", "cp", "ep", "etp", "mbs", "zero", "recompute_layers")
+ZERO_ALLOWED = ("zero", "recompute_layers", "etp")  # integer keys that may be 0
 PARALLEL_FORM = (
     "tp=8,pp=16,dp=24,vpp=1,mbs=1,recompute=selective,zero=1"
-    "[,cp=1,ep=1,sp=1,flash=1,compile=1,fp8=1,recompute_layers=0]"
+    "[,cp=1,ep=1,etp=0,sp=1,flash=1,compile=1,fp8=1,recompute_layers=0]"
 )
 
 
@@ -44,6 +46,8 @@ class Parallel:
     zero: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int = 0
+    """Tensor-parallel degree of the routed experts: 0 means tp (Megatron's default)."""
     sp: bool = True
     flash: bool = True
     compile: bool = False
@@ -56,6 +60,11 @@ class Parallel:
         return self.tp * self.pp * self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree the routed experts run with."""
+        return self.etp or self.tp
+
+    @property
     def partial_recompute(self) -> bool:
         """Full recompute of only some layers of each model chunk."""
         return self.recompute == "full" and self.recompute_layers > 0
@@ -64,9 +73,11 @@ class Parallel:
         return asdict(self)
 
     def text(self) -> str:
-        """The `--parallel` form of this configuration (`recompute_layers` only when set)."""
+        """The `--parallel` form of this configuration (`recompute_layers` and `etp` only
+        when set)."""
         items = asdict(self).items()
-        return ",".join(f"{k}={str(v).lower()}" for k, v in items if k != "recompute_layers" or v)
+        optional = ("recompute_layers", "etp")
+        return ",".join(f"{k}={str(v).lower()}" for k, v in items if k not in optional or v)
 
 
 def recompute_label(recompute: str, layers: int = 0) -> str:
@@ -136,8 +147,16 @@ def check_parallel(
         )
     if seq_len % (2 * p.cp) and p.cp > 1:
         raise ArgosyError(f"cp={p.cp}: seq-len {seq_len} must be divisible by 2*cp")
-    if p.ep > 1 and (not model.is_moe or model.experts % p.ep or (p.dp * p.cp) % p.ep):
-        raise ArgosyError(f"ep={p.ep} must divide experts={model.experts} and dp*cp={p.dp * p.cp}")
+    if p.etp not in (0, 1, p.tp):
+        raise ArgosyError(f"etp={p.etp} must be 1 or tp={p.tp} (0 means tp)")
+    if p.ep > 1 and (not model.is_moe or model.experts % p.ep):
+        raise ArgosyError(f"ep={p.ep} must divide experts={model.experts}")
+    group = p.dp * p.cp * p.tp // p.expert_tp
+    if p.ep > 1 and group % p.ep:
+        raise ArgosyError(
+            f"ep={p.ep} must divide dp*cp*tp/etp = {group} (the ranks that hold different "
+            "experts; etp=1 lets ep take ranks from TP)"
+        )
     if global_batch % (p.dp * p.mbs):
         raise ArgosyError(
             f"global batch {global_batch} is not a multiple of dp*mbs = {p.dp * p.mbs}"
@@ -157,6 +176,7 @@ class Candidates:
     zero: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    etp: np.ndarray
     sp: np.ndarray
     flash: np.ndarray
     compile: np.ndarray
@@ -182,6 +202,11 @@ class Candidates:
                 for f in fields(Parallel)
             }
         )
+
+    @property
+    def expert_tp(self) -> np.ndarray:
+        """Tensor-parallel degree the routed experts run with (etp, or tp where 0)."""
+        return np.where(self.etp > 0, self.etp, self.tp)
 
     def recompute_share(self, layers: int) -> np.ndarray:
         """Share of each model chunk's layers recomputed in full: 1 for recompute=full

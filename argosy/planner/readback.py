@@ -39,6 +39,8 @@ class Semantics:
     precision: str
     recompute_layers: int = 0
     """Full recompute of only the first k layers of each model chunk; 0: all or n/a."""
+    etp: int = 0
+    """Tensor-parallel degree of the routed experts; 0 for a dense model."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -55,13 +57,14 @@ def canonical_zero(framework: str, zero: int) -> int:
     return zero
 
 
-def expected(plan: Parallel, global_batch: int, framework: str) -> Semantics:
-    """The semantics `plan` asks of `framework`'s launch."""
+def expected(plan: Parallel, global_batch: int, framework: str, moe: bool = False) -> Semantics:
+    """The semantics `plan` asks of `framework`'s launch (`moe`: the model routes experts)."""
     return Semantics(
         tp=plan.tp, pp=plan.pp, vpp=plan.vpp, dp=plan.dp, cp=plan.cp, ep=plan.ep, mbs=plan.mbs,
         global_batch=global_batch, recompute=plan.recompute,
         zero=canonical_zero(framework, plan.zero), precision="fp8" if plan.fp8 else "bf16",
         recompute_layers=plan.recompute_layers if plan.recompute == "full" else 0,
+        etp=plan.expert_tp if moe else 0,
     )  # fmt: skip
 
 

@@ -93,7 +93,8 @@ def enumerate_space(
     rlayers = int(fixed.get("recompute_layers") or 0)  # type: ignore[call-overload]
     return Candidates(
         tp=arr[:, 0], pp=arr[:, 1], dp=arr[:, 2], vpp=arr[:, 3], mbs=arr[:, 4],
-        recompute=arr[:, 5], zero=arr[:, 6], cp=arr[:, 7], ep=arr[:, 8], sp=sp_col, flash=flash,
+        recompute=arr[:, 5], zero=arr[:, 6], cp=arr[:, 7], ep=arr[:, 8], etp=arr[:, 9],
+        sp=sp_col, flash=flash,
         compile=compiled, fp8=fp8, recompute_layers=np.where(arr[:, 5] == 2, rlayers, 0),
     )  # fmt: skip
 
@@ -107,15 +108,17 @@ def _inner(
     ]
     recs = [RECOMPUTE.index(r) for r in _pick(fixed, "recompute", list(RECOMPUTE))]
     rows = []
-    for vpp, mbs, ep in itertools.product(
-        _pick(fixed, "vpp", vpps), _pick(fixed, "mbs", mbss), _pick(fixed, "ep", eps)
+    # routed experts split over TP (etp 0: as tp) or whole (etp 1, ep may span TP ranks)
+    etps = _pick(fixed, "etp", [0, 1] if model.is_moe and tp > 1 else [0])
+    for vpp, mbs, ep, etp in itertools.product(
+        _pick(fixed, "vpp", vpps), _pick(fixed, "mbs", mbss), _pick(fixed, "ep", eps), etps
     ):
-        if (dp * cp) % ep:
+        if (dp * cp * tp // (etp or tp)) % ep:
             continue
         for rec, zero in itertools.product(recs, _pick(fixed, "zero", list(zeros))):
             if zero and dp * cp == 1:
                 continue
-            rows.append((tp, pp, dp, vpp, mbs, rec, zero, cp, ep))
+            rows.append((tp, pp, dp, vpp, mbs, rec, zero, cp, ep, etp))
     return rows
 
 

@@ -42,6 +42,7 @@ class Entry:
     config: str
     layers: int
     fp8: bool = False
+    moe: bool = False
 
 
 # torchtitan 0.3.0 torchtitan/models/*/config_registry.py
@@ -49,7 +50,7 @@ TORCHTITAN_REGISTRY = {
     "llama3-8b": Entry("llama3", "llama3_8b", 32),
     "llama3-70b": Entry("llama3", "llama3_70b", 80),
     "llama3-405b": Entry("llama3", "llama3_405b", 126, fp8=True),
-    "deepseek-v3-like": Entry("deepseek_v3", "deepseek_v3_671b", 61),
+    "deepseek-v3-like": Entry("deepseek_v3", "deepseek_v3_671b", 61, moe=True),
 }
 
 
@@ -141,10 +142,42 @@ def _own_rules(
             ),
             ("DeepSpeed has no interleaved pipeline schedule (vpp={vpp})", c.vpp > 1),
             ("Megatron-DeepSpeed has no fp8 training (fp8={fp8})", c.fp8.astype(bool)),
+            (
+                "DeepSpeed draws expert-parallel groups from the data-parallel ranks only: "
+                "ep={ep} must divide dp x cp (dp={dp}, cp={cp})",
+                (c.ep > 1) & ((c.dp * c.cp) % c.ep != 0),
+            ),
         ]
     if framework == "torchtitan":
         return _torchtitan_rules(c, model, samples)
     return []
+
+
+def _torchtitan_expert_rules(c: Candidates, model: ModelSpec) -> list:
+    """torchtitan 0.3's sparse mesh (pp x dp_replicate x efsdp x ep, parallel_dims.py):
+    with EP on, experts are never split over TP and efsdp = dp_shard*cp*tp/ep must be
+    whole (dp_shard is dp under FSDP, zero >= 2, else 1); with EP off, TP splits them."""
+    if not model.is_moe:
+        return []
+    shard = np.where(c.zero >= 2, c.dp, 1)
+    return [
+        (
+            "torchtitan runs routed experts whole when ep > 1 (its sparse mesh has no TP "
+            "axis); this plan splits them over etp={etp}, tp={tp}",
+            (c.ep > 1) & (c.expert_tp != 1),
+        ),
+        (
+            "torchtitan splits routed experts over TP when ep = 1; this plan keeps them "
+            "whole (etp={etp}, tp={tp})",
+            (c.ep == 1) & (c.expert_tp != c.tp),
+        ),
+        (
+            "torchtitan's expert region is dp_shard x cp x tp ranks (dp_shard = dp under "
+            "FSDP, zero >= 2, else 1): ep={ep} does not divide it (dp={dp}, cp={cp}, "
+            "tp={tp}, zero={zero})",
+            (c.ep > 1) & ((shard * c.cp * c.tp) % c.ep != 0),
+        ),
+    ]
 
 
 def _torchtitan_rules(c: Candidates, model: ModelSpec, samples: int) -> list:
@@ -153,7 +186,7 @@ def _torchtitan_rules(c: Candidates, model: ModelSpec, samples: int) -> list:
     stages = c.pp * c.vpp
     cuts = {int(s): stage_cut(model.layers, int(s)) is not None for s in np.unique(stages)}
     uncut = np.array([not cuts[int(s)] for s in stages], dtype=bool)
-    return [
+    return _torchtitan_expert_rules(c, model) + [
         (
             "torchtitan cannot cut the model's layers into pp*vpp stages (pp={pp}, "
             "vpp={vpp}) with any pipeline_parallel_layers_per_stage",

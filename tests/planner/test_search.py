@@ -32,8 +32,10 @@ def test_plans_are_legal_fit_and_sorted(model, cluster, seq, gbs) -> None:
         assert spec.heads % p.tp == 0 and spec.kv % p.tp == 0 and p.tp <= group.domain_size
         assert gbs % (p.dp * p.mbs) == 0
         assert ranked.costs.memory_gib[ranked.index(r)] <= group.chip.memory_gib
-        if p.ep > 1:
-            assert spec.experts % p.ep == 0 and (p.dp * p.cp) % p.ep == 0
+        assert p.expert_tp in (1, p.tp)
+        if p.ep > 1:  # ep ranks hold different experts: they come from dp x cp x tp/etp
+            holders = p.dp * p.cp * p.tp // p.expert_tp
+            assert spec.experts % p.ep == 0 and holders % p.ep == 0
 
 
 def test_moe_search_uses_expert_parallelism() -> None:
