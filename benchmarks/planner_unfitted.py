@@ -150,7 +150,9 @@ def main() -> None:
             continue
         c = predict(point)
         p = c.plan
-        plan = f"tp{p.tp} pp{p.pp} vpp{p.vpp} dp{p.dp} ep{p.ep} mbs{p.mbs} "
+        plan = f"tp{p.tp} pp{p.pp} vpp{p.vpp} dp{p.dp} ep{p.ep} "
+        plan += f"etp{p.etp} " if p.etp and p.etp != p.tp else ""
+        plan += f"mbs{p.mbs} "
         plan += recompute_label(p.recompute, p.recompute_layers)
         errors.append(abs(c.error))
         if not c.feasible:
