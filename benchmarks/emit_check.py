@@ -217,7 +217,11 @@ def _emit_row(emitter: str, result: dict, entry: dict, model, cluster) -> dict:
 def _shape(model) -> dict[str, int]:
     """The model shape each framework's parsed arguments must match."""
     shape = {"layers": model.layers, "hidden": model.hidden, "heads": model.heads}
-    return shape | {"experts": model.experts, "head_dim": model.head_dim}
+    shape |= {"experts": model.experts, "kv_lora_rank": model.kv_lora_rank}
+    if model.is_mla:  # Megatron's qk_head_dim is the non-rotary part, as argosy's head_dim
+        shape |= {"qk_head_dim": model.head_dim, "qk_pos_emb_head_dim": model.qk_rope_dim}
+        return shape | {"v_head_dim": model.v_head_dim or model.head_dim}
+    return shape | {"head_dim": model.head_dim}
 
 
 def run_workers(cache: Path, items: list[dict]) -> dict[str, dict]:
@@ -316,8 +320,11 @@ def check_bundles(rows: list[dict]) -> list[str]:
 
 
 def write_golden(rows: list[dict], items: list[dict], verdicts: dict[str, dict]) -> int:
-    """One file per accepted config: the text and what every parser run understood."""
+    """One file per accepted config: the text and what every parser run understood. The
+    folder is rewritten whole: a plan no longer emitted leaves no stale file behind."""
     GOLDEN.mkdir(parents=True, exist_ok=True)
+    for old in GOLDEN.glob("*.json"):
+        old.unlink()
     written = 0
     for r in items:
         if r["rank"] >= TOP:  # the planner's own top plans; the variants stay in the run

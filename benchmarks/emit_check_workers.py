@@ -140,6 +140,11 @@ def _megatron_parsed(args) -> dict:
     shape = {"layers": args.num_layers, "hidden": args.hidden_size}
     shape |= {"heads": args.num_attention_heads, "experts": args.num_experts or 1}
     shape["head_dim"] = args.kv_channels  # validate_args: hidden / heads unless given
+    mla = bool(getattr(args, "multi_latent_attention", False))
+    shape["kv_lora_rank"] = args.kv_lora_rank if mla else 0
+    if mla:
+        shape |= {"qk_head_dim": args.qk_head_dim, "v_head_dim": args.v_head_dim}
+        shape["qk_pos_emb_head_dim"] = args.qk_pos_emb_head_dim
     return {"parsed": parsed, "shape": shape}
 
 
@@ -302,6 +307,7 @@ def _ds_parsed(ds_config, path: str, args, item: dict) -> dict:
     shape = {"layers": args.num_layers, "hidden": args.hidden_size}
     shape |= {"heads": args.num_attention_heads, "experts": experts}
     shape["head_dim"] = args.kv_channels
+    shape["kv_lora_rank"] = 0  # Megatron-DeepSpeed has no latent attention
     return {"parsed": parsed, "shape": shape}
 
 

@@ -13,7 +13,8 @@ None of these runs moves the two scales of calibration.yaml's fit. The MoE rows 
 number of the megatron-core profile, `moe_token_expert_ns` (routing work per token and
 local expert), on a grid by the calibration's loss (median + mean |log error|); `--fit`
 prints it in sample and held out (refit without the row's whole source, then predict it).
-The 25.11 gpt-oss row is not fitted on: its GA column (2) fits dp 64, not its pp 4.
+Not fitted on: the 25.11 gpt-oss row (its GA column, 2, fits dp 64, not its pp 4) and
+DeepSeek-V3's own run on H800 (DeepSeek's framework, not Megatron-Core).
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ POINTS = [
 ]  # fmt: skip
 
 
-NOT_FITTED = {"gptoss-120b-h100-64"}  # its row is not self-consistent (see above)
+# not fitted on: the 25.11 gpt-oss row is not self-consistent (see above); DeepSeek-V3's
+# own run used DeepSeek's framework (HAI-LLM, DualPipe), not the profile being fitted
+NOT_FITTED = {"gptoss-120b-h100-64", "dsv3-h800-2048"}
 GRID_NS = tuple(float(x) for x in range(0, 401, 5))
 
 

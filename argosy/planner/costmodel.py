@@ -312,10 +312,13 @@ def _gemm_fb_s(hw: Hardware, m, n, k, fp8) -> np.ndarray:
 def _layer_compute(model, hw: Hardware, fw: Profile, c, tokens, seq_len):
     """Forward+backward seconds of one layer for one micro-batch: GEMMs, attention core,
     memory-bound ops; and the forward's share of the total."""
-    h, t, q = model.hidden, c.tp, model.q_dim
-    qkv = q + 2 * model.kv_dim
+    h, t = model.hidden, c.tp
     fp8 = c.fp8
-    gemm = _gemm_fb_s(hw, tokens, qkv / t, h, fp8) + _gemm_fb_s(hw, tokens, h, q / t, fp8)
+    gemm = sum(
+        _gemm_fb_s(hw, tokens, n / t if split == "out" else n, k / t if split == "in" else k, fp8)
+        for n, k, split in model.attention_gemms()
+    )
+    qo = (model.q_width + model.o_width) / 2.0  # query-key and probability-value widths
     if model.is_moe:
         # each device holds experts/ep experts split over etp ranks; with etp < tp the
         # tokens of tp/etp sequence shards meet at each whole expert
@@ -342,13 +345,13 @@ def _layer_compute(model, hw: Hardware, fw: Profile, c, tokens, seq_len):
         routing = 0.0
     flash = c.flash
     if hw.measured is not None:
-        causal_fwd = 2.0 * tokens * seq_len * q / t
+        causal_fwd = 2.0 * tokens * seq_len * qo / t
         attn_flash = 3.5 * causal_fwd / (hw.peak_flops * hw.measured.attn_eff(seq_len))
     else:
-        attn_flash = 12.0 * tokens * seq_len * q / t / (hw.peak_flops * hw.eff.attn_eff)
+        attn_flash = 12.0 * tokens * seq_len * qo / t / (hw.peak_flops * hw.eff.attn_eff)
     # without flash attention: full score matmuls plus memory-bound passes over the scores
     score_bytes = 2.0 * tokens * seq_len * model.heads / t
-    attn_plain = 12.0 * tokens * seq_len * q / t / (hw.peak_flops * hw.eff.attn_eff) + (
+    attn_plain = 12.0 * tokens * seq_len * qo / t / (hw.peak_flops * hw.eff.attn_eff) + (
         fw.score_passes * score_bytes / (hw.memory_bps * hw.eff.mem_eff)
     )
     attn = np.where(flash, attn_flash, attn_plain)
@@ -427,7 +430,7 @@ def _tp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens):
 
 
 def _cp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, tokens, attn_fwd):
-    kv_bytes = 2.0 * tokens * model.kv_dim * 2.0 / c.tp
+    kv_bytes = tokens * (model.k_width + model.v_width) * 2.0 / c.tp
     bw = _ring_bw(hw, c.tp * c.cp, kv_bytes)
     comm = 3.0 * (c.cp - 1) * kv_bytes / bw * sc.comm
     hidden = fw.overlap.cp * 3.5 * attn_fwd

@@ -31,6 +31,11 @@ def deepspeed(p: Parallel, model: ModelSpec, *, seq_len: int, global_batch: int)
     why = refusal(FRAMEWORK, p, model, global_batch)
     if why:
         raise EmitRefusedError(why)
+    if model.is_mla:
+        raise EmitRefusedError(
+            f"Megatron-DeepSpeed has no multi-head latent attention ({model.name}: "
+            f"kv_lora_rank {model.kv_lora_rank}); it would train plain attention instead"
+        )
     config: dict[str, object] = {
         "train_batch_size": global_batch,
         "train_micro_batch_size_per_gpu": p.mbs,
@@ -56,7 +61,7 @@ def _shape(model: ModelSpec, seq_len: int) -> list[str]:
         "--untie-embeddings-and-output-weights",
         "--bf16",
     ]
-    if model.q_dim != model.hidden:
+    if model.heads * model.head_dim != model.hidden:
         args.append(f"--kv-channels {model.head_dim}")
     if model.gated:
         args += [

@@ -78,7 +78,15 @@ def _architecture(model: ModelSpec) -> list[str]:
         ]
     if model.kv != model.heads:
         args += ["--group-query-attention", f"--num-query-groups {model.kv}"]
-    if model.q_dim != model.hidden:
+    if model.is_mla:
+        args += ["--multi-latent-attention", f"--kv-lora-rank {model.kv_lora_rank}"]
+        args += [f"--q-lora-rank {model.q_lora_rank}"] if model.q_lora_rank else []
+        args += [
+            f"--qk-head-dim {model.head_dim}",
+            f"--qk-pos-emb-head-dim {model.qk_rope_dim}",
+            f"--v-head-dim {model.v_head_dim or model.head_dim}",
+        ]
+    elif model.heads * model.head_dim != model.hidden:
         args.append(f"--kv-channels {model.head_dim}")
     return args
 

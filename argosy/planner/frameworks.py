@@ -187,7 +187,7 @@ class Profile(BaseModel):
     moe_token_expert_ns: float = Field(default=0.0, ge=0)
     """Routing work per MoE layer, forward+backward, in nanoseconds per token and local
     expert (permutation, per-expert chunking and quantization, router): fitted on
-    published MoE runs (`benchmarks/planner_moe.py --fit`); 0 where none was measured."""
+    published MoE runs (`benchmarks/planner_unfitted.py --fit`); 0 where none was measured."""
     grad_comm_bytes: float = 4.0
     """Bytes per gradient element in the data-parallel reduction."""
     param_comm_bytes: float = 2.0

@@ -103,9 +103,10 @@ def activation_bytes_per_layer(
     keeps its fp32 upcast, its bf16 normalised copy and its weighted output (the next
     GEMMs' input; 8h each), attention keeps the rotated q and k, v, its output (already
     laid out for the output projection: no copy) and an fp32 log-sum-exp per head."""
-    h, q = model.hidden, model.q_dim
+    h, q, o = model.hidden, model.q_width, model.o_width
     tokens = c.mbs * seq_len / c.cp
-    kvd = model.kv_dim
+    kv = model.k_width + model.v_width
+    latent = 2.0 * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_dim)
     f_eff = (
         model.ffn_size
         if not model.is_moe
@@ -115,15 +116,15 @@ def activation_bytes_per_layer(
     mlp = (8.0 if model.gated else 4.0) * f_eff
     if accounting == "eager":
         nonpar = 12.0 * h
-        par = 6.0 * q + 4.0 * kvd + mlp
+        par = 2.0 * q + 4.0 * o + 2.0 * kv + latent + mlp
         per_token = nonpar / sp_div + par / c.tp
     elif accounting == "hf":
         nonpar = 16.0 * h
-        par = 4.0 * q + 4.0 * kvd + 4.0 * model.heads + mlp
+        par = 2.0 * q + 2.0 * o + 2.0 * kv + latent + 4.0 * model.heads + mlp
         per_token = nonpar / sp_div + par / c.tp
     else:
         f_eff = f_eff * (1.5 if model.gated else 1.0)
-        attn = (3 * h + 4 * q + 4 * kvd) / h  # input, mask; q, context; k, v
+        attn = (3 * h + 2 * q + 2 * o + 2 * kv + latent) / h  # input, mask; q, context; k, v
         mlp = 3 + 4 * f_eff / h
         total = 4 + attn + mlp
         nonpar_h, par_h = 10.0, total - 10.0

@@ -29,6 +29,10 @@ INLINE_KEYS = {
     "heads": "heads",
     "kv_heads": "kv_heads",
     "head_dim": "head_dim",
+    "qk_rope_dim": "qk_rope_dim",
+    "v_head_dim": "v_head_dim",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
     "ffn": "ffn",
     "vocab": "vocab",
     "experts": "experts",
@@ -56,7 +60,17 @@ class ModelSpec(BaseModel):
     """Key/value heads (grouped-query attention); default = heads."""
     head_dim: int = Field(default=0, ge=0)
     """Width of one attention head; 0 means hidden / heads. Models such as Qwen3 or gpt-oss
-    set it apart from the width (their query projection is heads x head_dim wide)."""
+    set it apart from the width (their query projection is heads x head_dim wide). Under
+    multi-head latent attention, the non-rotary part of each query/key head."""
+    qk_rope_dim: int = Field(default=0, ge=0)
+    """Multi-head latent attention: the rotary part of each query/key head, beside head_dim
+    (DeepSeek's qk_rope_head_dim)."""
+    v_head_dim: int = Field(default=0, ge=0)
+    """Width of each value head; 0 means head_dim."""
+    q_lora_rank: int = Field(default=0, ge=0)
+    """Multi-head latent attention: rank of the query down-projection; 0: a full query."""
+    kv_lora_rank: int = Field(default=0, ge=0)
+    """Multi-head latent attention: rank of the joint key/value latent; 0: no MLA."""
     ffn: int | None = Field(default=None, gt=0)
     """MLP hidden size of a dense layer; default 4*hidden."""
     vocab: int = Field(default=51200, gt=0)
@@ -92,6 +106,8 @@ class ModelSpec(BaseModel):
             raise ValueError(f"kv_heads={self.kv} must divide heads={self.heads}")
         if self.top_k > self.experts:
             raise ValueError(f"top_k={self.top_k} exceeds experts={self.experts}")
+        if (self.qk_rope_dim or self.q_lora_rank) and not self.kv_lora_rank:
+            raise ValueError("qk_rope_dim and q_lora_rank need kv_lora_rank (latent attention)")
         return self
 
     @property
@@ -111,14 +127,45 @@ class ModelSpec(BaseModel):
         return self.experts > 1
 
     @property
-    def q_dim(self) -> int:
-        """Width of the query projection and of the attention output: heads x head_dim."""
-        return self.heads * self.head_dim
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): keys and values from a latent."""
+        return self.kv_lora_rank > 0
 
     @property
-    def kv_dim(self) -> int:
-        """Width of the key (and of the value) projection."""
-        return self.kv * self.head_dim
+    def q_width(self) -> int:
+        """Width of the queries (and of the query-key products): heads x query head."""
+        return self.heads * (self.head_dim + self.qk_rope_dim)
+
+    @property
+    def o_width(self) -> int:
+        """Width of the attention output (and of the probability-value products)."""
+        return self.heads * (self.v_head_dim or self.head_dim)
+
+    @property
+    def k_width(self) -> int:
+        """Width of the keys attention reads: per key/value head, or per head under MLA."""
+        return (self.heads if self.is_mla else self.kv) * (self.head_dim + self.qk_rope_dim)
+
+    @property
+    def v_width(self) -> int:
+        """Width of the values attention reads."""
+        return (self.heads if self.is_mla else self.kv) * (self.v_head_dim or self.head_dim)
+
+    def attention_gemms(self) -> list[tuple[int, int, str]]:
+        """The projections of one layer's attention as (out, in, tp_split): `out` split
+        over TP (column parallel), `in` (row parallel), or `none` (replicated: MLA's
+        down-projections)."""
+        h = self.hidden
+        if not self.is_mla:
+            return [(self.q_width + self.k_width + self.v_width, h, "out"), (h, self.o_width, "in")]
+        rope, up = self.qk_rope_dim, self.heads * self.head_dim + self.o_width  # k and v up
+        query = (
+            [(self.q_lora_rank, h, "none"), (self.q_width, self.q_lora_rank, "out")]
+            if self.q_lora_rank
+            else [(self.q_width, h, "out")]
+        )
+        latent = [(self.kv_lora_rank + rope, h, "none"), (up, self.kv_lora_rank, "out")]
+        return [*query, *latent, (h, self.o_width, "in")]
 
     @property
     def mlp_mats(self) -> int:
@@ -126,7 +173,7 @@ class ModelSpec(BaseModel):
 
     def attn_params(self) -> int:
         """Q, K, V and output projection weights of one layer."""
-        return self.hidden * (2 * self.q_dim + 2 * self.kv_dim)
+        return sum(n * k for n, k, _ in self.attention_gemms())
 
     def mlp_params(self) -> int:
         """Weights of one layer's MLP: all experts (dense: the one MLP)."""
@@ -158,7 +205,7 @@ class ModelSpec(BaseModel):
     def forward_flops_per_token(self, seq_len: int) -> float:
         """Model FLOPs of one forward pass per token: matmuls, full (unmasked) attention
         scores, and the LM head; embeddings and elementwise ops are not counted."""
-        attn_core = 4 * seq_len * self.q_dim
+        attn_core = 2 * seq_len * (self.q_width + self.o_width)
         per_layer = 2 * (self.attn_params() + self.active_mlp_params()) + attn_core
         return self.layers * per_layer + 2 * self.vocab * self.hidden
 
@@ -229,7 +276,11 @@ def from_hf_config(path: Path) -> ModelSpec:
         "hidden": pick("hidden_size", "n_embd", "d_model"),
         "heads": pick("num_attention_heads", "n_head"),
         "kv_heads": pick("num_key_value_heads"),
-        "head_dim": pick("head_dim"),
+        "head_dim": pick("qk_nope_head_dim", "head_dim"),
+        "qk_rope_dim": pick("qk_rope_head_dim") if cfg.get("kv_lora_rank") else None,
+        "v_head_dim": pick("v_head_dim"),
+        "q_lora_rank": pick("q_lora_rank"),
+        "kv_lora_rank": pick("kv_lora_rank"),
         "ffn": pick("intermediate_size", "n_inner", "ffn_dim"),
         "vocab": pick("vocab_size"),
         "gated": cfg.get("hidden_act", cfg.get("activation_function")) in ("silu", "swiglu"),

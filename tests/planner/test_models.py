@@ -107,7 +107,8 @@ def test_heads_must_divide_hidden() -> None:
 
 def test_head_dim_defaults_to_width_over_heads() -> None:
     spec = load_model("llama3-8b")
-    assert spec.head_dim == 128 and spec.q_dim == spec.hidden and spec.kv_dim == 8 * 128
+    assert spec.head_dim == 128 and spec.q_width == spec.o_width == spec.hidden
+    assert spec.k_width == spec.v_width == 8 * 128 and not spec.is_mla
     same = load_model("layers=32,hidden=4096,heads=32,kv_heads=8,head_dim=128,ffn=14336,gated=1")
     assert same.attn_params() == spec.attn_params()
 
@@ -116,7 +117,7 @@ def test_head_dim_apart_from_the_width_widens_the_attention() -> None:
     """Qwen3-30B-A3B: 32 heads of 128 on a 2,048-wide model, so q and the attention output
     are 4,096 wide; per layer Q 2048x4096, K and V 2048x512 each, O 4096x2048."""
     spec = load_model("qwen3-30b-a3b")
-    assert spec.q_dim == 4096 and spec.kv_dim == 512
+    assert spec.q_width == spec.o_width == 4096 and spec.k_width == spec.v_width == 512
     assert spec.attn_params() == 2048 * 4096 * 2 + 2 * 2048 * 512
     narrow = spec.model_copy(update={"head_dim": 64})
     assert narrow.forward_flops_per_token(4096) < spec.forward_flops_per_token(4096)
@@ -138,5 +139,46 @@ def test_hugging_face_config_reads_head_dim(tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     spec = load_model(str(path))
-    assert spec.q_dim == 4096 and spec.experts == 128 and spec.top_k == 4
+    assert spec.q_width == 4096 and spec.experts == 128 and spec.top_k == 4
     assert spec.total_params() == load_model("gpt-oss-120b").total_params()
+
+
+def test_latent_attention_of_deepseek_v3() -> None:
+    """DeepSeek-V3's MLA per layer: q down 7168x1536 and up 1536x(128 x 192), the joint
+    key/value latent 7168x(512+64) and its up-projection 512x(128 x (128+128)), output
+    (128 x 128)x7168; attention reads 192-wide query/key heads and 128-wide values."""
+    spec = load_model("deepseek-v3-like")
+    assert spec.is_mla and spec.q_width == spec.k_width == 128 * 192
+    assert spec.o_width == spec.v_width == 128 * 128
+    want = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert spec.attn_params() == want
+    assert spec.active_params() / 1e9 == pytest.approx(37.6, rel=0.01)  # published: 37B
+
+
+def test_hugging_face_config_reads_latent_attention(tmp_path) -> None:
+    cfg = {
+        "num_hidden_layers": 61,
+        "hidden_size": 7168,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "vocab_size": 129280,
+        "hidden_act": "silu",
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert load_model(str(path)).attn_params() == load_model("deepseek-v3-like").attn_params()
+
+
+def test_latent_attention_fields_need_a_latent() -> None:
+    with pytest.raises(ConfigError, match="kv_lora_rank"):
+        load_model("layers=2,hidden=256,heads=4,qk_rope_dim=16")
