@@ -131,7 +131,7 @@ def _refine(model, parts: list[GroupPlan], seq_len, constants, framework=None, m
         for other in parts:
             if other is slow:
                 continue
-            for delta in (1, 2, 4, 8, 16, 32):
+            for delta in _move_sizes(slow):
                 if delta >= slow.samples:
                     break
                 a, b = (
@@ -150,6 +150,16 @@ def _refine(model, parts: list[GroupPlan], seq_len, constants, framework=None, m
         parts = [a if p is slow else b if p is other else p for p in parts]
     searched = sum(len(p.ranked.cands) for p in cache.values())
     return parts, searched
+
+
+def _move_sizes(slow: GroupPlan) -> list[int]:
+    """Samples to try moving off the slow group: small steps, and one or two of its
+    plan's micro-batch rounds (dp x mbs), the step that keeps its layout whole."""
+    sizes = {1, 2, 4, 8, 16, 32}
+    if len(slow.ranked):
+        plan = slow.ranked.plan(0)
+        sizes |= {plan.dp * plan.mbs, 2 * plan.dp * plan.mbs}
+    return sorted(sizes)
 
 
 def _plan_part(model, group, seq_len, samples, constants, framework=None) -> GroupPlan:
