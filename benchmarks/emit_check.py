@@ -220,7 +220,7 @@ def _shape(model) -> dict[str, int]:
     shape |= {"experts": model.experts, "kv_lora_rank": model.kv_lora_rank}
     if model.is_mla:  # Megatron's qk_head_dim is the non-rotary part, as argosy's head_dim
         shape |= {"qk_head_dim": model.head_dim, "qk_pos_emb_head_dim": model.qk_rope_dim}
-        return shape | {"v_head_dim": model.v_head_dim or model.head_dim}
+        return shape | {"v_head_dim": model.v_dim}
     return shape | {"head_dim": model.head_dim}
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argosy.planner.calibration import Comparison, Point, predict  # noqa: E402
 from argosy.planner.frameworks import Profile, load_framework  # noqa: E402
-from argosy.planner.parallel import recompute_label  # noqa: E402
+from argosy.planner.parallel import expert_holders, recompute_label  # noqa: E402
 
 POINTS = [
     Point(  # Touvron et al. 2023, Sec. 2.4: ~380 tokens/s/GPU, 2,048 A100, 4M-token batch
@@ -97,9 +97,8 @@ def outside(point: Point) -> str:
     """Why the cost model cannot price the published layout, or ''."""
     par = point.parallel
     ep, dp, cp, tp = (par.get(k, 1) for k in ("ep", "dp", "cp", "tp"))
-    if (dp * cp * tp) % ep:
-        return f"ep {ep} does not divide dp x cp x tp = {dp * cp * tp}"
-    return ""
+    holders = expert_holders(dp, cp, tp, etp=1)  # the most any etp allows
+    return f"ep {ep} does not divide dp x cp x tp = {holders}" if holders % ep else ""
 
 
 def rows(profile: Profile | None = None, points=None) -> list[Comparison]:

@@ -50,8 +50,8 @@ from argosy.planner.measured import Measured, tables_for
 from argosy.planner.memory import (
     GIB,
     Memory,
-    layer_expert_params_per_device,
     memory,
+    stage_expert_params,
     stage_layers,
     stage_params,
     state_params,
@@ -460,7 +460,7 @@ def _dp_s(model, hw: Hardware, fw: Profile, sc: Scales, c, nmb, fwd_mb, bwd_mb):
     """Exposed data-parallel seconds per step under the framework's ZeRO semantics. Routed
     experts (already split over ep) reduce and gather over their own data-parallel group:
     dp*cp*tp/(ep*etp) ranks, etp*ep apart."""
-    experts = stage_layers(model, c) * layer_expert_params_per_device(model, c)
+    experts = stage_expert_params(model, c)
     dense = stage_params(model, c) - experts
     d = c.dp * c.cp
     fp8_bytes = fw.fp8_param_comm_bytes or fw.param_comm_bytes
@@ -507,7 +507,7 @@ def _exposed(comm, overlap: float, window, interference: float = 0.0):
 
 
 def _optimizer_s(model, hw: Hardware, fw: Profile, c):
-    experts = stage_layers(model, c) * layer_expert_params_per_device(model, c)
+    experts = stage_expert_params(model, c)
     held = state_params(fw, c, "optimizer", stage_params(model, c), experts)
     m = hw.measured
     bps = 28.0 / m.adamw_s_per_param_fp32 if m else hw.memory_bps * hw.eff.mem_eff

@@ -84,7 +84,7 @@ def _architecture(model: ModelSpec) -> list[str]:
         args += [
             f"--qk-head-dim {model.head_dim}",
             f"--qk-pos-emb-head-dim {model.qk_rope_dim}",
-            f"--v-head-dim {model.v_head_dim or model.head_dim}",
+            f"--v-head-dim {model.v_dim}",
         ]
     elif model.heads * model.head_dim != model.hidden:
         args.append(f"--kv-channels {model.head_dim}")

@@ -162,6 +162,11 @@ def stage_layers(model: ModelSpec, c: Candidates) -> np.ndarray:
     return np.ceil(model.layers / c.pp)
 
 
+def stage_expert_params(model: ModelSpec, c: Candidates) -> np.ndarray:
+    """Routed-expert parameters held by one device of the fullest stage."""
+    return stage_layers(model, c) * layer_expert_params_per_device(model, c)
+
+
 def stage_params(model: ModelSpec, c: Candidates) -> np.ndarray:
     """Parameters held by one device of the fullest stage (layers and embedding or head)."""
     ends = model.vocab * model.hidden / c.tp
@@ -176,7 +181,7 @@ def memory(model: ModelSpec, c: Candidates, seq_len: int, nmb: np.ndarray, profi
     layers_stage = stage_layers(model, c)
     per_layer = layer_params_per_device(model, c)
     params = stage_params(model, c)
-    experts = layers_stage * layer_expert_params_per_device(model, c)
+    experts = stage_expert_params(model, c)
     weight_div = _sharded(profile, c, "weights")
     # sharded weights are gathered (bf16) a layer at a time, the next one prefetched
     gathered = np.where(weight_div > 1, 2.0 * 2.0 * per_layer, 0.0)

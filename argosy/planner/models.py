@@ -132,24 +132,34 @@ class ModelSpec(BaseModel):
         return self.kv_lora_rank > 0
 
     @property
+    def qk_dim(self) -> int:
+        """Width of one query/key head (its rotary part included under MLA)."""
+        return self.head_dim + self.qk_rope_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Width of one value head."""
+        return self.v_head_dim or self.head_dim
+
+    @property
     def q_width(self) -> int:
         """Width of the queries (and of the query-key products): heads x query head."""
-        return self.heads * (self.head_dim + self.qk_rope_dim)
+        return self.heads * self.qk_dim
 
     @property
     def o_width(self) -> int:
         """Width of the attention output (and of the probability-value products)."""
-        return self.heads * (self.v_head_dim or self.head_dim)
+        return self.heads * self.v_dim
 
     @property
     def k_width(self) -> int:
         """Width of the keys attention reads: per key/value head, or per head under MLA."""
-        return (self.heads if self.is_mla else self.kv) * (self.head_dim + self.qk_rope_dim)
+        return (self.heads if self.is_mla else self.kv) * self.qk_dim
 
     @property
     def v_width(self) -> int:
         """Width of the values attention reads."""
-        return (self.heads if self.is_mla else self.kv) * (self.v_head_dim or self.head_dim)
+        return (self.heads if self.is_mla else self.kv) * self.v_dim
 
     def attention_gemms(self) -> list[tuple[int, int, str]]:
         """The projections of one layer's attention as (out, in, tp_split): `out` split

@@ -151,7 +151,7 @@ def check_parallel(
         raise ArgosyError(f"etp={p.etp} must be 1 or tp={p.tp} (0 means tp)")
     if p.ep > 1 and (not model.is_moe or model.experts % p.ep):
         raise ArgosyError(f"ep={p.ep} must divide experts={model.experts}")
-    group = p.dp * p.cp * p.tp // p.expert_tp
+    group = expert_holders(p.dp, p.cp, p.tp, p.etp)
     if p.ep > 1 and group % p.ep:
         raise ArgosyError(
             f"ep={p.ep} must divide dp*cp*tp/etp = {group} (the ranks that hold different "
@@ -161,6 +161,12 @@ def check_parallel(
         raise ArgosyError(
             f"global batch {global_batch} is not a multiple of dp*mbs = {p.dp * p.mbs}"
         )
+
+
+def expert_holders(dp: int, cp: int, tp: int, etp: int) -> int:
+    """Ranks of one pipeline stage that can hold different routed experts, dp*cp*tp/etp
+    (`etp` 0 meaning tp): ep must divide it (Megatron's MoE parallel folding)."""
+    return dp * cp * tp // (etp or tp)
 
 
 @dataclass

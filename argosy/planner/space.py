@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 
 from argosy.planner.models import ModelSpec
-from argosy.planner.parallel import RECOMPUTE, Candidates
+from argosy.planner.parallel import RECOMPUTE, Candidates, expert_holders
 
 MBS = (1, 2, 4, 8)
 VPP = (1, 2, 3, 4, 6, 8)
@@ -113,7 +113,7 @@ def _inner(
     for vpp, mbs, ep, etp in itertools.product(
         _pick(fixed, "vpp", vpps), _pick(fixed, "mbs", mbss), _pick(fixed, "ep", eps), etps
     ):
-        if (dp * cp * tp // (etp or tp)) % ep:
+        if expert_holders(dp, cp, tp, etp) % ep:
             continue
         for rec, zero in itertools.product(recs, _pick(fixed, "zero", list(zeros))):
             if zero and dp * cp == 1:
