@@ -4,6 +4,7 @@
     python benchmarks/emit_check.py                # the matrix; table; JSON in the cache
     python benchmarks/emit_check.py --golden       # also rewrite tests/planner/golden/emitted
     python benchmarks/emit_check.py --before REF   # the same plans through REF's emitters
+                                                   # (its whole package: emit_check_before.py)
 
 The frameworks live in a cache outside the repository (default
 ~/.cache/argosy/emit_check): torchtitan 0.3.0 and DeepSpeed 0.19.8 from PyPI with
@@ -34,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from emit_check_before import emit_at  # noqa: E402
 
 from argosy.hardware.loader import load_cluster  # noqa: E402
 from argosy.planner.api import plan as run_plan  # noqa: E402
@@ -115,9 +118,9 @@ def _archive(git_dir: str | None, ref: str, paths: list[str], dest: Path) -> Non
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
 
 
-def build_matrix(before: dict | None = None) -> tuple[list[dict], list[dict]]:
+def build_matrix(before: str | None = None) -> tuple[list[dict], list[dict]]:
     """(rows for every plan: emitted or refused; worker items per emitter); `before`
-    holds an earlier revision's emitters to feed the same plans through instead."""
+    names an earlier revision whose emitters take the same plans instead."""
     rows: list[dict] = []
     for model_name, cluster_name in CASES:
         model, cluster = load_model(model_name), load_cluster(cluster_name)
@@ -126,11 +129,8 @@ def build_matrix(before: dict | None = None) -> tuple[list[dict], list[dict]]:
             result = run_plan(model, cluster, SEQ_LEN, GLOBAL_BATCH, TOP, framework=fw)
             for rank, entry in enumerate(_options(result["plans"])):
                 base = {"case": f"{model_name}/{cluster_name}", "emitter": emitter, "rank": rank}
-                if before is None:
-                    row = _emit_row(emitter, result, entry, model, cluster)
-                else:
-                    row = _emit_before(before, emitter, entry, model, cluster)
-                rows.append({**base, **row})
+                row = _emit_row(emitter, result, entry, model, cluster)
+                rows.append({**base, **row, "model": model_name})
             if not result["plans"]:
                 rows.append(
                     {
@@ -141,6 +141,8 @@ def build_matrix(before: dict | None = None) -> tuple[list[dict], list[dict]]:
                         "reason": result.get("fix", ""),
                     }
                 )
+    if before is not None:
+        rows = _through(before, rows)
     return rows, [r for r in rows if r.get("status") == "emitted"]
 
 
@@ -162,35 +164,24 @@ def _options(plans: list[dict]) -> list[dict]:
     return out
 
 
-def load_before(ref: str) -> dict:
-    """The emitters of `ref`'s argosy/planner/emit.py (for a before/after run)."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{ref}:argosy/planner/emit.py"],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    namespace: dict = {"__name__": "emit_before"}
-    exec(compile(source, f"{ref}:argosy/planner/emit.py", "exec"), namespace)  # noqa: S102
-    return {name: namespace["emitters"].get(name) for name in _FRAMEWORKS}
-
-
-_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
-
-
-def _emit_before(before: dict, emitter: str, entry: dict, model, cluster) -> dict:
-    """An earlier revision's output for the plan (no refusals, no read-back); a TOML file
-    goes to torchtitan as `--job.config_file`, which is how that revision was launched."""
-    row = {"parallel": entry["parallel"], "devices": cluster.num_devices}
-    if entry.get("groups"):
-        return {**row, "status": "bundle", "text": "{}"}
-    plan = Parallel(**entry["parallel"])
-    text = before[emitter](plan, model, seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
-    if emitter == "torchtitan":
-        path = Path(tempfile.mkdtemp()) / "job.toml"
-        path.write_text(text)
-        text = f"--job.config_file {path}"
-    want = expected(plan, GLOBAL_BATCH, framework_of(emitter), model.is_moe).as_dict()
-    return {**row, "status": "emitted", "text": text, "want": want, "shape": _shape(model),
-            "own_mismatches": []}  # fmt: skip
+def _through(ref: str, rows: list[dict]) -> list[dict]:
+    """The rows' plans (each one this revision emitted or refused) as `ref`'s emitters
+    take them: its text or refusal instead, this revision's expectations kept; a TOML
+    file goes to torchtitan as `--job.config_file`, as that revision was launched."""
+    todo = [r for r in rows if r["status"] in ("emitted", "refused") and "parallel" in r]
+    asks = [{"model": r["model"], "emitter": r["emitter"], "parallel": r["parallel"]} for r in todo]
+    for row, answer in zip(todo, emit_at(ref, asks, SEQ_LEN, GLOBAL_BATCH), strict=True):
+        row.update(answer, own_mismatches=[])
+        if answer["status"] == "refused":
+            continue
+        plan, model = Parallel(**row["parallel"]), load_model(row["model"])
+        want = expected(plan, GLOBAL_BATCH, framework_of(row["emitter"]), model.is_moe)
+        row["want"], row["shape"] = want.as_dict(), _shape(model)
+        if row["emitter"] == "torchtitan" and not row["text"].lstrip().startswith("--"):
+            path = Path(tempfile.mkdtemp()) / "job.toml"
+            path.write_text(row["text"])
+            row["text"] = f"--job.config_file {path}"
+    return rows
 
 
 def _emit_row(emitter: str, result: dict, entry: dict, model, cluster) -> dict:
@@ -401,7 +392,7 @@ def main() -> None:
         install(args.cache, args.megatron_git, args.mds_git)
         return
     started = time.perf_counter()
-    rows, items = build_matrix(load_before(args.before) if args.before else None)
+    rows, items = build_matrix(args.before)
     verdicts = run_workers(args.cache, items)
     lines = score(rows, items, verdicts)
     bundles = [] if args.before else check_bundles(rows)
