@@ -94,7 +94,7 @@ for step in ${STEPS//,/ }; do
       --repeats "${ARGOSY_GPU_CKPT_REPEATS:-2}" --loop-steps 0 --peers argosy,dlrover,dcp_async \
       --json "$OUT/ckpt.json" ;;
     energy) run_step energy 120 "$PY" benchmarks/energy.py --device "$DEVICE" \
-      --seconds "${ARGOSY_GPU_ENERGY_S:-60}" --json "$OUT/energy.json" ;;
+      ${ARGOSY_GPU_ENERGY_S:+--seconds "$ARGOSY_GPU_ENERGY_S"} --json "$OUT/energy.json" ;;
     mem) run_step mem 180 "$PY" benchmarks/planner_memory_single.py --device cuda \
       --points "${ARGOSY_GPU_MEM_POINTS:-m1,m2,m3,s1,s6,s11,b1,b2,c1,c2}" --json "$OUT/mem.json" ;;
   esac
