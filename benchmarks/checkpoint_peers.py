@@ -402,18 +402,20 @@ def _argosy_stalls(ckpt: Any, state: dict, work: Path, repeats: int, paired: boo
     tensors = list(state["model"].values())
     dst = copy_buffer(tensors) if paired else None
     stalls, durables, persists, stall_pairs, memmove_pairs = [], [], [], [], []
+    phases = []
     for r in range(1, repeats + 1):
         wait_pruned(work, keep=2)  # the last save's cleanup (an unlink) is not this one's
         if paired:
             alone = memmove_once(tensors, dst)  # the persister's copy alone, here
             floor = copy_once(tensors, dst)  # the pair's memcpy floor, this very moment
-        t0 = time.perf_counter()
+        t0, m0 = time.perf_counter(), time.monotonic()
         ckpt.save(r, state)
         ckpt.before_optimizer_step()
         stalls.append(time.perf_counter() - t0)
         ckpt.wait()
         durables.append(time.perf_counter() - t0)
         persists.append(durables[-1] - ckpt.last_copy_s)
+        phases.append(save_timeline(ckpt, m0))
         if paired:
             stall_pairs.append((floor, stalls[-1]))
             if alone is not None:
@@ -421,7 +423,8 @@ def _argosy_stalls(ckpt: Any, state: dict, work: Path, repeats: int, paired: boo
     if paired:
         return {"stall_s": med(stalls), "stall_pairs": pair_ratios(stall_pairs),
                 "memmove_stall_pairs": pair_ratios(memmove_pairs)}  # fmt: skip
-    return {"stall_s": med(stalls), "durable_s": med(durables), "persist_s": med(persists)}
+    out = {"stall_s": med(stalls), "durable_s": med(durables), "persist_s": med(persists)}
+    return out | phase_medians(phases)
 
 
 def _argosy_overlapped(ckpt: Any, state: dict, first: int, repeats: int, copy_s: float) -> float:
@@ -444,15 +447,17 @@ def _argosy_bracketed(ckpt: Any, state: dict, work: Path, first: int, repeats: i
     """Durable saves, steps `first`.., each bracketed by a disk floor on either side."""
     buffer, writers = floor_buffer(nbytes(state)), bracket_writers()
     floors, durables, persists, durable_pairs, persist_pairs = [], [], [], [], []
+    phases = []
     for r in range(first, first + repeats):
         wait_pruned(work, keep=2)
         before = settled_floor(work / "floor.bin", buffer, writers)  # the bracket's first
         settle_disk()
-        t0 = time.perf_counter()
+        t0, m0 = time.perf_counter(), time.monotonic()
         ckpt.save(r, state)
         ckpt.wait()  # a durable save: save, then wait (the fence is wait's own first step)
         durables.append(time.perf_counter() - t0)
         persists.append(durables[-1] - ckpt.last_copy_s)  # from the snapshot in memory on
+        phases.append(save_timeline(ckpt, m0))
         wait_pruned(work, keep=2)  # the prune after the flush, as before the first floor
         after = settled_floor(work / "floor.bin", buffer, writers)
         floors += [before, after]
@@ -466,7 +471,7 @@ def _argosy_bracketed(ckpt: Any, state: dict, work: Path, first: int, repeats: i
         "persist_pairs": bracket_ratios(persist_pairs),
         "disk_brackets": durable_pairs,
         "writers": writers,
-    }
+    } | phase_medians(phases)
 
 
 def _argosy_restores(
@@ -490,6 +495,23 @@ def _argosy_restores(
         disk_loads.append(time.perf_counter() - t0)
     reader.close()
     return {"memory_restore_s": med(mem_loads), "disk_restore_s": med(disk_loads)}
+
+
+def save_timeline(ckpt: Any, t0: float) -> dict[str, float]:
+    """A durable save's phases in seconds from its `save` (`t0`: `time.monotonic()`): its
+    copy's end, rank 0's shard write's start and end, the commit. A write that follows
+    the copy starts before the copy ends; one that waits for the copy, after it."""
+    if ckpt.last_copy_end is None or ckpt.last_write is None:
+        return {}
+    start, written, committed = (t - t0 for t in ckpt.last_write)
+    return {"copy_end_s": ckpt.last_copy_end - t0, "write_start_s": start,
+            "write_end_s": written, "commit_s": committed - written}  # fmt: skip
+
+
+def phase_medians(phases: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase's median over the saves that reported it."""
+    keys = sorted({k for p in phases for k in p})
+    return {k: med([p[k] for p in phases if k in p]) for k in keys}
 
 
 def peer_argosy(state: dict, work: Path, repeats: int, paired: bool = True) -> dict:

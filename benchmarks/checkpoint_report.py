@@ -253,7 +253,22 @@ def ratios(peers: dict[str, dict]) -> list[str]:
         p = peers.get(peer, {}).get(key)
         if p:
             out.append(f"{label}: {_pairs(p)}")
+    out += _timeline(a)
     return out + _dlrover_synced(a, peers.get("dlrover", {})) + _duel(peers.get("duel", {}))
+
+
+def _timeline(a: dict) -> list[str]:
+    """When argosy's durable saves' phases happened (medians, seconds from `save`): a write
+    that follows the copy starts before the copy ends."""
+    keys = ("copy_end_s", "write_start_s", "write_end_s", "commit_s")
+    if not all(isinstance(a.get(k), float) for k in keys):
+        return []
+    copy_end, start, end, commit = (a[k] for k in keys)
+    follows = "follows the copy" if start < copy_end else "waits for the copy"
+    return [
+        f"argosy durable save, s from save (medians): copy ends {copy_end:.3f}, write"
+        f" {start:.3f}-{end:.3f} ({follows}), commit {commit:.3f}"
+    ]
 
 
 def _pairs(p: dict) -> str:

@@ -180,6 +180,12 @@ class FlashCheckpointer(PersisterLink):
         self._maps = restore.MappingCache()
         self.last_copy_s: float | None = None
         """Seconds the persister took to copy the last snapshot into shared memory."""
+        self.last_copy_end: float | None = None
+        """When that copy ended (`time.monotonic()`, system-wide on Linux)."""
+        self.last_write: tuple[float, float, float] | None = None
+        """Rank 0's last commit: when its shard write began and ended and the step was
+        committed (`time.monotonic()`): whether the write followed the copy, and what the
+        commit cost (benchmarks/checkpoint_peers.py)."""
         self.last_load_source: str | None = None
         """Where the last `load` read from: "memory", "disk" or None."""
         self.last_decision: dict[str, Any] | None = None

@@ -28,6 +28,8 @@ class PersisterLink:
     directory: Path
     hang_timeout_s: float | None
     last_copy_s: float | None
+    last_copy_end: float | None
+    last_write: tuple[float, float, float] | None
     _spec: Any  # persister.PersisterSpec
     _progress: Callable[[str, int], None] | None
     _launch: PersisterHandle | None
@@ -67,7 +69,7 @@ class PersisterLink:
         elif kind == "sources_taken":
             self._sources_taken = True
         elif kind == "copied":
-            self.last_copy_s = msg[2]
+            self.last_copy_s, self.last_copy_end = msg[2], msg[3]
             if self._pending == msg[1]:
                 self._pending = None
             self._report("copied", 0)
@@ -75,6 +77,7 @@ class PersisterLink:
             self._report(msg[1], msg[2])
         elif kind == "durable":
             self._committed(msg[1])
+            self.last_write = msg[2] or self.last_write
         elif kind == "flushed":
             self._committed(msg[1])
             self._flushed = (msg[1], msg[2])

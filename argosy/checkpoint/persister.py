@@ -29,9 +29,9 @@ collector leaves it alone from then on, and a full collection walks only what ca
 
 Messages in: ("sources", [tensor | None]), ("snap", step, meta_bytes, {index: bytes}),
 ("flush",), ("close", unlink). Out: ("ready",), ("sources_taken",) (once their file
-descriptors are here: the trainer may die from then on), ("copied", step, seconds),
-("progress", phase, bytes), ("durable", step), ("flushed", durable, reason | None),
-("error", message), ("closed",).
+descriptors are here: the trainer may die from then on), ("copied", step, seconds, end),
+("progress", phase, bytes), ("durable", step, (write start, write end, committed) | None),
+("flushed", durable, reason | None), ("error", message), ("closed",).
 """
 
 from __future__ import annotations
@@ -287,13 +287,13 @@ class Persister:
                 raise
             landed.finish()
             self._landed(slot)
-            self.send("copied", step, time.perf_counter() - started)
+            self.send("copied", step, time.perf_counter() - started, time.monotonic())
         except Exception as err:  # reported to the trainer, which raises it
             traceback.print_exc()
             if slot is not None:
                 self._landed(slot, failed=True)
             self.send("error", f"snapshot of step {step} failed: {err!r}")
-            self.send("copied", step, time.perf_counter() - started)
+            self.send("copied", step, time.perf_counter() - started, time.monotonic())
 
     def _landed(self, slot: _Slot, failed: bool = False) -> None:
         """The copy into `slot` ended; a failed one leaves nothing to persist or load (a

@@ -64,6 +64,8 @@ class Writer:
         self.fenced = False
         self.last_persist = float("-inf")
         self.progress_bytes = 0
+        self.last_write: tuple[float, float, float] | None = None
+        """The last commit: its shard write began, ended, the step committed (monotonic)."""
         self._progress_sent = 0.0
 
     # -- shared helpers ---------------------------------------------------------------
@@ -216,7 +218,7 @@ class Writer:
         if reason is None:
             self.durable = max(self.durable, step)
         _freeze_once()
-        self.host.send("durable", self.durable)
+        self.host.send("durable", self.durable, self.last_write if reason is None else None)
         with self.host.cond:
             self._answer_flush()  # durable now: deleting older steps is no one's wait
         if reason is None:
@@ -228,7 +230,9 @@ class Writer:
         try:
             self.fence.check(self.epoch)
             staging.mkdir(parents=True, exist_ok=True)  # the announcement
+            started = time.monotonic()
             piece = self._write_shard(staging, step, meta, slot)
+            written = time.monotonic()
             pieces = self._gather(staging, meta.world_size, piece)
             if isinstance(pieces, tuple):
                 kind, reason = pieces
@@ -241,6 +245,7 @@ class Writer:
                 return "given up: the ranks resumed from an older step"
             metas = [meta] + [_rank_meta(staging, r) for r in range(1, meta.world_size)]
             cm.commit(self.directory, step, self.epoch, metas, pieces, self.fence)
+            self.last_write = (started, written, time.monotonic())
             faultpoints.reach("renamed")
             return None
         except (cm.FencedError, CopyFailedError) as err:  # a failed copy: reported already

@@ -44,6 +44,24 @@ def test_a_saved_step_reads_with_dcp(tmp_path, job, ck):
     ck.assert_same(target, state)
 
 
+def test_a_durable_save_reports_when_its_copy_write_and_commit_happened(tmp_path, job, ck):
+    import time
+
+    state = ck.small_state()
+    with FlashCheckpointer(tmp_path, job_id=job) as ckpt:
+        for step in (1, 2):  # the first may be held aside while the persister starts
+            before = time.monotonic()
+            ckpt.save(step, state)
+            ckpt.wait()
+            after = time.monotonic()
+            assert ckpt.last_write is not None
+            started, written, committed = ckpt.last_write
+            assert before <= started <= written <= committed <= after
+        assert ckpt.last_copy_end is not None and ckpt.last_copy_s is not None
+        assert before <= ckpt.last_copy_end <= after  # the second: copied by the persister
+        assert 0 < ckpt.last_copy_s <= after - before
+
+
 def test_load_into_fills_the_given_tensors_in_place(tmp_path, job, ck):
     state = ck.small_state()
     with FlashCheckpointer(tmp_path, job_id=job) as ckpt:
