@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -42,6 +42,7 @@ from argosy.server.admission import os_readable
 from argosy.server.config import ServerConfig
 from argosy.server.energy import EnergyLedger
 from argosy.server.failures import error_clause
+from argosy.server.job_json import loads_job_json
 from argosy.server.node_health import NodeHealth
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
@@ -49,11 +50,12 @@ from argosy.server.service_spec import ServiceSpec
 from argosy.server.services import Services, is_replica
 from argosy.server.spec import JobSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
-from argosy.server.summaries import exit_time, settle_summary, stamp_attempt
+from argosy.server.summaries import attempt_started, exit_time, settle_summary, stamp_attempt
 from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
 from argosy.server.views import launcher_error
 
-NODE_HEALTH_LIMIT_BYTES = 4 << 20
+log = logging.getLogger(__name__)
+NODE_HEALTH_LIMIT_BYTES = 1 << 20
 """The most of a job's node_health.json the server reads (the job writes it)."""
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
@@ -137,7 +139,7 @@ class Control:
                     continue
                 self.executor.stop(row["id"])
             self._queue(row["id"], spec, row["created_at"])
-            self._apply_exit(ended or _lost(row, "the server restarted without it"))
+            self._take_exit(ended or _lost(row, "the server restarted without it"))
         self.services.recover()
         reap = getattr(self.executor, "reap", None)  # optional: work that outlives the server
         if reap is not None:
@@ -305,7 +307,10 @@ class Control:
         self._wake = asyncio.Event()
         frozen_s = time.monotonic()
         while True:
-            self.step()
+            try:
+                self.step()
+            except Exception:  # a fault of ours must not stop scheduling for everyone
+                log.exception("the control loop's step failed; it goes on")
             if time.monotonic() - frozen_s > FREEZE_EVERY_S:
                 frozen_s = time.monotonic()
                 gc.freeze()  # long-lived state leaves the collector's full scans
@@ -319,10 +324,7 @@ class Control:
             self.last_nodes_s = now
             self._check_nodes()
         for ended in self.executor.poll():
-            if is_replica(ended.job_id):
-                self.services.apply_exit(ended)
-            else:
-                self._apply_exit(ended)
+            self._take_exit(ended)
         since = now - self.last_cycle_s
         if (
             self.dirty and since >= self.config.min_cycle_gap_s
@@ -449,6 +451,30 @@ class Control:
         return self.config.runs_dir / job_id
 
     # ---- exits -----------------------------------------------------------------------
+    def _take_exit(self, e: AttemptExit) -> None:
+        """Apply an attempt's exit. What it left is the job's writing: should taking it in
+        fail, the job (or replica) fails with the reason and the loop goes on, for every
+        other tenant's work, and a restarted server does not replay the failure."""
+        try:
+            if is_replica(e.job_id):
+                self.services.apply_exit(e)
+            else:
+                self._apply_exit(e)
+        except Exception as err:
+            log.exception("taking in the exit of %s attempt %s failed", e.job_id, e.attempt)
+            if not is_replica(e.job_id):
+                self._fail_unreadable(e, err)
+
+    def _fail_unreadable(self, e: AttemptExit, err: Exception) -> None:
+        row = self.store.get_job(e.job_id)
+        if row is None or row["attempts"] != e.attempt or row["state"] not in ACTIVE:
+            return
+        self.scheduling.finished(e.job_id)
+        why = f"attempt {e.attempt}: the server could not take in what it left ({err!r:.300})"
+        summary = {"status": "invalid", "detail": why, "attempt": e.attempt}
+        extra = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
+        self._finish(e.job_id, "failed", why, ("failed", why), extra)
+
     def _apply_exit(self, e: AttemptExit) -> None:
         row = self.store.get_job(e.job_id)
         if row is None or row["attempts"] != e.attempt or row["state"] not in ACTIVE:
@@ -458,10 +484,11 @@ class Control:
             self._check_nodes()  # a lost node goes out of placement before the requeue
         nodes = _placed_nodes(row)
         summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason, nodes)
-        self._absorb_node_health(row["id"], nodes)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
         ended_s = exit_time(self.run_dir(e.job_id), n, time.time())
+        started_s = attempt_started(self.run_dir(e.job_id), n) or row["started_at"] or ended_s
+        self._absorb_node_health(row["id"], nodes, min(started_s, ended_s), ended_s)
         self.energy.record_attempt(e.job_id, n, nodes, summary, ended_s)
         ended = base | {"finished_at": ended_s}
         spec = JobSpec.model_validate(row["spec"])
@@ -506,10 +533,13 @@ class Control:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), ended)
 
-    def _absorb_node_health(self, job_id: str, nodes: list[str]) -> None:
+    def _absorb_node_health(
+        self, job_id: str, nodes: list[str], started_s: float, ended_s: float
+    ) -> None:
         """What the attempt's run says about its nodes counts against them: node rank i's
         launcher writes `node_health.json` in its own run directory (`node<i>` for i > 0)
-        about the ranks it runs, all on the i-th node of the placement."""
+        about the ranks it runs, all on the i-th node of the placement. The job writes it:
+        taken within the bounds of `NodeHealth.absorb_run`, dated within the attempt."""
         run_dir = self.run_dir(job_id)
         for rank, node in enumerate(nodes):
             where = run_dir / f"node{rank}" if rank else run_dir
@@ -518,10 +548,10 @@ class Control:
                 continue
             try:
                 text = read_job_text(path, limit=NODE_HEALTH_LIMIT_BYTES) or ""
-                entries = json.loads(text).get("evidence") or []
+                entries = loads_job_json(text).get("evidence") or []
             except (OSError, ValueError, AttributeError):
                 continue
-            self.health.absorb_run(node, entries)
+            self.health.absorb_run(node, entries, since_s=started_s, until_s=ended_s, job_id=job_id)
             self._sync_node(node)
 
     def _finish(

@@ -24,7 +24,6 @@ Only measured rows enter the sums; `unmeasured` counts the others.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from sqlalchemy import Engine, select
 
 from argosy.core.confined import read_job_file, stat_job_file
 from argosy.runtime.energy import ENERGY_FILE
+from argosy.server.job_json import clip_text, loads_job_json, number
 from argosy.server.tables import energy
 
 TAIL_BYTES = 64 << 10
@@ -115,8 +115,8 @@ def live_energy(run_dir: Path) -> Row | None:
     data = read_job_file(path, limit=TAIL_BYTES, offset=offset) or b""
     for line in reversed(data.decode(errors="replace").splitlines()):
         try:
-            record = json.loads(line)
-            joules = {str(d): float(v[0]) for d, v in record["d"].items()}
+            record = loads_job_json(line)
+            joules = {str(d)[:64]: float(v[0]) for d, v in record["d"].items()}
             since = float(record["t"])
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue  # the header, a torn line, or one the job garbled
@@ -130,15 +130,15 @@ def attempt_rows(
     """One row per node of an attempt's kept summary (node rank 0 from the summary, the
     others from its `nodes` rows); a summary without energy (missing, from before the
     meter) gives a not-measured row with the reason."""
-    per_node = summary.get("nodes")
-    if isinstance(per_node, list) and per_node:
+    per_node = summary.get("nodes")  # the server's rows (summaries.settle_summary)
+    if isinstance(per_node, list) and per_node and all(isinstance(r, dict) for r in per_node):
         sources = [(r.get("node") or f"node-rank{i}", r) for i, r in enumerate(per_node)]
     else:
         sources = [(nodes[0] if nodes else "local", _node_figures(summary))]
     rows = []
     for node, figures in sources:
-        wall = figures.get("wall_s")
-        started = ended_s - wall if isinstance(wall, int | float) and wall > 0 else ended_s
+        wall = number(figures.get("wall_s"), low=0)
+        started = ended_s - wall if wall else ended_s
         rows.append(
             {
                 "job_id": job_id,
@@ -160,24 +160,34 @@ def node_energy(summary: Row) -> Row:
 
 
 def _node_figures(summary: Row) -> Row:
+    """A node's figures from what its launcher wrote (the job's file: every value is
+    checked for its type, numbers for being finite and not negative)."""
     section = summary.get("energy")
-    wall = summary.get("wall_s")
+    wall = number(summary.get("wall_s"), low=0)
     if not isinstance(section, dict):
         why = summary.get("detail") if summary.get("status") == "missing" else None
-        return {"wall_s": wall, "energy_detail": why or "the run reported no energy"}
+        return {
+            "wall_s": wall,
+            "energy_detail": clip_text(why or "the run reported no energy", 500),
+        }
     if not section.get("measured"):
-        return {"wall_s": wall, "energy_detail": f"not measured: {section.get('reason', '')}"}
-    methods = sorted({d.get("method", "?") for d in (section.get("devices") or {}).values()})
+        why = clip_text(section.get("reason", ""), 500)
+        return {"wall_s": wall, "energy_detail": f"not measured: {why}"}
+    devices = section.get("devices")
+    devices = devices if isinstance(devices, dict) else {}
+    methods = sorted({clip_text(d.get("method", "?"), 40) if isinstance(d, dict) else "?"
+                      for d in devices.values()})  # fmt: skip
     return {
         "wall_s": wall,
-        "energy_j": section.get("total_j"),
-        "productive_j": section.get("productive_j"),
-        "energy_detail": f"{len(section.get('devices') or {})} device(s): {', '.join(methods)}",
+        "energy_j": _number(section.get("total_j")),
+        "productive_j": _number(section.get("productive_j")),
+        "energy_detail": f"{len(devices)} device(s): {', '.join(methods[:8])}",
     }
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and value >= 0 else None
+    found = number(value, low=0)
+    return None if found is None else float(found)
 
 
 def _sums(rows: list[Row]) -> Row:

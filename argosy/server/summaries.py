@@ -29,11 +29,15 @@ from typing import Any
 from argosy.core.confined import read_job_text
 from argosy.executors.local import attempt_dir
 from argosy.server.energy import node_energy
+from argosy.server.job_json import loads_job_json, number
 
 STAMP = "started"
 SUMMARY_LIMIT_BYTES = 16 << 20
 """The job writes summary.json: read as such (`read_job_text`), and at most this much."""
 EXIT_RECORD = "exit.code"
+SERVER_KEYS = ("attempt", "nodes")
+"""Keys of a kept summary that the server sets: a job's own are dropped (a single-node
+job's `nodes` would otherwise name nodes, and energy, of its choosing)."""
 
 
 def stamp_attempt(run_dir: Path, attempt: int) -> None:
@@ -50,7 +54,7 @@ def settle_summary(
     `nodes` (by node rank) it carries a row per node rank."""
     where = attempt_dir(run_dir, attempt)
     summary = _node_summary(run_dir, where / STAMP, attempt, reason)
-    summary = {**summary, "attempt": attempt}
+    summary = {k: v for k, v in summary.items() if k not in SERVER_KEYS} | {"attempt": attempt}
     if nodes is not None and len(nodes) > 1:
         others = [_node_summary(run_dir / f"node{i}", where / STAMP, attempt, reason)
                   for i in range(1, len(nodes))]  # fmt: skip
@@ -60,7 +64,27 @@ def settle_summary(
     tmp = where / "summary.json.tmp"
     tmp.write_text(json.dumps(summary))
     os.replace(tmp, where / "summary.json")  # never half-written
-    return summary
+    return without_output(summary)
+
+
+OUTPUT_KEYS = ("last_lines",)
+"""Keys of a runtime summary's `cause` and `faults` that quote the ranks' output (their
+last log lines): the kept file (root's, in the attempt directory) has them, the summary
+the server stores and shows every token does not. A job's output is its queue's and the
+admins' (its logs); other tenants read its states, events and figures."""
+
+
+def without_output(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` less the `OUTPUT_KEYS` of its `cause` and of each of its `faults`."""
+    out = dict(summary)
+    if isinstance(out.get("cause"), dict):
+        out["cause"] = {k: v for k, v in out["cause"].items() if k not in OUTPUT_KEYS}
+    if isinstance(out.get("faults"), list):
+        out["faults"] = [
+            {k: v for k, v in f.items() if k not in OUTPUT_KEYS} if isinstance(f, dict) else f
+            for f in out["faults"]
+        ]
+    return out
 
 
 def _node_summary(directory: Path, stamp: Path, attempt: int, reason: str) -> dict[str, Any]:
@@ -79,7 +103,8 @@ def _node_row(rank: int, node: str, summary: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"node_rank": rank, "node": node}
     row |= {key: summary.get(key) for key in NODE_ROW_KEYS}
     lost = summary.get("lost_s")
-    row["lost_s"] = round(sum(lost.values()), 3) if isinstance(lost, dict) else None
+    seconds = [number(v, low=0) for v in lost.values()] if isinstance(lost, dict) else []
+    row["lost_s"] = round(sum(s for s in seconds if s is not None), 3) if seconds else None
     faults = summary.get("faults")
     row["faults"] = len(faults) if isinstance(faults, list) else None
     return row | node_energy(summary)  # wall_s, energy_j, productive_j, energy_detail
@@ -100,11 +125,19 @@ def exit_time(run_dir: Path, attempt: int, now_s: float) -> float:
     return min(ended_s, now_s)
 
 
+def attempt_started(run_dir: Path, attempt: int) -> float | None:
+    """When attempt `attempt` started by its stamp (Unix seconds), None without one."""
+    try:
+        return (attempt_dir(run_dir, attempt) / STAMP).stat().st_mtime
+    except OSError:
+        return None
+
+
 def _final_summary_since(path: Path, stamp: Path) -> dict[str, Any] | None:
     try:
         if stamp.exists() and path.stat().st_mtime_ns < stamp.stat().st_mtime_ns:
             return None  # an earlier attempt's
-        data = json.loads(read_job_text(path, limit=SUMMARY_LIMIT_BYTES) or "")
+        data = loads_job_json(read_job_text(path, limit=SUMMARY_LIMIT_BYTES) or "")
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("status") == "running":

@@ -39,6 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from argosy.server.job_json import loads_job_json
 from argosy.server.store import Row, Store
 
 HOLDING = frozenset({"starting", "ready", "yielding", "waking"})
@@ -349,17 +350,33 @@ EVENTS_LIMIT_BYTES = 64 << 20
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
-    """The job's runtime events, read as a file the job wrote (`read_job_text`)."""
+    """The job's runtime events, read as a file the job wrote (`read_job_text`): lines
+    that are not strict JSON objects (`loads_job_json`) are skipped, and a `step` is kept
+    only as a whole number."""
     from argosy.core.confined import read_job_text
-    from argosy.runtime.events import parse_events  # light: no torch
 
     text = read_job_text(run_dir / "events.jsonl", limit=EVENTS_LIMIT_BYTES)
-    return parse_events(text) if text else []
+    events = []
+    for line in (text or "").splitlines():
+        try:
+            record = loads_job_json(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+            continue
+        if "step" in record and not _whole(record["step"]):
+            record.pop("step")
+        events.append(record)
+    return events
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _last_step(run_dir: Path) -> int | None:
     """The newest step the stopped attempt's ranks finished."""
-    steps = [int(e["step"]) for e in _events(run_dir) if e["event"] == "step" and "step" in e]
+    steps = [e["step"] for e in _events(run_dir) if e["event"] == "step" and "step" in e]
     return max(steps, default=None)
 
 
@@ -371,8 +388,8 @@ def _resume_times(run_dir: Path, launched_wall: float) -> dict[str, Any] | None:
     resume = next((e for e in events if e["event"] == "resume"), None)
     if attached is None or resume is None:
         return None
-    step = int(resume.get("step") or 0)
-    first = next((e for e in events if e["event"] == "step" and int(e.get("step", 0)) > step), None)
+    step = resume.get("step") or 0
+    first = next((e for e in events if e["event"] == "step" and e.get("step", 0) > step), None)
     if first is None:
         return None
     decision = resume.get("decision") or {}
@@ -388,5 +405,5 @@ def _resume_times(run_dir: Path, launched_wall: float) -> dict[str, Any] | None:
 def _wall(event: dict[str, Any]) -> float:
     try:
         return datetime.fromisoformat(str(event.get("wall"))).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         return 0.0

@@ -25,13 +25,13 @@ the digest's size does not grow with the number of steps.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from argosy.runtime.goodput import summarize
+from argosy.server.job_json import loads_job_json
 from argosy.server.views import read_log_chunk
 
 READ_BYTES = 4 << 20
@@ -114,7 +114,7 @@ class _Digest:
     def add(self, line: bytes) -> None:
         self.lines += 1
         try:
-            e = json.loads(line)
+            e = loads_job_json(line)
         except ValueError:
             return  # garbled: skipped, as read_events does
         if not isinstance(e, dict) or not isinstance(e.get("event"), str):
