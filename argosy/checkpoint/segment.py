@@ -27,33 +27,21 @@ import fcntl
 import mmap
 import os
 import struct
-import tempfile
-import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from argosy.core.own_files import open_own, own_directory, shared_memory_dir
+from argosy.core.own_files import open_own, private_directory, shared_memory_dir
 
 
 def private_dir(base: Path) -> Path:
     """`base/argosy-<uid>`, a folder only this user can use (made, or checked: ours,
     not a link, mode 0700); a fresh private folder under `base` if another user holds
     that name."""
-    uid = os.geteuid()
-    path = base / f"argosy-{uid}"
-    held = own_directory(path)
-    if held is None:
-        return path
-    fresh = Path(tempfile.mkdtemp(prefix=f"argosy-{uid}-", dir=base))
-    warnings.warn(
-        f"{path} belongs to uid {held.st_uid}, not this user ({uid}): flash-checkpoint slots "
-        f"go to {fresh} (a restarted process will restore from disk)",
-        stacklevel=2,
-    )
-    return fresh
+    what = "flash-checkpoint slots (a restarted process will restore from disk)"
+    return private_directory(base / f"argosy-{os.geteuid()}", what)
 
 
 def _shm_base() -> Path:

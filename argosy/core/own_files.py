@@ -3,6 +3,10 @@
 Contract: `shared_memory_dir()` is /dev/shm where this user can write there, else the temp
 directory. `own_directory(path)` makes `path` (mode 0700) or checks it is this user's
 real directory, closing it to others if it was open; what holds the name otherwise.
+`private_directory(path, what)` is `path` when `own_directory` takes it, else (another
+user, a link or a file holds the name) a fresh private directory beside it, with a
+warning: a guessable name in a shared directory can be squatted, and that must cost the
+sharing of the name, never the service.
 `open_own(path, flags)` returns a descriptor of `path` only when it is a regular
 file owned by this effective user, opened without following a symlink at its last
 component; otherwise `PermissionError` (another user's file, or not a regular file) or
@@ -17,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import tempfile
+import warnings
 from pathlib import Path
 
 
@@ -52,3 +58,19 @@ def own_directory(path: Path) -> os.stat_result | None:
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return None
+
+
+def private_directory(path: Path, what: str) -> Path:
+    """`path` when `own_directory` takes it (made 0700, or this user's own directory);
+    else a fresh private directory beside it (`tempfile.mkdtemp`, 0700, named
+    `<name>-<random>`), with a `UserWarning` saying what (`what`) goes there instead."""
+    held = own_directory(path)
+    if held is None:
+        return path
+    fresh = Path(tempfile.mkdtemp(prefix=f"{path.name}-", dir=path.parent))
+    holder = "a link or a file" if not stat.S_ISDIR(held.st_mode) else f"uid {held.st_uid}"
+    warnings.warn(
+        f"{path} is held by {holder}, not this user ({os.geteuid()}): {what} go to {fresh}",
+        stacklevel=2,
+    )
+    return fresh

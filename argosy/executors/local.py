@@ -197,7 +197,8 @@ class LocalExecutor:
         allow = self.options.env_allow
         env = job_environment(os.environ, extra, home=str(run_dir), allow=allow, user=user)
         if user is not None:  # converted models outlive a run: one cache per job user
-            env["ARGOSY_CACHE_DIR"] = str(user_cache_dir(user))
+            env["ARGOSY_CACHE_DIR"] = cache = str(user_cache_dir(user))
+            env["ARGOSY_DEVICE_LEDGER_DIR"] = f"{cache}/devices"  # no tenant can make it first
         return env
 
     def stop(self, job_id: str) -> None:

@@ -11,6 +11,16 @@ is refused at submit (422) instead of failing later with "the launcher exited 2"
 - `args`: each argument under the kernel's MAX_ARG_STRLEN, and the command line plus a
   margin for the environment under `ARG_MAX` (else exec fails: Argument list too long).
 
+No oracle: the server may run as root, and a submitter must not learn through it what
+exists in places the job's user cannot look (another tenant's run directory). So a path
+is first looked up as the job's user would (`reachable`: one component at a time, links
+followed as the kernel does, each directory searched only once `readable` says the job's
+user may enter it); a path that user could not look up gets one answer whatever lies
+there, missing, unreadable or of the wrong type alike ("not found or not readable by the
+job's user", type `<field>_unreachable`). The detailed reasons (does not exist, not a
+regular file, not readable, not a directory) are given only where that user could have
+found them out itself.
+
 Each problem is one FastAPI-style field error, so the API and the console say the same:
 
     errors = job_errors(spec, readable=os_readable)
@@ -21,18 +31,23 @@ Each problem is one FastAPI-style field error, so the API and the console say th
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import HTTPException
 
+from argosy.executors.isolation import user_name_for
 from argosy.server.spec import JobSpec
 
 MAX_ARG_STRLEN = 131072
 """Linux's limit on one argument or environment string (32 pages), in bytes."""
 ENV_MARGIN_BYTES = 64 << 10
 """Room kept for the job's environment and the launcher's own arguments within ARG_MAX."""
+
+MAX_SYMLINKS = 40
+"""Links followed in one lookup before it fails (Linux's ELOOP limit)."""
 
 FieldError = dict[str, Any]
 Readable = Callable[[str], bool]
@@ -44,23 +59,108 @@ def os_readable(path: str) -> bool:
     return os.access(path, os.X_OK if os.path.isdir(path) else os.R_OK)
 
 
-def job_errors(spec: JobSpec, readable: Readable = os_readable) -> list[FieldError]:
-    """Every reason `spec` can never run on this host (empty: it may)."""
+def job_errors(
+    spec: JobSpec, readable: Readable = os_readable, user: str | None = None
+) -> list[FieldError]:
+    """Every reason `spec` can never run on this host (empty: it may). `user`: the name
+    of the job's user for messages (default: what `job_user_name` finds)."""
     texts = {"workdir": [spec.workdir or ""], "script": [spec.script], "args": spec.args}
     errors = [e for field, values in texts.items() if (e := _text_error(field, values))]
     if errors:
         return errors  # nothing below could even name such a path
-    errors = _workdir_errors(spec.workdir, readable)
+    who = user or job_user_name(readable, spec.queue)
+    errors = _workdir_errors(spec.workdir, readable, who)
     if not errors or os.path.isabs(spec.script):
-        errors += _script_errors(spec.script, spec.workdir or "/", readable)
+        errors += _script_errors(spec.script, spec.workdir or "/", readable, who)
     return errors + _args_errors(spec.script, spec.args)
 
 
-def refuse_unless_runnable(spec: JobSpec, readable: Readable = os_readable) -> None:
+def refuse_unless_runnable(
+    spec: JobSpec, readable: Readable = os_readable, user: str | None = None
+) -> None:
     """Raise a 422 whose detail lists the field errors, if `spec` can never run."""
-    errors = job_errors(spec, readable)
+    errors = job_errors(spec, readable, user)
     if errors:
         raise HTTPException(422, errors)
+
+
+def job_user_name(readable: Readable, queue: str | None) -> str | None:
+    """The name of the user a job of `queue` runs as, as far as `readable` tells: the
+    control plane's `Control.readable` is bound to it, and its executor's `identity`
+    names a root server's job users; `os_readable`, or a control plane whose jobs run
+    as itself, answers for this process's user. None: not known."""
+    owner = getattr(readable, "__self__", None)
+    options = getattr(getattr(owner, "executor", None), "options", None)
+    identity = getattr(options, "identity", None)
+    if getattr(identity, "active", False):
+        return user_name_for(identity.base, queue if identity.per_queue else None)
+    if readable is not os_readable and owner is None:
+        return None
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
+
+
+def reachable(
+    path: str,
+    readable: Readable,
+    lstat: Callable[[str], os.stat_result] = os.lstat,
+    readlink: Callable[[str], str] = os.readlink,
+) -> bool:
+    """Whether the job's user could look up the absolute `path` at all (what it names may
+    still be missing or unreadable: the user could find that out itself).
+
+    The lookup goes as the kernel's does for that user, one component at a time with
+    links followed (at most `MAX_SYMLINKS`), and asks `readable(d)` (may the user enter
+    `d`, reaching it from /) before anything looked up in a directory `d` counts: a link
+    followed, a name missing, a non-directory, the end. `readable` is only ever asked of
+    directories reached through real directories (never through a link), so neither
+    this lookup nor `readable` follows a link through a place the user cannot search. A
+    real directory passed on the way needs no question of its own: a deeper one's answer
+    covers every directory above it. As root, `lstat` sees everything; what it finds
+    decides nothing unless the user could have seen it too."""
+    pending = list(reversed(path.split("/")))
+    current, hops = "/", 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            if not readable(current):
+                return False
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            info = lstat(candidate)
+        except (OSError, ValueError):  # missing (the user may learn it if it may search)
+            return readable(current)
+        if stat.S_ISLNK(info.st_mode):
+            hops += 1
+            if not readable(current):
+                return False
+            if hops > MAX_SYMLINKS:
+                return True  # the user meets the same loop (ELOOP)
+            try:
+                target = readlink(candidate)
+            except (OSError, ValueError):
+                return True  # gone since: the checks below say what is there now
+            if target.startswith("/"):
+                current = "/"
+            pending.extend(reversed(target.split("/")))
+        elif stat.S_ISDIR(info.st_mode):
+            current = candidate
+        else:  # a file: the end, or names after it (ENOTDIR)
+            return readable(current)
+    return current == "/" or readable(current) or readable(os.path.dirname(current))
+
+
+def _unreachable(field: str, path: str, user: str | None) -> FieldError:
+    """The one answer for a path the job's user cannot look up, whatever lies there."""
+    who = f"the job's user '{user}'" if user else "the user jobs run as"
+    msg = f"{field} '{path}' is not found or not readable by {who}"
+    return _error(field, msg, f"{field}_unreachable")
 
 
 def _error(field: str, msg: str, kind: str) -> FieldError:
@@ -79,13 +179,15 @@ def _text_error(field: str, values: list[str]) -> FieldError | None:
     return None
 
 
-def _workdir_errors(workdir: str | None, readable: Readable) -> list[FieldError]:
+def _workdir_errors(workdir: str | None, readable: Readable, who: str | None) -> list[FieldError]:
     if not workdir:
         msg = "required: the directory the job runs in, as an absolute path on the server"
         return [_error("workdir", msg, "missing")]
     if not os.path.isabs(workdir):
         msg = f"workdir '{workdir}' is relative; give an absolute path on the server"
         return [_error("workdir", msg, "workdir_relative")]
+    if not reachable(workdir, readable):
+        return [_unreachable("workdir", workdir, who)]
     if not os.path.isdir(workdir):
         return [_error("workdir", f"workdir '{workdir}' is not a directory", "workdir_missing")]
     if not readable(workdir):
@@ -94,11 +196,15 @@ def _workdir_errors(workdir: str | None, readable: Readable) -> list[FieldError]
     return []
 
 
-def _script_errors(script: str, workdir: str, readable: Readable) -> list[FieldError]:
+def _script_errors(
+    script: str, workdir: str, readable: Readable, who: str | None
+) -> list[FieldError]:
     path = os.path.normpath(os.path.join(workdir, script))
     if not os.path.isabs(script) and not _inside(path, workdir):
         msg = f"script '{script}' climbs out of its workdir '{workdir}'"
         return [_error("script", msg, "script_outside_workdir")]
+    if not reachable(path, readable):
+        return [_unreachable("script", path, who)]
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError) as err:

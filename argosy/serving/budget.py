@@ -9,14 +9,23 @@ A service started with `--memory-fraction F` (0 < F <= 1) owns F x the device's 
   fit are refused (`check`).
 - `DeviceShares`: the fractions placed on one device; a claim that would push the sum over
   1.0 is refused with a `ShareError` naming the field and the device's current sum.
-- `DeviceLedger`: the same shares kept in a file per device under a lock
-  (`$ARGOSY_DEVICE_LEDGER_DIR`, default `<tmp>/argosy-devices`), so separate
-  `argosy serve` processes on one node see each other's claims; a claim lives as long as
-  the process that made it (dead processes' claims are dropped when the file is read).
-  The directory must be this user's and closed to others (created 0700; one another
-  user made first, or a symlink, is refused naming `ARGOSY_DEVICE_LEDGER_DIR`); files in
-  it are opened without following symlinks and replaced through a fresh temporary name,
-  so a link planted in a shared /tmp cannot make a claim write elsewhere.
+- `DeviceLedger`: the same shares kept in a file per device under a lock, so separate
+  `argosy serve` processes of one user on one node see each other's claims; a claim
+  lives as long as the process that made it (dead processes' claims, and those whose
+  pid a later process took, are dropped when the file is read).
+
+Where (`ledger_dir`): `$ARGOSY_DEVICE_LEDGER_DIR` when set; else a directory of this
+user's own, `$XDG_RUNTIME_DIR/argosy-devices` when that runtime directory is this user's
+and closed to others, else `<tmp>/argosy-devices-<uid>`. The ledger is therefore per
+user: services of different users on one device do not see each other's shares. A
+shared name (`/tmp/argosy-devices`) would let whoever made it first (another tenant, or
+root in an earlier run) fail every other user's service; should another user hold the
+per-user name, a fresh private directory is used instead, with a warning (this process's
+services then do not see the shares of this user's other processes). The directory must
+be this user's and closed to others (created 0700; a `$ARGOSY_DEVICE_LEDGER_DIR` another
+user made first, or a symlink, is refused naming it); files in it are opened without
+following symlinks and replaced through a fresh temporary name, so a link planted in a
+shared /tmp cannot make a claim write elsewhere.
 """
 
 from __future__ import annotations
@@ -31,12 +40,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
-from argosy.core.own_files import open_own, own_directory
-from argosy.core.procs import pid_alive
+from argosy.core.own_files import open_own, own_directory, private_directory
+from argosy.core.procs import pid_alive, start_ticks
 
 FIELD = "memory_fraction"
 RESERVE_FRACTION = 0.1
@@ -168,10 +178,39 @@ class DeviceShares:
 
 
 # -- the node-local ledger ---------------------------------------------------------------
+LEDGER_ENV = "ARGOSY_DEVICE_LEDGER_DIR"
+
+
 def ledger_dir() -> Path:
-    """Where device ledgers live on this node."""
-    env = os.environ.get("ARGOSY_DEVICE_LEDGER_DIR")
-    return Path(env) if env else Path(tempfile.gettempdir()) / "argosy-devices"
+    """Where this user's device ledgers live on this node: `$ARGOSY_DEVICE_LEDGER_DIR`,
+    else a directory of this user's own (see the module docstring)."""
+    env = os.environ.get(LEDGER_ENV)
+    return Path(env) if env else _private_ledger_dir(default_ledger_dir())
+
+
+def default_ledger_dir() -> Path:
+    """`$XDG_RUNTIME_DIR/argosy-devices` when the runtime directory is this user's real
+    directory, closed to others; else `<tmp>/argosy-devices-<uid>`."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and _private_to_me(runtime):
+        return Path(runtime) / "argosy-devices"
+    return Path(tempfile.gettempdir()) / f"argosy-devices-{os.geteuid()}"
+
+
+def _private_to_me(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+@cache
+def _private_ledger_dir(path: Path) -> Path:
+    """`path`, or (another user holds it) one fresh private directory per process."""
+    return private_directory(
+        path, "this process's memory-fraction claims (unseen by the user's other services)"
+    )
 
 
 class DeviceLedger:
@@ -189,7 +228,12 @@ class DeviceLedger:
         with self._locked() as records:
             shares = DeviceShares(self.device, {k: r["fraction"] for k, r in records.items()})
             shares.add(claim_id, fraction)
-            records[claim_id] = {"fraction": fraction, "pid": os.getpid(), "name": name}
+            records[claim_id] = {
+                "fraction": fraction,
+                "pid": os.getpid(),
+                "start": start_ticks(os.getpid()),
+                "name": name,
+            }
         return claim_id
 
     def release(self, claim_id: str) -> None:
@@ -224,7 +268,7 @@ def _own_directory(directory: Path) -> None:
     held = own_directory(directory)
     if held is None:
         return
-    fix = "set ARGOSY_DEVICE_LEDGER_DIR to a directory of your own"
+    fix = f"set {LEDGER_ENV} to a directory of your own"
     if not stat.S_ISDIR(held.st_mode):
         raise ArgosyError(f"device ledger {directory} is not a directory (a link?); {fix}")
     raise ArgosyError(
@@ -254,12 +298,16 @@ def _read(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _live(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {k: r for k, r in records.items() if _alive(int(r.get("pid", 0)))}
+    return {k: r for k, r in records.items() if _alive(int(r.get("pid", 0)), r.get("start"))}
 
 
-def _alive(pid: int) -> bool:
-    return pid > 0 and pid_alive(pid)  # kill(0, 0) would signal this process group
-    return True
+def _alive(pid: int, start: Any = None) -> bool:
+    """The claiming process still runs: its pid is alive (kill(0, 0) would signal this
+    process group) and, when the claim recorded it, started when it did (a ledger that
+    outlives a reboot must not keep a claim alive through a reused pid)."""
+    if pid <= 0 or not pid_alive(pid):
+        return False
+    return start is None or start_ticks(pid) == start
 
 
 def weights_bytes(path: Any, dtype_bytes: int = 4) -> int:
