@@ -38,6 +38,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -364,7 +365,8 @@ def kill_leftovers(runs: Path) -> int:
     id in its environment, and would restart a rank killed before it), then the ranks of
     each job and service replica. Returns how many were signalled; never a stranger."""
     hit = 0
-    for where in runs.glob("**/server/attempt*"):
+    found = [*runs.glob("*/server/attempt*"), *runs.glob("*/r*/server/attempt*")]
+    for where in filter(_ours, found):  # a job can plant look-alikes in its run directory
         pid = launcher_pid(where)
         if pid is not None:
             _signal(pid, signal.SIGKILL)
@@ -374,6 +376,19 @@ def kill_leftovers(runs: Path) -> int:
         for replica in run.glob("r*"):
             hit += kill_job_processes(f"{run.name}.{replica.name}")
     return hit
+
+
+def _ours(attempt: Path) -> bool:
+    """Whether an attempt directory and its `server` directory are real directories of
+    this process's user (the server's records), not a job's look-alikes or links."""
+    for path in (attempt.parent, attempt):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+    return True
 
 
 def _read_int(path: Path) -> int | None:

@@ -49,6 +49,26 @@ def test_a_stale_launch_pid_naming_a_stranger_is_never_signalled(
     assert stranger.poll() is None
 
 
+def test_look_alike_attempts_a_job_could_plant_are_never_signalled(
+    tmp_path: Path, stranger: subprocess.Popen
+) -> None:
+    """A job can write its run directory: records deeper than `<run>/server/attempt*` (or
+    a replica's `<run>/r<i>/server/attempt*`), or reached through a link, are not the
+    server's, even when they name a live process as its launcher would be named."""
+    runs = tmp_path / "runs"
+    ticks = start_ticks(stranger.pid)
+    for planted in (runs / "j1" / "deep" / "server" / "attempt1", tmp_path / "out" / "attempt1"):
+        planted.mkdir(parents=True)
+        (planted / "launch.pid").write_text(str(stranger.pid))
+        (planted / "wrapper.start").write_text(str(ticks))
+        assert launcher_pid(planted) == stranger.pid  # it would pass the pid check
+    (runs / "j1" / "r1").mkdir()
+    (runs / "j1" / "r1" / "server").symlink_to(tmp_path / "out")  # a replica's, by a link
+    assert kill_leftovers(runs) == 0
+    time.sleep(0.1)
+    assert stranger.poll() is None
+
+
 def test_a_stranger_started_before_the_wrapper_is_not_its_launcher(
     tmp_path: Path, stranger: subprocess.Popen
 ) -> None:
