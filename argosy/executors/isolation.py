@@ -106,11 +106,19 @@ def job_environment(
         and not SECRET_MARKERS.search(k)
     }
     env.update(extra)
+    if "PATH" in env:  # a relative entry would look commands up in the job's workdir: the
+        env["PATH"] = absolute_path_entries(env["PATH"])  # root wrapper's mv, setpriv
     if home is not None:
         env["HOME"] = home
     if user is not None:
         env["USER"] = env["LOGNAME"] = user.name
     return env
+
+
+def absolute_path_entries(path: str) -> str:
+    """`path` (a PATH value) less its empty and relative entries ("", ".", "bin"): with
+    those, a command is looked up in the current directory, the tenant's workdir."""
+    return os.pathsep.join(p for p in path.split(os.pathsep) if os.path.isabs(p))
 
 
 @dataclass(frozen=True)

@@ -61,12 +61,22 @@ def test_the_job_environment_holds_no_secret_of_the_server(
     inherited = {k for k in env if k not in extra and k != "HOME"}
     for name in inherited:
         assert not SECRET_MARKERS.search(name), name
-        assert env[name] == base[name]
+        assert env[name] == base[name] or name == "PATH"  # PATH: its absolute entries
     for name in ("ARGOSY_HOME", "ARGOSY_SERVER", "USER", "ARGOSY__SERVER__ADMIN"):
         assert name not in inherited
     assert env["HOME"] == "/runs/j1"
     for k, v in extra.items():
         assert env[k] == v
+
+
+@pytest.mark.parametrize(
+    ("path", "want"),
+    [("/usr/bin:.:bin::/bin", "/usr/bin:/bin"), (":", ""), ("/opt/x/bin", "/opt/x/bin")],
+)
+def test_a_job_path_keeps_only_absolute_entries(path: str, want: str) -> None:
+    """A relative PATH entry looks commands up in the current directory: the job's
+    workdir, where the root wrapper that runs `mv` and `setpriv` starts."""
+    assert job_environment({"PATH": path}, {})["PATH"] == want
 
 
 def test_the_allow_list_passes_what_jobs_need() -> None:
