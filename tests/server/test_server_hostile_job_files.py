@@ -18,14 +18,12 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from server_helpers import STEPS, WORKDIR, fast_config
+from server_helpers import STEPS, WORKDIR
+from test_server_node_health import NODES, app_client
 
-from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
-from argosy.server.app import create_app
 from argosy.server.job_json import loads_job_json
 
-NODES = [NodeInfo("n0", "cpu", 2), NodeInfo("n1", "cpu", 2)]
 HOSTILE_SUMMARIES = [
     '{"status": "completed", "nodes": [1]}',
     '{"status": "completed", "nodes": [{"node": "victim-gpu-node", "energy_j": 9e15}]}',
@@ -55,7 +53,7 @@ def fake() -> FakeExecutor:
 
 @pytest.fixture
 def api(home: Path, fake: FakeExecutor) -> Iterator[TestClient]:
-    with TestClient(create_app(fast_config(home), executor=fake)) as c:
+    with app_client(home, fake) as c:  # the node-health tests' two-node server
         c.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
         yield c
 
