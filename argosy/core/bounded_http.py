@@ -8,27 +8,93 @@ server buffer a 10 MB header per connection, and many of them exhaust its memory
 are not counted here; the applications limit them themselves (413). Where httptools is
 not installed, uvicorn's h11 parser runs with the same limit (`h11_max_incomplete_event_size`).
 uvicorn is imported only when `run` is called.
+
+Slow and idle connections are bounded too (all before any application code or auth runs):
+- a request head must be complete within `HEAD_TIMEOUT_S` (20 s) of the connection opening,
+  or of the previous response ending on a keep-alive connection; otherwise the connection
+  is closed (with a `408 Request Timeout` if part of a head came);
+- a request body must keep coming: it is cut (408, closed) once `BODY_TIMEOUT_S` (30 s)
+  plus one second per `MIN_BODY_BYTES_PER_S` (8 KiB) received since the head has passed
+  and the body is still incomplete; time the application spends not reading (uvicorn has
+  paused reading, or waits to send `100 Continue`) does not count against the client;
+- an idle keep-alive connection is closed after `KEEP_ALIVE_S` (5 s, uvicorn's
+  `timeout_keep_alive`);
+- past `LIMIT_CONCURRENCY` (2048) open connections or requests in flight, uvicorn answers
+  new requests 503 (`limit_concurrency`; lowered to the open-files limit less
+  `FD_RESERVE` where that is smaller);
+- `run` raises the process's soft RLIMIT_NOFILE to its hard limit first, so sockets run
+  out long after the connection limit does.
+The timers exist only in the httptools protocol; under the h11 fallback the keep-alive
+timeout, `limit_concurrency` and the open-files limit still apply. `HttpBounds` holds
+every bound; `run(app, bounds=HttpBounds(head_timeout_s=...), ...)` changes them.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 MAX_HEAD_BYTES = 64 * 1024
+HEAD_TIMEOUT_S = 20.0
+"""Seconds a request head may take, from the connection (or the last response) on."""
+BODY_TIMEOUT_S = 30.0
+"""Seconds of grace a request body gets, on top of its allowance by rate."""
+MIN_BODY_BYTES_PER_S = 8 * 1024
+"""Each byte of body received buys 1/MIN_BODY_BYTES_PER_S more seconds."""
+KEEP_ALIVE_S = 5
+"""Seconds an idle keep-alive connection is kept open (uvicorn's `timeout_keep_alive`)."""
+LIMIT_CONCURRENCY = 2048
+"""Open connections or requests in flight past which uvicorn answers 503."""
+FD_RESERVE = 128
+"""File descriptors kept free of connections: logs, the database, pipes, model files."""
 
 
-def protocol_class(limit: int = MAX_HEAD_BYTES) -> type | None:
-    """uvicorn's httptools protocol with the head limit; None without httptools."""
+@dataclass(frozen=True)
+class HttpBounds:
+    """The limits `run` applies (module constants by default)."""
+
+    max_head_bytes: int = MAX_HEAD_BYTES
+    head_timeout_s: float = HEAD_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    min_body_bytes_per_s: int = MIN_BODY_BYTES_PER_S
+    keep_alive_s: int = KEEP_ALIVE_S
+    limit_concurrency: int = LIMIT_CONCURRENCY
+
+
+def protocol_class(
+    limit: int = MAX_HEAD_BYTES,
+    *,
+    head_timeout_s: float = HEAD_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+    min_body_bytes_per_s: int = MIN_BODY_BYTES_PER_S,
+) -> type | None:
+    """uvicorn's httptools protocol with the head limit and the head and body timers;
+    None without httptools."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # uvicorn without its [standard] extra
         return None
 
     class BoundedHeadProtocol(HttpToolsProtocol):
-        """Counts the bytes fed while a request's head is incomplete."""
+        """Counts the bytes fed while a request's head is incomplete, and times heads
+        (from the connection or the last response on) and bodies (by rate)."""
 
         _head_bytes = 0
         _in_head = True
+        _head_timer: asyncio.TimerHandle | None = None
+        _body_timer: asyncio.TimerHandle | None = None
+        _body_bytes = 0  # body bytes of the current request so far
+        _body_clock = (0.0, 0)  # (when the allowance was last reset, _body_bytes then)
+
+        def connection_made(self, transport: Any) -> None:  # noqa: ANN401
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_head_timer()
+            self._cancel_body_timer()
+            super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if self._in_head:
@@ -39,11 +105,93 @@ def protocol_class(limit: int = MAX_HEAD_BYTES) -> type | None:
 
         def on_headers_complete(self) -> None:
             self._in_head, self._head_bytes = False, 0
+            self._cancel_head_timer()
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope and not self.transport.is_closing():
+                self._body_bytes = 0  # a new request (not an upgrade): its body is timed
+                self._body_clock = (self.loop.time(), 0)
+                self._arm_body_timer(body_timeout_s)
+
+        def on_body(self, body: bytes) -> None:
+            self._body_bytes += len(body)
+            super().on_body(body)
 
         def on_message_complete(self) -> None:
+            self._cancel_body_timer()
             super().on_message_complete()
             self._in_head = True
+
+        def on_response_complete(self) -> None:
+            pipelined = bool(self.pipeline)  # a queued request, its head already read
+            super().on_response_complete()
+            if self.transport.is_closing() or pipelined:
+                return
+            self._cancel_body_timer()  # answered early: what is left of the body counts
+            self._arm_head_timer()  # as part of the wait for the next head
+
+        # ---- timers ---------------------------------------------------------------------
+        def _arm_head_timer(self) -> None:
+            self._cancel_head_timer()
+            self._head_timer = self.loop.call_later(head_timeout_s, self._head_timed_out)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _arm_body_timer(self, delay: float) -> None:
+            self._cancel_body_timer()
+            self._body_timer = self.loop.call_later(delay, self._body_check)
+
+        def _cancel_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing():
+                return
+            if self._head_bytes:  # part of a head came: say why the connection ends
+                self._answer_408(f"request head not complete within {head_timeout_s:g} s")
+            self.transport.close()
+
+        def _body_check(self) -> None:
+            """Cut the body when it falls behind its allowance: `body_timeout_s` plus a
+            second per `min_body_bytes_per_s` bytes since the clock was last reset."""
+            self._body_timer = None
+            cycle = self.cycle
+            if self.transport.is_closing() or cycle is None or not cycle.more_body:
+                return
+            now = self.loop.time()
+            if self.flow.read_paused or cycle.waiting_for_100_continue:
+                self._body_clock = (now, self._body_bytes)  # the app is not reading
+                self._arm_body_timer(body_timeout_s)
+                return
+            since, base = self._body_clock
+            allowed = body_timeout_s + (self._body_bytes - base) / min_body_bytes_per_s
+            left = since + allowed - now
+            if left > 0.01:
+                self._arm_body_timer(left)
+                return
+            if not cycle.response_started:
+                self._answer_408(
+                    f"request body slower than {min_body_bytes_per_s} bytes/s after "
+                    f"{body_timeout_s:g} s"
+                )
+            cycle.disconnected = True  # the app's receive() sees http.disconnect
+            cycle.message_event.set()
+            self.transport.close()
+
+        def _answer_408(self, message: str) -> None:
+            body = f"{message}\n".encode()
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\n"
+                b"content-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
 
         def _refuse(self) -> None:
             body = f"request line and headers exceed {limit} bytes\n".encode()
@@ -59,14 +207,53 @@ def protocol_class(limit: int = MAX_HEAD_BYTES) -> type | None:
     return BoundedHeadProtocol
 
 
-def run(app: Any, **kwargs: Any) -> None:
-    """`uvicorn.run(app, **kwargs)` with the request head bounded."""
+def raise_open_files_limit() -> int | None:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (2**20 where the hard
+    limit is unlimited); the soft limit afterwards, None where it is unlimited or the
+    platform has none."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None
+    infinity = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (hard if hard != infinity else 1 << 20, 10240):  # 10240: macOS OPEN_MAX
+        if soft == infinity or (hard != infinity and target > hard) or target <= soft:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            continue
+        soft = target
+        break
+    return None if soft == infinity else soft
+
+
+def concurrency_limit(wanted: int, open_files: int | None) -> int:
+    """`wanted`, lowered to fit in `open_files` less FD_RESERVE (at least 64)."""
+    if open_files is None:
+        return wanted
+    return max(64, min(wanted, open_files - FD_RESERVE))
+
+
+def run(app: Any, bounds: HttpBounds | None = None, **kwargs: Any) -> None:
+    """`uvicorn.run(app, **kwargs)` with the request head bounded in size and time, bodies
+    in rate, keep-alive and concurrency limited, and the open-files limit raised."""
     import uvicorn
 
-    protocol = protocol_class()
+    bounds = bounds or HttpBounds()
+    open_files = raise_open_files_limit()
+    protocol = protocol_class(
+        bounds.max_head_bytes,
+        head_timeout_s=bounds.head_timeout_s,
+        body_timeout_s=bounds.body_timeout_s,
+        min_body_bytes_per_s=bounds.min_body_bytes_per_s,
+    )
     if protocol is not None:
         kwargs.setdefault("http", protocol)
     else:
         kwargs.setdefault("http", "h11")
-        kwargs.setdefault("h11_max_incomplete_event_size", MAX_HEAD_BYTES)
+        kwargs.setdefault("h11_max_incomplete_event_size", bounds.max_head_bytes)
+    kwargs.setdefault("timeout_keep_alive", bounds.keep_alive_s)
+    kwargs.setdefault("limit_concurrency", concurrency_limit(bounds.limit_concurrency, open_files))
     uvicorn.run(app, **kwargs)

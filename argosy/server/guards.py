@@ -33,7 +33,6 @@ import html
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
@@ -41,10 +40,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from argosy.core.same_origin import UNSAFE_METHODS, cross_site_reason  # shared with serve
 from argosy.server.config import ServerConfig
 from argosy.server.json_text import JsonText
 
-UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CSP = (
     "default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; "
     "frame-ancestors 'none'; form-action 'self'"
@@ -65,7 +64,6 @@ SECURITY_HEADERS = {
 }
 ECHO_MAX_CHARS = 200
 """Longest `input` or `ctx` value a 422 answer repeats back."""
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 UploadCaps = Mapping[tuple[str, str], tuple[int, str]]
 """(method, path) -> (cap in bytes, what the cap is called in the 413 message)."""
@@ -164,45 +162,7 @@ class SecurityHeaders:
             raise
 
 
-# ---- same origin -----------------------------------------------------------------------
-def origin_tuple(scheme: str, netloc: str) -> tuple[str, str, int] | None:
-    """(scheme, host, port) with the scheme's default port filled in; None if malformed."""
-    try:
-        parts = urlsplit(f"//{netloc}")
-        port = parts.port or DEFAULT_PORTS.get(scheme)
-    except ValueError:
-        return None
-    if not parts.hostname or port is None:
-        return None
-    return scheme.lower(), parts.hostname.lower(), port
-
-
-def same_origin(origin: str, scheme: str, host: str | None) -> bool:
-    """Whether an `Origin` header names this server (as the Host header gives it)."""
-    if host is None or origin == "null":
-        return False
-    parts = urlsplit(origin)
-    if parts.path or parts.query or not parts.scheme:
-        return False
-    theirs = origin_tuple(parts.scheme, parts.netloc)
-    return theirs is not None and theirs == origin_tuple(scheme, host)
-
-
-def cross_site_reason(method: str, headers: Mapping[str, str], scheme: str) -> str | None:
-    """Why an unsafe request looks like it came from another site, or None.
-    (`Sec-Fetch-Site: none`, a user typing the URL, is fine only for GET navigations,
-    which this check never sees.)"""
-    if method not in UNSAFE_METHODS:
-        return None
-    site = headers.get("sec-fetch-site")
-    if site is not None and site != "same-origin":
-        return f"Sec-Fetch-Site is '{site[:40]}', not 'same-origin'"
-    origin = headers.get("origin")
-    if origin is not None and not same_origin(origin, scheme, headers.get("host")):
-        return f"Origin '{origin[:100]}' is not this server's"
-    return None
-
-
+# ---- same origin (the checks: argosy.core.same_origin) ---------------------------------
 def needs_origin_check(path: str, headers: Mapping[str, str]) -> bool:
     """Console requests always; REST requests only when a cookie is their credential."""
     return not is_api(path) or ("cookie" in headers and "authorization" not in headers)
