@@ -14,7 +14,8 @@ thread, repeats:
    this batch size) decides how many tokens the adaptive offers may verify, and one
    batched forward pass verifies every row's last token plus its draft (right-padded to
    the longest). Each request then keeps its own
-   accepted prefix (the decoder's lossless rule).
+   accepted prefix (the decoder's lossless rule). A row whose own callback raises (its
+   proposer's offer, its verification) fails alone; the other rows take their step.
 
 The batched KV cache is left-padded: row i holds its `lengths[i]` cached positions, the
 attention mask hides padding and `position_ids` give each row its own positions. After a
@@ -403,7 +404,7 @@ class BatchLoop:
         """One forward pass for every row: its last token plus its draft (right-padded)."""
         batch = self._batch
         assert batch is not None
-        offers = [slot.decoder.offer() for slot in self.rows]
+        offers = [self._offer(slot) for slot in self.rows]
         width = self.policy.width(offers)
         drafts = [o.tokens[:width] if o.adaptive else o.tokens for o in offers]
         width = max(len(d) for d in drafts)
@@ -422,14 +423,37 @@ class BatchLoop:
         argmax = logits.argmax(dim=-1).tolist()  # one device sync for every greedy row
         kept = []
         for i, slot in enumerate(self.rows):
+            if slot.done:  # its proposer raised in `_offer`: it has its error already
+                kept.append(0)
+                continue
             size = len(drafts[i]) + 1
-            step, accepted = slot.decoder.check(
-                drafts[i], logits[i, :size], elapsed, argmax[i][:size]
-            )
+            try:
+                step, accepted = slot.decoder.check(
+                    drafts[i], logits[i, :size], elapsed, argmax[i][:size]
+                )
+            except Exception as err:  # its sampler or proposer: this request fails alone
+                self._fail(slot, err)
+                kept.append(0)
+                continue
             kept.append(accepted)
             self.batched_tokens += len(step[0])
             self._deliver(slot, step)
         self._trim(mask, kept)
+
+    def _offer(self, slot: Slot) -> DraftOffer:
+        """The row's draft for a batched step. A proposer that raises fails its own request
+        alone: the row is fed its last token with no draft in this pass, its result is not
+        delivered, and it is dropped before the next step; the other rows go on."""
+        try:
+            return slot.decoder.offer()
+        except Exception as err:  # one request's proposer, not the batch's pass
+            self._fail(slot, err)
+            return DraftOffer()
+
+    def _fail(self, slot: Slot, err: Exception) -> None:
+        """End one request with `err` (the loop drops it at the next `_drop_done`)."""
+        slot.out.put(err)
+        slot.done = True
 
     def _trim(self, mask: torch.Tensor, kept: list[int]) -> None:
         """Hide each row's rejected draft positions; compact once holes waste a quarter."""

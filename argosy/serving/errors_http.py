@@ -1,10 +1,12 @@
 """Every error of the serving API as OpenAI's error object, with the right status.
 
 400: an invalid field (`param` names it), malformed JSON, a prompt too long for the context
-or `max_prompt_chars`; 401: a wrong admin token; 404: an unknown model or route
-(`model_not_found` / `not_found`); 405: a wrong method; 413: a body over
-`max_body_bytes` (`BodyLimit`); 429: too many requests in flight (`Retry-After`);
-500: the engine failed; 503: the engine sleeps (`Retry-After`).
+or `max_prompt_chars`, an `ArgosyError` raised while the engine builds a request (a
+proposer it cannot build, for instance: a mistake in the request or a setting, never a
+500); 401: a wrong admin token; 404: an unknown model or route (`model_not_found` /
+`not_found`); 405: a wrong method; 413: a body over `max_body_bytes` (`BodyLimit`); 429:
+too many requests in flight (`Retry-After`); 500: the engine failed; 503: the engine
+sleeps (`Retry-After`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from argosy.core.errors import UnknownNameError
+from argosy.core.errors import ArgosyError, UnknownNameError
 from argosy.serving.admin import AdminDeniedError
 from argosy.serving.errors import EngineAsleepError, EngineFailedError
 from argosy.serving.limits import QueueFullError, ServingLimits
@@ -72,6 +74,10 @@ def install_error_handlers(app: FastAPI, limits: ServingLimits) -> None:
     @app.exception_handler(UnknownNameError)
     async def unknown(_: Request, err: UnknownNameError) -> JSONResponse:
         return error_response(400, str(err), None)
+
+    @app.exception_handler(ArgosyError)
+    async def refused(_: Request, err: ArgosyError) -> JSONResponse:
+        return error_response(400, str(err), getattr(err, "field", None))
 
     @app.exception_handler(ValueError)
     async def value(_: Request, err: ValueError) -> JSONResponse:

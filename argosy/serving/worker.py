@@ -487,8 +487,9 @@ def _big(args: tuple[Any, ...]) -> bool:
 def _run_stream(
     engine: Any, rid: int, request: GenerationRequest, send: Any, cancelled: set[int]
 ) -> None:
-    chunks = engine.stream(request)
+    chunks: Any = None
     try:
+        chunks = engine.stream(request)
         for chunk in chunks:
             if rid in cancelled:
                 send(("err", rid, ("EngineAsleepError", _CANCELLED)))  # the waiter must end
@@ -497,6 +498,11 @@ def _run_stream(
         send(("end", rid, None))
     except (ArgosyError, ValueError, RuntimeError) as err:
         send(("err", rid, (type(err).__name__, str(err))))
+    except Exception as err:  # OSError, IndexError...: the waiter must end, the worker lives
+        log.exception("stream %d failed", rid)
+        failed = f"the engine failed on this request ({type(err).__name__})"
+        send(("err", rid, ("EngineFailedError", failed)))
     finally:
-        chunks.close()
+        if chunks is not None:
+            chunks.close()
         cancelled.discard(rid)
