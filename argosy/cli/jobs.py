@@ -101,6 +101,8 @@ def job(
         )
     if data["reason"]:
         console.print(f"reason: {data['reason']}", highlight=False)
+    if data.get("error"):  # the whole line, for the job's queue and the admins
+        console.print(f"error: {data['error']}", highlight=False, markup=False)
     for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:
         by = f"  (by {e['actor']})" if e.get("actor", "system") != "system" else ""
         console.print(f"  {e['created_at']}  {e['kind']:<12} {e['message']}{by}", highlight=False)

@@ -19,14 +19,25 @@ GPU in bfloat16 when there is one, else the CPU in float32).
 the node's device ledger first (refused, exit 2, when the device's sum would pass 1.0),
 the engine sizes its KV cache from it, and the claim is released when the server stops.
 FastAPI and uvicorn are imported only when the server starts.
+
+The port is held from the first moment: `serve` binds and listens on it before the model
+loads (a port another process holds fails at once, exit 2, naming the port), and answers
+every request with 503 `{"status": "loading"}` until the model is loaded; `/live` is 200
+only from then on. Started by `argosy server`, the replica reads its proof key from
+`$ARGOSY_REPLICA_PROOF_KEY` (removed from the environment its worker inherits) and proves
+on `/live?nonce=N` that it is the replica the control plane started
+(`argosy.serving.admin.replica_proof`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -132,13 +143,15 @@ def serve(
         },
         settings,
     )
+    from argosy.serving.admin import PROOF_KEY_ENV
     from argosy.serving.api_key import read_key
 
     api_key = read_key(api_key_file, dict(os.environ))
+    proof_key = os.environ.pop(PROOF_KEY_ENV, "").strip().encode() or None  # not the worker's
     ledger, claim = _claim(memory_fraction, device, f"{model} on port {port}")
     try:
         name = served_model_name.strip() or model
-        _run(config, host, port, admin_token, zygote, name, api_key)
+        _run(config, host, port, admin_token, zygote, name, api_key, proof_key)
     finally:
         if ledger is not None:
             ledger.release(claim)
@@ -184,28 +197,102 @@ def _run(
     zygote: str,
     name: str,
     api_key: str | None = None,
+    proof_key: bytes | None = None,
 ) -> None:
-    """Load the engine in its worker and serve until SIGTERM/SIGINT."""
+    """Hold the port, load the engine in its worker (503 meanwhile), and serve until
+    SIGTERM/SIGINT."""
+    import uvicorn
+
     from argosy.core import bounded_http
     from argosy.serving.api import build_app
     from argosy.serving.worker import WorkerEngine
 
     instance = WorkerEngine(config, zygote_socket=Path(zygote).expanduser() if zygote else None)
+    sock = _listen(host, port)  # before the model loads: no other process can take the port
+    port = sock.getsockname()[1]
+    app = build_app(
+        instance,
+        served_name=name,
+        admin_token=admin_token or None,
+        api_key=api_key,
+        proof_key=proof_key,
+        address=f"{host}:{port}",
+    )
+    gate = _Loading(app)
+    server = uvicorn.Server(
+        uvicorn.Config(gate, lifespan="off", log_level="warning", **bounded_http.uvicorn_options())
+    )
     what = (
         f"{config.model} ({config.engine}, speculative {config.speculative}, "
         f"device {config.device}, dtype {config.dtype})"
     )
-    typer.echo(f"loading {what}", err=True)
+    typer.echo(f"loading {what}; port {port} held, answering 503 until loaded", err=True)
+    failed: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            instance.load()
+        except BaseException as err:  # the main thread raises it once the server stops
+            failed.append(err)
+            server.should_exit = True
+            return
+        gate.loaded = True
+        typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {name})", err=True)
+
+    threading.Thread(target=load, name="argosy-serve-load", daemon=True).start()
     try:
-        instance.load()
-    except ImportError as err:
-        raise ArgosyError(f"engine '{config.engine}' needs the 'serve' extra: {err}") from err
-    typer.echo(f"argosy serve on http://{host}:{port}/v1 (model {name})", err=True)
-    app = build_app(instance, served_name=name, admin_token=admin_token or None, api_key=api_key)
-    try:
-        bounded_http.run(app, host=host, port=port, log_level="warning")
+        server.run(sockets=[sock])
     finally:
-        instance.close()
+        sock.close()
+        instance.close()  # after a load in progress (it holds the engine's state lock)
+    if failed:
+        if isinstance(failed[0], ImportError):
+            message = f"engine '{config.engine}' needs the 'serve' extra: {failed[0]}"
+            raise ArgosyError(message) from failed[0]
+        raise failed[0]
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` and listening. A port another process holds is an
+    `ArgosyError` (exit 2) naming it. No `SO_REUSEPORT`: the port has one owner."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as err:
+        sock.close()
+        why = err.strerror or str(err)
+        if err.errno == errno.EADDRINUSE:
+            message = f"port {port} on {host} is already in use ({why}): another process holds it"
+            raise ArgosyError(f"{message}; nothing was loaded") from err
+        raise ArgosyError(f"cannot listen on port {port} on {host}: {why}") from err
+    return sock
+
+
+class _Loading:
+    """The ASGI app of `argosy serve`: until `loaded`, every HTTP request is answered 503
+    `{"status": "loading"}` with `Retry-After` (a probe never takes a loading replica as
+    live); then `app` answers."""
+
+    BODY = b'{"status":"loading"}'
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.loaded = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.loaded or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"retry-after", b"5"),
+            (b"content-length", str(len(self.BODY)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": self.BODY})
 
 
 def train_draft(

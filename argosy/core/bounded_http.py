@@ -241,6 +241,12 @@ def run(app: Any, bounds: HttpBounds | None = None, **kwargs: Any) -> None:
     in rate, keep-alive and concurrency limited, and the open-files limit raised."""
     import uvicorn
 
+    uvicorn.run(app, **(uvicorn_options(bounds) | kwargs))
+
+
+def uvicorn_options(bounds: HttpBounds | None = None) -> dict[str, Any]:
+    """The uvicorn settings of `run` (the open-files limit raised on the way), for a
+    server that is not started by `run` (`argosy serve` hands uvicorn its own socket)."""
     bounds = bounds or HttpBounds()
     open_files = raise_open_files_limit()
     protocol = protocol_class(
@@ -249,11 +255,10 @@ def run(app: Any, bounds: HttpBounds | None = None, **kwargs: Any) -> None:
         body_timeout_s=bounds.body_timeout_s,
         min_body_bytes_per_s=bounds.min_body_bytes_per_s,
     )
+    options: dict[str, Any] = {
+        "timeout_keep_alive": bounds.keep_alive_s,
+        "limit_concurrency": concurrency_limit(bounds.limit_concurrency, open_files),
+    }
     if protocol is not None:
-        kwargs.setdefault("http", protocol)
-    else:
-        kwargs.setdefault("http", "h11")
-        kwargs.setdefault("h11_max_incomplete_event_size", bounds.max_head_bytes)
-    kwargs.setdefault("timeout_keep_alive", bounds.keep_alive_s)
-    kwargs.setdefault("limit_concurrency", concurrency_limit(bounds.limit_concurrency, open_files))
-    uvicorn.run(app, **kwargs)
+        return options | {"http": protocol}
+    return options | {"http": "h11", "h11_max_incomplete_event_size": bounds.max_head_bytes}

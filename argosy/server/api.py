@@ -34,6 +34,7 @@ from argosy.server.views import (
     job_json,
     job_view,
     latest_rank_log,
+    launcher_error,
     launcher_log,
     node_views,
     queue_views,
@@ -156,8 +157,11 @@ async def list_jobs(
 
 @router.get("/jobs/{job_id}", response_model=Job, responses={404: {}})
 async def get_job(job_id: str, ctl: Ctl, who: Who) -> Response:
-    body = job_view(_job(ctl, job_id)).model_dump_json()  # built once, not validated again
-    return Response(body, media_type="application/json")
+    row = _job(ctl, job_id)
+    view = job_view(row)  # built once, not validated again
+    if row["state"] == "failed" and who.may_read_output(row["queue"]):
+        view.error = launcher_error(ctl.run_dir(job_id), row["attempts"]) or None
+    return Response(view.model_dump_json(), media_type="application/json")
 
 
 @router.post("/jobs/{job_id}/cancel", responses={403: {}, 404: {}})

@@ -52,7 +52,7 @@ from argosy.server.spec import JobSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
 from argosy.server.summaries import attempt_started, exit_time, settle_summary, stamp_attempt
 from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
-from argosy.server.views import launcher_error
+from argosy.server.views import public_launcher_error
 
 log = logging.getLogger(__name__)
 NODE_HEALTH_LIMIT_BYTES = 1 << 20
@@ -528,7 +528,7 @@ class Control:
         else:
             self.scheduling.finished(e.job_id)
             why = f"attempt {n}: {e.reason}" + _cause(summary)
-            why += error_clause(launcher_error(self.run_dir(e.job_id), n), why)
+            why += error_clause(public_launcher_error(self.run_dir(e.job_id), n), why)
             if e.lost:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), ended)

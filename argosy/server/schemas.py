@@ -42,6 +42,10 @@ class Job(BaseModel):
     spec: JobSpec
     summary: dict[str, Any] | None = None
     """The runtime's goodput summary (summary.json) of the last attempt."""
+    error: str | None = None
+    """A failed job's telling line of its launcher's output, whole (`reason` keeps of a
+    rank's output only an exception's class): for the job's queue and the admins, in
+    `GET /jobs/{id}`; null elsewhere."""
 
 
 class JobPage(BaseModel):

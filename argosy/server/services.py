@@ -11,6 +11,15 @@ error line from its launcher is not restarted again: the service fails with that
 A replica that was ready and then fails `UNHEALTHY_AFTER` probes in a row is stopped,
 and so restarted.
 
+A probe proves who answers: each one sends a fresh nonce (`/live?nonce=N`) and a replica
+is ready only when the answer carries the HMAC of N and the replica's `host:port` under
+its service's proof key (`replica_proof_key`, derived from the server's secret, handed to
+the replica in its environment, never sent). Another process that took the port first
+(a tenant who saw it) answers without the proof: the replica stays `starting` (and the
+real one fails to bind that port and exits, naming it); one whose port answers only so
+for `UNPROVEN_GRACE_S` is stopped, and a second attempt ending that way fails the
+service. For a ready replica such an answer is a failed probe.
+
 States: pending (no replica placed) -> starting (placed, not all ready) -> running (all
 ready); stopping (deleted or failed, replicas stopping) -> deleted | failed. Replica
 records (node, port, attempt, restarts, state) live in the store, so a restarted server
@@ -23,6 +32,11 @@ yields and reclaims them, and a tidal replica starts with the admin token the le
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import http.client
+import json
+import secrets
 import socket
 import sys
 import time
@@ -40,13 +54,21 @@ from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
 from argosy.server.tidal import HOLDING, Lease
-from argosy.server.views import launcher_error
+from argosy.server.views import public_launcher_error
+from argosy.serving.admin import PROOF_KEY_ENV, proof_matches
 from argosy.serving.api_key import ENV_API_KEY
 
 SERVICE_TERMINAL: frozenset[str] = frozenset({"deleted", "failed"})
 UNHEALTHY_AFTER = 3
 """Failed probes in a row after which a ready replica is restarted."""
 PROBE_TIMEOUT_S = 2.0
+PROBE_READ_BYTES = 4096
+"""The most of a `/live` answer a probe reads (the port's owner writes it)."""
+UNPROVEN_GRACE_S = 30.0
+"""Seconds a starting replica's port may answer without the replica's proof before the
+replica is stopped (its process cannot hold the port: another one does)."""
+PROVEN, UNPROVEN, DOWN = "proven", "unproven", "down"
+"""What a probe found: the replica, another process on its port, or no 200."""
 
 
 def replica_key(service_id: str, index: int) -> str:
@@ -56,6 +78,14 @@ def replica_key(service_id: str, index: int) -> str:
 
 def is_replica(key: str) -> bool:
     return key.startswith("s") and ".r" in key
+
+
+def replica_proof_key(secret: bytes, service_id: str) -> bytes:
+    """The key a service's replicas prove themselves with: derived from the server's
+    secret with a label of its own (neither the admin token nor the API key, which tokens
+    can read, gives it), so a restarted server still checks the replicas it adopts."""
+    digest = hmac.new(secret, b"replica-proof\0" + service_id.encode(), hashlib.sha256)
+    return digest.hexdigest().encode()
 
 
 class Services:
@@ -78,11 +108,16 @@ class Services:
         self.lease = lease
         self.training = training
         """Nodes whose devices training ranks hold now (a tidal replica waits for them)."""
-        self.probe = probe or probe_health
+        self.probe = probe
+        """A stand-in for `probe_health` (tests): URL -> whether the replica answers;
+        None: `probe_health`, which checks the replica's proof."""
         self.health_interval_s = 1.0
+        self.unproven_grace_s = UNPROVEN_GRACE_S
         self.active: dict[str, Row] = {}  # service id -> row (replicas: list of dicts)
-        self._probes: dict[str, Future[bool]] = {}  # replica key -> probe in flight
+        self._probes: dict[str, Future[bool | str]] = {}  # replica key -> probe in flight
         self._failures: dict[str, int] = {}
+        self._unproven: dict[str, float] = {}  # replica key -> first answer without proof
+        self._stop_reasons: dict[str, str] = {}  # replica key -> why we stopped it
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="probe")
         self._last_probe_s = 0.0
 
@@ -191,12 +226,15 @@ class Services:
             return
         rec |= {"state": "starting", "started_at": time.time()}
         self._failures.pop(key, None)
+        self._unproven.pop(key, None)
+        self._stop_reasons.pop(key, None)
         where = f"{rec['node']} port {port}"
         self.store.add_event(service_id, "replica_started", f"replica {rec['index']} on {where}")
 
     def _replica_env(self, service_id: str, spec: ServiceSpec) -> dict[str, str]:
         # the key in the environment, not the command line every user can read
         env = {"ARGOSY_SERVICE_ID": service_id, ENV_API_KEY: self.lease.api_key(service_id)}
+        env[PROOF_KEY_ENV] = self.proof_key(service_id).decode()
         if spec.tidal is not None:  # the lease sleeps and wakes it
             env["ARGOSY_ADMIN_TOKEN"] = self.lease.token(service_id)
         return env
@@ -210,7 +248,8 @@ class Services:
             return
         before_ready = rec["state"] == "starting"
         rec["state"] = "exited"
-        error = launcher_error(self.run_dir(e.job_id), e.attempt)
+        stopped_why = self._stop_reasons.pop(e.job_id, "")
+        error = stopped_why or public_launcher_error(self.run_dir(e.job_id), e.attempt)
         message = f"replica {rec['index']} attempt {e.attempt}: {e.reason}"
         message += error_clause(error)
         if row["stop_requested"]:
@@ -219,7 +258,8 @@ class Services:
             return
         rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
-        if _fails_again(rec, error if before_ready and e.exit_code else ""):
+        counts = before_ready and (e.exit_code or stopped_why)
+        if _fails_again(rec, error if counts else ""):
             why = f"{message}; failed the same way twice in a row before it was ready"
             self._stop_all(row, "fail", why)
             return
@@ -255,10 +295,19 @@ class Services:
             for rec in row["replicas"]:
                 key = replica_key(service_id, rec["index"])
                 if rec["state"] in ("starting", "ready") and key not in self._probes:
-                    # liveness, not readiness: `/health` is a 503 while the replica
-                    # sleeps, and a busy or sleeping replica must not be restarted
-                    url = f"http://{rec['address']}:{rec['port']}/live"
-                    self._probes[key] = self._pool.submit(self.probe, url)
+                    self._probes[key] = self._submit_probe(service_id, rec)
+
+    def _submit_probe(self, service_id: str, rec: dict[str, Any]) -> Future[bool | str]:
+        # liveness, not readiness: `/health` is a 503 while the replica sleeps, and a
+        # busy or sleeping replica must not be restarted
+        where = f"{rec['address']}:{rec['port']}"
+        url = f"http://{where}/live"
+        if self.probe is not None:
+            return self._pool.submit(self.probe, url)
+        return self._pool.submit(probe_health, url, self.proof_key(service_id), where)
+
+    def proof_key(self, service_id: str) -> bytes:
+        return replica_proof_key(self.lease.secret, service_id)
 
     def _reconcile_tidal(self) -> None:
         for service_id, row in list(self.active.items()):
@@ -288,13 +337,18 @@ class Services:
                 return service_id
         return ""
 
-    def _apply_probe(self, key: str, ok: bool) -> None:
+    def _apply_probe(self, key: str, result: bool | str) -> None:
         service_id, _, index = key.rpartition(".r")
         row = self.active.get(service_id)
         if row is None or row["stop_requested"]:
             return
         rec = next(r for r in row["replicas"] if r["index"] == int(index))
-        if ok:
+        outcome = result if isinstance(result, str) else PROVEN if result else DOWN
+        if outcome == UNPROVEN and rec["state"] == "starting":
+            self._unproven_answer(row, rec, key)
+            return
+        if outcome == PROVEN:
+            self._unproven.pop(key, None)
             if self._failures.pop(key, None):  # a failed probe is shown until one passes
                 rec["failed_probes"] = 0
                 self._save(row)
@@ -309,11 +363,31 @@ class Services:
         rec["failed_probes"] = failures
         self._save(row)
         if failures == 1:
-            msg = f"replica {index} failed a health probe; {UNHEALTHY_AFTER} in a row restart it"
+            how = " (its port answered without the replica's proof)" if outcome == UNPROVEN else ""
+            msg = f"replica {index} failed a health probe{how}; "
+            msg += f"{UNHEALTHY_AFTER} in a row restart it"
             self.store.add_event(service_id, "replica_probe_failed", msg)
         if failures == UNHEALTHY_AFTER:
             why = f"replica {index} failed {failures} health probes in a row; restarting it"
             self.store.add_event(service_id, "replica_unhealthy", why)
+            self.executor.stop(key)
+
+    def _unproven_answer(self, row: Row, rec: dict[str, Any], key: str) -> None:
+        """A starting replica's port answered 200 without the replica's proof: not ready;
+        past `unproven_grace_s` the replica is stopped (its exit counts as a failure
+        before ready, with this reason)."""
+        now = time.monotonic()
+        where = f"port {rec['port']} on {rec['node']}"
+        why = f"{where} answered without the replica's proof: another process holds it"
+        if key not in self._unproven:
+            self._unproven[key] = now
+            msg = f"replica {rec['index']}: {why}; not ready"
+            self.store.add_event(row["id"], "replica_unproven", msg)
+        if now - self._unproven[key] >= self.unproven_grace_s and key not in self._stop_reasons:
+            self._stop_reasons[key] = why
+            grace = f"{self.unproven_grace_s:g} s"
+            msg = f"replica {rec['index']}: {why} for {grace}; stopping it"
+            self.store.add_event(row["id"], "replica_unproven", msg)
             self.executor.stop(key)
 
     # ---- state -----------------------------------------------------------------------
@@ -418,13 +492,34 @@ def serve_command(spec: ServiceSpec, host: str, port: int) -> list[str]:
     return command
 
 
-def probe_health(url: str) -> bool:
-    """Whether a replica answers its liveness route (`/live`) with 200."""
+def probe_health(url: str, key: bytes, where: str) -> str:
+    """How the liveness route `url` (`/live`) answers a fresh nonce: PROVEN (200 with the
+    proof of the replica started to listen on `where` under `key`), UNPROVEN (200 without
+    it: another process holds the port) or DOWN (no answer, or not 200). Redirects are
+    not followed."""
+    nonce = secrets.token_hex(16)
     try:
-        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310
-            return response.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
+        with _OPENER.open(f"{url}?nonce={nonce}", timeout=PROBE_TIMEOUT_S) as response:
+            if response.status != 200:
+                return DOWN
+            data = response.read(PROBE_READ_BYTES)
+    except (OSError, urllib.error.URLError, http.client.HTTPException):
+        return DOWN  # HTTPException: whatever holds the port may answer garbage
+    try:
+        answer = json.loads(data).get("proof")
+    except (ValueError, AttributeError):
+        return UNPROVEN
+    if isinstance(answer, str) and proof_matches(key, nonce, where, answer):
+        return PROVEN
+    return UNPROVEN
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a 3xx is an answer that is not 200
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def _free_port(address: str) -> int:

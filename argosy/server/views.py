@@ -8,7 +8,7 @@ from pathlib import Path
 
 from argosy.core.confined import list_confined, read_job_file, stat_job_file
 from argosy.executors.local import attempt_dir
-from argosy.server.failures import ERROR_LINE_CHARS, ERROR_TAIL_BYTES, telling_line
+from argosy.server.failures import ERROR_LINE_CHARS, ERROR_TAIL_BYTES, public_line, telling
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import Event, Job, NodeView, Placement, QueueInfo, Replica, Service
 from argosy.server.service_spec import ServiceSpec
@@ -65,13 +65,24 @@ def launcher_error(run_dir: Path, attempt: int) -> str:
     """The line of the launcher's output that says why attempt `attempt` failed (the
     exception of a traceback, an `error:` line, an OS error), from the last
     `ERROR_TAIL_BYTES` of it and at most `ERROR_LINE_CHARS` long; "" when none does."""
+    return launcher_telling(run_dir, attempt)[0]
+
+
+def public_launcher_error(run_dir: Path, attempt: int) -> str:
+    """`launcher_error` as every token may read it (`failures.public_line`)."""
+    return public_line(*launcher_telling(run_dir, attempt))
+
+
+def launcher_telling(run_dir: Path, attempt: int) -> tuple[str, bool]:
+    """`launcher_error`, and whether it quotes a rank's output (`failures.telling`)."""
     path = launcher_log(run_dir, attempt)
     info = stat_job_file(path) if path is not None else None  # no links followed
     if info is None:
-        return ""
+        return "", False
     tail = read_log_chunk(path, max(0, info.st_size - ERROR_TAIL_BYTES), ERROR_TAIL_BYTES)
-    line = telling_line(tail.decode(errors="replace"))
-    return line if len(line) <= ERROR_LINE_CHARS else line[: ERROR_LINE_CHARS - 3] + "..."
+    line, quoted = telling(tail.decode(errors="replace"))
+    line = line if len(line) <= ERROR_LINE_CHARS else line[: ERROR_LINE_CHARS - 3] + "..."
+    return line, quoted
 
 
 def iso(t: float | None) -> str | None:
@@ -188,10 +199,16 @@ def node_views(
     return out
 
 
+PUBLISHED = frozenset({"ready", "yielding", "asleep", "waking"})
+"""Replica states whose URL a service shows: the replica proved it holds its port (a
+starting replica's port is not shown, so no other tenant learns it to take it first)."""
+
+
 def service_view(row: Row) -> Service:
     replicas = []
     for r in row["replicas"]:
-        url = f"http://{r['address']}:{r['port']}/v1" if r.get("port") else None
+        shown = r.get("port") and r.get("state") in PUBLISHED
+        url = f"http://{r['address']}:{r['port']}/v1" if shown else None
         replicas.append(
             Replica(
                 index=r["index"],

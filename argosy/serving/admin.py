@@ -17,10 +17,19 @@ shared-memory pages, PSS and USS, in bytes (null for a process that is not runni
 `memory_budget` is the service's share of its device (`--memory-fraction`: the budget, the
 weights, the KV budget and capacity in tokens, and the tokens reserved by running
 requests), or null without one.
+
+The replica's proof (`replica_proof`): a replica started by `argosy server` gets a
+per-service proof key in `$ARGOSY_REPLICA_PROOF_KEY`, and answers `GET /live?nonce=N`
+with `"proof"`: the HMAC-SHA256 under that key of N and the `host:port` it was started to
+listen on. The control plane sends a fresh nonce with every probe and takes a replica as
+ready only with the right proof, so a process that holds the port first (another tenant)
+is never mistaken for the replica; binding `host:port` in keeps one replica of a service
+from vouching for another's port. The key itself never crosses the wire.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import time
@@ -31,6 +40,20 @@ from fastapi import FastAPI, Header
 from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.serving.memory import rss_bytes
+
+PROOF_KEY_ENV = "ARGOSY_REPLICA_PROOF_KEY"
+"""The environment variable that hands a replica its proof key (never its command line)."""
+MAX_NONCE_CHARS = 128
+
+
+def replica_proof(key: bytes, nonce: str, where: str) -> str:
+    """The proof a replica listening on `where` (`host:port`) gives for `nonce`."""
+    return hmac.new(key, f"{nonce}\0{where}".encode(), hashlib.sha256).hexdigest()
+
+
+def proof_matches(key: bytes, nonce: str, where: str, answer: str) -> bool:
+    """Whether `answer` is the proof for `nonce` at `where` (compared in constant time)."""
+    return hmac.compare_digest(replica_proof(key, nonce, where).encode(), answer.encode())
 
 
 class SleepBody(BaseModel):

@@ -13,6 +13,8 @@ What it guarantees under load (`limits.py`):
 - while the engine sleeps a new request (streaming or not) is a 503 with `Retry-After`
   before any byte of a stream is sent, `/health` is a 503 and `/live` stays 200; a stream
   cut by a sleep ends with an SSE `error` event.
+- `/live?nonce=N` on a replica given a proof key (`argosy.serving.admin.replica_proof`)
+  also answers `"proof"`, which tells the control plane this is the replica it started.
 
 Errors use OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, with `param`
 naming the offending field: 400 for invalid fields, malformed JSON and oversized prompts,
@@ -25,14 +27,16 @@ engine to sleep and wake it.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import anyio
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from argosy.serving.admin import install_admin_routes
+from argosy.core.same_origin import BrowserGuard, host_names
+from argosy.serving.admin import MAX_NONCE_CHARS, install_admin_routes, replica_proof
 from argosy.serving.api_key import ApiKeyGuard
 from argosy.serving.energy_metrics import ServingEnergy
 from argosy.serving.errors import EngineAsleepError
@@ -40,7 +44,11 @@ from argosy.serving.errors_http import ApiError, install_error_handlers
 from argosy.serving.limits import Admission, BodyLimit, Pools, ServingLimits
 from argosy.serving.metrics import render_metrics
 from argosy.serving.schema import ChatBody, CompletionBody
+from argosy.serving.shapes import error_body
 from argosy.serving.streaming import StreamPlan, drain, merge, pieces, sse
+
+ENV_ALLOWED_HOSTS = "ARGOSY_SERVE_ALLOWED_HOSTS"
+"""Host names a service without an API key answers besides localhost and IP addresses."""
 
 
 class Server:
@@ -95,28 +103,42 @@ def build_app(
     admin_token: str | None = None,
     limits: ServingLimits | None = None,
     api_key: str | None = None,
+    proof_key: bytes | None = None,
+    address: str = "",
 ) -> FastAPI:
     """An app serving `engine` under `served_name`; `admin_token` enables `/admin/*`,
-    `api_key` guards `/v1/*` (`argosy.serving.api_key`)."""
+    `api_key` guards `/v1/*` (`argosy.serving.api_key`), `proof_key` makes `/live?nonce=`
+    prove this is the replica started to listen on `address` (`host:port`)."""
     limits = limits or ServingLimits()
     app = FastAPI(title="argosy serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(
         BodyLimit, max_bytes=limits.max_body_bytes, trim_after_bytes=limits.trim_after_bytes
     )
-    app.add_middleware(ApiKeyGuard, key=api_key)  # the outermost: no key, nothing read
+    app.add_middleware(ApiKeyGuard, key=api_key)  # no key, nothing read
+    app.add_middleware(  # the outermost: Host and Origin first; nosniff on every answer
+        BrowserGuard,
+        check=api_key is None,  # with a key, the key is the guard (DNS rebinding: docs)
+        extra_hosts=host_names(os.environ.get(ENV_ALLOWED_HOSTS, "")),
+        error_body=lambda status, message, code: error_body(status, message, None, code),
+        hint=f"; set {ENV_ALLOWED_HOSTS}=name,... to allow other names",
+    )
     server = Server(engine, served_name, limits)
     app.state.server = server
     install_error_handlers(app, limits)
     install_admin_routes(app, engine, admin_token)
-    _install_probes(app, server)
+    _install_probes(app, server, proof_key, address)
     _install_generation(app, server)
     return app
 
 
-def _install_probes(app: FastAPI, server: Server) -> None:
+def _install_probes(app: FastAPI, server: Server, proof_key: bytes | None, address: str) -> None:
     @app.get("/live")
-    async def live() -> dict[str, str]:
-        return {"status": "alive"}
+    async def live(
+        nonce: str | None = Query(default=None, max_length=MAX_NONCE_CHARS),
+    ) -> dict[str, str]:
+        if proof_key is None or nonce is None:
+            return {"status": "alive"}
+        return {"status": "alive", "proof": replica_proof(proof_key, nonce, address)}
 
     @app.get("/health")
     async def health() -> Any:

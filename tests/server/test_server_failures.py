@@ -1,4 +1,5 @@
-"""Failures say why: the launcher's own error line in a failed job's reason and events,
+"""Failures say why: the launcher's own error line in a failed job's reason and events
+(of a rank's output, only an exception's class; the whole line for the job's queue),
 its output served by the logs API (`rank=launcher`), a service whose replica fails the
 same way twice in a row stopped with that line, and `finished_at` taken from the
 attempt's own exit record when the job ended while the server was down. Real launches
@@ -6,16 +7,20 @@ through the local executor; the restart test runs a real server process."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from server_helpers import SCRIPTS, TERMINAL, WORKDIR, ServerProcess, wait_for
+from server_helpers import SCRIPTS, STEPS, TERMINAL, WORKDIR, ServerProcess, fast_config, wait_for
 
+from argosy.executors.base import NodeInfo
+from argosy.executors.fake import FakeExecutor
 from argosy.executors.local import attempt_dir
-from argosy.server.failures import ERROR_LINE_CHARS, telling_line
+from argosy.server.app import create_app
+from argosy.server.failures import ERROR_LINE_CHARS, public_line, telling, telling_line
 from argosy.server.views import launcher_error
 
 pytestmark = pytest.mark.integration
@@ -85,10 +90,15 @@ def test_a_failed_job_says_why_and_serves_its_launcher_output(client: TestClient
     }
     job = client.post("/api/v1/jobs", json=body).json()
     done = wait_for(client, job["id"], TERMINAL, timeout_s=60)
-    want = "RuntimeError: the loss exploded at step 3"
-    assert done["state"] == "failed" and want in done["reason"], done["reason"]
+    want = "RuntimeError: the loss exploded at step 3"  # a rank's output: the job's own words
+    public = "RuntimeError (its message is in the job's output)"
+    assert done["state"] == "failed" and public in done["reason"], done["reason"]
+    assert want not in done["reason"]
+    shown = client.get(f"/api/v1/jobs/{job['id']}").json()
+    assert shown["error"] == want  # whole, for the job's queue and the admins
     events = client.get(f"/api/v1/jobs/{job['id']}/events").json()["items"]
-    assert any(e["kind"] == "failed" and want in e["message"] for e in events), events
+    assert any(e["kind"] == "failed" and public in e["message"] for e in events), events
+    assert not any(want in e["message"] for e in events)
     logs = client.get(f"/api/v1/jobs/{job['id']}/logs", params={"rank": "launcher"})
     assert logs.status_code == 200 and want in logs.text
     assert int(logs.headers["x-next-offset"]) == len(logs.content)
@@ -145,3 +155,50 @@ def test_a_job_that_ended_while_the_server_was_down_finishes_when_it_exited(
     assert done["state"] == "succeeded", done
     finished_s = datetime.fromisoformat(done["finished_at"].replace("Z", "+00:00")).timestamp()
     assert abs(finished_s - exited_s) < 0.01, (finished_s, exited_s)
+
+
+def test_another_queue_reads_a_failure_without_the_ranks_words(tmp_path: Path) -> None:
+    """The reason and events every token reads keep of a rank's output an exception's
+    class alone; the job's own queue (and the admins) get the whole line as `error`."""
+    queues = tmp_path / "queues.yaml"
+    queues.write_text("queues:\n  - name: org\n    children:\n      - name: a\n      - name: b\n")
+    fake, home = FakeExecutor([NodeInfo("n0", "cpu", 2)]), tmp_path / "home"
+    with TestClient(create_app(fast_config(home, queues_file=queues), executor=fake)) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        body = {"name": "j", "script": STEPS, "workdir": WORKDIR, "queue": "a"}
+        job_id = api.post("/api/v1/jobs", json=body | {"max_restarts": 0}).json()["id"]
+        deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
+        while job_id not in fake.running:
+            assert time.monotonic() < deadline, "the job was not placed"
+            time.sleep(0.02)
+        where = attempt_dir(fake.running[job_id].run_dir, 1)
+        (where / "output.log").write_text(TRACEBACK.replace("/data/shard-7", "pw=hunter2"))
+        fake.finish(job_id, 1)
+        wait_for(api, job_id, TERMINAL, timeout_s=60)
+        tokens = {q: api.post("/api/v1/tokens", json={"queue": q}).json()["token"] for q in "ab"}
+        seen = {
+            q: api.get(f"/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {t}"}).json()
+            for q, t in tokens.items()
+        }
+        assert "hunter2" in seen["a"]["error"] and "hunter2" not in seen["a"]["reason"]
+        assert seen["b"]["error"] is None and "hunter2" not in json.dumps(seen["b"])
+        assert "FileNotFoundError (its message is in the job's output)" in seen["b"]["reason"]
+        events = api.get(f"/api/v1/jobs/{job_id}/events").text + api.get("/api/v1/jobs").text
+        assert "hunter2" not in events
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (TRACEBACK, "FileNotFoundError (its message is in the job's output)"),
+        ("starting\nerror: script 'x.py' not found\n", "error: script 'x.py' not found"),
+        ("rank 1, last lines:\n  diverged: loss is nan\n", "see the job's output"),
+        ("rank 1, last lines:\n  x\nerror: the launcher's own\n", "error: the launcher's own"),
+    ],
+    ids=["rank-exception", "launcher-error", "rank-line", "after-the-quote"],
+)
+def test_what_every_token_reads_of_the_telling_line(text: str, want: str) -> None:
+    got = public_line(*telling(text))
+    assert want in got
+    if "rank" in text.split("\n")[-2] or "Traceback" in text:
+        assert telling_line(text) not in got  # the rank's words are not shown
