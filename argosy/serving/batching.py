@@ -190,23 +190,30 @@ class BatchLoop:
 
     def _run(self) -> None:
         while True:
-            self._admit(block=not self.rows and not self._prefilling)
-            self._drop_done()
-            if self._prefilling:
-                self._prefill_step()
-            if not self.rows:
-                continue
-            start = time.perf_counter()
             try:
-                if len(self.rows) == 1:
-                    self.solo_steps += 1
-                    self._deliver(self.rows[0], self.rows[0].decoder.advance())
-                else:
-                    self._batched_step()
-            except Exception as err:  # every running request learns why it stopped
-                self._fail_all(err)
-            if self.chunks is not None:
-                self.chunks.observe_step(time.perf_counter() - start)
+                self._iterate()
+            except Exception as err:  # outside a step (admission, a join, staging): every
+                self._fail_admitted(err)  # admitted request learns why; the loop goes on
+
+    def _iterate(self) -> None:
+        """One turn of the loop (the module docstring's steps 1-3)."""
+        self._admit(block=not self.rows and not self._prefilling)
+        self._drop_done()
+        if self._prefilling:
+            self._prefill_step()
+        if not self.rows:
+            return
+        start = time.perf_counter()
+        try:
+            if len(self.rows) == 1:
+                self.solo_steps += 1
+                self._deliver(self.rows[0], self.rows[0].decoder.advance())
+            else:
+                self._batched_step()
+        except Exception as err:  # every running request learns why it stopped
+            self._fail_all(err)
+        if self.chunks is not None:
+            self.chunks.observe_step(time.perf_counter() - start)
 
     def _admit(self, block: bool) -> None:
         new: list[Slot] = []
@@ -223,6 +230,17 @@ class BatchLoop:
                 new.append(slot)
         if not new:
             return
+        try:
+            self._take(new)
+        except Exception as err:  # the newcomers learn why; what runs may be torn: the
+            for slot in new:  # loop (`_run`) fails the rest and goes on
+                if not slot.done:
+                    slot.out.put(err)
+                    slot.done = True
+            raise
+
+    def _take(self, new: list[Slot]) -> None:
+        """Admitted requests in: staged, or prefilled now and joined to the rows."""
         if self.chunks is not None:
             self._prefilling.extend(PrefillJob(slot) for slot in new)
             return
@@ -473,6 +491,14 @@ class BatchLoop:
         slot.out.put(step)
         if step[1] is not None:
             slot.done = True
+
+    def _fail_admitted(self, err: Exception) -> None:
+        """`_fail_all`, and the staged prefills too."""
+        for job in list(self._prefilling):
+            job.slot.out.put(err)
+            job.slot.done = True
+        self._prefilling.clear()
+        self._fail_all(err)
 
     def _fail_all(self, err: Exception) -> None:
         for slot in self.rows:

@@ -4,6 +4,7 @@ the worker answers a stream whose engine raises anything (OSError, IndexError), 
 caller gets an error rather than waiting for ever, and the worker serves on."""
 
 import multiprocessing
+import queue
 import threading
 
 import pytest
@@ -107,3 +108,41 @@ def test_the_worker_answers_a_stream_whose_engine_raises_anything_and_serves_on(
         parent.send(("exit", 0, None))
         serving.join(timeout=10)
     assert not serving.is_alive()
+
+
+def test_a_fault_outside_a_step_fails_its_requests_and_the_loop_serves_on(tiny_model):
+    """An error where the loop admits, joins or stages requests (not inside a decode step)
+    reaches the requests it concerned; the loop thread lives on and serves the next."""
+    loop = batch_loop(tiny_model, max_batch_size=4)
+    join, failures = loop._join, []
+
+    def join_once_broken(slots):
+        if not failures:
+            failures.append(len(slots))
+            raise MemoryError("the batched cache did not fit")
+        return join(slots)
+
+    loop._join = join_once_broken
+    with pytest.raises(MemoryError):
+        _within(60, _tokens, loop.submit(decoder(tiny_model, [1, 2, 3], 6)))
+    assert failures == [1]
+    after = _within(60, _tokens, loop.submit(decoder(tiny_model, [7, 3, 1], 6)))
+    assert after == _solo(tiny_model, [7, 3, 1], 6)
+
+
+def _within(seconds, fn, *args):
+    """`fn(*args)` on a daemon thread, waited for at most `seconds` (a dead loop would
+    leave it waiting for ever): its result, or what it raised."""
+    box = queue.Queue()
+
+    def call():
+        try:
+            box.put((True, fn(*args)))
+        except BaseException as err:  # handed to the caller
+            box.put((False, err))
+
+    threading.Thread(target=call, daemon=True).start()
+    ok, value = box.get(timeout=seconds)
+    if not ok:
+        raise value
+    return value
