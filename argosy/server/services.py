@@ -32,16 +32,9 @@ yields and reclaims them, and a tidal replica starts with the admin token the le
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import http.client
-import json
-import secrets
 import socket
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -50,25 +43,27 @@ from typing import Any
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest
 from argosy.server.failures import error_clause
+from argosy.server.replica_probe import (
+    DOWN,
+    PROVEN,
+    UNPROVEN,
+    probe_health,
+    replica_proof_key,
+)
 from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
 from argosy.server.tidal import HOLDING, Lease
 from argosy.server.views import public_launcher_error
-from argosy.serving.admin import PROOF_KEY_ENV, proof_matches
+from argosy.serving.admin import PROOF_KEY_ENV
 from argosy.serving.api_key import ENV_API_KEY
 
 SERVICE_TERMINAL: frozenset[str] = frozenset({"deleted", "failed"})
 UNHEALTHY_AFTER = 3
 """Failed probes in a row after which a ready replica is restarted."""
-PROBE_TIMEOUT_S = 2.0
-PROBE_READ_BYTES = 4096
-"""The most of a `/live` answer a probe reads (the port's owner writes it)."""
 UNPROVEN_GRACE_S = 30.0
 """Seconds a starting replica's port may answer without the replica's proof before the
 replica is stopped (its process cannot hold the port: another one does)."""
-PROVEN, UNPROVEN, DOWN = "proven", "unproven", "down"
-"""What a probe found: the replica, another process on its port, or no 200."""
 
 
 def replica_key(service_id: str, index: int) -> str:
@@ -78,14 +73,6 @@ def replica_key(service_id: str, index: int) -> str:
 
 def is_replica(key: str) -> bool:
     return key.startswith("s") and ".r" in key
-
-
-def replica_proof_key(secret: bytes, service_id: str) -> bytes:
-    """The key a service's replicas prove themselves with: derived from the server's
-    secret with a label of its own (neither the admin token nor the API key, which tokens
-    can read, gives it), so a restarted server still checks the replicas it adopts."""
-    digest = hmac.new(secret, b"replica-proof\0" + service_id.encode(), hashlib.sha256)
-    return digest.hexdigest().encode()
 
 
 class Services:
@@ -490,36 +477,6 @@ def serve_command(spec: ServiceSpec, host: str, port: int) -> list[str]:
     if spec.memory_fraction is not None:
         command += ["--memory-fraction", repr(spec.memory_fraction)]
     return command
-
-
-def probe_health(url: str, key: bytes, where: str) -> str:
-    """How the liveness route `url` (`/live`) answers a fresh nonce: PROVEN (200 with the
-    proof of the replica started to listen on `where` under `key`), UNPROVEN (200 without
-    it: another process holds the port) or DOWN (no answer, or not 200). Redirects are
-    not followed."""
-    nonce = secrets.token_hex(16)
-    try:
-        with _OPENER.open(f"{url}?nonce={nonce}", timeout=PROBE_TIMEOUT_S) as response:
-            if response.status != 200:
-                return DOWN
-            data = response.read(PROBE_READ_BYTES)
-    except (OSError, urllib.error.URLError, http.client.HTTPException):
-        return DOWN  # HTTPException: whatever holds the port may answer garbage
-    try:
-        answer = json.loads(data).get("proof")
-    except (ValueError, AttributeError):
-        return UNPROVEN
-    if isinstance(answer, str) and proof_matches(key, nonce, where, answer):
-        return PROVEN
-    return UNPROVEN
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # a 3xx is an answer that is not 200
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def _free_port(address: str) -> int:

@@ -39,7 +39,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from argosy.core.errors import ArgosyError
 from argosy.server.job_json import loads_job_json
+from argosy.server.replica_probe import PROVEN, UNPROVEN, probe_health, replica_proof_key
 from argosy.server.store import Row, Store
 
 HOLDING = frozenset({"starting", "ready", "yielding", "waking"})
@@ -55,6 +57,12 @@ recorded without one."""
 
 class ReplicaAdmin(Protocol):
     """How the lease talks to a replica (`argosy serve`'s admin routes)."""
+
+    def prove(self, url: str, key: bytes, where: str) -> None:
+        """Return only when the process at `url` proves it is the replica started to
+        listen on `where` under `key` (`replica_probe`): what holds a replica's port is
+        sent its admin token only then. Raises ArgosyError otherwise."""
+        ...
 
     def sleep(self, url: str, token: str, level: int) -> dict[str, Any]:
         """Put the replica to sleep; its JSON answer (`seconds`, `resident_bytes`, ...)."""
@@ -80,6 +88,12 @@ class HttpReplicaAdmin:
 
     def wake(self, url: str, token: str) -> dict[str, Any]:
         return self._post(f"{url}/admin/wake", {}, token)
+
+    def prove(self, url: str, key: bytes, where: str) -> None:
+        found = probe_health(f"{url}/live", key, where)
+        if found != PROVEN:
+            why = "answered without the replica's proof" if found == UNPROVEN else "is down"
+            raise ArgosyError(f"{where} {why}: its admin token was not sent")
 
     def first_token(self, url: str, model: str, api_key: str) -> float:
         body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
@@ -182,14 +196,17 @@ class Lease:
         return int((row["spec"].get("tidal") or {}).get("sleep_level", 2))
 
     def _call(self, key: str, kind: str, row: Row, rec: dict[str, Any], arg: Any) -> None:
-        url, token = f"http://{rec['address']}:{rec['port']}", self.token(row["id"])
+        where = f"{rec['address']}:{rec['port']}"
+        url, token = f"http://{where}", self.token(row["id"])
+        proof = (self.admin, url, replica_proof_key(self.secret, row["id"]), where)
         if kind == "yield":
             rec["state"] = "yielding"
-            future = self._pool.submit(_timed, self.admin.sleep, url, token, arg)
+            future = self._pool.submit(_proven, proof, _timed, self.admin.sleep, url, token, arg)
         else:
             rec["state"] = "waking"
             api_key = self.api_key(row["id"])
-            future = self._pool.submit(_wake_to_token, self.admin, url, token, arg, api_key)
+            call = (_wake_to_token, self.admin, url, token, arg, api_key)
+            future = self._pool.submit(_proven, proof, *call)
         self.calls[key] = ReplicaCall(kind, row["id"], rec["index"], future)
 
     def collect(self, rows: dict[str, Row], stop: Callable[[str], None]) -> set[str]:
@@ -336,6 +353,13 @@ def _timed(call: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     start = time.perf_counter()
     answer = dict(call(*args))
     return answer | {"wall_s": time.perf_counter() - start}
+
+
+def _proven(proof: tuple[ReplicaAdmin, str, bytes, str], call: Callable, *args: Any) -> Any:
+    """`call(*args)` once the replica proved itself (`ReplicaAdmin.prove`)."""
+    admin, url, key, where = proof
+    admin.prove(url, key, where)
+    return call(*args)
 
 
 def _wake_to_token(

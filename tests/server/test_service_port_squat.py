@@ -234,3 +234,22 @@ def test_a_squatted_port_fails_the_real_replica_naming_it_and_never_runs(
     assert "nothing was loaded" in reason and "the same way twice" in reason
     events = client.get(f"/api/v1/services/{sid}/events").json()["items"]
     assert "replica_ready" not in [e["kind"] for e in events]
+
+
+def test_the_tidal_lease_sends_a_replica_its_admin_token_only_after_its_proof() -> None:
+    """Waking or yielding a tidal replica carries its admin token: what holds the port
+    without the replica's proof (a squatter after the replica died asleep) is refused
+    before any POST, and the real replica is proven, then called."""
+    from argosy.core.errors import ArgosyError
+    from argosy.server.tidal import HttpReplicaAdmin
+
+    key = replica_proof_key(b"server secret", "s0123456789ab")
+    admin = HttpReplicaAdmin(timeout_s=5)
+    port = free_port()
+    where = f"127.0.0.1:{port}"
+    with on_port(squatter, port), pytest.raises(ArgosyError, match="without the replica's"):
+        admin.prove(f"http://{where}", key, where)
+    with on_port(lambda nonce: (200, {"proof": replica_proof(key, nonce, where)}), port):
+        admin.prove(f"http://{where}", key, where)  # proven: no error
+    with pytest.raises(ArgosyError, match="is down"):
+        admin.prove(f"http://{where}", key, where)

@@ -43,6 +43,7 @@ class FakeAdmin:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
         self.gate = threading.Semaphore(0)
+        self.proofs = 0
 
     def sleep(self, url: str, token: str, level: int) -> dict[str, Any]:
         assert token, "a tidal replica is driven with its admin token"
@@ -54,6 +55,10 @@ class FakeAdmin:
         assert self.gate.acquire(timeout=10)
         self.calls.append(("wake", url))
         return {"state": "awake", "level": 0, "seconds": 0.0, "resident_bytes": 2}
+
+    def prove(self, url: str, key: bytes, where: str) -> None:
+        assert key and url.endswith(where), "a call is sent only after the replica's proof"
+        self.proofs += 1
 
     def first_token(self, url: str, model: str, api_key: str) -> float:
         return 0.0
