@@ -68,7 +68,7 @@ def job_errors(
     errors = [e for field, values in texts.items() if (e := _text_error(field, values))]
     if errors:
         return errors  # nothing below could even name such a path
-    who = user or job_user_name(readable, spec.queue)
+    who = user or (job_user_name(None, spec.queue) if readable is os_readable else None)
     errors = _workdir_errors(spec.workdir, readable, who)
     if not errors or os.path.isabs(spec.script):
         errors += _script_errors(spec.script, spec.workdir or "/", readable, who)
@@ -84,18 +84,12 @@ def refuse_unless_runnable(
         raise HTTPException(422, errors)
 
 
-def job_user_name(readable: Readable, queue: str | None) -> str | None:
-    """The name of the user a job of `queue` runs as, as far as `readable` tells: the
-    control plane's `Control.readable` is bound to it, and its executor's `identity`
-    names a root server's job users; `os_readable`, or a control plane whose jobs run
-    as itself, answers for this process's user. None: not known."""
-    owner = getattr(readable, "__self__", None)
-    options = getattr(getattr(owner, "executor", None), "options", None)
-    identity = getattr(options, "identity", None)
+def job_user_name(identity: Any, queue: str | None) -> str | None:
+    """The name of the user a job of `queue` runs as: the executor's `identity` names a
+    root server's job users (`JobIdentity`); without one, jobs run as this process's
+    user. None: not known."""
     if getattr(identity, "active", False):
         return user_name_for(identity.base, queue if identity.per_queue else None)
-    if readable is not os_readable and owner is None:
-        return None
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:

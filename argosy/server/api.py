@@ -113,7 +113,8 @@ async def submit(
     its workdir or not runnable, arguments over the OS limit) is a 422 naming the field."""
     if not who.may_change(spec.queue):
         raise HTTPException(403, f"this token may submit only to queue '{who.queue}'")
-    refuse_unless_runnable(spec, ctl.readable)  # 422 naming the field: it could never run
+    # a 422 naming the field: it could never run
+    refuse_unless_runnable(spec, ctl.readable, ctl.job_user(spec.queue))
     digest, scoped = "", None  # what a repeated Idempotency-Key is compared by
     if idempotency_key is not None:
         body = json.dumps(spec.model_dump(), sort_keys=True).encode()

@@ -38,7 +38,7 @@ from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest, NodeInfo
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import State as WorkloadState
-from argosy.server.admission import os_readable
+from argosy.server.admission import job_user_name, os_readable
 from argosy.server.config import ServerConfig
 from argosy.server.energy import EnergyLedger
 from argosy.server.failures import error_clause
@@ -231,8 +231,15 @@ class Control:
     def readable(self, path: str) -> bool:
         """Whether the user jobs run as may read `path` (a directory: enter it); asked
         by admission before a job is stored (`JobIdentity.may_reach`)."""
-        identity = getattr(getattr(self.executor, "options", None), "identity", None)
+        identity = self._identity()
         return os_readable(path) if identity is None else identity.may_reach(path)
+
+    def job_user(self, queue: str | None) -> str | None:
+        """The name of the user a job of `queue` runs as (admission's messages)."""
+        return job_user_name(self._identity(), queue)
+
+    def _identity(self) -> Any:
+        return getattr(getattr(self.executor, "options", None), "identity", None)
 
     def _sync_node(self, name: str) -> None:
         unhealthy = name in self.health.out_of_service()

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from argosy.executors.isolation import JobIdentity
-from argosy.server.admission import job_errors, reachable
+from argosy.server.admission import job_errors, job_user_name, reachable
 from argosy.server.spec import JobSpec
 
 
@@ -159,20 +158,13 @@ def test_links_are_followed_only_where_the_job_user_may_search(tree: Path) -> No
     ("per_queue", "name"), [(True, "argosy-job-team-a"), (False, "argosy-job")]
 )
 def test_the_answer_names_the_job_s_user(tree: Path, per_queue: bool, name: str) -> None:
-    """Through the control plane's `readable` (a bound method of it), the message names
-    the user a job of the queue runs as."""
+    """The control plane names the user a job of the queue runs as (`Control.job_user`,
+    from its executor's identity: `job_user_name`), and the message says it."""
     view = JobUserView(tree)
-
-    class Control:  # what `ctl.readable` is bound to: the executor's identity is there
-        executor = SimpleNamespace(
-            options=SimpleNamespace(identity=JobIdentity("argosy-job", per_queue))
-        )
-
-        def readable(self, path: str) -> bool:
-            return view(path)
-
     job = spec(tree / "a", tree / "b" / "x.py", queue="team-a")
-    error = only(job_errors(job, Control().readable), "script")  # no user is created
+    user = job_user_name(JobIdentity("argosy-job", per_queue), job.queue)  # none is created
+    assert user == name
+    error = only(job_errors(job, view, user), "script")
     assert error["msg"].endswith(f"not readable by the job's user '{name}'"), error
     error = only(job_errors(job, view), "script")  # a `readable` that says no more
     assert error["msg"].endswith("not found or not readable by the user jobs run as"), error

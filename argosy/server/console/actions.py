@@ -142,7 +142,8 @@ async def submit(
     spec = _resolve(spec, workdir or spec.workdir or os.getcwd())
     if not who.may_change(spec.queue):
         raise ConsoleError(f"this token may submit only to queue '{who.queue}'", 403)
-    refuse_unless_runnable(spec, ctl.readable)  # the API's 422, shown on the form
+    # the API's 422, shown on the form
+    refuse_unless_runnable(spec, ctl.readable, ctl.job_user(spec.queue))
     digest = hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
     row, _ = ctl.submit(spec, None, digest, actor=who.actor)
     return _go(request, f"/jobs/{row['id']}")
