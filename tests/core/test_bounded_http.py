@@ -33,21 +33,29 @@ def port() -> Iterator[int]:
     protocol = protocol_class()
     if protocol is None:
         pytest.skip("uvicorn without httptools: h11's own limit applies")
+    with serving(echo_length, http=protocol) as free:
+        yield free
+
+
+@contextlib.contextmanager
+def serving(app, **config: object) -> Iterator[int]:  # noqa: ANN001
+    """`app` under uvicorn on a free port of 127.0.0.1 (its `config` given), until exit."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
-    config = uvicorn.Config(echo_length, host="127.0.0.1", port=free, http=protocol,
-                            log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
+    options = {"host": "127.0.0.1", "port": free, "log_level": "warning"} | config
+    server = uvicorn.Server(uvicorn.Config(app, **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started
-    yield free
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield free
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def request(head_extra: int = 0, body: bytes = b"", close: bool = True) -> bytes:

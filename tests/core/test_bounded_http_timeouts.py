@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 uvicorn = pytest.importorskip("uvicorn")
+from test_bounded_http import serving  # noqa: E402
+
 from argosy.core import bounded_http  # noqa: E402
 
 HEAD_S = 0.5
@@ -47,21 +48,8 @@ def port() -> Iterator[int]:
     )
     if protocol is None:
         pytest.skip("uvicorn without httptools: no timers")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
-    config = uvicorn.Config(app, host="127.0.0.1", port=free, http=protocol,
-                            timeout_keep_alive=60, log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield free
-    server.should_exit = True
-    thread.join(10)
+    with serving(app, http=protocol, timeout_keep_alive=60) as free:
+        yield free
 
 
 def until_closed(sock: socket.socket) -> tuple[bytes, float]:
