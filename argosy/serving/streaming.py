@@ -161,6 +161,9 @@ async def sse(plan: StreamPlan) -> AsyncIterator[str]:
         yield _event(error_body(503, str(err), None, "engine_asleep"))
     except (EngineFailedError, ValueError, RuntimeError) as err:
         yield _event(error_body(500, str(err), None, "engine_error"))
+    except Exception as err:  # anything else ends the stream with its kind, not its words
+        message = f"the engine failed mid-stream ({type(err).__name__})"
+        yield _event(error_body(500, message, None, "engine_error"))
     finally:
         close = getattr(plan.rest, "close", None)
         if close is not None:

@@ -23,6 +23,8 @@ class FakeEngine:
         self.hold_streams, self.hold_tokenizer = hold_streams, hold_tokenizer
         self.asleep = False
         self.cut = False
+        self.fault: BaseException | None = None
+        """Raised after the first chunk, when set."""
         self.encoded = 0
         self.started = 0
         self.requests: list[GenerationRequest] = []
@@ -55,4 +57,6 @@ class FakeEngine:
             self.gate.wait(60)
         if self.cut:
             raise EngineAsleepError("request cancelled: the engine went to sleep")
+        if self.fault is not None:
+            raise self.fault
         yield GenerationChunk((6,), "b", "stop")

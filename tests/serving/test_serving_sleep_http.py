@@ -97,3 +97,21 @@ def test_the_sdk_raises_an_api_error_for_a_cut_stream_and_a_503_when_asleep(setu
             model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True
         )
     assert asleep.value.status_code == 503
+
+
+@pytest.mark.parametrize("fault", [OSError("/models/secret-path: gone"), IndexError("range")])
+def test_any_engine_fault_mid_stream_ends_it_with_an_error_event(setup, fault):
+    """Whatever the engine raises after the first chunk, the stream ends with an SSE error
+    event naming its kind (not its words, which may hold paths), never a cut connection."""
+    engine, url = setup
+    engine.fault = fault
+    engine.gate.set()
+    body = _chat(stream=True)
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as resp:
+        assert resp.status_code == 200
+        events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
+    last = json.loads(events[-1])
+    assert last["error"]["code"] == "engine_error"
+    assert type(fault).__name__ in last["error"]["message"]
+    assert str(fault) not in last["error"]["message"]
+    assert httpx.get(f"{url}/health").status_code == 200  # and the service serves on
