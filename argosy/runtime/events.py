@@ -75,7 +75,7 @@ def parse_events(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # garbled, or nested past the stack
             continue
         if isinstance(record, dict) and "event" in record:
             events.append(record)

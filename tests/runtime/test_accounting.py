@@ -238,3 +238,10 @@ def test_a_stopped_launcher_leaves_an_interrupted_summary_and_nothing_running(
         os.kill(spawn["pids"][0], 0)
     board = default_board_path(events[0]["run_id"], owner_pid=proc.pid)
     assert not board.exists()
+
+
+def test_garbled_and_over_nested_event_lines_are_skipped() -> None:
+    from argosy.runtime.events import parse_events
+
+    text = "\n".join(["{not json", "[" * 100_000 + "]" * 100_000, '{"event": "start"}', "[1]"])
+    assert parse_events(text) == [{"event": "start"}]
