@@ -233,9 +233,10 @@ def fork_worker(
             if refusal is not None:
                 raise ZygoteUnavailableError(f"zygote on {socket_path}: {refusal}")
             payload = json.dumps({"config": config}).encode() + b"\n"
-            sock.sendmsg(
-                [payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [worker_fd]))]
-            )
+            fds = array.array("i", [worker_fd])
+            # refused before it read us (the pipe is broken): its answer is still there
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             answer = json.loads(_read_line(sock))
     except (OSError, ValueError) as err:
         raise ZygoteUnavailableError(f"no zygote answers on {socket_path}: {err}") from err
