@@ -263,9 +263,17 @@ def _report(summary: dict, run_dir: Path) -> None:
     if cause:
         err_console.print(f"[bold red]cause:[/] {cause['detail']}", highlight=False)
         for rank, lines in cause.get("last_lines", {}).items():
-            err_console.print(f"[bold]rank {rank}, last lines:[/]", highlight=False)
-            for line in lines:
-                err_console.print(f"  {line}", highlight=False, markup=False)
+            _quote_rank_lines(rank, lines)
+
+
+def _quote_rank_lines(rank: object, lines: list[str]) -> None:
+    """A rank's last lines, each indented under its header and never wrapped: the
+    server reads an indented line under "rank N, last lines:" as the job's own words
+    (`argosy.server.failures.quoted_lines`), so a wrapped tail would pass for the
+    launcher's."""
+    err_console.print(f"[bold]rank {rank}, last lines:[/]", highlight=False, soft_wrap=True)
+    for line in lines:
+        err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _node_sizes(text: str | None, nnodes: int, node_rank: int, nproc: int) -> tuple[int, ...]:

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
 from server_helpers import SCRIPTS, STEPS, TERMINAL, WORKDIR, ServerProcess, fast_config, wait_for
 
+from argosy.cli import launch
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
 from argosy.executors.local import attempt_dir
@@ -202,3 +204,22 @@ def test_what_every_token_reads_of_the_telling_line(text: str, want: str) -> Non
     assert want in got
     if "rank" in text.split("\n")[-2] or "Traceback" in text:
         assert telling_line(text) not in got  # the rank's words are not shown
+
+
+def test_a_long_rank_line_is_quoted_whole_on_a_narrow_console(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The launcher never wraps a rank's lines: on an 80-column (or narrower) console a
+    long traceback line would wrap, and its tail, unindented, would pass for the
+    launcher's own words and put the rank's message into every token's reason."""
+    printed = Console(record=True, width=30, force_terminal=False)
+    monkeypatch.setattr(launch, "err_console", printed)
+    lines = [
+        'File "/a/long/path/to/the/training/script/train.py", line 9, in <module>',
+        "RuntimeError: the loss exploded at step 3 pw=hunter2",
+    ]
+    launch._quote_rank_lines(0, lines)
+    text = printed.export_text()
+    assert text.count("\n") == 3, text
+    got = public_line(*telling(text))
+    assert got == "RuntimeError (its message is in the job's output)", got
