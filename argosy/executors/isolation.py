@@ -12,8 +12,10 @@ Two rules, applied by every executor before a job's first instruction runs:
    `/proc/<pid>/environ` either). Missing users are created (`useradd --system`). Running
    jobs as root needs `allow_root_jobs`. A server that is not root runs jobs as itself:
    then the job *can* read what that user can read (the admin token included); the docs
-   say so, and production servers run as root with `run_as` or under the ray executor's
-   own isolation.
+   say so, and production servers run as root with `run_as`. On Ray each node applies
+   the server's settings (`JobUsers`) by its own rights: a root actor switches users.
+   Created users get the same uid and gid on every machine (`planned_id`), so a run
+   directory on storage several nodes mount is the same user's on each.
 
 The user switch is `setpriv --reuid --regid --clear-groups --no-new-privs` in front of the
 job's command (util-linux), so the wrapper around it (which records pids and exit codes
@@ -27,6 +29,7 @@ in a directory only the server can write) keeps running as the server.
 from __future__ import annotations
 
 import fnmatch
+import grp
 import hashlib
 import os
 import pwd
@@ -34,7 +37,7 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,6 +89,9 @@ SECRET_MARKERS = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|API_?KEY|AUT
 """A name that says it holds a secret is never passed on, whatever allows it."""
 DEFAULT_USER = "argosy-job"
 MAX_USER_NAME = 32
+JOB_IDS = range(20000, 60000)
+"""Where created job users' uids and gids lie: above the usual people's, below systemd's
+dynamic users (61184), inside a 65,536-id user namespace."""
 
 
 def job_environment(
@@ -208,11 +214,38 @@ def ensure_user(name: str, *, create: bool = True) -> JobUser:
     return JobUser(name, entry.pw_uid, entry.pw_gid)
 
 
+def planned_id(name: str, taken: Callable[[int], bool]) -> int:
+    """The uid (and gid) a created job user gets: a hash of its name in `JOB_IDS`, the
+    next free one on a collision. Every machine that creates the user picks the same
+    number while the same numbers are free there, so a run directory on storage that
+    several nodes mount is the same user's on each of them."""
+    start, span = JOB_IDS.start, len(JOB_IDS)
+    first = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") % span
+    for k in range(span):
+        candidate = start + (first + k) % span
+        if not taken(candidate):
+            return candidate
+    raise ArgosyError(f"no free uid in {JOB_IDS.start}-{JOB_IDS.stop - 1} for user '{name}'")
+
+
+def _id_taken(number: int) -> bool:
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(number)
+        except KeyError:
+            continue
+        return True
+    return False
+
+
 def _create_user(name: str) -> None:
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
     shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
-    command = [useradd, "--system", "--user-group", "--no-create-home"]
-    command += ["--home-dir", "/nonexistent", "--shell", shell, name]
+    number = str(planned_id(name, _id_taken))
+    groupadd = shutil.which("groupadd") or "/usr/sbin/groupadd"
+    subprocess.run([groupadd, "--system", "--gid", number, name], capture_output=True, timeout=30)
+    command = [useradd, "--system", "--uid", number, "--gid", name, "--no-create-home"]
+    command += ["--no-log-init", "--home-dir", "/nonexistent", "--shell", shell, name]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except OSError as err:
@@ -227,6 +260,23 @@ def _exists(name: str) -> bool:
     except KeyError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class JobUsers:
+    """The server's settings for job users, for each machine to apply by its own rights:
+    a Ray node's actor runs jobs as the queue's user when it is root, whatever the
+    server's own user (`JobIdentity.from_settings` on that node)."""
+
+    run_as: str | None = None
+    per_queue: bool = True
+    allow_root: bool = False
+
+    def here(self) -> JobIdentity:
+        """Which user each queue's jobs run as on this machine."""
+        return JobIdentity.from_settings(
+            run_as=self.run_as, per_queue=self.per_queue, allow_root=self.allow_root
+        )
 
 
 @dataclass
@@ -294,6 +344,38 @@ def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:
     if info.st_gid != user.gid or info.st_uid != 0:
         os.chown(run_dir, 0, user.gid)
     os.chmod(run_dir, 0o1770)
+
+
+def attempt_records(where: Path, user: JobUser | None, log_name: str = "output.log") -> None:
+    """The attempt's record directory, root's. Without a job user: 0700 (no job reads or
+    plants anything there). With one: 0711, and `log_name` made and handed to that
+    user, so a warm process that becomes the launcher as that user can open it (and no
+    other name there)."""
+    where.mkdir(parents=True, exist_ok=True)
+    mode = 0o700 if user is None else 0o711
+    for folder in (where.parent, where):
+        os.chmod(folder, mode)
+    if user is not None:
+        fd = os.open(where / log_name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.fchown(fd, user.uid, user.gid)
+        os.close(fd)
+
+
+def launch_environment(
+    base: Mapping[str, str],
+    extra: Mapping[str, str],
+    run_dir: Path,
+    user: JobUser | None,
+    allow: Iterable[str] = (),
+) -> dict[str, str]:
+    """A job's whole environment on this machine: the allowed part of `base`, then
+    `extra`, `HOME` its run directory; for a job user, its own cache and device ledger
+    (converted models outlive a run: one cache per job user, made by root first)."""
+    env = job_environment(base, extra, home=str(run_dir), allow=allow, user=user)
+    if user is not None:
+        env["ARGOSY_CACHE_DIR"] = cache = str(user_cache_dir(user))
+        env["ARGOSY_DEVICE_LEDGER_DIR"] = f"{cache}/devices"  # no tenant can make it first
+    return env
 
 
 CACHE_ROOT = Path("/var/cache/argosy")

@@ -51,9 +51,10 @@ from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe
 from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
+    attempt_records,
     job_environment,
+    launch_environment,
     prepare_run_dir,
-    user_cache_dir,
 )
 from argosy.hardware.discovery import discover
 
@@ -148,7 +149,7 @@ class LocalExecutor:
         user = self.user_for(request.queue)
         prepare_run_dir(request.run_dir, user)
         where = attempt_dir(request.run_dir, request.attempt)
-        _attempt_records(where, user)
+        attempt_records(where, user)
         extra = request.env | {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
         env = self.environment(extra, request.run_dir, user)
         command = launch_command(request)
@@ -195,12 +196,7 @@ class LocalExecutor:
         self, extra: dict[str, str], run_dir: Path, user: JobUser | None
     ) -> dict[str, str]:
         """A job's whole environment: the allowed part of ours, then `extra`."""
-        allow = self.options.env_allow
-        env = job_environment(os.environ, extra, home=str(run_dir), allow=allow, user=user)
-        if user is not None:  # converted models outlive a run: one cache per job user
-            env["ARGOSY_CACHE_DIR"] = cache = str(user_cache_dir(user))
-            env["ARGOSY_DEVICE_LEDGER_DIR"] = f"{cache}/devices"  # no tenant can make it first
-        return env
+        return launch_environment(os.environ, extra, run_dir, user, self.options.env_allow)
 
     def stop(self, job_id: str) -> None:
         current = self._running.get(job_id)
@@ -296,21 +292,6 @@ class WarmLauncher:
         if self._proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
-
-
-def _attempt_records(where: Path, user: JobUser | None) -> None:
-    """The attempt's record directory, root's. Without a job user: 0700 (no job reads or
-    plants anything there). With one: 0711, and `output.log` made and handed to that
-    user, so a warm process that becomes the launcher as that user can open it (and no
-    other name there)."""
-    where.mkdir(parents=True, exist_ok=True)
-    mode = 0o700 if user is None else 0o711
-    for folder in (where.parent, where):
-        os.chmod(folder, mode)
-    if user is not None:
-        fd = os.open(where / "output.log", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        os.fchown(fd, user.uid, user.gid)
-        os.close(fd)
 
 
 def launch_command(request: LaunchRequest) -> list[str]:

@@ -60,8 +60,9 @@ from typing import Any
 
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
+from argosy.executors.isolation import JobIdentity, JobUsers
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
-from argosy.executors.ray_launch import NodeRunner, node_command
+from argosy.executors.ray_launch import NodeJob, NodeRunner, node_command
 from argosy.executors.ray_nodes import (
     CHIP_PREFIX,
     GPU,
@@ -104,6 +105,14 @@ class RayOptions:
     """Seconds a node whose actor died stays out of the inventory (server: `ray_suspect_s`)."""
     call_timeout_s: float = 10.0
     """The longest the Ray thread waits for the actors of an attempt to kill its ranks."""
+    identity: JobIdentity | None = None
+    """Which user jobs run as, as this machine sees it (what admission checks paths
+    against); None: the server's own user."""
+    job_users: JobUsers | None = None
+    """The server's job-user settings, which each node's actor applies by its own rights
+    (`ray_launch.NodeJob`); None: jobs run as Ray's user."""
+    env_allow: tuple[str, ...] = ()
+    """Environment names jobs inherit beyond the built-in allow-list (`job_env_allow`)."""
 
 
 @dataclass
@@ -430,7 +439,7 @@ class RayExecutor:
         )
         strategy = self.ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy
         port = random.randint(20000, 40000)
-        actors = []
+        actors, opts = [], self.options
         for i, (name, key) in enumerate(zip(names, keys, strict=True)):
             gpus = request.nodes[name] if key == GPU else 0  # CUDA_VISIBLE_DEVICES: its own
             actor = self._actor_cls.options(
@@ -444,7 +453,8 @@ class RayExecutor:
             command = node_command(request, len(names), i, addr, port, run_dir)
             env = request.env | {JOB_ENV: request.job_id, ENV_GANG: tag}
             log_file = attempt_dir(request.run_dir, request.attempt) / f"node{i}.log"
-            actor.start.remote(command, env, request.workdir, str(log_file))
+            job = NodeJob(str(request.run_dir), request.queue, opts.job_users, opts.env_allow)
+            actor.start.remote(command, env, request.workdir, str(log_file), job)
             actors.append(actor)
         self._attempts[request.job_id] = _RayAttempt(
             request.job_id, request.attempt, pg, actors, ids

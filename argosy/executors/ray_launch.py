@@ -6,6 +6,14 @@ store, and `--max-restarts 0` for a gang (it restarts whole, through the server)
 `NodeRunner` is the Ray actor that runs it as the job's environment allows, in a session
 of its own that dies with the actor (`die_with_parent`: `prctl(PR_SET_PDEATHSIG)`), and
 reports its exit code the shell's way (128 + signal).
+
+Who it runs as is decided on the node, by the server's settings (`NodeJob.users`) and the
+actor's own rights: an actor that runs as root starts the launcher as the queue's job
+user (`setpriv`, as the local executor does), made on that node with the same uid on
+every node (`isolation.planned_id`); the run directory is then root's with the job's
+group (1770) and the attempt's records root's, so one tenant's job can neither read
+another's run directory on the shared storage nor reach the raylet's files. An actor
+that is not root runs it as itself (Ray's user), as a non-root local server does.
 """
 
 from __future__ import annotations
@@ -15,13 +23,38 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from argosy.executors.base import LaunchRequest
-from argosy.executors.isolation import job_environment
+from argosy.executors.isolation import (
+    JobUser,
+    JobUsers,
+    attempt_records,
+    job_environment,
+    launch_environment,
+    prepare_run_dir,
+)
 from argosy.executors.local import JOB_ENV, kill_job_processes
 
 PR_SET_PDEATHSIG = 1
+LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """What a node needs to run a node rank as its job's user: the job's run directory
+    and queue, the server's job-user settings (None: as the actor's own user) and the
+    environment names an operator lets jobs inherit (`job_env_allow`)."""
+
+    run_dir: str
+    queue: str | None = None
+    users: JobUsers | None = None
+    allow: tuple[str, ...] = ()
+
+    def user_here(self) -> JobUser | None:
+        """The queue's job user on this node (made when missing), None: the actor's own."""
+        return self.users.here().for_queue(self.queue) if self.users is not None else None
 
 
 class NodeRunner:
@@ -31,13 +64,32 @@ class NodeRunner:
         self.proc: subprocess.Popen | None = None
         self.job_id = ""
 
-    def start(self, command: list[str], env: dict[str, str], cwd: str | None, log: str) -> int:
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
+    def start(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        log: str,
+        job: NodeJob | None = None,
+    ) -> int:
+        """Start the node rank's launcher, its output appended to `log` (in the attempt's
+        record directory); its pid."""
         self.job_id = env.get(JOB_ENV, "")
-        with open(log, "ab") as out:
+        user = job.user_here() if job is not None else None
+        log_path = Path(log)
+        if user is None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            full_env = job_environment(os.environ, env, allow=job.allow if job else ())
+        else:
+            run_dir = Path(job.run_dir)
+            prepare_run_dir(run_dir, user)
+            attempt_records(log_path.parent, user, log_path.name)
+            full_env = launch_environment(os.environ, env, run_dir, user, job.allow)
+        prefix = user.setpriv() if user is not None else []
+        with os.fdopen(os.open(log_path, LOG_FLAGS, 0o600), "ab") as out:
             self.proc = subprocess.Popen(
-                command,
-                env=job_environment(os.environ, env),  # the worker's allowed part, then ours
+                [*prefix, *command],
+                env=full_env,  # the worker's allowed part, then ours
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

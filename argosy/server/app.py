@@ -30,7 +30,13 @@ from argosy.server.guards import install_guards
 from argosy.server.node_api import router as node_router
 from argosy.server.service_api import router as service_router
 from argosy.server.sessions import Sessions
-from argosy.server.state_dir import check_job_user, job_identity, secure_files, secure_home
+from argosy.server.state_dir import (
+    check_job_user,
+    job_identity,
+    job_users,
+    secure_files,
+    secure_home,
+)
 from argosy.server.store import Store
 from argosy.server.token_api import router as token_router
 
@@ -43,7 +49,15 @@ def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> 
         from argosy.executors.ray_address import check_reachable
 
         address = check_reachable(config.ray_address)
-        return cls(RayOptions(address=address, suspect_s=config.ray_suspect_s))
+        return cls(
+            RayOptions(
+                address=address,
+                suspect_s=config.ray_suspect_s,
+                identity=identity,
+                job_users=job_users(config),
+                env_allow=tuple(config.job_env_allow),
+            )
+        )
     from argosy.executors.local import LocalOptions
 
     options = LocalOptions(

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from argosy.core.errors import ArgosyError
-from argosy.executors.isolation import PROBE, JobIdentity, JobUser
+from argosy.executors.isolation import PROBE, JobIdentity, JobUser, JobUsers
 from argosy.server.config import ServerConfig
 
 FALLBACK_RUNS = Path("/var/lib/argosy/runs")
@@ -45,13 +45,17 @@ def run_dir_of(home: Path, job_id: str) -> Path:
     return fallback if not default.exists() and fallback.exists() else default
 
 
+def job_users(config: ServerConfig) -> JobUsers:
+    """The job-user settings, as each machine that runs jobs applies them."""
+    return JobUsers(config.run_as, config.run_as_per_queue, config.allow_root_jobs)
+
+
 def job_identity(config: ServerConfig) -> JobIdentity | None:
-    """Which user jobs run as (local executor only); None for other executors."""
-    if config.executor != "local":
+    """Which user jobs run as, as this machine sees it (the local and ray executors;
+    a Ray node applies the same settings by its own rights); None for other executors."""
+    if config.executor not in ("local", "ray"):
         return None
-    return JobIdentity.from_settings(
-        run_as=config.run_as, per_queue=config.run_as_per_queue, allow_root=config.allow_root_jobs
-    )
+    return job_users(config).here()
 
 
 def secure_home(config: ServerConfig, identity: JobIdentity | None) -> ServerConfig:
@@ -62,7 +66,8 @@ def secure_home(config: ServerConfig, identity: JobIdentity | None) -> ServerCon
     for path in (config.home, config.runs_dir):
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, mode)
-    if shared and config.runs_root is None and not PROBE.may_enter(config.runs_dir):
+    local = config.executor == "local"  # Ray's nodes mount runs/ itself: no local fallback
+    if shared and local and config.runs_root is None and not PROBE.may_enter(config.runs_dir):
         runs = fallback_runs(config.home)
         for path in (FALLBACK_RUNS.parent, runs):
             path.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,8 @@ from typing import Any
 
 import ray.exceptions as ray_exceptions
 
+from argosy.executors.ray_launch import NodeJob
+
 NODE_ID_LABEL = "ray.io/node-id"
 ARGOSY_LABEL = "argosy.io/node"
 
@@ -113,14 +115,22 @@ class FakeRunner:
         self.cluster = cluster
         self.command: list[str] | None = None
         self.env: dict[str, str] = {}
+        self.job: NodeJob | None = None
         self.code: int | None = None
 
     @property
     def running(self) -> bool:
         return self.command is not None and self.code is None
 
-    def start(self, command: list[str], env: dict[str, str], cwd: str | None, log: str) -> int:
-        self.command, self.env = list(command), dict(env)
+    def start(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        log: str,
+        job: NodeJob | None = None,
+    ) -> int:
+        self.command, self.env, self.job = list(command), dict(env), job
         return 4242
 
     def poll(self) -> int | None:

@@ -15,11 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from argosy.executors.isolation import (
+    JOB_IDS,
     MAX_USER_NAME,
     SECRET_MARKERS,
     JobIdentity,
     JobUser,
+    ensure_user,
     job_environment,
+    planned_id,
     user_name_for,
 )
 
@@ -156,3 +159,50 @@ def test_may_read_agrees_with_the_kernel(
     os.chmod(folder, dir_mode)
     kernel = subprocess.run([*user.setpriv(), "test", "-r", str(path)]).returncode == 0
     assert user.may_read(path) == kernel
+
+
+@given(
+    name=NAMES.map(lambda q: user_name_for("argosy-job", q)),
+    taken=st.sets(st.integers(JOB_IDS.start, JOB_IDS.stop - 1), max_size=64),
+)
+def test_a_created_user_s_id_is_its_name_s_wherever_that_id_is_free(
+    name: str, taken: set[int]
+) -> None:
+    """Every node picks the same uid for a job user while it is free there (a run
+    directory on shared storage is the same user's on each node); a taken one is
+    stepped over, never handed out twice."""
+    free = planned_id(name, lambda n: False)
+    got = planned_id(name, taken.__contains__)
+    assert got in JOB_IDS and got not in taken
+    if free not in taken:
+        assert got == free
+    else:  # the next free one after it, wrapping around the range
+        span = len(JOB_IDS)
+        steps = (got - free) % span
+        assert all((free - JOB_IDS.start + k) % span + JOB_IDS.start in taken for k in range(steps))
+
+
+@ROOT_ONLY
+def test_a_created_job_user_has_its_planned_uid_and_gid() -> None:
+    import grp
+    import pwd
+
+    name = f"argosy-t-{uuid.uuid4().hex[:8]}"
+    try:
+        user = ensure_user(name)
+        want = planned_id(name, lambda n: n != user.uid and _id_in_use(n, pwd, grp))
+        assert (user.uid, user.gid) == (want, want), (user, want)
+        assert pwd.getpwnam(name).pw_shell in ("/usr/sbin/nologin", "/bin/false")
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+        subprocess.run(["groupdel", name], capture_output=True)
+
+
+def _id_in_use(number: int, pwd: object, grp: object) -> bool:
+    for lookup in (pwd.getpwuid, grp.getgrgid):  # type: ignore[attr-defined]
+        try:
+            lookup(number)
+        except KeyError:
+            continue
+        return True
+    return False

@@ -15,7 +15,11 @@ conftest.py); the node-loss tests kill nodes, so they run last, and start the wo
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,6 +246,47 @@ def test_a_launcher_dies_with_its_actor(cluster: RayCluster, tmp_path: Path) -> 
     while signal_by_env(JOB_ENV, "orphan", 0):
         assert time.monotonic() < deadline, "the launcher outlived its actor"
         time.sleep(0.1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other users only under root")
+def test_under_root_a_gang_runs_as_its_queue_s_user_on_every_node(cluster: RayCluster) -> None:
+    """A root server (jobs not allowed root) on Ray: each node rank runs as the queue's
+    job user, the run directory on the shared storage is root's with that user's group,
+    and the attempt's records root's, as with the local executor."""
+    import pwd
+
+    from argosy.executors.isolation import user_name_for
+    from argosy.server.state_dir import run_dir_of
+
+    root = Path(tempfile.mkdtemp(prefix="argosy-ray-users-", dir="/tmp"))
+    os.chmod(root, 0o711)  # job users pass through to runs/ (no local fallback on Ray)
+    (root / "queues.yaml").write_text("queues:\n  - name: org\n    children:\n      - name: t-a\n")
+    config = fast_config(
+        root / "home",
+        executor="ray",
+        ray_address=cluster.address,
+        allow_root_jobs=False,
+        queues_file=root / "queues.yaml",
+    )
+    try:
+        with TestClient(create_app(config)) as c:
+            c.headers["Authorization"] = "Bearer " + (root / "home/admin.token").read_text().strip()
+            body = job_body("users", nproc_per_node=2, nnodes=2, queue="t-a")
+            job = c.post("/api/v1/jobs", json=body).json()
+            done = wait_for(c, job["id"], TERMINAL, timeout_s=90)
+            assert done["state"] == "succeeded", done
+        user = pwd.getpwnam(user_name_for("argosy-job", "t-a"))
+        run = run_dir_of(root / "home", job["id"])
+        info = run.stat()
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, user.pw_gid, 0o1770)
+        for node_dir in (run, run / "node1"):  # each node rank's files are the job user's
+            assert (node_dir / "starts.txt").stat().st_uid == user.pw_uid
+        records = run / "server" / "attempt1"
+        assert (records.stat().st_uid, stat.S_IMODE(records.stat().st_mode)) == (0, 0o711)
+        for i in (0, 1):
+            assert (records / f"node{i}.log").stat().st_uid == user.pw_uid
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def argosy_groups() -> dict[str, str]:

@@ -19,7 +19,7 @@ import pytest
 
 from argosy.core.errors import ArgosyError
 from argosy.core.procs import start_ticks
-from argosy.executors import local
+from argosy.executors import isolation
 from argosy.executors.isolation import JobUser
 from argosy.executors.local import LocalExecutor, LocalOptions
 from argosy.serving import budget
@@ -140,9 +140,10 @@ def test_a_claim_whose_pid_another_process_took_is_dropped(tmp_is: Path) -> None
 
 
 def test_job_users_get_a_ledger_of_their_own(tmp_is: Path, monkeypatch) -> None:
-    """The local executor points each job user at a ledger under its own cache directory
+    """The local executor (and a Ray node: `isolation.launch_environment`) points each
+    job user at a ledger under its own cache directory
     (no tenant can create it first), whatever ledger the server itself was told to use."""
-    monkeypatch.setattr(local, "user_cache_dir", lambda user: tmp_is / "cache" / user.name)
+    monkeypatch.setattr(isolation, "user_cache_dir", lambda user: tmp_is / "cache" / user.name)
     monkeypatch.setenv("ARGOSY_DEVICE_LEDGER_DIR", "/srv/root-only-ledger")
     executor = LocalExecutor(LocalOptions())
     users = [JobUser("argosy-job-a", 2001, 2001), JobUser("argosy-job-b", 2002, 2002)]

@@ -1,0 +1,94 @@
+"""Who a Ray node rank runs as, decided on its node (`NodeRunner.start` with a `NodeJob`,
+called in-process here; tests/executors/test_ray_executor.py runs it in real actors).
+
+Under root, with the server's settings naming job users: the launcher runs as the
+queue's user with no supplementary groups, `HOME` its run directory and nothing secret
+in its environment; the run directory is root's with the user's group (1770) and the
+attempt's records root's (0711), the log the user's own. Where the log's name is a
+planted link, nothing is opened through it. Needs root (switching users).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import stat
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from argosy.executors.isolation import JobUsers, user_name_for
+from argosy.executors.local import JOB_ENV, attempt_dir
+from argosy.executors.ray_launch import NodeJob, NodeRunner
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+
+REPORT = (
+    "import json, os; print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(),"
+    " 'groups': os.getgroups(), 'env': dict(os.environ)}), flush=True)"
+)
+
+
+@pytest.fixture
+def runs() -> Iterator[Path]:
+    """A `runs/` directory job users may pass (pytest's temp root is 0700)."""
+    base = Path(tempfile.mkdtemp(prefix="argosy-node-user-", dir="/tmp"))
+    os.chmod(base, 0o711)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(runner: NodeRunner, command: list[str], run_dir: Path, job: NodeJob | None) -> Path:
+    log = attempt_dir(run_dir, 1) / "node0.log"
+    runner.start(command, {JOB_ENV: "j-user", "ARGOSY_RUN_DIR": str(run_dir)}, None, str(log), job)
+    deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
+    while runner.poll() is None:
+        assert time.monotonic() < deadline, "the launcher did not exit"
+        time.sleep(0.05)
+    assert runner.poll() == 0, log.read_text()
+    return log
+
+
+def test_a_node_rank_runs_as_its_queue_s_user_in_a_run_directory_it_cannot_leave(
+    runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "ray-secret")  # the raylet's: never the job's
+    run_dir = runs / "j-user"
+    job = NodeJob(str(run_dir), "team-ray", JobUsers(), ("EXTRA_KNOB",))
+    monkeypatch.setenv("EXTRA_KNOB", "on")
+    log = _run(NodeRunner(), [sys.executable, "-c", REPORT], run_dir, job)
+    user = pwd.getpwnam(user_name_for("argosy-job", "team-ray"))
+    seen = json.loads(log.read_text().strip().splitlines()[-1])
+    assert (seen["uid"], seen["gid"], seen["groups"]) == (user.pw_uid, user.pw_gid, [])
+    env = seen["env"]
+    assert env["HOME"] == str(run_dir) and env["USER"] == user.pw_name
+    assert env["EXTRA_KNOB"] == "on" and "RAY_AUTH_TOKEN" not in env
+    assert env["ARGOSY_CACHE_DIR"].endswith(user.pw_name)
+    info = run_dir.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, user.pw_gid, 0o1770)
+    records = log.parent.stat()
+    assert (records.st_uid, stat.S_IMODE(records.st_mode)) == (0, 0o711)
+    mine = log.stat()
+    assert (mine.st_uid, stat.S_IMODE(mine.st_mode)) == (user.pw_uid, 0o600)
+
+
+@pytest.mark.parametrize("users", [JobUsers(), None], ids=["job-user", "ray-user"])
+def test_a_link_planted_as_the_log_is_never_written_through(
+    runs: Path, users: JobUsers | None
+) -> None:
+    run_dir = runs / "j-link"
+    target = runs / "victim"
+    target.write_text("untouched")
+    log = attempt_dir(run_dir, 1) / "node0.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(target)
+    job = NodeJob(str(run_dir), "team-ray", users)
+    with pytest.raises(OSError):
+        NodeRunner().start([sys.executable, "-c", "print('x')"], {}, None, str(log), job)
+    assert target.read_text() == "untouched"
