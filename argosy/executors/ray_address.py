@@ -8,6 +8,13 @@ address of the cluster last started on this host, `/tmp/ray/ray_current_cluster`
 when nothing answers. No Ray import.
 
     check_reachable("127.0.0.1:6379")          # returns the resolved "host:port"
+
+`token_auth_on()` says whether this process talks to Ray with token authentication
+(Ray >= 2.52, `RAY_AUTH_MODE=token`): once connected, the cluster then refuses every
+client without the token (Ray's rule is one mode for every node and client). Without
+it, anything that reaches the head's ports, a job on any node included, can submit work
+that runs as Ray's own user; `refuse_open_cluster` stops a server whose jobs are meant
+to run as other users there.
 """
 
 from __future__ import annotations
@@ -59,3 +66,29 @@ def _current_cluster() -> str:
         return CURRENT_CLUSTER.read_text().strip()
     except OSError:
         return ""
+
+
+def token_auth_on() -> bool:
+    """Whether this process's Ray client uses token authentication (Ray's own answer
+    where this Ray gives it; else `RAY_AUTH_MODE`; a Ray without it: no)."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+    except ImportError:
+        return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+    return bool(is_token_auth_enabled())
+
+
+def refuse_open_cluster(address: str, authenticated: bool) -> None:
+    """`ArgosyError` (the server exits 2) when jobs are to run as per-queue users on a
+    cluster that lets clients in without Ray's token: a job could run code as Ray's
+    user (root) through Ray itself, and no user switch would hold it."""
+    if authenticated:
+        return
+    raise ArgosyError(
+        f"jobs run as per-queue users (the server is root and allow_root_jobs is off), but"
+        f" the Ray cluster at {address} lets any client in without a token, so a job"
+        " could run code as Ray's own user through Ray itself: start every node and this"
+        " server with token authentication (RAY_AUTH_MODE=token and the same RAY_AUTH_TOKEN,"
+        " or Ray's token file), or set allow_root_jobs: true to run jobs as Ray's user"
+        " knowingly"
+    )

@@ -7,16 +7,20 @@ beside the rest of the run; a later test of theirs would start a new one. Under
 `pytest -n N` both modules run on one worker, in a row (tests/conftest.py,
 SHARED_TOGETHER). Each module leaves the cluster with a `head` and a `worker` alive: a
 killed worker is started again under its label, and a node that joined later (`late`)
-is dead, which the executor's inventory leaves out.
+is dead, which the executor's inventory leaves out. The cluster asks for Ray's token
+(`ray_helpers.TOKEN_AUTH`), which this process's environment carries from here on.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ray_helpers import RayCluster
+from ray_helpers import TOKEN_AUTH, RayCluster
+
+os.environ.update(TOKEN_AUTH)  # before Ray's first import here: it reads its mode once
 
 SHARING = frozenset({"test_ray_executor.py", "test_ray_fake.py"})
 _live: list[RayCluster] = []

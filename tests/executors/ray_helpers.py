@@ -1,10 +1,13 @@
 """A real two-node Ray cluster on this machine: `ray start` head and worker processes, each
 with two `chip:cpu` devices and its argosy node name as the Ray label `argosy.io/node`
-(`head`, `worker`, and `late` for a node that joins later), started once per test module."""
+(`head`, `worker`, and `late` for a node that joins later), started once per test module.
+It runs with Ray's token authentication, as a cluster that runs tenants' jobs must (this
+process, a client of it, gets the token in its environment)."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -23,6 +26,11 @@ FAST_HEALTH = {  # detect a dead node in a few seconds, not thirty
     "RAY_health_check_failure_threshold": "3",
 }
 
+TOKEN_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+"""The cluster's token authentication. This process is a client of it too (the servers
+the tests start in it): conftest.py puts the same in its environment at import, before
+anything imports Ray, which reads its mode once."""
+
 
 class RayCluster:
     """Head and worker as `ray start --block` process groups (killable one by one)."""
@@ -31,7 +39,7 @@ class RayCluster:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log_dir = log_dir
-        self.env = dict(os.environ) | FAST_HEALTH
+        self.env = dict(os.environ) | FAST_HEALTH | TOKEN_AUTH
         self.head = self._start(
             "head", "--head", "--port", str(self.port), "--include-dashboard=false"
         )

@@ -8,6 +8,7 @@ what Ray does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -70,6 +71,36 @@ def settle(fake: FakeRay, executor: RayExecutor, rounds: int = 3) -> list[Attemp
 
 def names(executor: RayExecutor) -> list[str]:
     return sorted(n.name for n in executor.inventory())
+
+
+@pytest.mark.parametrize("authenticated", [True, False])
+@pytest.mark.parametrize("users", ["argosy-job", None])
+def test_jobs_as_other_users_need_a_cluster_that_asks_for_ray_s_token(
+    monkeypatch: pytest.MonkeyPatch, authenticated: bool, users: str | None
+) -> None:
+    """Per-queue users on a cluster that lets any client in would be for show (a job
+    submits work to Ray, which runs it as Ray's user): such a server does not start.
+    The node's runner gets the server's settings and the job's queue and run directory."""
+    from argosy.core.errors import ArgosyError
+    from argosy.executors import ray as ray_executor
+    from argosy.executors.isolation import JobIdentity, JobUsers
+
+    monkeypatch.setattr(ray_executor, "token_auth_on", lambda: authenticated)
+    fake = FakeRay()
+    fake.add_node("head", CPU)
+    settings = JobUsers(run_as="argosy-job")
+    options = {"identity": JobIdentity(users), "job_users": settings, "env_allow": ("X_*",)}
+    if users is not None and not authenticated:
+        with pytest.raises(ArgosyError, match="RAY_AUTH_MODE=token"):
+            fake_executor(fake, **options)
+        return
+    executor = fake_executor(fake, **options)
+    executor.start(dataclasses.replace(request("fake-u", {"head": 1}), queue="team-a"))
+    settle(fake, executor)
+    runner = fake.runner(attempt_tag("fake-u", 1) + "-0")
+    assert runner is not None and runner.job is not None
+    assert (runner.job.queue, runner.job.users, runner.job.allow) == ("team-a", settings, ("X_*",))
+    assert runner.job.run_dir == str(Path("/nonexistent") / "fake-u")
 
 
 def test_a_node_that_rejoins_under_a_new_ray_id_is_the_same_node() -> None:
