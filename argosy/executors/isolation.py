@@ -228,7 +228,8 @@ def planned_id(name: str, taken: Callable[[int], bool]) -> int:
     raise ArgosyError(f"no free uid in {JOB_IDS.start}-{JOB_IDS.stop - 1} for user '{name}'")
 
 
-def _id_taken(number: int) -> bool:
+def id_taken(number: int) -> bool:
+    """Whether a user or a group on this machine has the id `number`."""
     for lookup in (pwd.getpwuid, grp.getgrgid):
         try:
             lookup(number)
@@ -241,7 +242,7 @@ def _id_taken(number: int) -> bool:
 def _create_user(name: str) -> None:
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
     shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
-    number = str(planned_id(name, _id_taken))
+    number = str(planned_id(name, id_taken))
     groupadd = shutil.which("groupadd") or "/usr/sbin/groupadd"
     subprocess.run([groupadd, "--system", "--gid", number, name], capture_output=True, timeout=30)
     command = [useradd, "--system", "--uid", number, "--gid", name, "--no-create-home"]

@@ -21,6 +21,7 @@ from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
     ensure_user,
+    id_taken,
     job_environment,
     planned_id,
     user_name_for,
@@ -184,25 +185,14 @@ def test_a_created_user_s_id_is_its_name_s_wherever_that_id_is_free(
 
 @ROOT_ONLY
 def test_a_created_job_user_has_its_planned_uid_and_gid() -> None:
-    import grp
     import pwd
 
     name = f"argosy-t-{uuid.uuid4().hex[:8]}"
     try:
         user = ensure_user(name)
-        want = planned_id(name, lambda n: n != user.uid and _id_in_use(n, pwd, grp))
+        want = planned_id(name, lambda n: n != user.uid and id_taken(n))
         assert (user.uid, user.gid) == (want, want), (user, want)
         assert pwd.getpwnam(name).pw_shell in ("/usr/sbin/nologin", "/bin/false")
     finally:
         subprocess.run(["userdel", name], capture_output=True)
         subprocess.run(["groupdel", name], capture_output=True)
-
-
-def _id_in_use(number: int, pwd: object, grp: object) -> bool:
-    for lookup in (pwd.getpwuid, grp.getgrgid):  # type: ignore[attr-defined]
-        try:
-            lookup(number)
-        except KeyError:
-            continue
-        return True
-    return False
