@@ -244,10 +244,10 @@ def _create_user(name: str) -> None:
     shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
     number = str(planned_id(name, id_taken))
     groupadd = shutil.which("groupadd") or "/usr/sbin/groupadd"
-    subprocess.run([groupadd, "--system", "--gid", number, name], capture_output=True, timeout=30)
     command = [useradd, "--system", "--uid", number, "--gid", name, "--no-create-home"]
     command += ["--no-log-init", "--home-dir", "/nonexistent", "--shell", shell, name]
-    try:
+    try:  # the group first, with the same number (it may exist already: then it is used)
+        subprocess.run([groupadd, "--system", "--gid", number, name], capture_output=True)
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except OSError as err:
         raise ArgosyError(f"cannot create run_as user '{name}': {err}") from err
