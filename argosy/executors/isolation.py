@@ -247,7 +247,8 @@ def _create_user(name: str) -> None:
     command = [useradd, "--system", "--uid", number, "--gid", name, "--no-create-home"]
     command += ["--no-log-init", "--home-dir", "/nonexistent", "--shell", shell, name]
     try:  # the group first, with the same number (it may exist already: then it is used)
-        subprocess.run([groupadd, "--system", "--gid", number, name], capture_output=True, timeout=30)
+        group = [groupadd, "--system", "--gid", number, name]
+        subprocess.run(group, capture_output=True, timeout=30)
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ArgosyError(f"cannot create run_as user '{name}': {err}") from err
