@@ -9,7 +9,8 @@
    chip types tries the least contested first: `_by_contention`). Blocked: the whole shape is done
    for this cycle (its other workloads would get the same answer); under fifo its chip
    types are held, so every later workload that accepts one of them waits too.
-   Needs borrowing: tried again in a second pass, least-served queues first.
+   Needs borrowing: tried again in a second pass, least-served queues first (equal
+   shares: the queue that held fewer devices lately first, `QueueTree.past_share`).
 4. Under a policy with reservations (`argosy.scheduler.backfill`): the first workload of
    a pool blocked for want of devices reserves its start; later ones start ahead of it
    only if they end before or fit in what it leaves. A head refused only for its run
@@ -79,7 +80,9 @@ def _borrowers(sched, deferred, offered, blocked, room_limit, now) -> None:
     """Second pass: shapes that need borrowed quota, least-served queues first."""
     q, limit = sched.pending, sched.policy.heads_per_queue
     aware = sched.policy.chip_aware
-    shares = {s[0]: sched.tree.share(s[0], throughput=aware) for s in deferred}
+    tree = sched.tree
+    tree.advance(now)
+    shares = {s[0]: (tree.share(s[0], throughput=aware), tree.past_share(s[0])) for s in deferred}
     deferred.sort(key=lambda s: (shares[s[0]], sched._key(q.by_shape[s][0])))  # noqa: SLF001
     for s in deferred:
         while s in q.by_shape:

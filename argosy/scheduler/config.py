@@ -47,6 +47,10 @@ class SchedulerConfig(BaseModel):
     observed some (then an average of what it observed)."""
     forecast_lead_s: float = Field(default=1800.0, ge=0)
     """Inference replicas are sized for the peak load of the next this-many seconds."""
+    usage_half_life_s: float = Field(default=86400.0, gt=0)
+    """Half-life of each queue's decayed past use, which orders borrowing queues of equal
+    share (the one that held devices lately goes after one that did not; Slurm's
+    PriorityDecayHalfLife, Kueue's admission fair sharing)."""
     backfill_depth: int = Field(default=2000, gt=0)
     """Pending workloads examined per cycle after the head is blocked."""
     backfill_margin: float = Field(default=1.25, ge=1.0)

@@ -40,6 +40,7 @@ class Scheduler:
         self.policy = policy
         self.config = config or SchedulerConfig()
         self.clock = clock or FakeClock()
+        tree.clock, tree.half_life_s = self.clock.now_s, self.config.usage_half_life_s
         self.pending = PendingSet(self._key)
         self.running: dict[str, Workload] = {}
         self.elastic_running: dict[str, Workload] = {}

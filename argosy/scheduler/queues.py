@@ -10,7 +10,9 @@ capability, Kueue's nominal with lending and borrowing limits):
 
 An inner queue's nominal defaults to the sum of its children's (at most its ceiling).
 Workloads name a leaf queue. `weight` scales a queue's fair share when borrowers compete
-for idle capacity.
+for idle capacity; between equal shares, the queue that held fewer devices lately (decayed
+device-seconds, `used`) goes first, so a queue that floods the others with work cannot
+keep every freed device by being first in line.
 
     tree = load_queues("queues.yaml", cluster)
     tree.admissible("eval", "h100-sxm", 8, free=120)   # -> (ok, borrowed devices)
@@ -18,6 +20,8 @@ for idle capacity.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +92,13 @@ class QueueTree:
         """Leaf-to-root row indices of each queue, as Python ints (scalar loops)."""
         self._unused: dict[int, int] = {}
         """Chip column -> unused guarantees of all queues, summed once, then kept by `add`."""
+        self.used = np.zeros(guarantee.shape, dtype=float)
+        """Decayed device-seconds each queue held (`advance`): its recent past use."""
+        self.clock: Callable[[], float] | None = None
+        """Seconds now; set by the scheduler: `add` brings `used` up to date first."""
+        self.half_life_s = 86400.0
+        """Half-life of `used` (SchedulerConfig.usage_half_life_s)."""
+        self._used_at: float | None = None
 
     def _chain(self, i: int) -> list[int]:
         out = []
@@ -155,7 +166,38 @@ class QueueTree:
         i, c = self.index[queue], self.chip_index[chip]
         return bool(self.usage[i, c] + devices <= self.nominal[i, c])
 
+    def advance(self, now: float) -> None:
+        """Decay `used` to `now` and add what each queue held since the last call (the
+        usage, constant in between: every change comes through `add`)."""
+        if self._used_at is None or now <= self._used_at:
+            self._used_at = now if self._used_at is None else self._used_at
+            return
+        keep = 0.5 ** ((now - self._used_at) / self.half_life_s)
+        self.used *= keep
+        self.used += self.usage * ((1.0 - keep) * self.half_life_s / math.log(2))
+        self._used_at = now
+
+    def inherit_use(self, old: QueueTree) -> None:
+        """Take the decayed use of `old` (the same queues over fewer nodes) for every queue
+        and chip both have: a cluster that grows does not forget who held it lately."""
+        rows = [(i, old.index[n]) for n, i in self.index.items() if n in old.index]
+        cols = [(c, old.chip_index[k]) for k, c in self.chip_index.items() if k in old.chip_index]
+        for i, j in rows:
+            for c, d in cols:
+                self.used[i, c] = old.used[j, d]
+        self._used_at = old._used_at  # noqa: SLF001  (the same class)
+
+    def past_share(self, queue: str) -> float:
+        """The queue's recent use over its nominal, divided by its weight (dominant over
+        chips, like `share`): who held the devices lately, the tie-break between equal
+        shares (Slurm's fair-share decay, Kueue's admission fair sharing)."""
+        i = self.index[queue]
+        ratio = self.used[i] / np.maximum(self.nominal[i], 1)
+        return float(ratio.max()) / float(self.weights[i])
+
     def add(self, queue: str, chip: str, devices: int) -> None:
+        if self.clock is not None:
+            self.advance(self.clock())
         c, usage, guarantee = self.chip_index[chip], self.usage, self.guarantee
         unused = self._unused.get(c)
         for i in self.chain[queue]:  # a few rows: scalar updates beat fancy indexing

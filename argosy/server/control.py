@@ -291,6 +291,7 @@ class Control:
             else:
                 new.submit(row["id"], spec, w.submit_s)
         self.services.rebuild(new)
+        new.sched.tree.inherit_use(old.sched.tree)
         for name in old.out_of_service:
             new.set_in_service(name, False)
         self.scheduling = new
