@@ -16,7 +16,7 @@ from pydantic import Field
 from argosy.core.errors import ArgosyError
 from argosy.server.admission import refuse_unless_runnable
 from argosy.server.auth import Principal
-from argosy.server.control import Control, NotFoundError
+from argosy.server.control import Control, NotFoundError, QueueFullError
 from argosy.server.schemas import (
     ErrorBody,
     EventPage,
@@ -97,7 +97,7 @@ async def health() -> Health:
     "/jobs",
     status_code=201,
     response_model=Job,
-    responses={200: {"model": Job}, 403: {}, 409: {}, 422: {}},
+    responses={200: {"model": Job}, 403: {}, 409: {}, 422: {}, 429: {}},
 )
 async def submit(
     spec: JobSpec,
@@ -108,7 +108,8 @@ async def submit(
     """Submit a job. A repeated `Idempotency-Key` with the same body returns the first job
     (200) instead of a new one; with a different body it is a 409. Keys are the token's
     own: another token's key neither clashes nor answers (no oracle, no squatting on a
-    key another tenant will send). A job that could never
+    key another tenant will send). A queue that already has `max_pending_jobs_per_queue`
+    jobs waiting to start gets a 429 naming the limit. A job that could never
     run here (missing or relative workdir, a script that is missing, unreadable, outside
     its workdir or not runnable, arguments over the OS limit) is a 422 naming the field."""
     if not who.may_change(spec.queue):
@@ -125,6 +126,8 @@ async def submit(
     except IdempotencyConflictError:
         msg = f"Idempotency-Key '{idempotency_key}' was used with another body"
         raise HTTPException(409, msg) from None
+    except QueueFullError as err:
+        raise HTTPException(429, str(err)) from None
     except ArgosyError as err:
         raise HTTPException(422, str(err)) from err
     body = job_view(row).model_dump_json()  # built once, not validated a second time

@@ -87,6 +87,10 @@ class ServerConfig(BaseModel):
     """How often the executor's inventory is checked for lost and returning nodes."""
     session_ttl_s: float = Field(default=12 * 3600.0, gt=0)
     """Lifetime of a console login session; after it the browser logs in again."""
+    max_pending_jobs_per_queue: int = Field(default=5000, ge=0)
+    """Jobs one queue may have waiting to start (0: no limit); a submit beyond it is a
+    429, so one tenant cannot grow the store and the scheduler's queue without bound
+    (Slurm's MaxSubmitJobs). An Idempotency-Key already used still answers its job."""
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     """Largest request body the server reads (413 beyond it); simulator report uploads
     have their own, larger cap (docs/server.md, Limits)."""

@@ -63,6 +63,10 @@ costs tens of milliseconds, which lands on some request (the API's p99). Freezin
 (`gc.freeze`) every few seconds keeps full collections small."""
 
 
+class QueueFullError(ArgosyError):
+    """A queue already has the most jobs waiting that it may (the API answers 429)."""
+
+
 class WallClock:
     """Seconds since the epoch: submit times survive a server restart."""
 
@@ -159,6 +163,7 @@ class Control:
         reason = self.scheduling.check(spec)
         if reason:
             raise ArgosyError(reason)
+        self._refuse_if_full(spec.queue, key)
         row, created = self.store.insert_job(
             spec.model_dump(),
             now=self.clock.now_s(),
@@ -170,6 +175,20 @@ class Control:
             self._queue(row["id"], spec, row["created_at"], actor)
             self.poke()
         return row, created
+
+    def _refuse_if_full(self, queue: str, key: str | None) -> None:
+        """`QueueFullError` when `queue` has `max_pending_jobs_per_queue` jobs waiting
+        (a key already used still answers its first job)."""
+        limit = self.config.max_pending_jobs_per_queue
+        if not limit or (waiting := self.scheduling.pending_in(queue)) < limit:
+            return
+        if key is not None and self.store.job_by_key(key) is not None:
+            return
+        raise QueueFullError(
+            f"queue '{queue}' has {waiting} jobs waiting to start, the most it may"
+            f" (max_pending_jobs_per_queue: {limit}): cancel some, or submit when some"
+            " have started"
+        )
 
     def submit_service(self, spec: ServiceSpec, *, actor: str = SYSTEM_ACTOR) -> Row:
         row = self.services.submit(spec, self.clock.now_s(), actor=actor)

@@ -122,6 +122,11 @@ class Scheduling:
         self.workloads[job_id] = w
         return ""
 
+    def pending_in(self, queue: str) -> int:
+        """Jobs of `queue` waiting to start (counted by request shape, not one by one)."""
+        by_shape = self.sched.pending.by_shape
+        return sum(len(ws) for shape, ws in by_shape.items() if shape[0] == queue)
+
     def _workload(self, job_id: str, spec: JobSpec, submit_s: float) -> Workload:
         chips = tuple(spec.chips) or tuple(self.cluster.devices_by_chip())
         low, high = spec.device_range

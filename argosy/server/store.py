@@ -159,7 +159,7 @@ class Store:
         except (IntegrityError, sqlite3.IntegrityError):
             if idempotency_key is None:
                 raise
-            first = self._by_key(idempotency_key)
+            first = self.job_by_key(idempotency_key)
             if first is None or first["request_hash"] != request_hash:
                 raise IdempotencyConflictError(idempotency_key) from None
             return first, False
@@ -186,7 +186,8 @@ class Store:
             connection.close()  # back to the pool
         return seq
 
-    def _by_key(self, key: str) -> Row | None:
+    def job_by_key(self, key: str) -> Row | None:
+        """The job first submitted with this (token-scoped) Idempotency-Key, if any."""
         with self.engine.connect() as c:
             row = c.execute(select(jobs).where(jobs.c.idempotency_key == key)).mappings().first()
         return dict(row) if row else None

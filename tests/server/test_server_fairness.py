@@ -41,3 +41,34 @@ def test_the_next_freed_device_goes_to_the_queue_that_did_not_flood(tmp_path: Pa
             assert time.monotonic() < deadline, "nothing was placed after the first job"
             time.sleep(0.02)
         assert list(fake.running) == [victim], api.get("/api/v1/jobs?state=running").json()
+
+
+def test_a_queue_may_keep_only_so_many_jobs_waiting(tmp_path: Path) -> None:
+    """Past `max_pending_jobs_per_queue` waiting jobs a submit is a 429 naming the limit,
+    for that queue only; a used Idempotency-Key still answers its job; once one starts,
+    the queue may submit again."""
+    (tmp_path / "queues.yaml").write_text(QUEUES)
+    fake, home = FakeExecutor([NodeInfo("n0", "cpu", 1)]), tmp_path / "home"
+    config = fast_config(home, queues_file=tmp_path / "queues.yaml", max_pending_jobs_per_queue=3)
+    with TestClient(create_app(config, executor=fake)) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        running = api.post("/api/v1/jobs", json=job_body("a-run", queue="a")).json()["id"]
+        _wait_running(api, fake, 1)
+        keyed = {"Idempotency-Key": "k1"}
+        first = api.post("/api/v1/jobs", json=job_body("a0", queue="a"), headers=keyed)
+        waiting = [api.post("/api/v1/jobs", json=job_body(f"a{i}", queue="a")) for i in (1, 2)]
+        assert [r.status_code for r in (first, *waiting)] == [201, 201, 201]
+        refused = api.post("/api/v1/jobs", json=job_body("a3", queue="a"))
+        assert refused.status_code == 429, refused.text
+        assert "max_pending_jobs_per_queue: 3" in refused.json()["detail"]
+        again = api.post("/api/v1/jobs", json=job_body("a0", queue="a"), headers=keyed)
+        assert (again.status_code, again.json()["id"]) == (200, first.json()["id"])
+        other = api.post("/api/v1/jobs", json=job_body("b0", queue="b"))
+        assert other.status_code == 201, other.text  # another queue is not held back
+        fake.finish(running, 0)
+        _wait_running(api, fake, 1)  # one of a's waiting jobs starts (or b's)
+        deadline = time.monotonic() + 30
+        while api.post("/api/v1/jobs", json=job_body("a4", queue="a")).status_code == 429:
+            assert time.monotonic() < deadline, "a stays full after one of its jobs started"
+            fake.finish(next(iter(fake.running)), 0)
+            time.sleep(0.05)
