@@ -1,8 +1,8 @@
 """`argosy zygote`: the node's zygote, which forks serving workers with torch already imported.
 
-argosy zygote          # on $ARGOSY_ZYGOTE_SOCKET, else ~/.cache/argosy/zygote.sock
+argosy zygote          # on $ARGOSY_ZYGOTE_SOCKET, else ~/.cache/argosy/zygote/zygote.sock
 argosy zygote --warm-model smollm2-135m   # also load that model's tokenizer once
-argosy serve --zygote ~/.cache/argosy/zygote.sock --admin-token T
+argosy serve --zygote ~/.cache/argosy/zygote/zygote.sock --admin-token T
 
 One zygote per node serves every `argosy serve` there: a service forks its worker from it
 (well under a second instead of a fresh Python's torch import), so sleep level 2 can end the

@@ -207,11 +207,12 @@ class ZygoteServer:
 
 
 def default_socket_path() -> Path:
-    """`$ARGOSY_ZYGOTE_SOCKET`, else `zygote.sock` in argosy's cache directory."""
+    """`$ARGOSY_ZYGOTE_SOCKET`, else `zygote/zygote.sock` in argosy's cache directory (a
+    folder of its own, which the zygote makes 0700: the cache itself keeps its mode)."""
     from argosy.serving.models import cache_root
 
     env = os.environ.get("ARGOSY_ZYGOTE_SOCKET")
-    return Path(env) if env else cache_root(None) / "zygote.sock"
+    return Path(env) if env else cache_root(None) / "zygote" / "zygote.sock"
 
 
 def fork_worker(
