@@ -187,6 +187,22 @@ class QueueTree:
                 self.used[i, c] = old.used[j, d]
         self._used_at = old._used_at  # noqa: SLF001  (the same class)
 
+    def add_past_use(
+        self, queue: str, chip: str, devices: int, start_s: float, end_s: float, now: float
+    ) -> None:
+        """Count `devices` held from `start_s` to `end_s` into the decayed use at `now`
+        (rebuilding it from a record of what ran, as a restarted server does); a queue or
+        chip this tree lacks counts for nothing."""
+        if queue not in self.chain or chip not in self.chip_index or end_s <= start_s:
+            return
+        rate = math.log(2) / self.half_life_s
+        late, early = math.exp(-rate * (now - end_s)), math.exp(-rate * (now - start_s))
+        held = devices / rate * (late - early)
+        c = self.chip_index[chip]
+        for i in self.chain[queue]:
+            self.used[i, c] += held
+        self._used_at = now if self._used_at is None else self._used_at
+
     def past_share(self, queue: str) -> float:
         """The queue's recent use over its nominal, divided by its weight (dominant over
         chips, like `share`): who held the devices lately, the tie-break between equal

@@ -129,6 +129,7 @@ class Control:
         for name in self.cordoned | self.health.out_of_service():
             self._sync_node(name)
         self._check_nodes()
+        self._restore_past_use()
         for row in self.store.jobs_in(["pending", *ACTIVE]):
             spec = JobSpec.model_validate(row["spec"])
             if row["state"] == "pending":
@@ -148,6 +149,18 @@ class Control:
         reap = getattr(self.executor, "reap", None)  # optional: work that outlives the server
         if reap is not None:
             reap()  # what nobody adopted is stale: its resources go back
+
+    def _restore_past_use(self) -> None:
+        """The queues' decayed use, rebuilt from what the store says ran (each job from its
+        start to its end, or to now; 20 half-lives back), so a restarted server still
+        puts a queue that flooded the cluster after one that did not."""
+        tree, now = self.scheduling.sched.tree, self.clock.now_s()
+        for row in self.store.jobs_ran_since(now - 20 * tree.half_life_s):
+            placement = Placement.model_validate(row["placement"])
+            devices = sum(placement.nodes.values())
+            end = row["finished_at"] if row["finished_at"] is not None else now
+            tree.add_past_use(row["queue"], placement.chip, devices, row["started_at"], end, now)
+        tree.advance(now)
 
     def _queue(
         self, job_id: str, spec: JobSpec, submit_s: float, actor: str = SYSTEM_ACTOR

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Text, cast, create_engine, event, func, select, update
+from sqlalchemy import Engine, Text, cast, create_engine, event, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from argosy.server.tables import (
@@ -233,6 +233,17 @@ class Store:
         query = select(jobs).where(jobs.c.state.in_(list(states))).order_by(jobs.c.seq)
         with self.engine.connect() as c:
             return [dict(r) for r in c.execute(query).mappings()]
+
+    def jobs_ran_since(self, since_s: float) -> list[Row]:
+        """Every job that started and had not ended by `since_s` (running ones too): their
+        queue, placement and times, from which the scheduler's decayed use is rebuilt."""
+        cols = (jobs.c.queue, jobs.c.placement, jobs.c.started_at, jobs.c.finished_at)
+        query = select(*cols).where(
+            jobs.c.started_at.is_not(None),
+            or_(jobs.c.finished_at.is_(None), jobs.c.finished_at >= since_s),
+        )
+        with self.engine.connect() as c:
+            return [dict(r) for r in c.execute(query).mappings() if r["placement"]]
 
     def update_job(
         self, job_id: str, values: Row, *, event: Event | None = None, actor: str = SYSTEM_ACTOR

@@ -98,3 +98,32 @@ def test_a_grown_cluster_keeps_who_held_it_lately() -> None:
     assert new.past_share("b") == 0.0
     new.advance(1200.0)  # from where the old one stopped: decayed, nothing added (no usage)
     assert new.past_share("a") < old.past_share("a")
+
+
+@given(
+    devices=st.integers(1, 64),
+    start=st.floats(0.0, 5e5),
+    length=st.floats(1.0, 5e5),
+    after=st.floats(0.0, 5e5),
+)
+def test_past_use_rebuilt_from_a_record_equals_what_was_counted_live(
+    devices: int, start: float, length: float, after: float
+) -> None:
+    """A restarted server rebuilds the decayed use from (start, end, devices) records;
+    that gives what counting the hold as it happened gave."""
+    cluster = load_cluster("h100:64")
+    live = build_tree(QueuesFile.model_validate(NO_QUOTA), cluster)
+    live.half_life_s = 3600.0
+    live.advance(start)
+    live.add("a", "h100-sxm", devices)
+    live.advance(start + length)
+    live.add("a", "h100-sxm", -devices)
+    now = start + length + after
+    live.advance(now)
+    rebuilt = build_tree(QueuesFile.model_validate(NO_QUOTA), cluster)
+    rebuilt.half_life_s = 3600.0
+    rebuilt.add_past_use("a", "h100-sxm", devices, start, start + length, now)
+    rebuilt.add_past_use("gone", "h100-sxm", devices, start, start + length, now)  # no queue
+    assert rebuilt.past_share("a") == pytest.approx(live.past_share("a"), rel=1e-6, abs=1e-9)
+    assert rebuilt.past_share("org") == pytest.approx(live.past_share("org"), rel=1e-6, abs=1e-9)
+    assert rebuilt.past_share("b") == 0.0

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from server_helpers import fast_config, job_body
+from server_helpers import fast_config, job_body, wait_for
 
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
 from argosy.server.app import create_app
 
-QUEUES = "queues:\n  - name: org\n    children:\n      - name: a\n      - name: b\n"
+QUEUES = "queues:\n  - name: org\n    children:\n" + "".join(f"      - name: {q}\n" for q in "abc")
 
 
 def _wait_running(api: TestClient, fake: FakeExecutor, n: int) -> list[str]:
@@ -72,3 +72,33 @@ def test_a_queue_may_keep_only_so_many_jobs_waiting(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "a stays full after one of its jobs started"
             fake.finish(next(iter(fake.running)), 0)
             time.sleep(0.05)
+
+
+def test_a_restarted_server_remembers_who_held_the_devices(tmp_path: Path) -> None:
+    """The decayed use is rebuilt from the store at start: after a restart, queue a (whose
+    jobs ran before it) still goes after queue b (which ran nothing), though a submitted
+    first; before, the restarted server had forgotten and gave the device to a."""
+    (tmp_path / "queues.yaml").write_text(QUEUES)
+    home = tmp_path / "home"
+    config = fast_config(home, queues_file=tmp_path / "queues.yaml")
+    fake = FakeExecutor([NodeInfo("n0", "cpu", 1)])
+    with TestClient(create_app(config, executor=fake)) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        ran = api.post("/api/v1/jobs", json=job_body("a-old", queue="a")).json()["id"]
+        _wait_running(api, fake, 1)
+        time.sleep(0.5)  # it holds the device a while
+        fake.finish(ran, 0)
+        wait_for(api, ran, {"succeeded"})
+    fake = FakeExecutor([NodeInfo("n0", "cpu", 1)])
+    with TestClient(create_app(config, executor=fake)) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        blocker = api.post("/api/v1/jobs", json=job_body("c", queue="c")).json()["id"]
+        _wait_running(api, fake, 1)
+        first = api.post("/api/v1/jobs", json=job_body("a-new", queue="a")).json()["id"]
+        second = api.post("/api/v1/jobs", json=job_body("b-new", queue="b")).json()["id"]
+        fake.finish(blocker, 0)
+        deadline = time.monotonic() + 30  # a bound on a wait, not a speed check
+        while not set(fake.running) & {first, second}:
+            assert time.monotonic() < deadline, "nothing started after the blocker"
+            time.sleep(0.02)
+        assert list(fake.running) == [second]
