@@ -180,8 +180,11 @@ def main() -> None:
 
 
 def load_phase(args: argparse.Namespace, home: Path) -> None:
-    """Throughput and latency on a server whose only node is cordoned."""
-    server = ServerProcess(home)
+    """Throughput and latency on a server whose only node is cordoned (every job of
+    `--jobs` waits in one queue: the per-queue limit of waiting jobs is lifted)."""
+    unbounded = home.parent / "unbounded.yaml"
+    unbounded.write_text("max_pending_jobs_per_queue: 0\n")
+    server = ServerProcess(home, "--config", str(unbounded))
     server.start()
     pid = server.proc.pid
     token = (server.home / "admin.token").read_text().strip()
