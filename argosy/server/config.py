@@ -91,6 +91,9 @@ class ServerConfig(BaseModel):
     """Jobs one queue may have waiting to start (0: no limit); a submit beyond it is a
     429, so one tenant cannot grow the store and the scheduler's queue without bound
     (Slurm's MaxSubmitJobs). An Idempotency-Key already used still answers its job."""
+    max_services_per_queue: int = Field(default=200, ge=0)
+    """Services one queue may hold (not yet deleted or ended; 0: no limit); a create past
+    it is a 429 naming the limit."""
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     """Largest request body the server reads (413 beyond it); simulator report uploads
     have their own, larger cap (docs/server.md, Limits)."""

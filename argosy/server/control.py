@@ -204,6 +204,13 @@ class Control:
         )
 
     def submit_service(self, spec: ServiceSpec, *, actor: str = SYSTEM_ACTOR) -> Row:
+        limit = self.config.max_services_per_queue
+        held = sum(1 for r in self.services.active.values() if r["queue"] == spec.queue)
+        if limit and held >= limit:
+            raise QueueFullError(
+                f"queue '{spec.queue}' has {held} services, the most it may"
+                f" (max_services_per_queue: {limit}): delete one first"
+            )
         row = self.services.submit(spec, self.clock.now_s(), actor=actor)
         self.poke()
         return row

@@ -12,7 +12,7 @@ from fastapi.responses import PlainTextResponse
 
 from argosy.core.errors import ArgosyError
 from argosy.server.api import COMMON, Ctl, Cursor, Limit, Who, log_response
-from argosy.server.control import Control, NotFoundError
+from argosy.server.control import Control, NotFoundError, QueueFullError
 from argosy.server.schemas import EventPage, Service, ServicePage, ServiceState
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.services import replica_key
@@ -22,14 +22,16 @@ from argosy.server.views import event_view, service_view
 router = APIRouter(prefix="/api/v1", responses=COMMON)
 
 
-@router.post("/services", status_code=201, responses={403: {}, 422: {}})
+@router.post("/services", status_code=201, responses={403: {}, 422: {}, 429: {}})
 async def create_service(spec: ServiceSpec, ctl: Ctl, who: Who) -> Service:
     """Create a service: its replicas are placed by the scheduler and started as
-    `argosy serve` processes."""
+    `argosy serve` processes (429 past `max_services_per_queue` services in its queue)."""
     if not who.may_change(spec.queue):
         raise HTTPException(403, f"this token may create services only in queue '{who.queue}'")
     try:
         row = ctl.submit_service(spec, actor=who.actor)
+    except QueueFullError as err:
+        raise HTTPException(429, str(err)) from None
     except ArgosyError as err:
         raise HTTPException(422, str(err)) from err
     return service_view(row)

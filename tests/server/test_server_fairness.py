@@ -102,3 +102,25 @@ def test_a_restarted_server_remembers_who_held_the_devices(tmp_path: Path) -> No
             assert time.monotonic() < deadline, "nothing started after the blocker"
             time.sleep(0.02)
         assert list(fake.running) == [second]
+
+
+def test_a_queue_may_hold_only_so_many_services(tmp_path: Path) -> None:
+    """Past `max_services_per_queue` a create is a 429 naming the limit, for that queue
+    only; a deleted service frees its place."""
+    (tmp_path / "queues.yaml").write_text(QUEUES)
+    fake, home = FakeExecutor([NodeInfo("n0", "cpu", 4)]), tmp_path / "home"
+    config = fast_config(home, queues_file=tmp_path / "queues.yaml", max_services_per_queue=2)
+    with TestClient(create_app(config, executor=fake)) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        made = [api.post("/api/v1/services", json={"name": f"s{i}", "queue": "a"}) for i in (0, 1)]
+        assert [r.status_code for r in made] == [201, 201], [r.text for r in made]
+        refused = api.post("/api/v1/services", json={"name": "s2", "queue": "a"})
+        assert refused.status_code == 429, refused.text
+        assert "max_services_per_queue: 2" in refused.json()["detail"]
+        other = api.post("/api/v1/services", json={"name": "t0", "queue": "b"})
+        assert other.status_code == 201, other.text
+        api.delete(f"/api/v1/services/{made[0].json()['id']}")
+        deadline = time.monotonic() + 30  # a bound on a wait, not a speed check
+        while api.post("/api/v1/services", json={"name": "s3", "queue": "a"}).status_code != 201:
+            assert time.monotonic() < deadline, "a deleted service still counts"
+            time.sleep(0.05)
