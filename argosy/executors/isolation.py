@@ -199,18 +199,27 @@ def user_name_for(base: str, queue: str | None) -> str:
     return f"{base[: MAX_USER_NAME - 9]}-{digest}"
 
 
-def ensure_user(name: str, *, create: bool = True) -> JobUser:
+def ensure_user(name: str, *, create: bool = True, ids: tuple[int, int] | None = None) -> JobUser:
     """The account `name`; created as a system user with its own group and no login
-    shell when missing and `create` (ArgosyError when it cannot be had)."""
+    shell when missing and `create` (ArgosyError when it cannot be had). With `ids`
+    (uid, gid: the server's numbers for it, on a Ray node) it must have exactly those,
+    and is made with them: a node where they differ would hand one tenant's files on
+    the shared storage to another."""
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         if not create:
             raise ArgosyError(f"no user '{name}' on this machine (run_as)") from None
-        _create_user(name)
+        _create_user(name, ids)
         entry = pwd.getpwnam(name)
     if entry.pw_uid == 0:
         raise ArgosyError(f"run_as user '{name}' is root; set allow_root_jobs to mean that")
+    if ids is not None and (entry.pw_uid, entry.pw_gid) != ids:
+        raise ArgosyError(
+            f"job user '{name}' is uid {entry.pw_uid}, gid {entry.pw_gid} on this node but"
+            f" {ids[0]}, {ids[1]} on the server's: give job users the same ids on every node"
+            " (a directory service), or remove it here and argosy makes it with the server's"
+        )
     return JobUser(name, entry.pw_uid, entry.pw_gid)
 
 
@@ -239,21 +248,43 @@ def id_taken(number: int) -> bool:
     return False
 
 
-def _create_user(name: str) -> None:
+def _create_user(name: str, ids: tuple[int, int] | None = None) -> None:
+    """Make `name` with `ids` (uid, gid), else with its planned id for both."""
+    if ids is None:
+        number = planned_id(name, id_taken)
+        ids = (number, number)
+    elif _is_another_s(ids, name):
+        raise ArgosyError(
+            f"cannot make job user '{name}' with uid {ids[0]} and gid {ids[1]} (the server's)"
+            " on this node: another user or group has one of them here; give job users the"
+            " same ids on every node (a directory service)"
+        )
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
     shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
-    number = str(planned_id(name, id_taken))
     groupadd = shutil.which("groupadd") or "/usr/sbin/groupadd"
-    command = [useradd, "--system", "--uid", number, "--gid", name, "--no-create-home"]
+    command = [useradd, "--system", "--uid", str(ids[0]), "--gid", name, "--no-create-home"]
     command += ["--no-log-init", "--home-dir", "/nonexistent", "--shell", shell, name]
-    try:  # the group first, with the same number (it may exist already: then it is used)
-        group = [groupadd, "--system", "--gid", number, name]
+    try:  # the group first, with its number (it may exist already: then it is used)
+        group = [groupadd, "--system", "--gid", str(ids[1]), name]
         subprocess.run(group, capture_output=True, timeout=30)
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ArgosyError(f"cannot create run_as user '{name}': {err}") from err
     if done.returncode != 0 and not _exists(name):  # a concurrent useradd may have won
         raise ArgosyError(f"cannot create run_as user '{name}': {done.stderr.strip()}")
+
+
+def _is_another_s(ids: tuple[int, int], name: str) -> bool:
+    """Whether the uid is a user's here, or the gid a group's not called `name`."""
+    try:
+        pwd.getpwuid(ids[0])
+        return True
+    except KeyError:
+        pass
+    try:
+        return grp.getgrgid(ids[1]).gr_name != name
+    except KeyError:
+        return False
 
 
 def _exists(name: str) -> bool:
@@ -305,13 +336,16 @@ class JobIdentity:
     def active(self) -> bool:
         return self.base is not None
 
-    def for_queue(self, queue: str | None) -> JobUser | None:
+    def for_queue(self, queue: str | None, ids: tuple[int, int] | None = None) -> JobUser | None:
+        """The queue's job user (made when missing); with `ids`, the one with exactly
+        that uid and gid (`ensure_user`)."""
         if self.base is None:
             return None
         key = queue if self.per_queue else None
         found = self._users.get(key)
         if found is None:
-            found = self._users[key] = ensure_user(user_name_for(self.base, key))
+            found = ensure_user(user_name_for(self.base, key), ids=ids)
+            self._users[key] = found
         return found
 
     def representative(self) -> JobUser | None:

@@ -60,7 +60,7 @@ from typing import Any
 
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
-from argosy.executors.isolation import JobIdentity, JobUsers
+from argosy.executors.isolation import JobIdentity, JobUser, JobUsers
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
 from argosy.executors.ray_address import refuse_open_cluster, token_auth_on
 from argosy.executors.ray_launch import NodeJob, NodeRunner, node_command
@@ -209,7 +209,9 @@ class RayExecutor:
             addr = self._addrs.get(next(iter(request.nodes), ""), "")
         if missing:
             raise ArgosyError(f"node(s) {', '.join(missing)} are not alive in the Ray cluster")
-        self._send(partial(self._start, request, ids, keys, addr))
+        identity = self.options.identity  # the job user's ids are this machine's, made here
+        user = identity.for_queue(request.queue) if identity is not None else None
+        self._send(partial(self._start, request, ids, keys, addr, user))
 
     def stop(self, job_id: str) -> None:
         self._send(partial(self._stop, job_id))
@@ -426,7 +428,14 @@ class RayExecutor:
             self._warned.add(key)
             log.warning(message)
 
-    def _start(self, request: LaunchRequest, ids: list[str], keys: list[str], addr: str) -> None:
+    def _start(
+        self,
+        request: LaunchRequest,
+        ids: list[str],
+        keys: list[str],
+        addr: str,
+        user: JobUser | None = None,
+    ) -> None:
         older = self._attempts.pop(request.job_id, None)
         if older is not None:  # an older attempt never has company
             self._cleanup(older, kill_ranks=True)
@@ -443,6 +452,7 @@ class RayExecutor:
         strategy = self.ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy
         port = random.randint(20000, 40000)
         actors, opts = [], self.options
+        uid = (user.uid, user.gid) if user is not None else None
         for i, (name, key) in enumerate(zip(names, keys, strict=True)):
             gpus = request.nodes[name] if key == GPU else 0  # CUDA_VISIBLE_DEVICES: its own
             actor = self._actor_cls.options(
@@ -456,7 +466,7 @@ class RayExecutor:
             command = node_command(request, len(names), i, addr, port, run_dir)
             env = request.env | {JOB_ENV: request.job_id, ENV_GANG: tag}
             log_file = attempt_dir(request.run_dir, request.attempt) / f"node{i}.log"
-            job = NodeJob(str(request.run_dir), request.queue, opts.job_users, opts.env_allow)
+            job = NodeJob(str(request.run_dir), request.queue, opts.job_users, opts.env_allow, uid)
             actor.start.remote(command, env, request.workdir, str(log_file), job)
             actors.append(actor)
         self._attempts[request.job_id] = _RayAttempt(

@@ -9,8 +9,8 @@ reports its exit code the shell's way (128 + signal).
 
 Who it runs as is decided on the node, by the server's settings (`NodeJob.users`) and the
 actor's own rights: an actor that runs as root starts the launcher as the queue's job
-user (`setpriv`, as the local executor does), made on that node with the same uid on
-every node (`isolation.planned_id`); the run directory is then root's with the job's
+user (`setpriv`, as the local executor does), made on that node with the server's uid
+and gid for it (`NodeJob.ids`); the run directory is then root's with the job's
 group (1770) and the attempt's records root's, so one tenant's job can neither read
 another's run directory on the shared storage nor reach the raylet's files. An actor
 that is not root runs it as itself (Ray's user), as a non-root local server does.
@@ -51,10 +51,16 @@ class NodeJob:
     queue: str | None = None
     users: JobUsers | None = None
     allow: tuple[str, ...] = ()
+    ids: tuple[int, int] | None = None
+    """The job user's uid and gid on the server's machine: every node uses those (made
+    with them, or refusing to start where the name or the numbers are another's), so
+    no queue name can be picked to get another queue's uid on some node."""
 
     def user_here(self) -> JobUser | None:
         """The queue's job user on this node (made when missing), None: the actor's own."""
-        return self.users.here().for_queue(self.queue) if self.users is not None else None
+        if self.users is None:
+            return None
+        return self.users.here().for_queue(self.queue, self.ids)
 
 
 class NodeRunner:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from argosy.core.errors import ArgosyError
 from argosy.executors.isolation import (
     JOB_IDS,
     MAX_USER_NAME,
@@ -196,3 +197,26 @@ def test_a_created_job_user_has_its_planned_uid_and_gid() -> None:
     finally:
         subprocess.run(["userdel", name], capture_output=True)
         subprocess.run(["groupdel", name], capture_output=True)
+
+
+@ROOT_ONLY
+def test_a_node_makes_a_job_user_with_the_server_s_ids_or_refuses() -> None:
+    """On a Ray node the job user gets the server's uid and gid; a node where the name
+    has other ids, or the ids are another user's, refuses instead of mixing tenants."""
+    import pwd
+
+    name, other = f"argosy-t-{uuid.uuid4().hex[:8]}", f"argosy-t-{uuid.uuid4().hex[:8]}"
+    free = planned_id(name, id_taken)
+    try:
+        assert ensure_user(name, ids=(free, free)) == JobUser(name, free, free)
+        assert pwd.getpwnam(name).pw_uid == free
+        with pytest.raises(ArgosyError, match="on the server's"):
+            ensure_user(name, ids=(free + 1, free + 1))  # the name is another uid here
+        with pytest.raises(ArgosyError, match="another user or group"):
+            ensure_user(other, ids=(free, free))  # the server's uid is another user's here
+        with pytest.raises(KeyError):
+            pwd.getpwnam(other)  # nothing was made
+    finally:
+        for who in (name, other):
+            subprocess.run(["userdel", who], capture_output=True)
+            subprocess.run(["groupdel", who], capture_output=True)

@@ -80,16 +80,19 @@ def test_jobs_as_other_users_need_a_cluster_that_asks_for_ray_s_token(
 ) -> None:
     """Per-queue users on a cluster that lets any client in would be for show (a job
     submits work to Ray, which runs it as Ray's user): such a server does not start.
-    The node's runner gets the server's settings and the job's queue and run directory."""
+    The node's runner gets the server's settings, the job's queue and run directory, and
+    the job user's ids as this machine has them."""
     from argosy.core.errors import ArgosyError
     from argosy.executors import ray as ray_executor
-    from argosy.executors.isolation import JobIdentity, JobUsers
+    from argosy.executors.isolation import JobIdentity, JobUser, JobUsers
 
     monkeypatch.setattr(ray_executor, "token_auth_on", lambda: authenticated)
     fake = FakeRay()
     fake.add_node("head", CPU)
     settings = JobUsers(run_as="argosy-job")
-    options = {"identity": JobIdentity(users), "job_users": settings, "env_allow": ("X_*",)}
+    known = {"team-a": JobUser("argosy-job-team-a", 23456, 23457)}  # this machine's user
+    identity = JobIdentity(users, True, known if users else {})
+    options = {"identity": identity, "job_users": settings, "env_allow": ("X_*",)}
     if users is not None and not authenticated:
         with pytest.raises(ArgosyError, match="RAY_AUTH_MODE=token"):
             fake_executor(fake, **options)
@@ -101,6 +104,7 @@ def test_jobs_as_other_users_need_a_cluster_that_asks_for_ray_s_token(
     assert runner is not None and runner.job is not None
     assert (runner.job.queue, runner.job.users, runner.job.allow) == ("team-a", settings, ("X_*",))
     assert runner.job.run_dir == str(Path("/nonexistent") / "fake-u")
+    assert runner.job.ids == ((23456, 23457) if users else None)  # every node: these ids
 
 
 def test_a_node_that_rejoins_under_a_new_ray_id_is_the_same_node() -> None:

@@ -92,3 +92,22 @@ def test_a_link_planted_as_the_log_is_never_written_through(
     with pytest.raises(OSError):
         NodeRunner().start([sys.executable, "-c", "print('x')"], {}, None, str(log), job)
     assert target.read_text() == "untouched"
+
+
+def test_a_node_whose_job_user_has_other_ids_than_the_server_s_refuses_to_start(
+    runs: Path,
+) -> None:
+    """The server names the job user's ids; a node where that user has others (a queue
+    picked so that its user's planned uid is another queue's) starts nothing."""
+    from argosy.core.errors import ArgosyError
+    from argosy.executors.isolation import ensure_user
+
+    here = ensure_user(user_name_for("argosy-job", "team-ray"))  # as the node has it
+    wrong = (here.uid + 1, here.gid + 1)
+    run_dir = runs / "j-ids"
+    log = attempt_dir(run_dir, 1) / "node0.log"
+    job = NodeJob(str(run_dir), "team-ray", JobUsers(), (), wrong)
+    runner = NodeRunner()
+    with pytest.raises(ArgosyError, match="on the server's"):
+        runner.start([sys.executable, "-c", "print('x')"], {}, None, str(log), job)
+    assert runner.proc is None and not log.exists()
