@@ -62,10 +62,22 @@ def check_reachable(address: str | None, timeout_s: float = 3.0) -> str:
 
 
 def _current_cluster() -> str:
+    """The address `ray start --head` recorded, when the record is this user's or root's
+    own file: Ray leaves `/tmp/ray` open to everyone (0777, no sticky bit), so a job on
+    the head could put its own address there and take the token a server sends it."""
+    path = CURRENT_CLUSTER
     try:
-        return CURRENT_CLUSTER.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
+    with os.fdopen(fd) as f:
+        owner = os.fstat(fd).st_uid
+        if owner not in (0, os.geteuid()):
+            raise ArgosyError(
+                f"{path} is uid {owner}'s, not this user's or root's: it may name anyone's"
+                " address; pass --ray-address HOST:PORT (or RAY_ADDRESS) of the head"
+            )
+        return f.read(4096).strip()
 
 
 def token_auth_on() -> bool:

@@ -1,6 +1,7 @@
 """A Ray address nobody answers is a clear error at server start, in seconds, not a minute
 of gRPC retries inside `ray.init`."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -64,3 +65,18 @@ def test_the_server_exits_2_at_once_on_an_address_nobody_answers(tmp_path):
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
     assert time.monotonic() - start < 60  # a bound, not a speed check: ray.init waits minutes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user needs root to make")
+def test_a_recorded_address_of_another_user_is_refused(tmp_path, monkeypatch) -> None:
+    """Ray leaves /tmp/ray open to everyone: a job on the head could replace the record
+    with its own address and take the token the server sends there."""
+    recorded = tmp_path / "ray_current_cluster"
+    recorded.write_text("127.0.0.1:47001\n")
+    os.chown(recorded, 65534, 65534)
+    monkeypatch.setattr(ray_address, "CURRENT_CLUSTER", recorded)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ArgosyError, match="--ray-address"):
+        ray_address.resolve("auto")
+    os.chown(recorded, 0, 0)
+    assert ray_address.resolve("auto") == "127.0.0.1:47001"
