@@ -121,6 +121,20 @@ def job_environment(
     return env
 
 
+ENTER_AS_USER = 'cd -- "$1" || exit 126; shift; exec "$@"'
+"""The shell that enters the workdir as the job's own user, then runs the job."""
+
+
+def in_workdir(command: list[str], workdir: str | None) -> list[str]:
+    """`command` run from `workdir`, entered by the command's own user (put it after
+    `setpriv`): a root process never changes into a path the job controls. A workdir
+    the job replaced by a link after submit would otherwise take it, as root's cwd,
+    past another tenant's 1770 run directory into what lies below."""
+    if not workdir:
+        return list(command)
+    return ["sh", "-c", ENTER_AS_USER, "argosy-workdir", workdir, *command]
+
+
 def absolute_path_entries(path: str) -> str:
     """`path` (a PATH value) less its empty and relative entries ("", ".", "bin"): with
     those, a command is looked up in the current directory, the tenant's workdir."""

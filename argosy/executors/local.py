@@ -52,6 +52,7 @@ from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
     attempt_records,
+    in_workdir,
     job_environment,
     launch_environment,
     prepare_run_dir,
@@ -158,10 +159,12 @@ class LocalExecutor:
             self._warm.move_to_end(user)
             proc = warm.take(command[3:], env, request.workdir, where)
         else:
-            prefix = user.setpriv() if user is not None else []
+            cwd = request.workdir or None
+            if user is not None:  # the job's user enters its workdir, never the root wrapper
+                command, cwd = [*user.setpriv(), *in_workdir(command, cwd)], "/"
             proc = subprocess.Popen(
-                ["sh", "-c", WRAPPER, str(where), *prefix, *command],
-                cwd=request.workdir or None,
+                ["sh", "-c", WRAPPER, str(where), *command],
+                cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

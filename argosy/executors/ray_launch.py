@@ -31,6 +31,7 @@ from argosy.executors.isolation import (
     JobUser,
     JobUsers,
     attempt_records,
+    in_workdir,
     job_environment,
     launch_environment,
     prepare_run_dir,
@@ -91,10 +92,11 @@ class NodeRunner:
             prepare_run_dir(run_dir, user)
             attempt_records(log_path.parent, user, log_path.name)
             full_env = launch_environment(os.environ, env, run_dir, user, job.allow)
-        prefix = user.setpriv() if user is not None else []
+        if user is not None:  # the job's user enters its workdir, never root
+            command, cwd = [*user.setpriv(), *in_workdir(command, cwd)], "/"
         with os.fdopen(os.open(log_path, LOG_FLAGS, 0o600), "ab") as out:
             self.proc = subprocess.Popen(
-                [*prefix, *command],
+                command,
                 env=full_env,  # the worker's allowed part, then ours
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,

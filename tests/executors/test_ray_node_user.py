@@ -111,3 +111,28 @@ def test_a_node_whose_job_user_has_other_ids_than_the_server_s_refuses_to_start(
     with pytest.raises(ArgosyError, match="on the server's"):
         runner.start([sys.executable, "-c", "print('x')"], {}, None, str(log), job)
     assert runner.proc is None and not log.exists()
+
+
+def test_a_workdir_swapped_for_a_link_does_not_lead_past_another_tenant_s_directory(
+    runs: Path,
+) -> None:
+    """The job's user enters the workdir itself: a link planted after submit, into a
+    directory below one the job may not pass (another queue's 1770 run directory), leads
+    nowhere; root changing into it would have put the job inside."""
+    guarded = runs / "victim"
+    (guarded / "checkpoints").mkdir(parents=True)
+    (guarded / "checkpoints" / "model.pt").write_text("weights")
+    os.chmod(guarded, 0o1770)  # root:root here: the job's user may not pass
+    os.chmod(guarded / "checkpoints", 0o755)  # what lies below is open once inside
+    workdir = runs / "wd"
+    workdir.symlink_to(guarded / "checkpoints")
+    run_dir = runs / "j-wd"
+    log = attempt_dir(run_dir, 1) / "node0.log"
+    runner = NodeRunner()
+    job = NodeJob(str(run_dir), "team-ray", JobUsers())
+    runner.start(["cat", "model.pt"], {JOB_ENV: "j-wd"}, str(workdir), str(log), job)
+    deadline = time.monotonic() + 30  # a bound on a wait, not a speed check
+    while runner.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert runner.poll() == 126 and "weights" not in log.read_text(), log.read_text()
