@@ -125,14 +125,18 @@ ENTER_AS_USER = 'cd -- "$1" || exit 126; shift; exec "$@"'
 """The shell that enters the workdir as the job's own user, then runs the job."""
 
 
-def in_workdir(command: list[str], workdir: str | None) -> list[str]:
-    """`command` run from `workdir`, entered by the command's own user (put it after
-    `setpriv`): a root process never changes into a path the job controls. A workdir
-    the job replaced by a link after submit would otherwise take it, as root's cwd,
-    past another tenant's 1770 run directory into what lies below."""
-    if not workdir:
-        return list(command)
-    return ["sh", "-c", ENTER_AS_USER, "argosy-workdir", workdir, *command]
+def as_job_user(
+    user: JobUser | None, command: list[str], workdir: str | None
+) -> tuple[list[str], str | None]:
+    """(argv, cwd) that run `command` from `workdir` as `user` (None: as this process,
+    cwd `workdir`). The user enters the workdir itself, after `setpriv`, from `/`: a
+    root process never changes into a path the job controls. A workdir the job replaced
+    by a link after submit would otherwise take it, as root's cwd, past another
+    tenant's 1770 run directory into what lies below."""
+    if user is None:
+        return list(command), workdir or None
+    enter = ["sh", "-c", ENTER_AS_USER, "argosy-workdir", workdir] if workdir else []
+    return [*user.setpriv(), *enter, *command], "/"
 
 
 def absolute_path_entries(path: str) -> str:

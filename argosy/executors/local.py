@@ -51,8 +51,8 @@ from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe
 from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
+    as_job_user,
     attempt_records,
-    in_workdir,
     job_environment,
     launch_environment,
     prepare_run_dir,
@@ -159,11 +159,9 @@ class LocalExecutor:
             self._warm.move_to_end(user)
             proc = warm.take(command[3:], env, request.workdir, where)
         else:
-            cwd = request.workdir or None
-            if user is not None:  # the job's user enters its workdir, never the root wrapper
-                command, cwd = [*user.setpriv(), *in_workdir(command, cwd)], "/"
+            argv, cwd = as_job_user(user, command, request.workdir)  # never root's cwd
             proc = subprocess.Popen(
-                ["sh", "-c", WRAPPER, str(where), *command],
+                ["sh", "-c", WRAPPER, str(where), *argv],
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,

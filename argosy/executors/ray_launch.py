@@ -30,8 +30,8 @@ from argosy.executors.base import LaunchRequest
 from argosy.executors.isolation import (
     JobUser,
     JobUsers,
+    as_job_user,
     attempt_records,
-    in_workdir,
     job_environment,
     launch_environment,
     prepare_run_dir,
@@ -92,13 +92,12 @@ class NodeRunner:
             prepare_run_dir(run_dir, user)
             attempt_records(log_path.parent, user, log_path.name)
             full_env = launch_environment(os.environ, env, run_dir, user, job.allow)
-        if user is not None:  # the job's user enters its workdir, never root
-            command, cwd = [*user.setpriv(), *in_workdir(command, cwd)], "/"
+        argv, workdir = as_job_user(user, command, cwd)  # never root's cwd
         with os.fdopen(os.open(log_path, LOG_FLAGS, 0o600), "ab") as out:
             self.proc = subprocess.Popen(
-                command,
+                argv,
                 env=full_env,  # the worker's allowed part, then ours
-                cwd=cwd,
+                cwd=workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

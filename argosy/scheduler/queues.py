@@ -169,8 +169,9 @@ class QueueTree:
     def advance(self, now: float) -> None:
         """Decay `used` to `now` and add what each queue held since the last call (the
         usage, constant in between: every change comes through `add`)."""
-        if self._used_at is None or now <= self._used_at:
-            self._used_at = now if self._used_at is None else self._used_at
+        if self._used_at is None:
+            self._used_at = now
+        if now <= self._used_at:
             return
         keep = 0.5 ** ((now - self._used_at) / self.half_life_s)
         self.used *= keep
@@ -201,7 +202,8 @@ class QueueTree:
         c = self.chip_index[chip]
         for i in self.chain[queue]:
             self.used[i, c] += held
-        self._used_at = now if self._used_at is None else self._used_at
+        if self._used_at is None:
+            self._used_at = now
 
     def past_share(self, queue: str) -> float:
         """The queue's recent use over its nominal, divided by its weight (dominant over
