@@ -16,7 +16,8 @@ from pydantic import Field
 from argosy.core.errors import ArgosyError
 from argosy.server.admission import refuse_unless_runnable
 from argosy.server.auth import Principal
-from argosy.server.control import Control, NotFoundError, QueueFullError
+from argosy.server.control import Control, NotFoundError
+from argosy.server.queue_limits import QueueFullError
 from argosy.server.schemas import (
     ErrorBody,
     EventPage,

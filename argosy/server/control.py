@@ -44,6 +44,7 @@ from argosy.server.energy import EnergyLedger
 from argosy.server.failures import error_clause
 from argosy.server.job_json import loads_job_json
 from argosy.server.node_health import NodeHealth
+from argosy.server.queue_limits import refuse_services_past, refuse_waiting_past
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
 from argosy.server.service_spec import ServiceSpec
@@ -61,10 +62,6 @@ FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
 costs tens of milliseconds, which lands on some request (the API's p99). Freezing them
 (`gc.freeze`) every few seconds keeps full collections small."""
-
-
-class QueueFullError(ArgosyError):
-    """A queue already has the most jobs waiting that it may (the API answers 429)."""
 
 
 class WallClock:
@@ -129,7 +126,7 @@ class Control:
         for name in self.cordoned | self.health.out_of_service():
             self._sync_node(name)
         self._check_nodes()
-        self._restore_past_use()
+        self.scheduling.restore_past_use(self.store.jobs_ran_since, self.clock.now_s())
         for row in self.store.jobs_in(["pending", *ACTIVE]):
             spec = JobSpec.model_validate(row["spec"])
             if row["state"] == "pending":
@@ -150,18 +147,6 @@ class Control:
         if reap is not None:
             reap()  # what nobody adopted is stale: its resources go back
 
-    def _restore_past_use(self) -> None:
-        """The queues' decayed use, rebuilt from what the store says ran (each job from its
-        start to its end, or to now; 20 half-lives back), so a restarted server still
-        puts a queue that flooded the cluster after one that did not."""
-        tree, now = self.scheduling.sched.tree, self.clock.now_s()
-        for row in self.store.jobs_ran_since(now - 20 * tree.half_life_s):
-            placement = Placement.model_validate(row["placement"])
-            devices = sum(placement.nodes.values())
-            end = row["finished_at"] if row["finished_at"] is not None else now
-            tree.add_past_use(row["queue"], placement.chip, devices, row["started_at"], end, now)
-        tree.advance(now)
-
     def _queue(
         self, job_id: str, spec: JobSpec, submit_s: float, actor: str = SYSTEM_ACTOR
     ) -> None:
@@ -176,7 +161,12 @@ class Control:
         reason = self.scheduling.check(spec)
         if reason:
             raise ArgosyError(reason)
-        self._refuse_if_full(spec.queue, key)
+        refuse_waiting_past(
+            self.config.max_pending_jobs_per_queue,
+            spec.queue,
+            self.scheduling.pending_in(spec.queue),
+            answered=lambda: key is not None and self.store.job_by_key(key) is not None,
+        )
         row, created = self.store.insert_job(
             spec.model_dump(),
             now=self.clock.now_s(),
@@ -189,28 +179,9 @@ class Control:
             self.poke()
         return row, created
 
-    def _refuse_if_full(self, queue: str, key: str | None) -> None:
-        """`QueueFullError` when `queue` has `max_pending_jobs_per_queue` jobs waiting
-        (a key already used still answers its first job)."""
-        limit = self.config.max_pending_jobs_per_queue
-        if not limit or (waiting := self.scheduling.pending_in(queue)) < limit:
-            return
-        if key is not None and self.store.job_by_key(key) is not None:
-            return
-        raise QueueFullError(
-            f"queue '{queue}' has {waiting} jobs waiting to start, the most it may"
-            f" (max_pending_jobs_per_queue: {limit}): cancel some, or submit when some"
-            " have started"
-        )
-
     def submit_service(self, spec: ServiceSpec, *, actor: str = SYSTEM_ACTOR) -> Row:
-        limit = self.config.max_services_per_queue
         held = sum(1 for r in self.services.active.values() if r["queue"] == spec.queue)
-        if limit and held >= limit:
-            raise QueueFullError(
-                f"queue '{spec.queue}' has {held} services, the most it may"
-                f" (max_services_per_queue: {limit}): delete one first"
-            )
+        refuse_services_past(self.config.max_services_per_queue, spec.queue, held)
         row = self.services.submit(spec, self.clock.now_s(), actor=actor)
         self.poke()
         return row

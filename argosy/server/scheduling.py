@@ -23,6 +23,7 @@ what this machine's relaunch costs (`resize_cost_s` of the config, not the polic
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,19 @@ class Scheduling:
             return decision.reason
         self.workloads[job_id] = w
         return ""
+
+    def restore_past_use(self, ran_since: Callable[[float], list[dict]], now: float) -> None:
+        """The queues' decayed use, rebuilt from what ran (`ran_since(t)`: rows of queue,
+        placement, started_at and finished_at of every job that ran after t; each counts
+        from its start to its end, or to now; 20 half-lives back), so a restarted server
+        still puts a queue that flooded the cluster after one that did not."""
+        tree = self.sched.tree
+        for row in ran_since(now - 20 * tree.half_life_s):
+            placement = Placement.model_validate(row["placement"])
+            devices = sum(placement.nodes.values())
+            end = row["finished_at"] if row["finished_at"] is not None else now
+            tree.add_past_use(row["queue"], placement.chip, devices, row["started_at"], end, now)
+        tree.advance(now)
 
     def pending_in(self, queue: str) -> int:
         """Jobs of `queue` waiting to start (counted by request shape, not one by one)."""

@@ -12,7 +12,8 @@ from fastapi.responses import PlainTextResponse
 
 from argosy.core.errors import ArgosyError
 from argosy.server.api import COMMON, Ctl, Cursor, Limit, Who, log_response
-from argosy.server.control import Control, NotFoundError, QueueFullError
+from argosy.server.control import Control, NotFoundError
+from argosy.server.queue_limits import QueueFullError
 from argosy.server.schemas import EventPage, Service, ServicePage, ServiceState
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.services import replica_key
