@@ -79,9 +79,11 @@ def server(
     identity = job_identity(config)
     check_job_user(secure_home(config, identity), identity)  # a setup jobs can't run in fails
     if config.executor == "ray":  # ray.init would wait minutes on an address nobody answers
-        from argosy.executors.ray_address import check_reachable
+        from argosy.executors.ray_address import check_reachable, refuse_open_cluster
 
         config = config.model_copy(update={"ray_address": check_reachable(config.ray_address)})
+        if identity is not None and identity.active:  # before Ray's client connects there
+            refuse_open_cluster(config.ray_address)
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
     bounded_http.run(create_app(config), host=host, port=port, log_level="warning")
 

@@ -62,7 +62,7 @@ from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.executors.isolation import JobIdentity, JobUser, JobUsers
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
-from argosy.executors.ray_address import refuse_open_cluster, token_auth_on
+from argosy.executors.ray_address import asks_for_token, refuse_open_cluster
 from argosy.executors.ray_launch import NodeJob, NodeRunner, node_command
 from argosy.executors.ray_nodes import (
     CHIP_PREFIX,
@@ -172,7 +172,8 @@ class RayExecutor:
                 logging_level="WARNING",
             )
         if self.options.identity is not None and self.options.identity.active:
-            refuse_open_cluster(self.options.address, token_auth_on())
+            # the cluster itself is asked: this client's own mode says nothing of it
+            refuse_open_cluster(ray.get_runtime_context().gcs_address, asks_for_token)
         self._actor_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeRunner)
         self._lock = threading.Lock()  # guards what both threads read: nodes and exits
         self._nodes: list[NodeInfo] = []

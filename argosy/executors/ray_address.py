@@ -9,18 +9,20 @@ when nothing answers. No Ray import.
 
     check_reachable("127.0.0.1:6379")          # returns the resolved "host:port"
 
-`token_auth_on()` says whether this process talks to Ray with token authentication
-(Ray >= 2.52, `RAY_AUTH_MODE=token`): once connected, the cluster then refuses every
-client without the token (Ray's rule is one mode for every node and client). Without
-it, anything that reaches the head's ports, a job on any node included, can submit work
-that runs as Ray's own user; `refuse_open_cluster` stops a server whose jobs are meant
-to run as other users there.
+`asks_for_token(address)` asks the cluster itself, with one GCS call that carries no
+token, whether it lets clients in without Ray's token (Ray >= 2.52, `RAY_AUTH_MODE=token`):
+a cluster that answers it rather than refusing with UNAUTHENTICATED lets anything that
+reaches the head's ports, a job on any node included, submit work that runs as Ray's own
+user. This process's own client mode says nothing about that (a client in token mode
+connects to an open cluster too); `refuse_open_cluster` stops a server whose jobs are
+meant to run as other users on such a cluster.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from argosy.core.errors import ArgosyError
@@ -80,21 +82,37 @@ def _current_cluster() -> str:
         return f.read(4096).strip()
 
 
-def token_auth_on() -> bool:
-    """Whether this process's Ray client uses token authentication (Ray's own answer
-    where this Ray gives it; else `RAY_AUTH_MODE`; a Ray without it: no)."""
-    try:
-        from ray._private.authentication.authentication_utils import is_token_auth_enabled
-    except ImportError:
-        return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
-    return bool(is_token_auth_enabled())
+GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+"""A GCS method every client calls first; its empty request is a valid message."""
 
 
-def refuse_open_cluster(address: str, authenticated: bool) -> None:
+def asks_for_token(address: str, timeout_s: float = 5.0) -> bool:
+    """Whether the GCS at `address` refuses a call without Ray's token (True) or answers
+    it (False); `ArgosyError` when it does neither within `timeout_s`."""
+    import grpc  # Ray's own dependency
+
+    with grpc.insecure_channel(address) as channel:  # no interceptor: no token sent
+        call = channel.unary_unary(
+            GCS_PROBE, request_serializer=lambda _: b"", response_deserializer=bytes
+        )
+        try:
+            call(None, timeout=timeout_s)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+                return True
+            raise ArgosyError(
+                f"cannot tell whether the Ray cluster at {address} asks for a token: its GCS"
+                f" answered {err.code().name} ({err.details()})"
+            ) from None
+    return False
+
+
+def refuse_open_cluster(address: str, probe: Callable[[str], bool] = asks_for_token) -> None:
     """`ArgosyError` (the server exits 2) when jobs are to run as per-queue users on a
-    cluster that lets clients in without Ray's token: a job could run code as Ray's
-    user (root) through Ray itself, and no user switch would hold it."""
-    if authenticated:
+    cluster that lets clients in without Ray's token (`probe(address)` is False): a job
+    could run code as Ray's user (root) through Ray itself, and no user switch would
+    hold it."""
+    if probe(address):
         return
     raise ArgosyError(
         f"jobs run as per-queue users (the server is root and allow_root_jobs is off), but"

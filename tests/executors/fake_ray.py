@@ -36,6 +36,9 @@ import ray.exceptions as ray_exceptions
 
 from argosy.executors.ray_launch import NodeJob
 
+GCS_ADDRESS = "127.0.0.1:6379"
+"""Where the fake cluster's head says it is (`get_runtime_context().gcs_address`)."""
+
 NODE_ID_LABEL = "ray.io/node-id"
 ARGOSY_LABEL = "argosy.io/node"
 
@@ -317,6 +320,9 @@ class FakeRay:
 
     def init(self, **_: Any) -> None:
         pass
+
+    def get_runtime_context(self) -> Any:
+        return SimpleNamespace(gcs_address=GCS_ADDRESS)
 
     def nodes(self) -> list[dict[str, Any]]:
         return [n.entry() for n in self._nodes.values()]

@@ -35,15 +35,21 @@ anything imports Ray, which reads its mode once."""
 class RayCluster:
     """Head and worker as `ray start --block` process groups (killable one by one)."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, *, token: bool = True, head_only: bool = False) -> None:
+        """With `token` False, a cluster that lets any client in; with `head_only`, its
+        head alone, and this process does not connect to it."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log_dir = log_dir
-        self.env = dict(os.environ) | FAST_HEALTH | TOKEN_AUTH
+        env = {k: v for k, v in os.environ.items() if token or not k.startswith("RAY_AUTH")}
+        self.env = env | FAST_HEALTH | (TOKEN_AUTH if token else {})
         self.head = self._start(
             "head", "--head", "--port", str(self.port), "--include-dashboard=false"
         )
         self._wait_nodes(1)
+        self.worker: subprocess.Popen | None = None
+        if head_only:
+            return
         self.worker = self._start("worker", "--address", self.address)
         self._wait_nodes(2)
         self._wait_registered(2)

@@ -268,9 +268,9 @@ def test_under_root_a_gang_runs_as_its_queue_s_user_on_every_node(cluster: RayCl
         allow_root_jobs=False,
         queues_file=root / "queues.yaml",
     )
-    from argosy.executors.ray_address import token_auth_on
+    from argosy.executors.ray_address import asks_for_token
 
-    assert token_auth_on()  # the cluster asks for Ray's token, so the server starts
+    assert asks_for_token(cluster.address)  # the cluster asks for Ray's token: the server starts
     try:
         with TestClient(create_app(config)) as c:
             c.headers["Authorization"] = "Bearer " + (root / "home/admin.token").read_text().strip()

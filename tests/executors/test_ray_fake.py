@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from fake_ray import FakeRay
+from fake_ray import GCS_ADDRESS, FakeRay
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -86,7 +86,8 @@ def test_jobs_as_other_users_need_a_cluster_that_asks_for_ray_s_token(
     from argosy.executors import ray as ray_executor
     from argosy.executors.isolation import JobIdentity, JobUser, JobUsers
 
-    monkeypatch.setattr(ray_executor, "token_auth_on", lambda: authenticated)
+    asked = []
+    monkeypatch.setattr(ray_executor, "asks_for_token", lambda a: asked.append(a) or authenticated)
     fake = FakeRay()
     fake.add_node("head", CPU)
     settings = JobUsers(run_as="argosy-job")
@@ -96,6 +97,7 @@ def test_jobs_as_other_users_need_a_cluster_that_asks_for_ray_s_token(
     if users is not None and not authenticated:
         with pytest.raises(ArgosyError, match="RAY_AUTH_MODE=token"):
             fake_executor(fake, **options)
+        assert asked == [GCS_ADDRESS]  # the cluster the client is connected to is asked
         return
     executor = fake_executor(fake, **options)
     executor.start(dataclasses.replace(request("fake-u", {"head": 1}), queue="team-a"))
