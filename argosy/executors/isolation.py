@@ -89,6 +89,9 @@ SECRET_MARKERS = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|API_?KEY|AUT
 """A name that says it holds a secret is never passed on, whatever allows it."""
 DEFAULT_USER = "argosy-job"
 MAX_USER_NAME = 32
+DIGEST_CHARS = 16
+DIGEST_SHAPE = re.compile(f"[0-9a-f]{{{DIGEST_CHARS}}}")
+"""A queue's name hashed into its user's: what no plain queue name may look like."""
 JOB_IDS = range(20000, 60000)
 """Where created job users' uids and gids lie: above the usual people's, below systemd's
 dynamic users (61184), inside a 65,536-id user namespace."""
@@ -205,16 +208,18 @@ reach, every per-queue job user may."""
 
 
 def user_name_for(base: str, queue: str | None) -> str:
-    """`base`, or `base-<queue>` in the characters a user name allows; a name that would
-    be too long ends in a hash of the queue instead."""
+    """`base`, or `base-<queue>` when the queue's name is made of the characters a user
+    name allows and fits; any other name (too long, other characters, or itself the
+    shape of a digest) ends in a 64-bit hash of the queue instead. Two queues never share
+    a user: a queue named `5ee609b6...` does not get the user of `Team-A`."""
     if queue is None:
         return base
-    clean = re.sub(r"[^a-z0-9_-]", "-", queue.lower())
-    name = f"{base}-{clean}"
-    if len(name) <= MAX_USER_NAME and clean == queue:
-        return name
-    digest = hashlib.sha256(queue.encode()).hexdigest()[:8]
-    return f"{base[: MAX_USER_NAME - 9]}-{digest}"
+    name = f"{base}-{queue}"
+    if len(name) <= MAX_USER_NAME and re.fullmatch(r"[a-z0-9_-]+", queue):
+        if not DIGEST_SHAPE.fullmatch(queue):
+            return name
+    digest = hashlib.sha256(queue.encode()).hexdigest()[:DIGEST_CHARS]
+    return f"{base[: MAX_USER_NAME - DIGEST_CHARS - 1]}-{digest}"
 
 
 def ensure_user(name: str, *, create: bool = True, ids: tuple[int, int] | None = None) -> JobUser:
@@ -362,7 +367,11 @@ class JobIdentity:
         key = queue if self.per_queue else None
         found = self._users.get(key)
         if found is None:
-            found = ensure_user(user_name_for(self.base, key), ids=ids)
+            name = user_name_for(self.base, key)
+            other = next((q for q, u in self._users.items() if u.name == name), key)
+            if other != key:  # a 64-bit hash collision, or a bug: never share a user
+                raise ArgosyError(f"queues '{other}' and '{key}' would both run as '{name}'")
+            found = ensure_user(name, ids=ids)
             self._users[key] = found
         return found
 
@@ -387,16 +396,25 @@ def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:
     """Create `run_dir` for a job. With a user: its parent passable (0711), the
     directory owned by root, group the user's, mode 1770 (sticky: the job creates and
     replaces its own files, but cannot rename or remove `server/`, the attempt records
-    the server keeps there)."""
+    the server keeps there). A directory already there must be root's, its group root's
+    or the user's: one of another job group (or a link, or a user's) is refused, never
+    re-owned, as a node sharing the run directories could otherwise hand one tenant's
+    files to another."""
     run_dir.mkdir(parents=True, exist_ok=True)
     if user is None:
         return
     parent = run_dir.parent  # `runs/` (0711 already), or a service's `runs/<id>/`
     if parent.stat().st_uid == os.geteuid() and not parent.stat().st_mode & stat.S_IXOTH:
         os.chmod(parent, 0o711)  # made under umask 077: the replica's user must pass
-    info = run_dir.stat()
-    if info.st_gid != user.gid or info.st_uid != 0:
-        os.chown(run_dir, 0, user.gid)
+    info = os.lstat(run_dir)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_gid not in (0, user.gid):
+        what = "directory" if stat.S_ISDIR(info.st_mode) else "link or file"
+        raise ArgosyError(
+            f"run directory {run_dir} is a {what} of uid {info.st_uid}, gid {info.st_gid},"
+            f" not root's with group {user.name}: another job's or planted; not handed over"
+        )
+    if info.st_gid != user.gid:  # made just now (or by a server whose jobs ran as root)
+        os.chown(run_dir, 0, user.gid, follow_symlinks=False)
     os.chmod(run_dir, 0o1770)
 
 

@@ -25,6 +25,7 @@ from argosy.executors.isolation import (
     id_taken,
     job_environment,
     planned_id,
+    prepare_run_dir,
     user_name_for,
 )
 
@@ -105,6 +106,20 @@ def test_user_names_are_valid_and_one_per_queue(queue: str) -> None:
 def test_different_queues_get_different_users(a: str, b: str) -> None:
     if a != b:
         assert user_name_for("argosy-job", a) != user_name_for("argosy-job", b)
+
+
+@given(
+    base=st.from_regex(r"[a-z][a-z0-9-]{0,30}", fullmatch=True),
+    queue=st.one_of(st.text(min_size=1, max_size=40), st.from_regex(r"[a-z0-9-]{1,40}")),
+)
+def test_a_queue_named_like_another_s_digest_gets_a_user_of_its_own(base: str, queue: str) -> None:
+    """`Team-A` runs as `argosy-job-<digest>`: a queue named `<digest>` (or any tail of
+    the hashed name) must not run as that same user."""
+    name = user_name_for(base, queue)
+    for cut in range(1, len(name)):
+        other = name[cut:]
+        if other != queue:
+            assert user_name_for(base, other) != name, (queue, other)
 
 
 def test_a_non_root_server_runs_jobs_as_itself() -> None:
@@ -220,3 +235,28 @@ def test_a_node_makes_a_job_user_with_the_server_s_ids_or_refuses() -> None:
         for who in (name, other):
             subprocess.run(["userdel", who], capture_output=True)
             subprocess.run(["groupdel", who], capture_output=True)
+
+
+@ROOT_ONLY
+def test_a_run_directory_of_another_job_group_is_refused_not_re_owned(tmp_path: Path) -> None:
+    """A run directory is made root's with the job's group, and kept so on every later
+    attempt; one that is another group's, a user's, or a link is refused as it is."""
+    import stat
+
+    user, other = JobUser("argosy-t-a", 23456, 23457), JobUser("argosy-t-b", 23458, 23459)
+    run = tmp_path / "runs" / "j1"
+    for _ in range(2):  # the first attempt makes it, the next finds it as it left it
+        prepare_run_dir(run, user)
+        info = os.lstat(run)
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, user.gid, 0o1770)
+    with pytest.raises(ArgosyError, match="another job's or planted"):
+        prepare_run_dir(run, other)
+    assert os.lstat(run).st_gid == user.gid  # left as it was
+    planted = tmp_path / "runs" / "j2"
+    planted.mkdir()
+    os.chown(planted, user.uid, user.gid)  # a job user's own directory
+    with pytest.raises(ArgosyError, match="uid 23456"):
+        prepare_run_dir(planted, user)
+    (tmp_path / "runs" / "j3").symlink_to(run)
+    with pytest.raises(ArgosyError, match="link or file"):
+        prepare_run_dir(tmp_path / "runs" / "j3", user)
