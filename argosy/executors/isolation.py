@@ -215,9 +215,9 @@ def user_name_for(base: str, queue: str | None) -> str:
     if queue is None:
         return base
     name = f"{base}-{queue}"
-    if len(name) <= MAX_USER_NAME and re.fullmatch(r"[a-z0-9_-]+", queue):
-        if not DIGEST_SHAPE.fullmatch(queue):
-            return name
+    plain = re.fullmatch(r"[a-z0-9_-]+", queue) and not DIGEST_SHAPE.fullmatch(queue)
+    if plain and len(name) <= MAX_USER_NAME:
+        return name
     digest = hashlib.sha256(queue.encode()).hexdigest()[:DIGEST_CHARS]
     return f"{base[: MAX_USER_NAME - DIGEST_CHARS - 1]}-{digest}"
 

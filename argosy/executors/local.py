@@ -10,9 +10,12 @@ those that ended while it was down: no attempt is started twice.
 
 The run directory is the same for every attempt of a job, so a new attempt resumes
 from the checkpoints the previous one wrote (`argosy launch` and the job's script do
-the resuming). When an attempt ends abnormally, its rank processes (which `argosy
-launch` keeps in their own sessions) are found by the `ARGOSY_JOB_ID` in their
-environment and killed, so a job never has two sets of ranks.
+the resuming). Each attempt runs in a cgroup of its own where this process may make
+one (`argosy.executors.cgroups`: root, or a delegated cgroup): when the attempt ends,
+whatever it left running there is killed, a process that left the job's session and
+cleared its environment included. When an attempt ends abnormally, its rank processes
+(which `argosy launch` keeps in their own sessions) are also found by the
+`ARGOSY_JOB_ID` in their environment and killed, so a job never has two sets of ranks.
 
 Devices: the accelerators device discovery reports (one node per chip type), or, on a
 machine without any, `slots` CPU slots: one node, or with `node_devices` nodes of that
@@ -43,11 +46,14 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from argosy.core.procs import pid_alive, signal_by_env, start_ticks
+from argosy.core.procs import descendants, pid_alive, signal_by_env, start_ticks
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
+from argosy.executors.cgroups import JobCgroups
 from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
@@ -125,6 +131,7 @@ class LocalExecutor:
         self.host = socket.gethostname()
         self._running: dict[str, _Attempt] = {}
         self._warm: OrderedDict[JobUser | None, WarmLauncher] = OrderedDict()
+        self.cgroups = JobCgroups.here()  # None: the environment scan alone ends a job
         identity = self.options.identity
         if self.options.warm and (identity is None or not identity.active):
             self._warm[None] = WarmLauncher(self._warm_env(None), None)
@@ -146,7 +153,7 @@ class LocalExecutor:
             if older.proc is not None or _same_process(older.pid, older.dir):
                 with contextlib.suppress(OSError):  # (an adopted pid may be a stranger's)
                     os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
-            kill_job_processes(request.job_id)  # ranks, in sessions of their own
+            end_job(request.job_id, request.run_dir, self.cgroups)  # ranks in own sessions
         user = self.user_for(request.queue)
         prepare_run_dir(request.run_dir, user)
         where = attempt_dir(request.run_dir, request.attempt)
@@ -155,20 +162,34 @@ class LocalExecutor:
         env = self.environment(extra, request.run_dir, user)
         command = launch_command(request)
         warm = self._warm.get(user)
+        part = f"a{request.attempt}"  # the attempt's cgroup: all it starts ends with it
         if warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
             self._warm.move_to_end(user)
-            proc = warm.take(command[3:], env, request.workdir, where)
+            confine = None
+            if self.cgroups is not None:
+                confine = partial(self.cgroups.move, request.run_dir, part)
+            proc = warm.take(command[3:], env, request.workdir, where, confine)
         else:
             argv, cwd = as_job_user(user, command, request.workdir)  # never root's cwd
-            proc = subprocess.Popen(
-                ["sh", "-c", WRAPPER, str(where), *argv],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            entry = self.cgroups.enter(request.run_dir, part) if self.cgroups else None
+            try:
+                proc = subprocess.Popen(
+                    ["sh", "-c", WRAPPER, str(where), *argv],
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=entry,
+                )
+            except BaseException:
+                if self.cgroups is not None:  # nothing started: the cgroup goes, empty
+                    self.cgroups.kill(request.run_dir, part)
+                raise
+            finally:
+                if entry is not None:
+                    entry.close()
             _wait_for_exec(proc, where)
         (where / "wrapper.pid").write_text(str(proc.pid))
         (where / "wrapper.start").write_text(str(start_ticks(proc.pid)))
@@ -233,8 +254,9 @@ class LocalExecutor:
             return None
         code = _read_int(a.dir / "exit.code")
         lost = is_lost(code)
-        if code != 0:
-            kill_job_processes(a.job_id)
+        # whatever the attempt left running ends with it (after a success too: a process
+        # that left the job's session would keep the machine's CPU and memory)
+        end_job(a.job_id, a.dir.parent.parent, self.cgroups, scan=code != 0)
         return AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
 
     def close(self) -> None:
@@ -269,11 +291,20 @@ class WarmLauncher:
         return proc, write_fd
 
     def take(
-        self, argv: list[str], env: dict[str, str], workdir: str | None, where: Path
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        where: Path,
+        confine: Callable[[list[int]], object] | None = None,
     ) -> subprocess.Popen:
-        """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper."""
+        """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper.
+        `confine` gets the waiting processes' pids first (into the attempt's cgroup),
+        before they hear of the attempt and start anything."""
         proc, pipe = self._proc, self._pipe
         self._proc, self._pipe = self._spawn()
+        if confine is not None:
+            confine([proc.pid, *descendants(proc.pid)])
         request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
         os.write(pipe, (json.dumps(request) + "\n").encode())
         os.close(pipe)
@@ -330,6 +361,14 @@ def kill_job_processes(job_id: str) -> int:
     return hit
 
 
+def end_job(job_id: str, run_dir: Path, cgroups: JobCgroups | None, *, scan: bool = True) -> int:
+    """SIGKILL what a job runs on this machine: its cgroups' members (none can leave
+    them), then with `scan` every process whose environment names `job_id` (the only
+    way where there are no cgroups). Returns how many were signalled."""
+    hit = cgroups.kill(run_dir) if cgroups is not None else 0
+    return hit + (kill_job_processes(job_id) if scan else 0)
+
+
 def launcher_pid(where: Path) -> int | None:
     """The pid of the attempt's launcher while that process runs, else None. The pid file
     outlives its process, and pids wrap: the one it names counts only if that process
@@ -353,10 +392,11 @@ def kill_leftovers(runs: Path) -> int:
         if pid is not None:
             _signal(pid, signal.SIGKILL)
             hit += 1
+    cgroups = JobCgroups.here()
     for run in runs.glob("*"):
-        hit += kill_job_processes(run.name)
+        hit += end_job(run.name, run, cgroups)
         for replica in run.glob("r*"):
-            hit += kill_job_processes(f"{run.name}.{replica.name}")
+            hit += end_job(f"{run.name}.{replica.name}", replica, cgroups)
     return hit
 
 

@@ -5,7 +5,9 @@ gave its node (`--node-sizes` where nodes got different counts), the job's one c
 store, and `--max-restarts 0` for a gang (it restarts whole, through the server).
 `NodeRunner` is the Ray actor that runs it as the job's environment allows, in a session
 of its own that dies with the actor (`die_with_parent`: `prctl(PR_SET_PDEATHSIG)`), and
-reports its exit code the shell's way (128 + signal).
+reports its exit code the shell's way (128 + signal). Where the actor may make cgroups
+(`argosy.executors.cgroups`), the node rank runs in one of its own, and what it left
+running there is killed once its launcher has ended (and by `kill_job`).
 
 Who it runs as is decided on the node, by the server's settings (`NodeJob.users`) and the
 actor's own rights: an actor that runs as root starts the launcher as the queue's job
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from argosy.executors.base import LaunchRequest
+from argosy.executors.cgroups import JobCgroups, both
 from argosy.executors.isolation import (
     JobUser,
     JobUsers,
@@ -36,7 +39,7 @@ from argosy.executors.isolation import (
     launch_environment,
     prepare_run_dir,
 )
-from argosy.executors.local import JOB_ENV, kill_job_processes
+from argosy.executors.local import JOB_ENV, end_job
 
 PR_SET_PDEATHSIG = 1
 LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
@@ -70,6 +73,9 @@ class NodeRunner:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.job_id = ""
+        self.cgroups = JobCgroups.here()  # None: the environment scan alone ends a job
+        self.run_dir = Path()
+        self.part = ""  # this node rank's cgroup in the run directory's: `attempt<N>.node<i>`
 
     def start(
         self,
@@ -93,22 +99,37 @@ class NodeRunner:
             attempt_records(log_path.parent, user, log_path.name)
             full_env = launch_environment(os.environ, env, run_dir, user, job.allow)
         argv, workdir = as_job_user(user, command, cwd)  # never root's cwd
-        with os.fdopen(os.open(log_path, LOG_FLAGS, 0o600), "ab") as out:
-            self.proc = subprocess.Popen(
-                argv,
-                env=full_env,  # the worker's allowed part, then ours
-                cwd=workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent(),
-            )
+        self.run_dir = Path(job.run_dir) if job is not None else log_path.parents[2]
+        self.part = f"{log_path.parent.name}.{log_path.stem}"
+        entry = self.cgroups.enter(self.run_dir, self.part) if self.cgroups else None
+        try:
+            with os.fdopen(os.open(log_path, LOG_FLAGS, 0o600), "ab") as out:
+                self.proc = subprocess.Popen(
+                    argv,
+                    env=full_env,  # the worker's allowed part, then ours
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=both(die_with_parent(), entry),
+                )
+        except BaseException:
+            if self.cgroups is not None:  # nothing started: the cgroup goes, empty
+                self.cgroups.kill(self.run_dir, self.part)
+            raise
+        finally:
+            if entry is not None:
+                entry.close()
         return self.proc.pid
 
     def poll(self) -> int | None:
+        """The launcher's exit code, None while it runs; once it has ended, whatever it
+        left running in its cgroup ends too (after a success as well)."""
         assert self.proc is not None, "start first"
         code = self.proc.poll()
+        if code is not None and self.cgroups is not None:
+            self.cgroups.kill(self.run_dir, self.part)
         if code is not None and code < 0:
             return 128 - code  # killed by a signal: the shell's convention
         return code
@@ -118,7 +139,9 @@ class NodeRunner:
             self.proc.send_signal(signal.SIGTERM)
 
     def kill_job(self) -> int:
-        return kill_job_processes(self.job_id) if self.job_id else 0
+        """SIGKILL every process of the job on this node: its cgroups', then any whose
+        environment names the job."""
+        return end_job(self.job_id, self.run_dir, self.cgroups) if self.job_id else 0
 
 
 def die_with_parent() -> Callable[[], None] | None:

@@ -1,0 +1,202 @@
+"""One cgroup (v2) per job part on this machine, so that nothing a job starts outlives it.
+
+A job's processes used to be found only by `ARGOSY_JOB_ID` in their environment
+(`kill_job_processes`), which a process clears with `setsid env -i ...`: it then kept
+the node's CPU and memory after its job ended. A process cannot leave its cgroup
+without write access to another one, and the cgroups here are the server's (root's):
+every process a job starts, in any session, with any environment, is in its cgroup,
+and `kill` ends them all at once (`cgroup.kill`, Linux 5.14; else SIGKILL to each
+member until none is left).
+
+    groups = JobCgroups.here()       # None: no cgroup v2 this process may write
+    entry = groups.enter(run_dir, "a1")
+    child = subprocess.Popen(..., preexec_fn=entry)
+    entry.close()
+    groups.kill(run_dir)             # every part of that run directory's job
+
+Cgroups live under this process's own cgroup, in `argosy-jobs/`, named after the run
+directory (its name and a hash of its path: two servers on one machine never share
+one) and the part (an attempt, a node rank). No controller is enabled: they group and
+kill, they do not limit. Where there is no cgroup2 mount, or this process may not
+create cgroups in its own (not root, no delegation, a read-only mount), `here()` is
+None and the environment scan alone remains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+OWN_CGROUP = Path("/proc/self/cgroup")
+FOLDER = "argosy-jobs"
+KILL_WAIT_S = 2.0
+"""How long `kill` waits for the members to be gone before it leaves the cgroup."""
+
+
+def cgroup2_mount(mountinfo: str) -> Path | None:
+    """The mount point of the cgroup2 hierarchy in a `/proc/self/mountinfo` text."""
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        if rest.split(" ", 1)[0] == "cgroup2":
+            return Path(_unescape(fields.split()[4]))
+    return None
+
+
+def own_cgroup(proc_cgroup: str) -> str | None:
+    """This process's cgroup2 path (`0::<path>`) in a `/proc/self/cgroup` text."""
+    for line in proc_cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:].strip()
+    return None
+
+
+def _unescape(path: str) -> str:
+    """Mountinfo's octal escapes (`\\040` for a space) undone."""
+    return path.encode().decode("unicode_escape") if "\\" in path else path
+
+
+def group_key(run_dir: Path) -> str:
+    """The prefix of a run directory's cgroups: its name and a hash of its path."""
+    digest = hashlib.sha256(str(run_dir).encode()).hexdigest()[:12]
+    return f"{run_dir.name[:64]}-{digest}"
+
+
+class JobCgroups:
+    """The `argosy-jobs` folder of cgroups under this process's own cgroup."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @classmethod
+    def here(cls) -> JobCgroups | None:
+        """The folder where this process may make job cgroups, made when missing; None
+        where there is no cgroup2 hierarchy or it may not write there."""
+        try:
+            mount = cgroup2_mount(MOUNTINFO.read_text())
+            own = own_cgroup(OWN_CGROUP.read_text())
+        except OSError:
+            return None
+        if mount is None or own is None:
+            return None
+        root = mount / own.lstrip("/") / FOLDER
+        try:
+            root.mkdir(exist_ok=True)
+            probe = root / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            probe.rmdir()
+        except OSError:
+            return None
+        if not (root / "cgroup.procs").exists():  # a plain directory, not a cgroupfs
+            return None
+        return cls(root)
+
+    def path(self, run_dir: Path, part: str) -> Path:
+        return self.root / f"{group_key(run_dir)}.{part}"
+
+    def enter(self, run_dir: Path, part: str) -> Entry | None:
+        """A `preexec_fn` that puts the child into the part's cgroup (made here, before
+        the fork: the child only writes to a file already open); None when it cannot be
+        made (the child then starts outside any). `close()` it after the fork."""
+        try:
+            group = self.path(run_dir, part)
+            group.mkdir(exist_ok=True)
+            return Entry(os.open(group / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            return None
+
+    def move(self, run_dir: Path, part: str, pids: Iterable[int]) -> bool:
+        """Move running processes (and so what they start next) into the part's cgroup."""
+        try:
+            group = self.path(run_dir, part)
+            group.mkdir(exist_ok=True)
+            for pid in pids:
+                (group / "cgroup.procs").write_text(str(pid))
+        except OSError:
+            return False
+        return True
+
+    def kill(self, run_dir: Path, part: str | None = None) -> int:
+        """SIGKILL every process in the run directory's cgroups (with `part`: that part's
+        alone), then remove them; returns how many processes were there."""
+        if part is not None:
+            return kill_group(self.path(run_dir, part))
+        return sum(kill_group(g) for g in self.root.glob(f"{group_key(run_dir)}.*"))
+
+
+class Entry:
+    """The child's step into a cgroup: writes 0 (the writing process itself) to the
+    cgroup's open `cgroup.procs`. A child that cannot join starts all the same (the
+    environment scan still finds it)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __call__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.fd, b"0")
+
+    def close(self) -> None:
+        """The parent's copy of the file, once the child is forked."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def both(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One `preexec_fn` that runs each given step in order (None: nothing to run)."""
+    chosen = [s for s in steps if s is not None]
+    if not chosen:
+        return None
+
+    def run() -> None:
+        for step in chosen:
+            step()
+
+    return run
+
+
+def kill_group(group: Path, wait_s: float = KILL_WAIT_S) -> int:
+    """SIGKILL every member of `group` and remove it once empty; how many there were."""
+    members = _members(group)
+    if not members:
+        _remove(group)
+        return 0
+    kill_file = group / "cgroup.kill"
+    try:
+        kill_file.write_text("1")  # the kernel kills every member, new ones included
+    except OSError:
+        _freeze(group, True)  # no kernel kill (before 5.14): freeze, then kill each
+        for pid in members:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        _freeze(group, False)
+    deadline = time.monotonic() + wait_s
+    while _members(group) and time.monotonic() < deadline:
+        for pid in _members(group):  # a process that forked between the read and the kill
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    _remove(group)
+    return len(members)
+
+
+def _members(group: Path) -> list[int]:
+    try:
+        return [int(x) for x in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _freeze(group: Path, frozen: bool) -> None:
+    with contextlib.suppress(OSError):
+        (group / "cgroup.freeze").write_text("1" if frozen else "0")
+
+
+def _remove(group: Path) -> None:
+    with contextlib.suppress(OSError):
+        group.rmdir()

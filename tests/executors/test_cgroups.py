@@ -1,0 +1,175 @@
+"""Nothing a job starts outlives it: a process that leaves the job's session and clears its
+environment (`setsid env -i ...`), which the environment scan cannot find, is in the
+attempt's cgroup and ends with the attempt, after a success as after a failure, on the
+local executor (cold and warm) and on a Ray node's runner. The parsing of /proc runs
+everywhere; the rest needs a cgroup v2 this process may write (root, or a delegated one)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from argosy.core.procs import pid_alive
+from argosy.executors.base import LaunchRequest
+from argosy.executors.cgroups import JobCgroups, cgroup2_mount, group_key, own_cgroup
+from argosy.executors.local import LocalExecutor, LocalOptions
+from argosy.executors.ray_launch import NodeRunner
+
+HYBRID = """\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev shared:10 - cgroup2 cgroup2 rw
+27 25 0:24 / /sys/fs/cgroup/memory rw shared:11 - cgroup cgroup rw,memory
+"""
+PURE = "35 24 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec shared:9 - cgroup2 cgroup2 rw\n"
+ESCAPED = "35 24 0:30 / /mnt/cg\\040root rw shared:9 - cgroup2 none rw\n"
+V1_ONLY = "27 25 0:24 / /sys/fs/cgroup/memory rw shared:11 - cgroup cgroup rw,memory\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (HYBRID, "/sys/fs/cgroup/unified"),
+        (PURE, "/sys/fs/cgroup"),
+        (ESCAPED, "/mnt/cg root"),
+        (V1_ONLY, None),
+    ],
+    ids=["hybrid", "pure-v2", "escaped", "v1-only"],
+)
+def test_the_cgroup2_mount_is_found_in_mountinfo(text: str, want: str | None) -> None:
+    assert cgroup2_mount(text) == (Path(want) if want else None)
+
+
+def test_the_own_cgroup_is_the_v2_line() -> None:
+    text = "4:memory:/x\n0::/system.slice/argosy.service\n"
+    assert own_cgroup(text) == "/system.slice/argosy.service"
+    assert own_cgroup("4:memory:/x\n") is None
+
+
+@given(a=st.text(min_size=1, max_size=30), b=st.text(min_size=1, max_size=30))
+def test_two_run_directories_never_share_a_cgroup_prefix(a: str, b: str) -> None:
+    """`kill(run_dir)` takes `<key>.*`: another run directory's cgroups never match it."""
+    ka, kb = (group_key(Path("/runs") / x.replace("/", "_")) for x in (a, b))
+    if a.replace("/", "_") != b.replace("/", "_"):
+        assert not kb.startswith(ka + ".") and ka != kb
+
+
+GROUPS = JobCgroups.here()
+NEEDS_CGROUPS = pytest.mark.skipif(GROUPS is None, reason="no cgroup v2 this process may write")
+
+LINGER = """\
+import os, subprocess, sys, time
+pid_file, code = sys.argv[1], int(sys.argv[2])
+quit_job = "echo $$ > $0.tmp && mv $0.tmp $0 && exec sleep 300"  # a session of its own
+subprocess.Popen(["setsid", "env", "-i", "/bin/sh", "-c", quit_job, pid_file])
+while not os.path.exists(pid_file):
+    time.sleep(0.01)
+sys.exit(code)
+"""
+
+
+def lingering_pid(pid_file: Path, timeout_s: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the job never started its lingering process"
+        time.sleep(0.02)
+    return int(pid_file.read_text())
+
+
+def gone(pid: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@NEEDS_CGROUPS
+def test_killing_a_run_directory_s_cgroups_ends_every_member_and_removes_them(
+    tmp_path: Path,
+) -> None:
+    assert GROUPS is not None
+    mine, other = tmp_path / "runs" / "j1", tmp_path / "runs" / "j2"
+    pids = {}
+    for run, part in ((mine, "a1"), (mine, "a2"), (other, "a1")):
+        entry = GROUPS.enter(run, part)
+        assert entry is not None
+        pid_file = tmp_path / f"{run.name}-{part}.pid"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LINGER, str(pid_file), "0"], preexec_fn=entry
+        )
+        entry.close()
+        proc.wait()
+        pids[run.name, part] = lingering_pid(pid_file)
+    assert GROUPS.kill(mine, "a1") == 1  # one part alone
+    assert gone(pids["j1", "a1"]) and pid_alive(pids["j1", "a2"])
+    assert GROUPS.kill(mine) == 1  # every part of the run directory, no other's
+    assert gone(pids["j1", "a2"]) and pid_alive(pids["j2", "a1"])
+    assert not list(GROUPS.root.glob(f"{group_key(mine)}.*"))  # removed
+    assert GROUPS.kill(other) == 1 and gone(pids["j2", "a1"])
+
+
+def linger_request(tmp_path: Path, job_id: str, code: int) -> LaunchRequest:
+    script = tmp_path / "linger.py"
+    script.write_text(LINGER)
+    return LaunchRequest(
+        job_id=job_id,
+        attempt=1,
+        script=str(script),
+        args=(str(tmp_path / f"{job_id}.pid"), str(code)),
+        nproc_per_node=1,
+        run_dir=tmp_path / "runs" / job_id,
+        nodes={"h": 1},
+        chip="cpu",
+        max_restarts=0,
+    )
+
+
+@NEEDS_CGROUPS
+@pytest.mark.integration
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+@pytest.mark.parametrize("code", [0, 1], ids=["succeeded", "failed"])
+def test_a_process_that_left_the_job_ends_with_its_attempt(
+    tmp_path: Path, warm: bool, code: int
+) -> None:
+    executor = LocalExecutor(LocalOptions(warm=warm))
+    try:
+        request = linger_request(tmp_path, f"jl{code}", code)
+        executor.start(request)
+        pid = lingering_pid(tmp_path / f"jl{code}.pid")
+        deadline = time.monotonic() + 60
+        while not (exits := executor.poll()):
+            assert time.monotonic() < deadline, "no exit reported"
+            time.sleep(0.05)
+        assert exits[0].exit_code == code
+        assert gone(pid), "a process that left the job's session outlived the attempt"
+    finally:
+        executor.close()
+
+
+@NEEDS_CGROUPS
+def test_a_ray_node_rank_s_leftovers_end_when_its_launcher_has_ended(tmp_path: Path) -> None:
+    """The runner, on its own (what a Ray actor holds): once `poll` sees the launcher's
+    exit, what it left running is gone."""
+    script = tmp_path / "linger.py"
+    script.write_text(LINGER)
+    log = tmp_path / "runs" / "jr" / "server" / "attempt1" / "node0.log"
+    runner = NodeRunner()
+    runner.start(
+        [sys.executable, str(script), str(tmp_path / "jr.pid"), "0"],
+        {"ARGOSY_JOB_ID": "jr"},
+        None,
+        str(log),
+    )
+    pid = lingering_pid(tmp_path / "jr.pid")
+    deadline = time.monotonic() + 30
+    while runner.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert gone(pid)
