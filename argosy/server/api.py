@@ -14,10 +14,12 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from argosy.core.errors import ArgosyError
+from argosy.core.same_origin import UNSAFE_METHODS
 from argosy.server.admission import refuse_unless_runnable
 from argosy.server.auth import Principal
 from argosy.server.control import Control, NotFoundError
 from argosy.server.queue_limits import QueueFullError
+from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.schemas import (
     ErrorBody,
     EventPage,
@@ -45,6 +47,7 @@ from argosy.server.views import (
 COMMON = {  # what any route may answer besides its own codes
     400: {"model": ErrorBody, "description": "Malformed request (e.g. a body that is not JSON)"},
     401: {"model": ErrorBody, "description": "Missing or unknown token"},
+    429: {"model": ErrorBody, "description": "A change past the token's rate (Retry-After)"},
     413: {"model": ErrorBody, "description": "Request body over its cap (max_body_bytes)"},
     422: {"description": "Invalid input, or a request that can never be met"},
 }
@@ -67,6 +70,9 @@ async def principal(
     if found is None:
         raise HTTPException(401, "missing or unknown token", {"WWW-Authenticate": "Bearer"})
     request.state.actor = found.actor  # the access log's actor (argosy.server.access_log)
+    if request.method in UNSAFE_METHODS:
+        limits = getattr(request.app.state, "limits", None)
+        refuse_if_too_fast(limits, found.token_id, found.server_admin)
     return found
 
 

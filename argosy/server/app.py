@@ -28,6 +28,7 @@ from argosy.server.control import Control
 from argosy.server.energy_api import router as energy_router
 from argosy.server.guards import install_guards
 from argosy.server.node_api import router as node_router
+from argosy.server.rate_limits import RateLimits
 from argosy.server.service_api import router as service_router
 from argosy.server.sessions import Sessions
 from argosy.server.state_dir import (
@@ -84,6 +85,7 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
         app.state.control = ctl
         app.state.tokens = Tokens(store)
         app.state.sessions = Sessions(store, app.state.tokens, config.session_ttl_s)
+        app.state.limits = RateLimits(config.token_writes_per_s, config.token_write_burst)
         from argosy.server.metrics import make_registry
 
         app.state.registry = make_registry(ctl)  # the first scrape pays no import

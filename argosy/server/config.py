@@ -94,6 +94,14 @@ class ServerConfig(BaseModel):
     max_services_per_queue: int = Field(default=200, ge=0)
     """Services one queue may hold (not yet deleted or ended; 0: no limit); a create past
     it is a 429 naming the limit."""
+    token_writes_per_s: float = Field(default=20.0, ge=0)
+    """Changes (POST, PUT, PATCH, DELETE) one token may make per second, sustained, through
+    the API or the console (0: no limit; the server's own admin token is never limited):
+    past it and its burst, a 429 with Retry-After. Every submit and cancel writes rows
+    and events, so a tenant looping over them would grow the store without end."""
+    token_write_burst: int = Field(default=1000, ge=1)
+    """Changes a token may make at once, before the sustained rate applies (a sweep of
+    1,000 jobs is submitted without waiting)."""
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     """Largest request body the server reads (413 beyond it); simulator report uploads
     have their own, larger cap (docs/server.md, Limits)."""

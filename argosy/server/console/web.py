@@ -35,6 +35,7 @@ from argosy.core.errors import ArgosyError
 from argosy.server.auth import Principal
 from argosy.server.control import Control
 from argosy.server.guards import UNSAFE_METHODS
+from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.sessions import Session
 
 COOKIE = "argosy_session"
@@ -98,6 +99,9 @@ async def viewer(request: Request) -> Principal:
         raise LoginRequiredError
     if request.method in UNSAFE_METHODS:
         await check_csrf(request, session)
+        limits = getattr(request.app.state, "limits", None)
+        found = session.principal
+        refuse_if_too_fast(limits, found.token_id, found.server_admin)
     return session.principal
 
 
