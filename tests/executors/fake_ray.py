@@ -29,11 +29,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import ray.exceptions as ray_exceptions
 
+from argosy.executors.base import AttemptExit, LaunchRequest
+from argosy.executors.ray import RayExecutor, RayOptions
 from argosy.executors.ray_launch import NodeJob
 
 GCS_ADDRESS = "127.0.0.1:6379"
@@ -496,3 +499,40 @@ class FakeRay:
 
 def _actor_died(actor: _Actor) -> Exception:
     return ray_exceptions.RayActorError(error_msg=f"the actor {actor.name or actor.aid} died")
+
+
+# ---- the executor over a fake, one tick at a time -----------------------------------------
+CPU = {"chip:cpu": 2.0}
+
+
+def fake_executor(fake: FakeRay, **options: Any) -> RayExecutor:
+    return RayExecutor(
+        RayOptions(stop_grace_s=5, **options), ray=fake, background=False, clock=fake.clock
+    )
+
+
+def request(job_id: str, nodes: dict[str, int], chip: str = "cpu", attempt: int = 1) -> Any:
+    return LaunchRequest(
+        job_id=job_id,
+        attempt=attempt,
+        script="train.py",
+        args=(),
+        nproc_per_node=1,
+        run_dir=Path("/nonexistent") / job_id,
+        nodes=nodes,
+        chip=chip,
+    )
+
+
+def settle(fake: FakeRay, executor: RayExecutor, rounds: int = 3) -> list[AttemptExit]:
+    """Let the executor's thread run `rounds` ticks, each a second apart."""
+    exits = []
+    for _ in range(rounds):
+        fake.now += 1.0
+        executor.step()
+        exits += executor.poll()
+    return exits
+
+
+def names(executor: RayExecutor) -> list[str]:
+    return sorted(n.name for n in executor.inventory())

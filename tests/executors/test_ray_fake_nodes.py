@@ -1,0 +1,119 @@
+"""The Ray executor over a fake Ray (fake_ray.py), node by node: stable node names (a node
+that dies and rejoins under a new Ray id is the same node), Ray's own GPU resources and
+the catalog, and what a node's runner is told to run a job as its queue's user."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+from fake_ray import CPU, GCS_ADDRESS, FakeRay, fake_executor, names, request, settle
+
+from argosy.executors.ray import attempt_tag, catalog_chip
+
+
+@pytest.mark.parametrize("authenticated", [True, False])
+@pytest.mark.parametrize("users", ["argosy-job", None])
+def test_jobs_as_other_users_need_a_cluster_that_asks_for_ray_s_token(
+    monkeypatch: pytest.MonkeyPatch, authenticated: bool, users: str | None
+) -> None:
+    """Per-queue users on a cluster that lets any client in would be for show (a job
+    submits work to Ray, which runs it as Ray's user): such a server does not start.
+    The node's runner gets the server's settings, the job's queue and run directory, and
+    the job user's ids as this machine has them."""
+    from argosy.core.errors import ArgosyError
+    from argosy.executors import ray as ray_executor
+    from argosy.executors.isolation import JobIdentity, JobUser, JobUsers
+
+    asked = []
+    monkeypatch.setattr(ray_executor, "asks_for_token", lambda a: asked.append(a) or authenticated)
+    fake = FakeRay()
+    fake.add_node("head", CPU)
+    settings = JobUsers(run_as="argosy-job")
+    known = {"team-a": JobUser("argosy-job-team-a", 23456, 23457)}  # this machine's user
+    identity = JobIdentity(users, True, known if users else {})
+    options = {"identity": identity, "job_users": settings, "env_allow": ("X_*",)}
+    if users is not None and not authenticated:
+        with pytest.raises(ArgosyError, match="RAY_AUTH_MODE=token"):
+            fake_executor(fake, **options)
+        assert asked == [GCS_ADDRESS]  # the cluster the client is connected to is asked
+        return
+    executor = fake_executor(fake, **options)
+    executor.start(dataclasses.replace(request("fake-u", {"head": 1}), queue="team-a"))
+    settle(fake, executor)
+    runner = fake.runner(attempt_tag("fake-u", 1) + "-0")
+    assert runner is not None and runner.job is not None
+    assert (runner.job.queue, runner.job.users, runner.job.allow) == ("team-a", settings, ("X_*",))
+    assert runner.job.run_dir == str(Path("/nonexistent") / "fake-u")
+    assert runner.job.ids == ((23456, 23457) if users else None)  # every node: these ids
+
+
+def test_a_node_that_rejoins_under_a_new_ray_id_is_the_same_node() -> None:
+    fake = FakeRay()
+    fake.add_node("head", CPU)
+    fake.add_node("worker", CPU)
+    executor = fake_executor(fake)
+    executor.start(request("fake-r", {"worker": 1}))
+    settle(fake, executor)
+    fake.kill_node("worker")
+    exits = settle(fake, executor)
+    assert [(e.job_id, e.lost) for e in exits] == [("fake-r", True)]
+    assert names(executor) == ["head"]
+    new_id = fake.rejoin("worker")
+    settle(fake, executor)
+    assert names(executor) == ["head", "worker"]  # once, under its label
+    executor.start(request("fake-r", {"worker": 1}, attempt=2))
+    settle(fake, executor)
+    assert fake.actor_node(attempt_tag("fake-r", 2) + "-0") == new_id  # the new raylet
+    assert fake.exit_rank(attempt_tag("fake-r", 2), 0, 0)
+    assert [(e.attempt, e.exit_code) for e in settle(fake, executor)] == [(2, 0)]
+
+
+def test_unlabelled_nodes_are_named_by_their_ip_unless_they_share_it() -> None:
+    fake = FakeRay()
+    fake.add_node("a", CPU, address="10.1.0.1", labelled=False)
+    b1 = fake.add_node("b1", CPU, address="10.1.0.2", labelled=False)
+    b2 = fake.add_node("b2", CPU, address="10.1.0.2", labelled=False)
+    fake.add_node("c", CPU, address="10.1.0.2")  # labelled: its name is its own
+    executor = fake_executor(fake)
+    assert names(executor) == sorted(["10.1.0.1", f"10.1.0.2-{b1[:8]}", f"10.1.0.2-{b2[:8]}", "c"])
+    fake.kill_node("a")
+    fake.rejoin("a")
+    settle(fake, executor)
+    assert "10.1.0.1" in names(executor)  # one raylet on its host: the IP is stable
+
+
+def test_gpu_nodes_are_matched_to_the_catalog_and_ask_ray_for_gpus(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeRay()
+    fake.add_node("h", {"GPU": 8.0, "accelerator_type:H100": 1.0, "CPU": 64.0})
+    fake.add_node("a", {"GPU": 4.0, "accelerator_type:A100-80G": 1.0})
+    fake.add_node("both", {"GPU": 8.0, "accelerator_type:H100": 1.0, "chip:h100pcie": 8.0})
+    fake.add_node("odd", {"GPU": 2.0, "accelerator_type:GeForce-RTX-5090": 1.0})
+    fake.add_node("odd2", {"GPU": 2.0, "accelerator_type:GeForce-RTX-5090": 1.0})
+    fake.add_node("cpu-only", {"CPU": 16.0})
+    with caplog.at_level(logging.WARNING, logger="argosy.executors.ray"):
+        executor = fake_executor(fake)
+        settle(fake, executor)
+    inventory = {n.name: (n.chip, n.devices) for n in executor.inventory()}
+    assert inventory == {"h": ("h100-sxm", 8), "a": ("a100-80g", 4), "both": ("h100pcie", 8)}
+    assert sum("GeForce-RTX-5090" in r.message for r in caplog.records) == 1  # logged once
+    executor.start(request("fake-g", {"h": 4}, chip="h100-sxm"))
+    executor.step()
+    assert fake.group_bundles(attempt_tag("fake-g", 1)) == [{"GPU": 4.0}]
+    assert fake.actor_gpus(attempt_tag("fake-g", 1) + "-0") == 4  # its own 4 GPUs
+    executor.start(request("fake-p", {"both": 2}, chip="h100pcie"))
+    executor.step()
+    assert fake.group_bundles(attempt_tag("fake-p", 1)) == [{"chip:h100pcie": 2.0}]  # chip:
+
+
+@pytest.mark.parametrize(
+    ("reported", "chip"),
+    [("H100", "h100-sxm"), ("A100", "a100-80g"), ("A100-40G", "a100-40g"), ("H200", "h200")],
+)
+def test_ray_accelerator_types_map_to_catalog_ids(reported: str, chip: str) -> None:
+    assert catalog_chip(reported) == chip
+    assert catalog_chip("TPU-V4") is None
