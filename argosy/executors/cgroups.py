@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -62,9 +63,10 @@ def _unescape(path: str) -> str:
 
 
 def group_key(run_dir: Path) -> str:
-    """The prefix of a run directory's cgroups: its name and a hash of its path."""
+    """The prefix of a run directory's cgroups: its name (in characters no glob reads
+    as a pattern) and a hash of its path."""
     digest = hashlib.sha256(str(run_dir).encode()).hexdigest()[:12]
-    return f"{run_dir.name[:64]}-{digest}"
+    return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', run_dir.name[:64])}-{digest}"
 
 
 class JobCgroups:

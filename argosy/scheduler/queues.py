@@ -193,7 +193,9 @@ class QueueTree:
     ) -> None:
         """Count `devices` held from `start_s` to `end_s` into the decayed use at `now`
         (rebuilding it from a record of what ran, as a restarted server does); a queue or
-        chip this tree lacks counts for nothing."""
+        chip this tree lacks counts for nothing, nor does time after `now` (a record
+        dated ahead of this clock: a wall clock stepped back)."""
+        start_s, end_s = min(start_s, now), min(end_s, now)
         if queue not in self.chain or chip not in self.chip_index or end_s <= start_s:
             return
         rate = math.log(2) / self.half_life_s

@@ -6,6 +6,8 @@ everywhere; the rest needs a cgroup v2 this process may write (root, or a delega
 
 from __future__ import annotations
 
+import fnmatch
+import re
 import subprocess
 import sys
 import time
@@ -53,10 +55,13 @@ def test_the_own_cgroup_is_the_v2_line() -> None:
 
 @given(a=st.text(min_size=1, max_size=30), b=st.text(min_size=1, max_size=30))
 def test_two_run_directories_never_share_a_cgroup_prefix(a: str, b: str) -> None:
-    """`kill(run_dir)` takes `<key>.*`: another run directory's cgroups never match it."""
-    ka, kb = (group_key(Path("/runs") / x.replace("/", "_")) for x in (a, b))
-    if a.replace("/", "_") != b.replace("/", "_"):
-        assert not kb.startswith(ka + ".") and ka != kb
+    """`kill(run_dir)` takes `<key>.*`: another run directory's cgroups never match it,
+    whatever characters the names hold (none is read as a glob pattern)."""
+    ra, rb = (Path("/runs") / (x.replace("/", "_").replace("\x00", "_") or "_") for x in (a, b))
+    ka, kb = group_key(ra), group_key(rb)
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", ka)
+    if ra != rb:
+        assert ka != kb and not fnmatch.fnmatchcase(f"{kb}.a1", f"{ka}.*")
 
 
 GROUPS = JobCgroups.here()

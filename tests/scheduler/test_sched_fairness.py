@@ -127,3 +127,24 @@ def test_past_use_rebuilt_from_a_record_equals_what_was_counted_live(
     assert rebuilt.past_share("a") == pytest.approx(live.past_share("a"), rel=1e-6, abs=1e-9)
     assert rebuilt.past_share("org") == pytest.approx(live.past_share("org"), rel=1e-6, abs=1e-9)
     assert rebuilt.past_share("b") == 0.0
+
+
+@given(
+    start=st.floats(-1e12, 1e12),
+    length=st.floats(0.0, 1e12),
+    now=st.floats(-1e12, 1e12),
+)
+def test_a_record_from_any_time_counts_only_its_part_before_now(
+    start: float, length: float, now: float
+) -> None:
+    """Records come from a wall clock, which may have been stepped back since (or ahead):
+    whatever their dates, a rebuild never fails, never counts a negative or unbounded
+    use, and counts what lies after `now` as nothing."""
+    cluster = load_cluster("h100:64")
+    tree = build_tree(QueuesFile.model_validate(NO_QUOTA), cluster)
+    tree.half_life_s = 3600.0
+    tree.add_past_use("a", "h100-sxm", 8, start, start + length, now)
+    share = tree.past_share("a")
+    assert 0.0 <= share < float("inf")
+    if start >= now:
+        assert share == 0.0

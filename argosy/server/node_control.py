@@ -1,0 +1,152 @@
+"""The control loop's nodes: cordons, health verdicts, nodes lost, back and joined.
+
+`NodeControl` is the part of `argosy.server.control.Control` that keeps which nodes may
+take work: an admin's cordon, the node-record policy's verdicts (`NodeHealth`: what
+runs report about their nodes counts against them), and what the executor's inventory
+says (a node it no longer lists is lost: out of placement, a fault on its record; one
+that comes back is placeable again; one seen for the first time joins, and the
+scheduler is rebuilt over the larger cluster with everything the old one held).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from argosy.core.clock import Clock
+from argosy.core.confined import read_job_text
+from argosy.core.errors import ArgosyError
+from argosy.executors.base import Executor, NodeInfo
+from argosy.scheduler.workload import State as WorkloadState
+from argosy.server.config import ServerConfig
+from argosy.server.job_json import loads_job_json
+from argosy.server.node_health import NodeHealth
+from argosy.server.scheduling import Scheduling
+from argosy.server.schemas import ACTIVE
+from argosy.server.services import Services
+from argosy.server.spec import JobSpec
+from argosy.server.store import SYSTEM_ACTOR, Store
+
+NODE_HEALTH_LIMIT_BYTES = 1 << 20
+"""The most of a job's node_health.json the server reads (the job writes it)."""
+
+
+class NotFoundError(ArgosyError):
+    """No such job or node."""
+
+
+class NodeControl:
+    """Node bookkeeping over the control loop's scheduler, store and executor."""
+
+    config: ServerConfig
+    store: Store
+    executor: Executor
+    clock: Clock
+    scheduling: Scheduling
+    services: Services
+    health: NodeHealth
+    cordoned: set[str]
+    lost: set[str]
+    poke: Callable[[], None]
+    run_dir: Callable[[str], Path]
+
+    def set_cordon(self, name: str, cordoned: bool, *, actor: str = SYSTEM_ACTOR) -> None:
+        if name not in self.scheduling.index:
+            raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
+        self.store.set_cordon(name, cordoned, actor=actor)
+        (self.cordoned.add if cordoned else self.cordoned.discard)(name)
+        self._sync_node(name)
+        self.poke()
+
+    def report_health(
+        self, name: str, verdict: str, detail: str, *, actor: str = SYSTEM_ACTOR
+    ) -> None:
+        """Apply a health verdict about a node (the node-record policy); a node the policy
+        takes out of service leaves placement, one it lets back returns."""
+        if name not in self.scheduling.index:
+            raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
+        self.health.report(name, verdict, detail, actor=actor)
+        self._sync_node(name)
+        self.poke()
+
+    def health_states(self) -> dict[str, str]:
+        return {name: r.state.value for name, r in self.health.records.items()}
+
+    def _sync_node(self, name: str) -> None:
+        unhealthy = name in self.health.out_of_service()
+        in_service = name not in self.cordoned and name not in self.lost and not unhealthy
+        self.scheduling.set_in_service(name, in_service)
+
+    def _check_nodes(self) -> None:
+        """Nodes the executor no longer reports are lost (out of placement); nodes that
+        come back are placeable again; nodes seen for the first time join (the scheduler
+        is rebuilt over them). The attempts on a lost node are reported lost by the
+        executor itself."""
+        inventory = self.executor.inventory()
+        joined = [n for n in inventory if n.name not in self.scheduling.index]
+        if joined:
+            self._add_nodes(joined)
+        alive = {n.name for n in inventory}
+        for name in self.scheduling.index:
+            lost = name not in alive
+            if lost != (name in self.lost):
+                (self.lost.add if lost else self.lost.discard)(name)
+                self.store.add_event(None, "node_lost" if lost else "node_back", f"node {name}")
+                if lost:  # the node's page and the policy see it: losses count as faults
+                    self.health.report(
+                        name, "fault", "node lost: the executor stopped reporting it"
+                    )
+                self._sync_node(name)
+                self.poke()
+
+    def _add_nodes(self, joined: list[NodeInfo]) -> None:
+        """A new scheduler over the old nodes and the joined ones, handed what the old
+        one held: running jobs at their placements, pending jobs in submit order,
+        services with their replicas, nodes out of service."""
+        old = self.scheduling
+        new = Scheduling(
+            [*old.nodes, *joined],
+            self.config.queues_file,
+            self.config.policy,
+            self.config.scheduler,
+            self.clock,
+        )
+        for row in self.store.jobs_in(["pending", *ACTIVE]):
+            w = old.workloads.get(row["id"])
+            if w is None:
+                continue
+            spec = JobSpec.model_validate(row["spec"])
+            if w.state == WorkloadState.RUNNING:
+                kept = new.adopt(row["id"], spec, w.submit_s, old.placement(row["id"]))
+                assert kept, "a running job fits where it ran on a larger cluster"
+            else:
+                new.submit(row["id"], spec, w.submit_s)
+        self.services.rebuild(new)
+        new.sched.tree.inherit_use(old.sched.tree)
+        for name in old.out_of_service:
+            new.set_in_service(name, False)
+        self.scheduling = new
+        for n in joined:
+            self.store.add_event(None, "node_joined", f"node {n.name} ({n.devices} {n.chip})")
+        self.poke()
+
+    def _absorb_node_health(
+        self, job_id: str, nodes: list[str], started_s: float, ended_s: float
+    ) -> None:
+        """What the attempt's run says about its nodes counts against them: node rank i's
+        launcher writes `node_health.json` in its own run directory (`node<i>` for i > 0)
+        about the ranks it runs, all on the i-th node of the placement. The job writes it:
+        taken within the bounds of `NodeHealth.absorb_run`, dated within the attempt."""
+        run_dir = self.run_dir(job_id)
+        for rank, node in enumerate(nodes):
+            where = run_dir / f"node{rank}" if rank else run_dir
+            path = where / "node_health.json"
+            if node not in self.scheduling.index or not path.exists():
+                continue
+            try:
+                text = read_job_text(path, limit=NODE_HEALTH_LIMIT_BYTES) or ""
+                entries = loads_job_json(text).get("evidence") or []
+            except (OSError, ValueError, AttributeError):
+                continue
+            self.health.absorb_run(node, entries, since_s=started_s, until_s=ended_s, job_id=job_id)
+            self._sync_node(node)
