@@ -30,14 +30,20 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
+
+from argosy.core.procs import descendants
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 OWN_CGROUP = Path("/proc/self/cgroup")
 FOLDER = "argosy-jobs"
 KILL_WAIT_S = 2.0
 """How long `kill` waits for the members to be gone before it leaves the cgroup."""
+MOVE_ROUNDS = 20
+"""Reads of a process tree that `move` makes at most while its processes fork."""
+SWEEP_AFTER_S = 300.0
+"""Empty cgroups younger than this are not swept: a child may be about to enter one."""
 
 
 def cgroup2_mount(mountinfo: str) -> Path | None:
@@ -96,7 +102,9 @@ class JobCgroups:
             return None
         if not (root / "cgroup.procs").exists():  # a plain directory, not a cgroupfs
             return None
-        return cls(root)
+        found = cls(root)
+        found.sweep()
+        return found
 
     def path(self, run_dir: Path, part: str) -> Path:
         return self.root / f"{group_key(run_dir)}.{part}"
@@ -112,16 +120,39 @@ class JobCgroups:
         except OSError:
             return None
 
-    def move(self, run_dir: Path, part: str, pids: Iterable[int]) -> bool:
-        """Move running processes (and so what they start next) into the part's cgroup."""
+    def move(self, run_dir: Path, part: str, pid: int) -> bool:
+        """Move the running process `pid` and every process it started into the part's
+        cgroup (and so what they start next). A process forks while it is moved: the
+        tree is read again after each round until all of it is inside."""
         try:
             group = self.path(run_dir, part)
             group.mkdir(exist_ok=True)
-            for pid in pids:
-                (group / "cgroup.procs").write_text(str(pid))
+            for _ in range(MOVE_ROUNDS):
+                inside = set(_members(group))
+                outside = [p for p in (pid, *descendants(pid)) if p not in inside]
+                if not outside:
+                    return True
+                for each in outside:
+                    with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                        (group / "cgroup.procs").write_text(str(each))
         except OSError:
             return False
-        return True
+        return False
+
+    def sweep(self, older_than_s: float = SWEEP_AFTER_S) -> int:
+        """Remove the empty cgroups left behind (a Ray actor killed before it saw its
+        launcher end, a server killed mid-attempt); ones made within `older_than_s` are
+        left for the process about to enter them. Returns how many went."""
+        gone, cutoff = 0, time.time() - older_than_s
+        for group in self.root.iterdir():
+            try:
+                if not group.is_dir() or group.stat().st_ctime > cutoff:
+                    continue
+                group.rmdir()  # the kernel refuses a cgroup that has members
+            except OSError:
+                continue
+            gone += 1
+        return gone
 
     def kill(self, run_dir: Path, part: str | None = None) -> int:
         """SIGKILL every process in the run directory's cgroups (with `part`: that part's

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from argosy.core.procs import descendants, pid_alive, signal_by_env, start_ticks
+from argosy.core.procs import pid_alive, signal_by_env, start_ticks
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.executors.cgroups import JobCgroups
 from argosy.executors.isolation import (
@@ -296,15 +296,15 @@ class WarmLauncher:
         env: dict[str, str],
         workdir: str | None,
         where: Path,
-        confine: Callable[[list[int]], object] | None = None,
+        confine: Callable[[int], object] | None = None,
     ) -> subprocess.Popen:
         """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper.
-        `confine` gets the waiting processes' pids first (into the attempt's cgroup),
-        before they hear of the attempt and start anything."""
+        `confine` gets the waiting process's pid first (its tree goes into the
+        attempt's cgroup), before it hears of the attempt and starts anything."""
         proc, pipe = self._proc, self._pipe
         self._proc, self._pipe = self._spawn()
         if confine is not None:
-            confine([proc.pid, *descendants(proc.pid)])
+            confine(proc.pid)
         request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
         os.write(pipe, (json.dumps(request) + "\n").encode())
         os.close(pipe)

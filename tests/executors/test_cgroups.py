@@ -7,6 +7,7 @@ everywhere; the rest needs a cgroup v2 this process may write (root, or a delega
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import subprocess
 import sys
@@ -145,9 +146,10 @@ def test_a_process_that_left_the_job_ends_with_its_attempt(
 ) -> None:
     executor = LocalExecutor(LocalOptions(warm=warm))
     try:
-        request = linger_request(tmp_path, f"jl{code}", code)
+        job_id = f"jl{code}{'w' if warm else 'c'}"  # the environment scan is machine-wide
+        request = linger_request(tmp_path, job_id, code)
         executor.start(request)
-        pid = lingering_pid(tmp_path / f"jl{code}.pid")
+        pid = lingering_pid(tmp_path / f"{job_id}.pid")
         deadline = time.monotonic() + 60
         while not (exits := executor.poll()):
             assert time.monotonic() < deadline, "no exit reported"
@@ -178,3 +180,51 @@ def test_a_ray_node_rank_s_leftovers_end_when_its_launcher_has_ended(tmp_path: P
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert gone(pid)
+
+
+@NEEDS_CGROUPS
+def test_a_sweep_removes_empty_cgroups_and_never_a_populated_one(tmp_path: Path) -> None:
+    assert GROUPS is not None
+    own = GROUPS.root / f"sweep-{tmp_path.name}-{os.getpid()}"  # other tests' stay out of it
+    own.mkdir()
+    groups = JobCgroups(own)
+    try:
+        _sweep_in(groups, tmp_path / "runs" / "js")
+    finally:
+        own.rmdir()
+
+
+def _sweep_in(groups: JobCgroups, run: Path) -> None:
+    empty = groups.path(run, "a1")
+    empty.mkdir()
+    entry = groups.enter(run, "a2")
+    assert entry is not None
+    proc = subprocess.Popen(["sleep", "60"], preexec_fn=entry)
+    entry.close()
+    try:
+        assert groups.sweep(older_than_s=3600) == 0 and empty.exists()  # young: left
+        groups.sweep(older_than_s=0)
+        assert not empty.exists() and groups.path(run, "a2").exists()
+    finally:
+        assert groups.kill(run) == 1
+        proc.wait()
+    assert not groups.path(run, "a2").exists()
+
+
+@NEEDS_CGROUPS
+def test_a_process_tree_that_forks_while_moved_ends_up_inside(tmp_path: Path) -> None:
+    """`move` reads the tree again until all of it is inside: a shell that keeps
+    starting children while it is moved leaves none outside."""
+    assert GROUPS is not None
+    run = tmp_path / "runs" / "jm"
+    forker = "for i in 1 2 3 4 5 6 7 8; do sleep 60 & done; wait"
+    proc = subprocess.Popen(["sh", "-c", forker])
+    try:
+        assert GROUPS.move(run, "a1", proc.pid)
+        inside = set(map(int, (GROUPS.path(run, "a1") / "cgroup.procs").read_text().split()))
+        from argosy.core.procs import descendants
+
+        assert {proc.pid, *descendants(proc.pid)} <= inside
+    finally:
+        GROUPS.kill(run)
+        proc.wait()
