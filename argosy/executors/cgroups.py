@@ -109,14 +109,26 @@ class JobCgroups:
     def path(self, run_dir: Path, part: str) -> Path:
         return self.root / f"{group_key(run_dir)}.{part}"
 
+    def make(self, run_dir: Path, part: str) -> Path | None:
+        """The part's cgroup, made when missing: its `cgroup.procs`, where a process that
+        writes its own pid joins it (None: it cannot be made)."""
+        group = self.path(run_dir, part)
+        try:
+            group.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        return group / "cgroup.procs"
+
     def enter(self, run_dir: Path, part: str) -> Entry | None:
         """A `preexec_fn` that puts the child into the part's cgroup (made here, before
         the fork: the child only writes to a file already open); None when it cannot be
-        made (the child then starts outside any). `close()` it after the fork."""
+        made (the child then starts outside any). `close()` it after the fork. A
+        `preexec_fn` makes Python fork rather than vfork: 25 ms for a 400 MB parent
+        (measured), so a process already forked that way (a Ray actor's) uses it, and a
+        shell wrapper joins by itself instead (`make`, then `echo $$ > procs`)."""
+        procs = self.make(run_dir, part)
         try:
-            group = self.path(run_dir, part)
-            group.mkdir(exist_ok=True)
-            return Entry(os.open(group / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            return Entry(os.open(procs, os.O_WRONLY | os.O_CLOEXEC)) if procs else None
         except OSError:
             return None
 

@@ -66,6 +66,8 @@ from argosy.executors.isolation import (
 from argosy.hardware.discovery import discover
 
 WRAPPER = r"""
+if [ -n "$1" ]; then echo $$ > "$1" 2>/dev/null; fi
+shift
 "$@" > "$ARGOSY_ATTEMPT_DIR/output.log" 2>&1 &
 echo $! > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/launch.tmp" "$ARGOSY_ATTEMPT_DIR/launch.pid"
@@ -171,25 +173,16 @@ class LocalExecutor:
             proc = warm.take(command[3:], env, request.workdir, where, confine)
         else:
             argv, cwd = as_job_user(user, command, request.workdir)  # never root's cwd
-            entry = self.cgroups.enter(request.run_dir, part) if self.cgroups else None
-            try:
-                proc = subprocess.Popen(
-                    ["sh", "-c", WRAPPER, str(where), *argv],
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                    preexec_fn=entry,
-                )
-            except BaseException:
-                if self.cgroups is not None:  # nothing started: the cgroup goes, empty
-                    self.cgroups.kill(request.run_dir, part)
-                raise
-            finally:
-                if entry is not None:
-                    entry.close()
+            procs = self.cgroups.make(request.run_dir, part) if self.cgroups else None
+            proc = subprocess.Popen(  # the wrapper joins the cgroup before it starts anything
+                ["sh", "-c", WRAPPER, str(where), str(procs or ""), *argv],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             _wait_for_exec(proc, where)
         (where / "wrapper.pid").write_text(str(proc.pid))
         (where / "wrapper.start").write_text(str(start_ticks(proc.pid)))
