@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from argosy.core.procs import pid_alive, signal_by_env, start_ticks
+from argosy.core.procs import descendants, pid_alive, signal_by_env, start_ticks
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
 from argosy.executors.cgroups import JobCgroups
 from argosy.executors.isolation import (
@@ -293,11 +293,13 @@ class WarmLauncher:
     ) -> subprocess.Popen:
         """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper.
         `confine` gets the waiting process's pid first (its tree goes into the
-        attempt's cgroup), before it hears of the attempt and starts anything."""
+        attempt's cgroup), before it hears of the attempt and starts anything; one
+        process moved, not two: each move costs the kernel a few milliseconds."""
         proc, pipe = self._proc, self._pipe
         self._proc, self._pipe = self._spawn()
-        if confine is not None:
-            confine(proc.pid)
+        if confine is not None:  # the waiting process; its wrapper (root's) stays out
+            waiting = descendants(proc.pid)
+            confine(waiting[0] if waiting else proc.pid)
         request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
         os.write(pipe, (json.dumps(request) + "\n").encode())
         os.close(pipe)
