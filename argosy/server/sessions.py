@@ -33,6 +33,9 @@ MAX_SESSION_ID_CHARS = 100
 """A longer cookie is not one of ours (ids are 43 characters); it is not even hashed."""
 MAX_CACHED = 4096
 """Sessions kept in memory; past it the cache starts again (the store has them all)."""
+MAX_PER_TOKEN = 64
+"""Live sessions one token may hold (browsers logged in with it); a login past it ends
+that token's oldest session."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,13 @@ class Sessions:
         with self.store.engine.begin() as c:
             c.execute(table.delete().where(table.c.expires_at <= now))  # keep the table small
             c.execute(table.insert().values(row))
+            mine = select(table.c.hash).where(table.c.token_id == who.token_id)
+            newest_first = mine.order_by(table.c.created_at.desc(), table.c.expires_at.desc())
+            older = c.execute(newest_first.offset(MAX_PER_TOKEN)).scalars().all()
+            if older:  # one token's oldest sessions go: a login loop cannot grow the table
+                c.execute(table.delete().where(table.c.hash.in_(older)))
+        for digest in older:
+            self._cache.pop(digest, None)
         return session_id, session
 
     def get(self, session_id: str) -> Session | None:

@@ -69,21 +69,29 @@ def test_a_full_burst_goes_through_at_once_then_one_per_period() -> None:
 
 
 def test_a_queue_token_past_its_burst_gets_429_and_others_go_on(tmp_path: Path) -> None:
+    """Burst 4: a console login (it writes a session row) and three submits go through;
+    then every change of that token is refused, through the API, the console's forms and
+    a new login alike, while its reads, another queue's token and the server's admin
+    token go on."""
     (tmp_path / "queues.yaml").write_text(QUEUES)
     fake, home = FakeExecutor([NodeInfo("n0", "cpu", 1)]), tmp_path / "home"
     config = fast_config(
         home,
         queues_file=tmp_path / "queues.yaml",
         token_writes_per_s=0.01,  # one change per 100 s: none refills during the test
-        token_write_burst=3,
+        token_write_burst=4,
     )
     with TestClient(create_app(config, executor=fake)) as api:
         admin = {"Authorization": f"Bearer {(home / 'admin.token').read_text().strip()}"}
-        tokens = {}
+        secrets = {}
         for queue in "ab":
             r = api.post("/api/v1/tokens", json={"queue": queue, "name": queue}, headers=admin)
-            tokens[queue] = {"Authorization": f"Bearer {r.json()['token']}"}
-        a = tokens["a"]
+            secrets[queue] = r.json()["token"]
+        a, b = ({"Authorization": f"Bearer {secrets[q]}"} for q in "ab")
+        page = api.post("/login", data={"token": secrets["a"]})  # change 1: a session
+        assert page.status_code == 200, page.text[:300]
+        csrf = re.search(r'name="csrf" value="([^"]+)"', api.get("/submit").text)
+        assert csrf is not None
         done = [
             api.post("/api/v1/jobs", json=job_body(f"a{i}", queue="a"), headers=a) for i in range(3)
         ]
@@ -95,21 +103,37 @@ def test_a_queue_token_past_its_burst_gets_429_and_others_go_on(tmp_path: Path) 
         cancel = api.post(f"/api/v1/jobs/{done[0].json()['id']}/cancel", headers=a)
         assert cancel.status_code == 429  # every change counts, not only submits
         assert api.get("/api/v1/jobs", headers=a).status_code == 200  # reads go on
-        assert (
-            api.post(
-                "/api/v1/jobs", json=job_body("b0", queue="b"), headers=tokens["b"]
-            ).status_code
-            == 201
-        )
+        other = api.post("/api/v1/jobs", json=job_body("b0", queue="b"), headers=b)
+        assert other.status_code == 201
         for i in range(5):  # the server's own admin token is never limited
             r = api.post("/api/v1/jobs", json=job_body(f"x{i}", queue="a"), headers=admin)
             assert r.status_code == 201
-        # the console is the same token's: a session of it is refused the same way
-        page = api.post("/login", data={"token": tokens["a"]["Authorization"][7:]})
-        assert page.status_code == 200, page.text[:300]
-        csrf = re.search(r'name="csrf" value="([^"]+)"', api.get("/submit").text)
-        assert csrf is not None
-        job = done[1].json()["id"]
+        job = done[1].json()["id"]  # the console's form is the same token's change
         r = api.post(f"/jobs/{job}/cancel", data={"csrf": csrf.group(1)}, follow_redirects=False)
         assert r.status_code == 429, r.text[:300]
         assert api.get(f"/api/v1/jobs/{job}", headers=admin).json()["state"] != "cancelled"
+        api.cookies.clear()  # and so is a new login, which would write a session row
+        again = api.post("/login", data={"token": secrets["a"]})
+        assert again.status_code == 429, again.text[:300]
+
+
+def test_one_token_holds_at_most_so_many_sessions(tmp_path: Path) -> None:
+    """Logging in again and again with one token ends its oldest sessions: the table of
+    sessions cannot grow past MAX_PER_TOKEN rows per token, and the newest all work."""
+    from argosy.server.sessions import MAX_PER_TOKEN
+
+    config = fast_config(tmp_path / "home", token_writes_per_s=0)
+    fake = FakeExecutor([NodeInfo("n0", "cpu", 1)])
+    with TestClient(create_app(config, executor=fake)) as api:
+        token = (tmp_path / "home" / "admin.token").read_text().strip()
+        sessions = api.app.state.sessions
+        who = api.app.state.tokens.principal(token)
+        ids = [sessions.open(who)[0] for _ in range(MAX_PER_TOKEN + 7)]
+        assert all(sessions.get(i) is None for i in ids[:7])
+        assert all(sessions.get(i) is not None for i in ids[7:])
+        with sessions.store.engine.connect() as c:
+            from sqlalchemy import func, select
+
+            from argosy.server.tables import sessions as table
+
+            assert c.execute(select(func.count()).select_from(table)).scalar() == MAX_PER_TOKEN

@@ -51,6 +51,7 @@ from argosy.server.console.web import (
     render,
 )
 from argosy.server.control import Control, NotFoundError
+from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.spec import JobSpec
 from argosy.server.views import node_views
 
@@ -76,6 +77,8 @@ async def login(
             request, "login.html", None, 401, next=_safe_next(next), error="unknown token"
         )
     request.state.actor = who.actor  # the access log's actor
+    # a login writes a session row: a change of the token's, counted as any other
+    refuse_if_too_fast(getattr(request.app.state, "limits", None), who.token_id, who.server_admin)
     sessions = request.app.state.sessions
     sessions.close(request.cookies.get(COOKIE, ""))  # this browser's older session
     session_id, session = sessions.open(who)
