@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import signal
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from argosy.core.procs import descendants
+from argosy.core.procs import pid_alive
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 OWN_CGROUP = Path("/proc/self/cgroup")
@@ -43,6 +44,9 @@ KILL_WAIT_S = 2.0
 MOVE_ROUNDS = 20
 """Reads of a process tree that `move` makes at most while its processes fork."""
 SWEEP_AFTER_S = 300.0
+HOLDING = "warm-"
+"""The name of a holding cgroup: `warm-<server pid>-<n>`."""
+_HELD = itertools.count(1)
 """Empty cgroups younger than this are not swept: a child may be about to enter one."""
 
 
@@ -103,6 +107,7 @@ class JobCgroups:
         if not (root / "cgroup.procs").exists():  # a plain directory, not a cgroupfs
             return None
         found = cls(root)
+        found.kill_stale()
         found.sweep()
         return found
 
@@ -132,24 +137,49 @@ class JobCgroups:
         except OSError:
             return None
 
-    def move(self, run_dir: Path, part: str, pid: int) -> bool:
-        """Move the running process `pid` and every process it started into the part's
-        cgroup (and so what they start next). A process forks while it is moved: the
-        tree is read again after each round until all of it is inside."""
+    def holding(self) -> Path | None:
+        """A new cgroup for a process started before its job is known (a warm launcher,
+        from birth: whatever it or anything that reaches it starts stays there), named
+        after this process so a later start can tell a dead server's: its
+        `cgroup.procs` (None: it cannot be made)."""
+        group = self.root / f"{HOLDING}{os.getpid()}-{next(_HELD)}"
         try:
-            group = self.path(run_dir, part)
-            group.mkdir(exist_ok=True)
+            group.mkdir()
+        except OSError:
+            return None
+        return group / "cgroup.procs"
+
+    def adopt(self, run_dir: Path, part: str, holding: Path) -> bool:
+        """Move every member of the `holding` cgroup (its `cgroup.procs`) into the part's,
+        then remove it. A member may fork while it moves (the child lands in `holding`):
+        its members are read again until none is left. False: some could not be moved."""
+        target = self.make(run_dir, part)
+        if target is None:
+            return False
+        try:
             for _ in range(MOVE_ROUNDS):
-                inside = set(_members(group))
-                outside = [p for p in (pid, *descendants(pid)) if p not in inside]
-                if not outside:
-                    return True
-                for each in outside:
+                members = _members(holding.parent)
+                if not members:
+                    break
+                for pid in members:
                     with contextlib.suppress(ProcessLookupError):  # ended meanwhile
-                        (group / "cgroup.procs").write_text(str(each))
+                        target.write_text(str(pid))
         except OSError:
             return False
-        return False
+        if _members(holding.parent):
+            return False
+        _remove(holding.parent)
+        return True
+
+    def kill_stale(self) -> int:
+        """Kill the holding cgroups of servers that are gone (their waiting processes,
+        and anything those started); returns how many processes were there."""
+        hit = 0
+        for group in self.root.glob(f"{HOLDING}*"):
+            owner = group.name.removeprefix(HOLDING).split("-", 1)[0]
+            if owner.isdigit() and not pid_alive(int(owner)):
+                hit += kill_group(group)
+        return hit
 
     def sweep(self, older_than_s: float = SWEEP_AFTER_S) -> int:
         """Remove the empty cgroups left behind (a Ray actor killed before it saw its
@@ -211,20 +241,19 @@ def kill_group(group: Path, wait_s: float = KILL_WAIT_S) -> int:
     if not members:
         _remove(group)
         return 0
-    kill_file = group / "cgroup.kill"
     try:
-        kill_file.write_text("1")  # the kernel kills every member, new ones included
+        (group / "cgroup.kill").write_text("1")  # the kernel kills every member, forks too
+        by_kernel = True
     except OSError:
-        _freeze(group, True)  # no kernel kill (before 5.14): freeze, then kill each
-        for pid in members:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        _freeze(group, False)
+        by_kernel = False  # before Linux 5.14: frozen, each member killed (read again)
     deadline = time.monotonic() + wait_s
     while _members(group) and time.monotonic() < deadline:
-        for pid in _members(group):  # a process that forked between the read and the kill
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        if not by_kernel:  # (pids read while frozen: none of them can be reused yet)
+            _freeze(group, True)
+            for pid in _members(group):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            _freeze(group, False)
         time.sleep(0.01)
     _remove(group)
     return len(members)

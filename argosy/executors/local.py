@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from argosy.core.procs import descendants, pid_alive, signal_by_env, start_ticks
+from argosy.core.procs import pid_alive, signal_by_env, start_ticks
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
-from argosy.executors.cgroups import JobCgroups
+from argosy.executors.cgroups import JobCgroups, kill_group
 from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
@@ -76,6 +76,8 @@ echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
 WARM_WRAPPER = r"""
+if [ -n "$1" ]; then echo $$ > "$1" 2>/dev/null; fi
+shift
 "$@" > /dev/null 2>&1 &
 child=$!
 if ! read -r ARGOSY_ATTEMPT_DIR; then kill $child 2>/dev/null; exit 0; fi
@@ -136,7 +138,7 @@ class LocalExecutor:
         self.cgroups = JobCgroups.here()  # None: the environment scan alone ends a job
         identity = self.options.identity
         if self.options.warm and (identity is None or not identity.active):
-            self._warm[None] = WarmLauncher(self._warm_env(None), None)
+            self._warm[None] = WarmLauncher(self._warm_env(None), None, self.cgroups)
 
     def inventory(self) -> list[NodeInfo]:
         found = [d for d in discover() if d.catalog_id and d.backend != "cpu"]
@@ -165,13 +167,12 @@ class LocalExecutor:
         command = launch_command(request)
         warm = self._warm.get(user)
         part = f"a{request.attempt}"  # the attempt's cgroup: all it starts ends with it
+        proc = None
         if warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
             self._warm.move_to_end(user)
-            confine = None
-            if self.cgroups is not None:
-                confine = partial(self.cgroups.move, request.run_dir, part)
-            proc = warm.take(command[3:], env, request.workdir, where, confine)
-        else:
+            adopt = partial(self.cgroups.adopt, request.run_dir, part) if self.cgroups else None
+            proc = warm.take(command[3:], env, request.workdir, where, adopt)
+        if proc is None:  # no warm process, or one that could not be confined: cold
             argv, cwd = as_job_user(user, command, request.workdir)  # never root's cwd
             procs = self.cgroups.make(request.run_dir, part) if self.cgroups else None
             proc = subprocess.Popen(  # the wrapper joins the cgroup before it starts anything
@@ -197,7 +198,7 @@ class LocalExecutor:
 
     def _keep_warm(self, user: JobUser) -> None:
         """A warm process for `user`; the least recently used one goes past WARM_USERS."""
-        self._warm[user] = WarmLauncher(self._warm_env(user), user)
+        self._warm[user] = WarmLauncher(self._warm_env(user), user, self.cgroups)
         while len(self._warm) > WARM_USERS:
             _, oldest = self._warm.popitem(last=False)
             oldest.close()
@@ -261,18 +262,27 @@ class LocalExecutor:
 
 class WarmLauncher:
     """One `argosy.executors.warm` process under a wrapper, importing ahead of time;
-    `take` hands it an attempt and starts the next one."""
+    `take` hands it an attempt and starts the next one.
 
-    def __init__(self, env: dict[str, str], user: JobUser | None = None) -> None:
+    With `cgroups`, each is born in a holding cgroup of its own (its wrapper joins before
+    it starts anything), so whatever reaches it while it waits (a job of the same user
+    that attaches to it) stays in there: `take` moves the whole holding cgroup into the
+    attempt's, and `close` kills it."""
+
+    def __init__(
+        self, env: dict[str, str], user: JobUser | None = None, cgroups: JobCgroups | None = None
+    ) -> None:
         self._env = env  # what the process starts with: already a job's allowed environment
         self._prefix = user.setpriv() if user is not None else []  # it runs as the job's user
-        self._proc, self._pipe = self._spawn()
+        self._cgroups = cgroups
+        self._proc, self._pipe, self._held = self._spawn()
 
-    def _spawn(self) -> tuple[subprocess.Popen, int]:
+    def _spawn(self) -> tuple[subprocess.Popen, int, Path | None]:
+        held = self._cgroups.holding() if self._cgroups is not None else None
         read_fd, write_fd = os.pipe()
         command = [sys.executable, "-m", "argosy.executors.warm", "--fd", str(read_fd)]
         proc = subprocess.Popen(
-            ["sh", "-c", WARM_WRAPPER, "warm", *self._prefix, *command],
+            ["sh", "-c", WARM_WRAPPER, "warm", str(held or ""), *self._prefix, *command],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -281,7 +291,7 @@ class WarmLauncher:
             start_new_session=True,
         )
         os.close(read_fd)
-        return proc, write_fd
+        return proc, write_fd, held
 
     def take(
         self,
@@ -289,17 +299,17 @@ class WarmLauncher:
         env: dict[str, str],
         workdir: str | None,
         where: Path,
-        confine: Callable[[int], object] | None = None,
-    ) -> subprocess.Popen:
+        adopt: Callable[[Path], bool] | None = None,
+    ) -> subprocess.Popen | None:
         """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper.
-        `confine` gets the waiting process's pid first (its tree goes into the
-        attempt's cgroup), before it hears of the attempt and starts anything; one
-        process moved, not two: each move costs the kernel a few milliseconds."""
-        proc, pipe = self._proc, self._pipe
-        self._proc, self._pipe = self._spawn()
-        if confine is not None:  # the waiting process; its wrapper (root's) stays out
-            waiting = descendants(proc.pid)
-            confine(waiting[0] if waiting else proc.pid)
+        `adopt` first moves the waiting process's holding cgroup into the attempt's,
+        before it hears of the attempt; None when that cannot be done (the waiting
+        process is killed: the caller starts the attempt cold)."""
+        proc, pipe, held = self._proc, self._pipe, self._held
+        self._proc, self._pipe, self._held = self._spawn()
+        if adopt is not None and (held is None or not adopt(held)):
+            _end_waiting(proc, pipe, held)
+            return None
         request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
         os.write(pipe, (json.dumps(request) + "\n").encode())
         os.close(pipe)
@@ -314,11 +324,21 @@ class WarmLauncher:
         return proc
 
     def close(self) -> None:
+        """End the waiting process, and whatever reached it, for good."""
+        _end_waiting(self._proc, self._pipe, self._held)
+
+
+def _end_waiting(proc: subprocess.Popen, pipe: int, held: Path | None) -> None:
+    """A waiting warm process ends: EOF on its pipes, and its holding cgroup killed."""
+    with contextlib.suppress(OSError):
+        os.close(pipe)
+    if proc.stdin is not None:
         with contextlib.suppress(OSError):
-            os.close(self._pipe)
-        if self._proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._proc.stdin.close()
+            proc.stdin.close()
+    if held is not None:  # killed: reaped at once (else it ends by itself on EOF)
+        kill_group(held.parent)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
 
 
 def launch_command(request: LaunchRequest) -> list[str]:

@@ -5,7 +5,8 @@ The local executor keeps one warm process ready. When an attempt starts, it writ
 JSON line to the pipe: the argv after `argosy`, the job's whole environment, the working
 directory and the output file. The process applies them and runs the command in place,
 so the attempt skips the imports (a second or more on a loaded machine). EOF on the pipe
-(the executor closed or died) ends it quietly.
+(the executor closed or died) ends it quietly. It is not dumpable: a job of the same
+user cannot attach to it while it waits.
 
     python -m argosy.executors.warm --fd 7    # the executor's side: local.WarmLauncher
 """
@@ -17,9 +18,12 @@ import json
 import os
 import sys
 
+PR_SET_DUMPABLE = 4
+
 
 def serve_one(fd: int) -> None:
     """Import the CLI, wait for the request on `fd`, then become that command."""
+    not_dumpable()
     # The `argosy` command's entry point, as `python -m argosy` runs it: the executor
     # depends on the command (as for every attempt), not on the cli package's code.
     main = importlib.import_module("argosy.__main__").main  # the slow part, done ahead
@@ -39,6 +43,17 @@ def serve_one(fd: int) -> None:
     os.close(out)
     sys.argv = ["argosy", *request["argv"]]
     main()
+
+
+def not_dumpable() -> None:
+    """`prctl(PR_SET_DUMPABLE, 0)`: no process of the same user may attach to this one
+    (ptrace) while it waits, nor read its memory, to run code in it before its attempt
+    is known (Linux; elsewhere nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from argosy.core.procs import pid_alive
+from argosy.core.procs import descendants, pid_alive
 from argosy.executors.base import LaunchRequest
-from argosy.executors.cgroups import JobCgroups, cgroup2_mount, group_key, own_cgroup
+from argosy.executors.cgroups import (
+    JobCgroups,
+    cgroup2_mount,
+    group_key,
+    kill_group,
+    own_cgroup,
+)
 from argosy.executors.local import LocalExecutor, LocalOptions
 from argosy.executors.ray_launch import NodeRunner
 
@@ -212,19 +218,114 @@ def _sweep_in(groups: JobCgroups, run: Path) -> None:
 
 
 @NEEDS_CGROUPS
-def test_a_process_tree_that_forks_while_moved_ends_up_inside(tmp_path: Path) -> None:
-    """`move` reads the tree again until all of it is inside: a shell that keeps
-    starting children while it is moved leaves none outside."""
+def test_a_holding_cgroup_moves_whole_into_the_attempt_s_even_while_it_forks(
+    tmp_path: Path,
+) -> None:
+    """`adopt` moves every member of a holding cgroup, a shell that keeps starting
+    children meanwhile included, and removes the holding one."""
     assert GROUPS is not None
     run = tmp_path / "runs" / "jm"
-    forker = "for i in 1 2 3 4 5 6 7 8; do sleep 60 & done; wait"
-    proc = subprocess.Popen(["sh", "-c", forker])
+    held = GROUPS.holding()
+    assert held is not None
+    forker = 'echo $$ > "$0"; for i in 1 2 3 4 5 6 7 8; do sleep 60 & done; wait'
+    proc = subprocess.Popen(["sh", "-c", forker, str(held)])
     try:
-        assert GROUPS.move(run, "a1", proc.pid)
+        time.sleep(0.05)
+        assert GROUPS.adopt(run, "a1", held)
+        assert not held.parent.exists()
         inside = set(map(int, (GROUPS.path(run, "a1") / "cgroup.procs").read_text().split()))
-        from argosy.core.procs import descendants
-
         assert {proc.pid, *descendants(proc.pid)} <= inside
     finally:
         GROUPS.kill(run)
         proc.wait()
+
+
+@NEEDS_CGROUPS
+def test_a_dead_server_s_holding_cgroups_are_killed_at_the_next_start() -> None:
+    """A holding cgroup is named after its server's pid: once that pid is gone, the next
+    `here()` kills what is still in it."""
+    assert GROUPS is not None
+    gone_pid = subprocess.Popen(["true"])
+    gone_pid.wait()
+    stale = GROUPS.root / f"warm-{gone_pid.pid}-1"
+    stale.mkdir()
+    mine = GROUPS.holding()  # this process's: alive, left alone
+    assert mine is not None
+    lodgers = [
+        subprocess.Popen(["sh", "-c", 'echo $$ > "$0"; exec sleep 60', str(p)])
+        for p in (stale / "cgroup.procs", mine)
+    ]
+    time.sleep(0.1)
+    assert JobCgroups.here() is not None
+    assert lodgers[0].wait(timeout=5) == -9 and not stale.exists()
+    assert lodgers[1].poll() is None
+    kill_group(mine.parent)
+    lodgers[1].wait()
+
+
+@NEEDS_CGROUPS
+@pytest.mark.integration
+def test_what_reached_a_waiting_warm_process_ends_with_the_attempt_that_takes_it(
+    tmp_path: Path,
+) -> None:
+    """A process that got into the waiting warm launcher's cgroup (a job of the same user
+    that attached to it, started something there and left the session) is moved along
+    with it into the next attempt's cgroup and killed when that attempt ends; one in a
+    warm process that is never taken dies when the executor closes."""
+    executor = LocalExecutor(LocalOptions(warm=True))
+    try:
+        held = executor._warm[None]._held  # noqa: SLF001  # the holding cgroup under test
+        assert held is not None
+        squatter = subprocess.Popen(
+            ["sh", "-c", 'echo $$ > "$0"; exec setsid sleep 300', str(held)]
+        )
+        time.sleep(0.1)
+        request = linger_request(tmp_path, "jw-took", 0)
+        executor.start(request)
+        lingering_pid(tmp_path / "jw-took.pid")
+        deadline = time.monotonic() + 60
+        while not executor.poll():
+            assert time.monotonic() < deadline, "no exit reported"
+            time.sleep(0.05)
+        assert squatter.wait(timeout=5) == -9  # ended with the attempt that took the process
+        held = executor._warm[None]._held  # noqa: SLF001  # the next waiting one's
+        assert held is not None
+        untaken = subprocess.Popen(["sh", "-c", 'echo $$ > "$0"; exec sleep 300', str(held)])
+        time.sleep(0.1)
+    finally:
+        executor.close()
+    assert untaken.wait(timeout=5) == -9 and not held.parent.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second user to attach from needs root")
+def test_a_waiting_warm_process_cannot_be_attached_to_by_its_own_user() -> None:
+    """`not_dumpable`: ptrace from another process of the same uid is refused (without it,
+    a host without Yama lets it attach and run code in the waiting launcher)."""
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    for dumpable, want in ((False, "refused"), (True, "attached")):
+        step = (
+            "" if dumpable else "from argosy.executors.warm import not_dumpable; not_dumpable(); "
+        )
+        target = subprocess.Popen(
+            [*nobody, sys.executable, "-c", f"{step}import time; time.sleep(30)"],
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+        try:
+            time.sleep(1.0)
+            attach = (
+                "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True)\n"
+                "ok = libc.ptrace(16, int(sys.argv[1]), 0, 0) == 0\n"  # PTRACE_ATTACH
+                "print('attached' if ok else 'refused')\n"
+            )
+            out = subprocess.run(
+                [*nobody, sys.executable, "-c", attach, str(target.pid)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
+            if dumpable and out == "refused":
+                return  # this host forbids same-user ptrace anyway (Yama ptrace_scope >= 1)
+            assert out == want, (dumpable, out)
+        finally:
+            target.kill()
+            target.wait()

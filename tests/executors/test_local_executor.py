@@ -219,7 +219,8 @@ def test_a_warm_attempt_is_adopted_and_a_reused_pid_is_not(tmp_path: Path) -> No
             os.kill(launcher, signal.SIGKILL)
         (exit_,) = wait_exits(executor)
         assert not pid_alive(launcher)  # an attempt called lost never runs on beside the next
-        assert exit_.exit_code == 137 and exit_.lost  # its wrapper (root's) recorded the kill
+        # the wrapper outlives its launcher to record 137, unless the cgroup took both
+        assert exit_.exit_code == (None if executor.cgroups else 137) and exit_.lost
     finally:
         executor.close()
 
