@@ -406,16 +406,27 @@ def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:
     parent = run_dir.parent  # `runs/` (0711 already), or a service's `runs/<id>/`
     if parent.stat().st_uid == os.geteuid() and not parent.stat().st_mode & stat.S_IXOTH:
         os.chmod(parent, 0o711)  # made under umask 077: the replica's user must pass
-    info = os.lstat(run_dir)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_gid not in (0, user.gid):
-        what = "directory" if stat.S_ISDIR(info.st_mode) else "link or file"
+    try:  # checked and changed through one descriptor: never through a link
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        info = os.lstat(run_dir)
         raise ArgosyError(
-            f"run directory {run_dir} is a {what} of uid {info.st_uid}, gid {info.st_gid},"
-            f" not root's with group {user.name}: another job's or planted; not handed over"
-        )
-    if info.st_gid != user.gid:  # made just now (or by a server whose jobs ran as root)
-        os.chown(run_dir, 0, user.gid, follow_symlinks=False)
-    os.chmod(run_dir, 0o1770)
+            f"run directory {run_dir} is a link or file of uid {info.st_uid}, gid"
+            f" {info.st_gid}: planted; not handed over"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != 0 or info.st_gid not in (0, user.gid):
+            raise ArgosyError(
+                f"run directory {run_dir} is a directory of uid {info.st_uid}, gid"
+                f" {info.st_gid}, not root's with group {user.name}: another job's or"
+                " planted; not handed over"
+            )
+        if info.st_gid != user.gid:  # made just now (or by a server whose jobs ran as root)
+            os.fchown(fd, 0, user.gid)
+        os.fchmod(fd, 0o1770)
+    finally:
+        os.close(fd)
 
 
 def attempt_records(where: Path, user: JobUser | None, log_name: str = "output.log") -> None:
