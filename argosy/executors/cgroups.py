@@ -30,6 +30,7 @@ import itertools
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,12 +100,9 @@ class JobCgroups:
         root = mount / own.lstrip("/") / FOLDER
         try:
             root.mkdir(exist_ok=True)
-            probe = root / f"probe-{os.getpid()}"
-            probe.mkdir(exist_ok=True)
-            probe.rmdir()
         except OSError:
             return None
-        if not (root / "cgroup.procs").exists():  # a plain directory, not a cgroupfs
+        if not (root / "cgroup.procs").exists() or not _joinable(root):
             return None
         found = cls(root)
         found.kill_stale()
@@ -257,6 +255,24 @@ def kill_group(group: Path, wait_s: float = KILL_WAIT_S) -> int:
         time.sleep(0.01)
     _remove(group)
     return len(members)
+
+
+def _joinable(root: Path) -> bool:
+    """Whether a child process can join a new cgroup under `root` (mkdir alone may work
+    where a move does not: a read-only `cgroup.procs`, a threaded subtree)."""
+    probe = root / f"probe-{os.getpid()}-{next(_HELD)}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    try:
+        join = 'echo $$ > "$0"'  # the shell writes its own pid, as a job's wrapper does
+        done = subprocess.run(["sh", "-c", join, str(probe / "cgroup.procs")], timeout=30)
+        return done.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        kill_group(probe)
 
 
 def _members(group: Path) -> list[int]:
