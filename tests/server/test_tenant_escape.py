@@ -164,3 +164,41 @@ def test_each_job_of_a_queue_runs_as_that_queues_user_cold_or_warm(
         )
         assert launcher.status_code == 200
     assert owners == ["argosy-job-team-a"] * 2
+
+
+def test_what_a_job_leaves_behind_ends_with_it(
+    server: tuple[str, Path, dict[str, str]],
+) -> None:
+    """A job starts a process that leaves its session and clears its environment (the
+    environment scan cannot find it). It runs as the queue's user inside the attempt's
+    cgroup, and once the job has succeeded it is gone."""
+    import pwd
+
+    from argosy.core.procs import pid_alive
+    from argosy.executors.cgroups import JobCgroups
+
+    if JobCgroups.here() is None:
+        pytest.skip("no cgroup v2 this server may write: the environment scan alone holds")
+    url, home, tokens = server
+    body = {"name": "linger", "queue": "team-a", "script": str(SCRIPTS / "linger.py")}
+    body |= {"workdir": str(SCRIPTS), "max_restarts": 0}
+    auth = {"Authorization": f"Bearer {tokens['team-a']}"}
+    job = httpx.post(f"{url}/api/v1/jobs", json=body, headers=auth).json()
+    _wait(url, tokens["admin"], job["id"], {"running"})
+    run = _run_dir(home, job["id"])
+    deadline = time.monotonic() + 60
+    while not (run / "lingering.pid").exists():
+        assert time.monotonic() < deadline, "the job never left its process behind"
+        time.sleep(0.1)
+    pid = int((run / "lingering.pid").read_text())
+    status = Path(f"/proc/{pid}/status").read_text()
+    uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+    assert uid == pwd.getpwnam("argosy-job-team-a").pw_uid
+    assert "/argosy-jobs/" in Path(f"/proc/{pid}/cgroup").read_text()
+    (run / "release").write_text("")
+    done = _wait(url, tokens["admin"], job["id"], {"succeeded", "failed"})
+    assert done["state"] == "succeeded", done
+    deadline = time.monotonic() + 10
+    while pid_alive(pid):
+        assert time.monotonic() < deadline, "a process the job left behind outlived it"
+        time.sleep(0.1)
