@@ -118,7 +118,7 @@ class Control(NodeControl):
         for name in self.cordoned | self.health.out_of_service():
             self._sync_node(name)
         self._check_nodes()
-        self.scheduling.restore_past_use(self.store.jobs_ran_since, self.clock.now_s())
+        self.scheduling.restore_past_use(self.store.holds_since, self.clock.now_s())
         for row in self.store.jobs_in(["pending", *ACTIVE]):
             spec = JobSpec.model_validate(row["spec"])
             if row["state"] == "pending":

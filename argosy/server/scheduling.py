@@ -123,17 +123,17 @@ class Scheduling:
         self.workloads[job_id] = w
         return ""
 
-    def restore_past_use(self, ran_since: Callable[[float], list[dict]], now: float) -> None:
-        """The queues' decayed use, rebuilt from what ran (`ran_since(t)`: rows of queue,
-        placement, started_at and finished_at of every job that ran after t; each counts
-        from its start to its end, or to now; 20 half-lives back), so a restarted server
-        still puts a queue that flooded the cluster after one that did not."""
+    def restore_past_use(self, holds_since: Callable[[float], list[dict]], now: float) -> None:
+        """The queues' decayed use, rebuilt from what held devices (`holds_since(t)`: rows
+        of queue, placement, start and end (None: held still) of every hold after t, 20
+        half-lives back), so a restarted server still puts a queue that flooded the
+        cluster after one that did not, as it did before the restart."""
         tree = self.sched.tree
-        for row in ran_since(now - 20 * tree.half_life_s):
+        for row in holds_since(now - 20 * tree.half_life_s):
             placement = Placement.model_validate(row["placement"])
             devices = sum(placement.nodes.values())
-            end = row["finished_at"] if row["finished_at"] is not None else now
-            tree.add_past_use(row["queue"], placement.chip, devices, row["started_at"], end, now)
+            end = row["end"] if row["end"] is not None else now
+            tree.add_past_use(row["queue"], placement.chip, devices, row["start"], end, now)
         tree.advance(now)
 
     def pending_in(self, queue: str) -> int:

@@ -234,16 +234,37 @@ class Store:
         with self.engine.connect() as c:
             return [dict(r) for r in c.execute(query).mappings()]
 
-    def jobs_ran_since(self, since_s: float) -> list[Row]:
-        """Every job that started and had not ended by `since_s` (running ones too): their
-        queue, placement and times, from which the scheduler's decayed use is rebuilt."""
-        cols = (jobs.c.queue, jobs.c.placement, jobs.c.started_at, jobs.c.finished_at)
-        query = select(*cols).where(
-            jobs.c.started_at.is_not(None),
-            or_(jobs.c.finished_at.is_(None), jobs.c.finished_at >= since_s),
+    def holds_since(self, since_s: float) -> list[Row]:
+        """Every time a job held devices after `since_s`: its id, queue and placement, the
+        hold's `start` and `end` (None: held still). A hold runs from an `admitted` event
+        to the next event that gave the devices back (`pending`, `attempt_lost`,
+        `stopped`, or the job's end), so time spent queued again between attempts is not
+        counted. From these the scheduler's decayed use is rebuilt at start."""
+        kinds = (HOLD_STARTS, *HOLD_ENDS)
+        query = (
+            select(jobs.c.id, jobs.c.queue, jobs.c.placement, events.c.kind, events.c.created_at)
+            .join(events, events.c.job_id == jobs.c.id)
+            .where(
+                jobs.c.started_at.is_not(None),
+                or_(jobs.c.finished_at.is_(None), jobs.c.finished_at >= since_s),
+                events.c.kind.in_(kinds),
+            )
+            .order_by(events.c.seq)
         )
         with self.engine.connect() as c:
-            return [dict(r) for r in c.execute(query).mappings() if r["placement"]]
+            rows = list(c.execute(query).mappings())
+        open_at: dict[str, float] = {}
+        holds = []
+        for r in rows:
+            if not r["placement"]:
+                continue
+            if r["kind"] == HOLD_STARTS:
+                open_at.setdefault(r["id"], r["created_at"])
+            elif r["id"] in open_at:
+                holds.append(_hold(r, open_at.pop(r["id"]), r["created_at"]))
+        last = {r["id"]: r for r in rows}
+        holds += [_hold(last[job], start, None) for job, start in open_at.items()]
+        return [h for h in holds if h["end"] is None or h["end"] >= since_s]
 
     def update_job(
         self, job_id: str, values: Row, *, event: Event | None = None, actor: str = SYSTEM_ACTOR
@@ -481,4 +502,16 @@ def _event(job_id: str | None, event: Event, now: float, actor: str = SYSTEM_ACT
         "message": event[1],
         "created_at": now,
         "actor": actor,
+    }
+
+
+HOLD_STARTS = "admitted"
+HOLD_ENDS = ("pending", "attempt_lost", "stopped", "succeeded", "failed", "cancelled")
+"""The events that give a job's devices back (a `cancelled` while pending has none)."""
+
+
+def _hold(row: Row, start: float, end: float | None) -> Row:
+    return {"job_id": row["id"], "queue": row["queue"], "placement": row["placement"]} | {
+        "start": start,
+        "end": end,
     }

@@ -7,7 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from server_helpers import fast_config, job_body, wait_for
 
 from argosy.executors.base import NodeInfo
@@ -124,3 +127,74 @@ def test_a_queue_may_hold_only_so_many_services(tmp_path: Path) -> None:
         while api.post("/api/v1/services", json={"name": "s3", "queue": "a"}).status_code != 201:
             assert time.monotonic() < deadline, "a deleted service still counts"
             time.sleep(0.05)
+
+
+def test_a_restart_rebuilds_only_the_time_devices_were_held(tmp_path: Path) -> None:
+    """A job that ran, was lost, waited queued again (its node cordoned) and ran again held
+    the device twice, not for the whole span from its first start to its end: the decayed
+    use a restarted server rebuilds is the one the live server counted."""
+    (tmp_path / "queues.yaml").write_text(QUEUES)
+    home = tmp_path / "home"
+    config = fast_config(home, queues_file=tmp_path / "queues.yaml")
+    fake = FakeExecutor([NodeInfo("n0", "cpu", 1)])
+    with TestClient(create_app(config, executor=fake)) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        job = api.post("/api/v1/jobs", json=job_body("a", queue="a", max_restarts=2)).json()["id"]
+        _wait_running(api, fake, 1)
+        time.sleep(0.3)
+        assert api.post("/api/v1/nodes/n0/cordon").status_code == 200
+        fake.finish(job, None)  # lost: queued again, and the node takes nothing now
+        wait_for(api, job, {"pending"})
+        time.sleep(1.5)  # waiting, holding nothing
+        assert api.post("/api/v1/nodes/n0/uncordon").status_code == 200
+        _wait_running(api, fake, 1)
+        time.sleep(0.3)
+        fake.finish(job, 0)
+        wait_for(api, job, {"succeeded"})
+        live = api.app.state.control.scheduling.sched.tree.past_share("a")
+    assert live > 0
+    with TestClient(create_app(config, executor=FakeExecutor([NodeInfo("n0", "cpu", 1)]))) as api:
+        rebuilt = api.app.state.control.scheduling.sched.tree.past_share("a")
+    assert rebuilt == pytest.approx(live, rel=0.25), (rebuilt, live)  # not 3x: the wait
+
+
+KINDS = ["admitted", "running", "preempted", "pending", "attempt_lost", "stopped", "adopted"]
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
+@given(
+    kinds=st.lists(st.sampled_from([*KINDS, "succeeded", "failed", "cancelled"]), max_size=14),
+    since=st.integers(0, 16),
+)
+def test_each_admission_holds_until_the_next_event_that_gives_devices_back(
+    tmp_path: Path, kinds: list[str], since: int
+) -> None:
+    """Over any sequence of a job's events (event i at time i + 1): the holds the store
+    reads are the admissions paired with the next release, one still open at the end,
+    those that ended before `since` left out; other events change nothing."""
+    from argosy.server.store import HOLD_ENDS, Store
+    from argosy.server.tables import events
+
+    store = Store(f"sqlite:///{tmp_path / 'holds.db'}")
+    row, _ = store.insert_job({"name": "h", "queue": "a", "script": "x.py"}, now=0)
+    placement = {"chip": "cpu", "nodes": {"n0": 1}}
+    store.update_job(row["id"], {"started_at": 1.0, "placement": placement})
+    with store.engine.begin() as c:
+        c.execute(events.delete().where(events.c.job_id == row["id"]))
+        for i, kind in enumerate(kinds):
+            values = {"job_id": row["id"], "kind": kind, "message": "", "created_at": i + 1.0}
+            c.execute(events.insert().values(values))
+    want, start = [], None
+    for i, kind in enumerate(kinds):
+        if kind == "admitted" and start is None:
+            start = i + 1.0
+        elif kind in HOLD_ENDS and start is not None:
+            want.append((start, i + 1.0))
+            start = None
+    if start is not None:
+        want.append((start, None))
+    want = [(s, e) for s, e in want if e is None or e >= since]
+    mine = [h for h in store.holds_since(since) if h["job_id"] == row["id"]]
+    assert [(h["start"], h["end"]) for h in mine] == want
+    assert all(h["queue"] == "a" and h["placement"] == placement for h in mine)
+    store.close()
