@@ -85,7 +85,8 @@ def server(
         if identity is not None and identity.active:  # before Ray's client connects there
             refuse_open_cluster(config.ray_address)
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
-    bounded_http.run(create_app(config), host=host, port=port, log_level="warning")
+    app = create_app(config)
+    bounded_http.run(app, config.http.bounds(), host=host, port=port, log_level="warning")
 
 
 def _with_file(model, path: Path | None, flags: dict):  # noqa: ANN001, ANN202

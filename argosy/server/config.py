@@ -6,9 +6,34 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.core import bounded_http
 from argosy.core.net import DEFAULT_PORT
 from argosy.health.config import NodePolicyConfig
 from argosy.scheduler.config import SchedulerConfig
+
+
+class HttpLimits(BaseModel):
+    """How the server's HTTP listener bounds each connection (`argosy.core.bounded_http`):
+    what a client that floods, trickles or hangs can hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_head_bytes: int = Field(default=bounded_http.MAX_HEAD_BYTES, ge=4096, le=1 << 20)
+    """A request's line and headers together (431 beyond it)."""
+    head_timeout_s: float = Field(default=bounded_http.HEAD_TIMEOUT_S, gt=0, le=600)
+    """Time for a request's head to arrive, from the connection or the last response."""
+    body_timeout_s: float = Field(default=bounded_http.BODY_TIMEOUT_S, gt=0, le=3600)
+    """Time a body may take at least; longer ones must keep `min_body_bytes_per_s`."""
+    min_body_bytes_per_s: int = Field(default=bounded_http.MIN_BODY_BYTES_PER_S, ge=0)
+    """The slowest a long body may arrive (a trickle past it is cut off)."""
+    keep_alive_s: int = Field(default=bounded_http.KEEP_ALIVE_S, ge=0, le=3600)
+    """How long an idle keep-alive connection stays open."""
+    limit_concurrency: int = Field(default=bounded_http.LIMIT_CONCURRENCY, ge=16)
+    """Connections and requests at once (503 past it); lowered to what the open-files
+    limit allows."""
+
+    def bounds(self) -> bounded_http.HttpBounds:
+        return bounded_http.HttpBounds(**self.model_dump())
 
 
 def default_home() -> Path:
@@ -102,6 +127,9 @@ class ServerConfig(BaseModel):
     token_write_burst: int = Field(default=1000, ge=1)
     """Changes a token may make at once, before the sustained rate applies (a sweep of
     1,000 jobs is submitted without waiting)."""
+    http: HttpLimits = Field(default_factory=HttpLimits)
+    """The HTTP listener's bounds per connection (head size and time, body rate,
+    keep-alive, concurrency)."""
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     """Largest request body the server reads (413 beyond it); simulator report uploads
     have their own, larger cap (docs/server.md, Limits)."""
