@@ -32,9 +32,11 @@ every bound; `run(app, bounds=HttpBounds(head_timeout_s=...), ...)` changes them
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 20.0
 """Seconds a request head may take, from the connection (or the last response) on."""
@@ -261,4 +263,9 @@ def uvicorn_options(bounds: HttpBounds | None = None) -> dict[str, Any]:
     }
     if protocol is not None:
         return options | {"http": protocol}
+    log.warning(
+        "httptools is not installed: the HTTP listener bounds a request head's size but"
+        " times neither heads nor bodies, so a client that trickles bytes holds its"
+        " connection; install uvicorn[standard]"
+    )
     return options | {"http": "h11", "h11_max_incomplete_event_size": bounds.max_head_bytes}

@@ -178,3 +178,14 @@ def test_run_keeps_the_callers_own_limits(monkeypatch: pytest.MonkeyPatch) -> No
     bounds = bounded_http.HttpBounds(keep_alive_s=2, limit_concurrency=100)
     bounded_http.run(app, bounds=bounds, limit_concurrency=50)
     assert seen["timeout_keep_alive"] == 2 and seen["limit_concurrency"] == 50
+
+
+def test_without_httptools_the_listener_says_it_times_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """uvicorn's h11 fallback has no head or body timers: an operator is told so."""
+    monkeypatch.setattr(bounded_http, "protocol_class", lambda *a, **k: None)
+    with caplog.at_level("WARNING", logger="argosy.core.bounded_http"):
+        options = bounded_http.uvicorn_options()
+    assert options["http"] == "h11"
+    assert any("httptools is not installed" in r.message for r in caplog.records)
