@@ -48,6 +48,9 @@ KEEP_ALIVE_S = 5
 """Seconds an idle keep-alive connection is kept open (uvicorn's `timeout_keep_alive`)."""
 LIMIT_CONCURRENCY = 2048
 """Open connections or requests in flight past which uvicorn answers 503."""
+MAX_PER_CLIENT = 1024
+"""Open connections one client address may hold (503 and closed past it): one client
+cannot take every connection the server has; 0 for none."""
 FD_RESERVE = 128
 """File descriptors kept free of connections: logs, the database, pipes, model files."""
 
@@ -62,6 +65,7 @@ class HttpBounds:
     min_body_bytes_per_s: int = MIN_BODY_BYTES_PER_S
     keep_alive_s: int = KEEP_ALIVE_S
     limit_concurrency: int = LIMIT_CONCURRENCY
+    max_per_client: int = MAX_PER_CLIENT
 
 
 def protocol_class(
@@ -70,13 +74,15 @@ def protocol_class(
     head_timeout_s: float = HEAD_TIMEOUT_S,
     body_timeout_s: float = BODY_TIMEOUT_S,
     min_body_bytes_per_s: int = MIN_BODY_BYTES_PER_S,
+    max_per_client: int = MAX_PER_CLIENT,
 ) -> type | None:
-    """uvicorn's httptools protocol with the head limit and the head and body timers;
-    None without httptools."""
+    """uvicorn's httptools protocol with the head limit, the head and body timers and the
+    cap on one client address's open connections; None without httptools."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # uvicorn without its [standard] extra
         return None
+    open_by_client: dict[str, int] = {}  # the listener's, shared by its connections
 
     class BoundedHeadProtocol(HttpToolsProtocol):
         """Counts the bytes fed while a request's head is incomplete, and times heads
@@ -89,13 +95,29 @@ def protocol_class(
         _body_bytes = 0  # body bytes of the current request so far
         _body_clock = (0.0, 0)  # (when the allowance was last reset, _body_bytes then)
 
+        _client: str | None = None  # the address counted for this connection
+
         def connection_made(self, transport: Any) -> None:  # noqa: ANN401
             super().connection_made(transport)
+            peer = transport.get_extra_info("peername")
+            client = peer[0] if isinstance(peer, tuple) and peer else None
+            if client is not None and max_per_client:
+                if open_by_client.get(client, 0) >= max_per_client:
+                    self._answer_503(f"{max_per_client} connections from {client} are open")
+                    transport.close()
+                    return
+                open_by_client[client] = open_by_client.get(client, 0) + 1
+                self._client = client
             self._arm_head_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_head_timer()
             self._cancel_body_timer()
+            if self._client is not None:
+                left = open_by_client.pop(self._client, 1) - 1
+                if left > 0:
+                    open_by_client[self._client] = left
+                self._client = None
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -195,6 +217,15 @@ def protocol_class(
                 b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
             )
 
+        def _answer_503(self, message: str) -> None:
+            body = f"{message}\n".encode()
+            self.transport.write(
+                b"HTTP/1.1 503 Service Unavailable\r\n"
+                b"content-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+
         def _refuse(self) -> None:
             body = f"request line and headers exceed {limit} bytes\n".encode()
             head = (
@@ -256,6 +287,7 @@ def uvicorn_options(bounds: HttpBounds | None = None) -> dict[str, Any]:
         head_timeout_s=bounds.head_timeout_s,
         body_timeout_s=bounds.body_timeout_s,
         min_body_bytes_per_s=bounds.min_body_bytes_per_s,
+        max_per_client=bounds.max_per_client,
     )
     options: dict[str, Any] = {
         "timeout_keep_alive": bounds.keep_alive_s,

@@ -31,6 +31,9 @@ class HttpLimits(BaseModel):
     limit_concurrency: int = Field(default=bounded_http.LIMIT_CONCURRENCY, ge=16)
     """Connections and requests at once (503 past it); lowered to what the open-files
     limit allows."""
+    max_per_client: int = Field(default=bounded_http.MAX_PER_CLIENT, ge=0)
+    """Connections one client address may hold open (503 past it; 0: no cap), so one
+    client cannot take every connection."""
 
     def bounds(self) -> bounded_http.HttpBounds:
         return bounded_http.HttpBounds(**self.model_dump())

@@ -189,3 +189,33 @@ def test_without_httptools_the_listener_says_it_times_nothing(
         options = bounded_http.uvicorn_options()
     assert options["http"] == "h11"
     assert any("httptools is not installed" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+def test_one_client_holds_at_most_its_share_of_connections(cap: int) -> None:
+    """Past `max_per_client` open connections from one address, a new one is answered
+    503 and closed; once one of them closes, the next is served again."""
+    protocol = bounded_http.protocol_class(max_per_client=cap)
+    if protocol is None:
+        pytest.skip("uvicorn without httptools: no per-client cap")
+    with serving(app, http=protocol, timeout_keep_alive=60) as free:
+        held = [socket.create_connection(("127.0.0.1", free), timeout=10) for _ in range(cap)]
+        try:
+            for sock in held:  # each is served (and stays open: keep-alive)
+                sock.sendall(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 0\r\n\r\n")
+                assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            with socket.create_connection(("127.0.0.1", free), timeout=10) as extra:
+                answer, _ = until_closed(extra)
+            assert answer.startswith(b"HTTP/1.1 503") and b"connections from" in answer
+            held.pop().close()
+            deadline = time.monotonic() + 10
+            while True:  # the server counts the close once it has seen it
+                with socket.create_connection(("127.0.0.1", free), timeout=10) as again:
+                    again.sendall(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 0\r\n\r\n")
+                    if again.recv(4096).startswith(b"HTTP/1.1 200"):
+                        break
+                assert time.monotonic() < deadline, "a closed connection was never counted out"
+                time.sleep(0.05)
+        finally:
+            for sock in held:
+                sock.close()
