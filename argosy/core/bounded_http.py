@@ -209,18 +209,16 @@ def protocol_class(
             self.transport.close()
 
         def _answer_408(self, message: str) -> None:
-            body = f"{message}\n".encode()
-            self.transport.write(
-                b"HTTP/1.1 408 Request Timeout\r\n"
-                b"content-type: text/plain; charset=utf-8\r\n"
-                b"connection: close\r\n"
-                b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-            )
+            self._answer(b"408 Request Timeout", message)
 
         def _answer_503(self, message: str) -> None:
+            self._answer(b"503 Service Unavailable", message)
+
+        def _answer(self, status: bytes, message: str) -> None:
+            """A plain-text answer that ends the connection, written before it closes."""
             body = f"{message}\n".encode()
             self.transport.write(
-                b"HTTP/1.1 503 Service Unavailable\r\n"
+                b"HTTP/1.1 " + status + b"\r\n"
                 b"content-type: text/plain; charset=utf-8\r\n"
                 b"connection: close\r\n"
                 b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body

@@ -4,7 +4,9 @@ device that frees up; another queue's job, submitted after the flood, runs next
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from server_helpers import fast_config, job_body, wait_for
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
 from argosy.server.app import create_app
+from argosy.server.config import ServerConfig
 
 QUEUES = "queues:\n  - name: org\n    children:\n" + "".join(f"      - name: {q}\n" for q in "abc")
 
@@ -77,24 +80,35 @@ def test_a_queue_may_keep_only_so_many_jobs_waiting(tmp_path: Path) -> None:
             time.sleep(0.05)
 
 
+def _one_device(tmp_path: Path) -> tuple[ServerConfig, FakeExecutor]:
+    """A server's config over queues a, b and c, and a fake executor of one device."""
+    (tmp_path / "queues.yaml").write_text(QUEUES)
+    config = fast_config(tmp_path / "home", queues_file=tmp_path / "queues.yaml")
+    return config, FakeExecutor([NodeInfo("n0", "cpu", 1)])
+
+
+@contextlib.contextmanager
+def _admin_client(config: ServerConfig, fake: FakeExecutor) -> Iterator[TestClient]:
+    """A client of a running server over `fake`, with the server's admin token."""
+    with TestClient(create_app(config, executor=fake)) as api:
+        token = (config.home / "admin.token").read_text().strip()
+        api.headers["Authorization"] = f"Bearer {token}"
+        yield api
+
+
 def test_a_restarted_server_remembers_who_held_the_devices(tmp_path: Path) -> None:
     """The decayed use is rebuilt from the store at start: after a restart, queue a (whose
     jobs ran before it) still goes after queue b (which ran nothing), though a submitted
     first; before, the restarted server had forgotten and gave the device to a."""
-    (tmp_path / "queues.yaml").write_text(QUEUES)
-    home = tmp_path / "home"
-    config = fast_config(home, queues_file=tmp_path / "queues.yaml")
-    fake = FakeExecutor([NodeInfo("n0", "cpu", 1)])
-    with TestClient(create_app(config, executor=fake)) as api:
-        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+    config, fake = _one_device(tmp_path)
+    with _admin_client(config, fake) as api:
         ran = api.post("/api/v1/jobs", json=job_body("a-old", queue="a")).json()["id"]
         _wait_running(api, fake, 1)
         time.sleep(0.5)  # it holds the device a while
         fake.finish(ran, 0)
         wait_for(api, ran, {"succeeded"})
     fake = FakeExecutor([NodeInfo("n0", "cpu", 1)])
-    with TestClient(create_app(config, executor=fake)) as api:
-        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+    with _admin_client(config, fake) as api:
         blocker = api.post("/api/v1/jobs", json=job_body("c", queue="c")).json()["id"]
         _wait_running(api, fake, 1)
         first = api.post("/api/v1/jobs", json=job_body("a-new", queue="a")).json()["id"]
@@ -133,12 +147,8 @@ def test_a_restart_rebuilds_only_the_time_devices_were_held(tmp_path: Path) -> N
     """A job that ran, was lost, waited queued again (its node cordoned) and ran again held
     the device twice, not for the whole span from its first start to its end: the decayed
     use a restarted server rebuilds is the one the live server counted."""
-    (tmp_path / "queues.yaml").write_text(QUEUES)
-    home = tmp_path / "home"
-    config = fast_config(home, queues_file=tmp_path / "queues.yaml")
-    fake = FakeExecutor([NodeInfo("n0", "cpu", 1)])
-    with TestClient(create_app(config, executor=fake)) as api:
-        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+    config, fake = _one_device(tmp_path)
+    with _admin_client(config, fake) as api:
         job = api.post("/api/v1/jobs", json=job_body("a", queue="a", max_restarts=2)).json()["id"]
         _wait_running(api, fake, 1)
         time.sleep(0.3)
