@@ -66,25 +66,6 @@ def signal_by_env(key: str, value: str, sig: int) -> int:
     return hit
 
 
-def descendants(pid: int) -> list[int]:
-    """The processes `pid` started, and theirs, as /proc shows them now (pid excluded)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += children.get(child, [])
-    return found
-
-
 def tell(proc: subprocess.Popen, message: dict, last: bool) -> bool:
     """One JSON line to `proc`'s stdin (closed after the `last`); False if it is gone."""
     if proc.poll() is not None or proc.stdin is None:

@@ -43,12 +43,12 @@ FOLDER = "argosy-jobs"
 KILL_WAIT_S = 2.0
 """How long `kill` waits for the members to be gone before it leaves the cgroup."""
 MOVE_ROUNDS = 20
-"""Reads of a process tree that `move` makes at most while its processes fork."""
+"""Reads of a holding cgroup's members that `adopt` makes at most while they fork."""
 SWEEP_AFTER_S = 300.0
+"""Empty cgroups younger than this are not swept: a child may be about to enter one."""
 HOLDING = "warm-"
 """The name of a holding cgroup: `warm-<server pid>-<n>`."""
 _HELD = itertools.count(1)
-"""Empty cgroups younger than this are not swept: a child may be about to enter one."""
 
 
 def cgroup2_mount(mountinfo: str) -> Path | None:

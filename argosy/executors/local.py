@@ -65,9 +65,15 @@ from argosy.executors.isolation import (
 )
 from argosy.hardware.discovery import discover
 
-WRAPPER = r"""
+JOIN_CGROUP = r"""
 if [ -n "$1" ]; then echo $$ > "$1" 2>/dev/null; fi
 shift
+"""
+"""A wrapper's first step: it joins the cgroup `$1` names (none: "") before it starts
+anything, then drops the argument."""
+WRAPPER = (
+    JOIN_CGROUP
+    + r"""
 "$@" > "$ARGOSY_ATTEMPT_DIR/output.log" 2>&1 &
 echo $! > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/launch.tmp" "$ARGOSY_ATTEMPT_DIR/launch.pid"
@@ -75,9 +81,10 @@ wait $!
 echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
-WARM_WRAPPER = r"""
-if [ -n "$1" ]; then echo $$ > "$1" 2>/dev/null; fi
-shift
+)
+WARM_WRAPPER = (
+    JOIN_CGROUP
+    + r"""
 "$@" > /dev/null 2>&1 &
 child=$!
 if ! read -r ARGOSY_ATTEMPT_DIR; then kill $child 2>/dev/null; exit 0; fi
@@ -87,6 +94,7 @@ wait $child
 echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
+)
 JOB_ENV = "ARGOSY_JOB_ID"
 WARM_USERS = 4
 """Warm processes kept at most: one per recently started job user (a queue's)."""

@@ -71,8 +71,7 @@ async def principal(
         raise HTTPException(401, "missing or unknown token", {"WWW-Authenticate": "Bearer"})
     request.state.actor = found.actor  # the access log's actor (argosy.server.access_log)
     if request.method in UNSAFE_METHODS:
-        limits = getattr(request.app.state, "limits", None)
-        refuse_if_too_fast(limits, found.token_id, found.server_admin)
+        refuse_if_too_fast(request, found)
     return found
 
 

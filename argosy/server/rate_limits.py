@@ -8,7 +8,7 @@ tokens in use; full buckets (idle tokens) are dropped from it now and then.
 
     limits = RateLimits(rate_per_s=20.0, burst=1000)
     if (wait := limits.wait_s(principal.token_id)) > 0:
-        ...  # 429, Retry-After: ceil(wait)
+        ...  # 429, Retry-After: ceil(wait); `refuse_if_too_fast(request, who)` does it
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import math
 import time
 from collections.abc import Callable
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
+
+from argosy.server.auth import Principal
 
 PRUNE_EVERY = 1024
 """Takes between two sweeps of full buckets out of the table."""
@@ -63,11 +65,13 @@ class RateLimits:
             del self._buckets[key]
 
 
-def refuse_if_too_fast(limits: RateLimits | None, token_id: str, exempt: bool) -> None:
-    """A 429 with Retry-After when `token_id` has used up its changes for now."""
-    if limits is None or exempt:
+def refuse_if_too_fast(request: Request, who: Principal) -> None:
+    """A 429 with Retry-After when `who`'s token has used up its changes for now (the
+    app's `limits`; the server's own admin token is never limited)."""
+    limits: RateLimits | None = getattr(request.app.state, "limits", None)
+    if limits is None or who.server_admin:
         return
-    wait = limits.wait_s(token_id)
+    wait = limits.wait_s(who.token_id)
     if wait > 0:
         seconds = max(1, math.ceil(wait))
         raise HTTPException(

@@ -253,17 +253,16 @@ class Store:
         )
         with self.engine.connect() as c:
             rows = list(c.execute(query).mappings())
-        open_at: dict[str, float] = {}
+        admitted: dict[str, Row] = {}  # job id -> the event that opened its hold
         holds = []
         for r in rows:
             if not r["placement"]:
                 continue
             if r["kind"] == HOLD_STARTS:
-                open_at.setdefault(r["id"], r["created_at"])
-            elif r["id"] in open_at:
-                holds.append(_hold(r, open_at.pop(r["id"]), r["created_at"]))
-        last = {r["id"]: r for r in rows}
-        holds += [_hold(last[job], start, None) for job, start in open_at.items()]
+                admitted.setdefault(r["id"], r)
+            elif r["id"] in admitted:
+                holds.append(_hold(admitted.pop(r["id"]), r["created_at"]))
+        holds += [_hold(opened, None) for opened in admitted.values()]
         return [h for h in holds if h["end"] is None or h["end"] >= since_s]
 
     def update_job(
@@ -510,8 +509,12 @@ HOLD_ENDS = ("pending", "attempt_lost", "stopped", "succeeded", "failed", "cance
 """The events that give a job's devices back (a `cancelled` while pending has none)."""
 
 
-def _hold(row: Row, start: float, end: float | None) -> Row:
-    return {"job_id": row["id"], "queue": row["queue"], "placement": row["placement"]} | {
-        "start": start,
+def _hold(admitted: Row, end: float | None) -> Row:
+    """One hold: from its `admitted` event's row to `end` (None: held still)."""
+    return {
+        "job_id": admitted["id"],
+        "queue": admitted["queue"],
+        "placement": admitted["placement"],
+        "start": admitted["created_at"],
         "end": end,
     }

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from argosy.core.procs import descendants, pid_alive
+from argosy.core.procs import pid_alive
 from argosy.executors.base import LaunchRequest
 from argosy.executors.cgroups import (
     JobCgroups,
@@ -69,6 +69,25 @@ def test_two_run_directories_never_share_a_cgroup_prefix(a: str, b: str) -> None
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", ka)
     if ra != rb:
         assert ka != kb and not fnmatch.fnmatchcase(f"{kb}.a1", f"{ka}.*")
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs, as /proc shows them now (pid excluded)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += children.get(child, [])
+    return found
 
 
 GROUPS = JobCgroups.here()

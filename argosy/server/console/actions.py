@@ -78,7 +78,7 @@ async def login(
         )
     request.state.actor = who.actor  # the access log's actor
     # a login writes a session row: a change of the token's, counted as any other
-    refuse_if_too_fast(getattr(request.app.state, "limits", None), who.token_id, who.server_admin)
+    refuse_if_too_fast(request, who)
     sessions = request.app.state.sessions
     sessions.close(request.cookies.get(COOKIE, ""))  # this browser's older session
     session_id, session = sessions.open(who)

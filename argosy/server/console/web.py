@@ -99,9 +99,7 @@ async def viewer(request: Request) -> Principal:
         raise LoginRequiredError
     if request.method in UNSAFE_METHODS:
         await check_csrf(request, session)
-        limits = getattr(request.app.state, "limits", None)
-        found = session.principal
-        refuse_if_too_fast(limits, found.token_id, found.server_admin)
+        refuse_if_too_fast(request, session.principal)
     return session.principal
 
 
