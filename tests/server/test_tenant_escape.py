@@ -57,8 +57,8 @@ def server() -> Iterator[tuple[str, Path, dict[str, str]]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _submit(url: str, token: str, queue: str, args: list[str]) -> dict:
-    body = {"name": f"{queue}-job", "queue": queue, "script": ESCAPE, "args": args}
+def _submit(url: str, token: str, queue: str, args: list[str], script: str = ESCAPE) -> dict:
+    body = {"name": f"{queue}-job", "queue": queue, "script": script, "args": args}
     body |= {"workdir": str(SCRIPTS), "max_restarts": 0}
     r = httpx.post(f"{url}/api/v1/jobs", json=body, headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 201, r.text
@@ -76,6 +76,14 @@ def _wait(url: str, token: str, job_id: str, states: set[str], timeout_s: float 
         time.sleep(0.2)
 
 
+def _wait_file(path: Path, what: str, timeout_s: float = 60) -> None:
+    """Until the job writes `path` (`what` it failed to do otherwise)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
 def _run_dir(home: Path, job_id: str) -> Path:
     """Where the server put the job's run directory (its home, or the fallback)."""
     found = [home / "runs" / job_id, *Path("/var/lib/argosy").glob(f"runs-*/{job_id}")]
@@ -89,10 +97,7 @@ def test_a_hostile_job_reaches_no_token_and_no_other_tenant(
     victim = _submit(url, tokens["team-b"], "team-b", ["--hold-s", "120"])
     _wait(url, tokens["admin"], victim["id"], {"running"})
     victim_run = _run_dir(home, victim["id"])
-    deadline = time.monotonic() + 60
-    while not (victim_run / "ready").exists():
-        assert time.monotonic() < deadline, "the victim never wrote its secret"
-        time.sleep(0.1)
+    _wait_file(victim_run / "ready", "the victim never wrote its secret")
     secret = (victim_run / "secret.txt").read_text()
 
     attacker = _submit(url, tokens["team-a"], "team-a", ["--other-run", str(victim_run)])
@@ -180,16 +185,10 @@ def test_what_a_job_leaves_behind_ends_with_it(
     if JobCgroups.here() is None:
         pytest.skip("no cgroup v2 this server may write: the environment scan alone holds")
     url, home, tokens = server
-    body = {"name": "linger", "queue": "team-a", "script": str(SCRIPTS / "linger.py")}
-    body |= {"workdir": str(SCRIPTS), "max_restarts": 0}
-    auth = {"Authorization": f"Bearer {tokens['team-a']}"}
-    job = httpx.post(f"{url}/api/v1/jobs", json=body, headers=auth).json()
+    job = _submit(url, tokens["team-a"], "team-a", [], script=str(SCRIPTS / "linger.py"))
     _wait(url, tokens["admin"], job["id"], {"running"})
     run = _run_dir(home, job["id"])
-    deadline = time.monotonic() + 60
-    while not (run / "lingering.pid").exists():
-        assert time.monotonic() < deadline, "the job never left its process behind"
-        time.sleep(0.1)
+    _wait_file(run / "lingering.pid", "the job never left its process behind")
     pid = int((run / "lingering.pid").read_text())
     status = Path(f"/proc/{pid}/status").read_text()
     uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
