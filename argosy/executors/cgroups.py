@@ -25,6 +25,7 @@ None and the environment scan alone remains.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import os
@@ -253,7 +254,7 @@ def kill_group(group: Path, wait_s: float = KILL_WAIT_S) -> int:
                     os.kill(pid, signal.SIGKILL)
             _freeze(group, False)
         time.sleep(0.01)
-    _remove(group)
+    _remove(group, deadline)
     return len(members)
 
 
@@ -287,6 +288,14 @@ def _freeze(group: Path, frozen: bool) -> None:
         (group / "cgroup.freeze").write_text("1" if frozen else "0")
 
 
-def _remove(group: Path) -> None:
-    with contextlib.suppress(OSError):
-        group.rmdir()
+def _remove(group: Path, deadline: float = 0.0) -> None:
+    """Remove `group`; until `deadline` (monotonic) again while the kernel says busy: a
+    killed member is gone from `cgroup.procs` a moment before it stops counting."""
+    while True:
+        try:
+            group.rmdir()
+        except OSError as err:
+            if err.errno == errno.EBUSY and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
+        return

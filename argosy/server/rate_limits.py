@@ -23,6 +23,9 @@ from argosy.server.auth import Principal
 
 PRUNE_EVERY = 1024
 """Takes between two sweeps of full buckets out of the table."""
+FULL_ENOUGH = 1e-9
+"""A change's worth less this counts as one: waiting exactly the time `wait_s` named
+refills the bucket up to a rounding error, and that wait must be enough."""
 
 
 class RateLimits:
@@ -47,9 +50,9 @@ class RateLimits:
             return 0.0
         now = self._clock()
         level = self._level(key, now)
-        if level < 1.0:
+        if level < 1.0 - FULL_ENOUGH:
             return (1.0 - level) / self.rate_per_s
-        self._buckets[key] = (level - 1.0, now)
+        self._buckets[key] = (max(0.0, level - 1.0), now)
         self._takes += 1
         if self._takes % PRUNE_EVERY == 0:
             self._prune(now)
