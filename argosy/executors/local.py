@@ -337,16 +337,17 @@ class WarmLauncher:
 
 
 def _end_waiting(proc: subprocess.Popen, pipe: int, held: Path | None) -> None:
-    """A waiting warm process ends: EOF on its pipes, and its holding cgroup killed."""
+    """A waiting warm process ends: EOF on its pipes (its wrapper then ends it and exits
+    0), then its holding cgroup is killed, with whatever else reached it."""
     with contextlib.suppress(OSError):
         os.close(pipe)
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
-    if held is not None:  # killed: reaped at once (else it ends by itself on EOF)
-        kill_group(held.parent)
+    if held is not None:  # (without one, it ends by itself on EOF, unwaited)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1.0)
+        kill_group(held.parent)
 
 
 def launch_command(request: LaunchRequest) -> list[str]:
