@@ -113,28 +113,30 @@ class JobCgroups:
     def path(self, run_dir: Path, part: str) -> Path:
         return self.root / f"{group_key(run_dir)}.{part}"
 
-    def make(self, run_dir: Path, part: str) -> Path | None:
+    def make(self, run_dir: Path, part: str) -> Path:
         """The part's cgroup, made when missing: its `cgroup.procs`, where a process that
-        writes its own pid joins it (None: it cannot be made)."""
+        writes its own pid joins it. Raises OSError (naming the cgroup) when it cannot be
+        made: a job never starts outside its cgroup where there are cgroups."""
         group = self.path(run_dir, part)
         try:
             group.mkdir(exist_ok=True)
-        except OSError:
-            return None
+        except OSError as err:
+            raise OSError(err.errno, f"cannot make the cgroup {group}: {err.strerror}") from err
         return group / "cgroup.procs"
 
-    def enter(self, run_dir: Path, part: str) -> Entry | None:
+    def enter(self, run_dir: Path, part: str) -> Entry:
         """A `preexec_fn` that puts the child into the part's cgroup (made here, before
-        the fork: the child only writes to a file already open); None when it cannot be
-        made (the child then starts outside any). `close()` it after the fork. A
-        `preexec_fn` makes Python fork rather than vfork: 25 ms for a 400 MB parent
-        (measured), so a process already forked that way (a Ray actor's) uses it, and a
-        shell wrapper joins by itself instead (`make`, then `echo $$ > procs`)."""
+        the fork: the child only writes to a file already open), or fails the child's
+        start (Popen raises) when it cannot. Raises OSError when the cgroup cannot be
+        made. `close()` it after the fork. A `preexec_fn` makes Python fork rather than
+        vfork: 25 ms for a 400 MB parent (measured), so a process already forked that way
+        (a Ray actor's) uses it, and a shell wrapper joins by itself instead (`make`, then
+        `echo $$ > procs`)."""
         procs = self.make(run_dir, part)
         try:
-            return Entry(os.open(procs, os.O_WRONLY | os.O_CLOEXEC)) if procs else None
-        except OSError:
-            return None
+            return Entry(os.open(procs, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError as err:
+            raise OSError(err.errno, f"cannot open {procs}: {err.strerror}") from err
 
     def holding(self) -> Path | None:
         """A new cgroup for a process started before its job is known (a warm launcher,
@@ -152,10 +154,8 @@ class JobCgroups:
         """Move every member of the `holding` cgroup (its `cgroup.procs`) into the part's,
         then remove it. A member may fork while it moves (the child lands in `holding`):
         its members are read again until none is left. False: some could not be moved."""
-        target = self.make(run_dir, part)
-        if target is None:
-            return False
         try:
+            target = self.make(run_dir, part)
             for _ in range(MOVE_ROUNDS):
                 members = _members(holding.parent)
                 if not members:
@@ -195,25 +195,26 @@ class JobCgroups:
             gone += 1
         return gone
 
-    def kill(self, run_dir: Path, part: str | None = None) -> int:
+    def kill(self, run_dir: Path, part: str | None = None, wait_s: float = KILL_WAIT_S) -> int:
         """SIGKILL every process in the run directory's cgroups (with `part`: that part's
-        alone), then remove them; returns how many processes were there."""
+        alone), then remove them, waiting at most `wait_s` for each to empty (one that
+        does not, a member stuck in the kernel, is left for `sweep`); returns how many
+        processes were there."""
         if part is not None:
-            return kill_group(self.path(run_dir, part))
-        return sum(kill_group(g) for g in self.root.glob(f"{group_key(run_dir)}.*"))
+            return kill_group(self.path(run_dir, part), wait_s)
+        return sum(kill_group(g, wait_s) for g in self.root.glob(f"{group_key(run_dir)}.*"))
 
 
 class Entry:
     """The child's step into a cgroup: writes 0 (the writing process itself) to the
-    cgroup's open `cgroup.procs`. A child that cannot join starts all the same (the
-    environment scan still finds it)."""
+    cgroup's open `cgroup.procs`. A child that cannot join raises, so its start fails
+    (`Popen` raises SubprocessError) rather than run outside the cgroup."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
     def __call__(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self.fd, b"0")
+        os.write(self.fd, b"0")
 
     def close(self) -> None:
         """The parent's copy of the file, once the child is forked."""
@@ -246,14 +247,16 @@ def kill_group(group: Path, wait_s: float = KILL_WAIT_S) -> int:
     except OSError:
         by_kernel = False  # before Linux 5.14: frozen, each member killed (read again)
     deadline = time.monotonic() + wait_s
-    while _members(group) and time.monotonic() < deadline:
+    for rounds in itertools.count():
         if not by_kernel:  # (pids read while frozen: none of them can be reused yet)
             _freeze(group, True)
             for pid in _members(group):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             _freeze(group, False)
-        time.sleep(0.01)
+        if not _members(group) or time.monotonic() >= deadline:
+            break
+        time.sleep(_pause(rounds))
     _remove(group, deadline)
     return len(members)
 
@@ -291,11 +294,17 @@ def _freeze(group: Path, frozen: bool) -> None:
 def _remove(group: Path, deadline: float = 0.0) -> None:
     """Remove `group`; until `deadline` (monotonic) again while the kernel says busy: a
     killed member is gone from `cgroup.procs` a moment before it stops counting."""
-    while True:
+    for rounds in itertools.count():
         try:
             group.rmdir()
         except OSError as err:
             if err.errno == errno.EBUSY and time.monotonic() < deadline:
-                time.sleep(0.01)
+                time.sleep(_pause(rounds))
                 continue
         return
+
+
+def _pause(rounds: int) -> float:
+    """The wait before a kill's next look: 1 ms, doubling to 10 ms (members die in a
+    millisecond or two; a look costs a read of one small file)."""
+    return min(0.01, 0.001 * 2**rounds)

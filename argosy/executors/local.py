@@ -53,7 +53,7 @@ from pathlib import Path
 
 from argosy.core.procs import pid_alive, signal_by_env, start_ticks
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
-from argosy.executors.cgroups import JobCgroups, kill_group
+from argosy.executors.cgroups import KILL_WAIT_S, JobCgroups, kill_group
 from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
@@ -65,14 +65,22 @@ from argosy.executors.isolation import (
 )
 from argosy.hardware.discovery import discover
 
-JOIN_CGROUP = r"""
-if [ -n "$1" ]; then echo $$ > "$1" 2>/dev/null; fi
-shift
-"""
-"""A wrapper's first step: it joins the cgroup `$1` names (none: "") before it starts
-anything, then drops the argument."""
+NOT_JOINED = "cgroup.failed"
+"""The file in an attempt's record directory (root's, `$0` of its wrapper) where a cold
+wrapper names the cgroup it could not join."""
+
+
+def join_cgroup(or_else: str) -> str:
+    """A wrapper's first step: it joins the cgroup whose `cgroup.procs` is `$1` (none:
+    "") before it starts anything, then drops the argument. Where it cannot, it runs
+    `or_else` and ends, having started nothing."""
+    return (
+        f'if [ -n "$1" ] && ! echo $$ 2>/dev/null > "$1"; then\n  {or_else}\n  exit 1\nfi\nshift\n'
+    )
+
+
 WRAPPER = (
-    JOIN_CGROUP
+    join_cgroup(f'echo "$1" > "$0/{NOT_JOINED}"')
     + r"""
 "$@" > "$ARGOSY_ATTEMPT_DIR/output.log" 2>&1 &
 echo $! > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
@@ -83,7 +91,7 @@ mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
 )
 WARM_WRAPPER = (
-    JOIN_CGROUP
+    join_cgroup(":")  # the waiting process never starts: its attempt starts cold
     + r"""
 "$@" > /dev/null 2>&1 &
 child=$!
@@ -98,6 +106,12 @@ mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 JOB_ENV = "ARGOSY_JOB_ID"
 WARM_USERS = 4
 """Warm processes kept at most: one per recently started job user (a queue's)."""
+IN_LOOP_KILL_WAIT_S = 0.25
+"""How long ending an attempt waits for its cgroup to empty: the server's control loop
+waits with it (a member stuck in the kernel, which a job can cause, would hold the loop
+for the full KILL_WAIT_S at each end); an emptied cgroup left behind goes at the next
+sweep."""
+SWEEP_EVERY_S = 300.0
 LAUNCHER_START_S = 60
 """A launcher starts this soon after its wrapper, or the pid its file names is a stranger's."""
 
@@ -144,6 +158,7 @@ class LocalExecutor:
         self._running: dict[str, _Attempt] = {}
         self._warm: OrderedDict[JobUser | None, WarmLauncher] = OrderedDict()
         self.cgroups = JobCgroups.here()  # None: the environment scan alone ends a job
+        self._swept_s = time.monotonic()
         identity = self.options.identity
         if self.options.warm and (identity is None or not identity.active):
             self._warm[None] = WarmLauncher(self._warm_env(None), None, self.cgroups)
@@ -165,7 +180,7 @@ class LocalExecutor:
             if older.proc is not None or _same_process(older.pid, older.dir):
                 with contextlib.suppress(OSError):  # (an adopted pid may be a stranger's)
                     os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
-            end_job(request.job_id, request.run_dir, self.cgroups)  # ranks in own sessions
+            end_job(request.job_id, request.run_dir, self.cgroups, wait_s=IN_LOOP_KILL_WAIT_S)
         user = self.user_for(request.queue)
         prepare_run_dir(request.run_dir, user)
         where = attempt_dir(request.run_dir, request.attempt)
@@ -231,6 +246,9 @@ class LocalExecutor:
             _signal(pid, signal.SIGTERM)  # the launcher stops its ranks, then exits 130
 
     def poll(self) -> list[AttemptExit]:
+        if self.cgroups is not None and time.monotonic() - self._swept_s > SWEEP_EVERY_S:
+            self._swept_s = time.monotonic()
+            self.cgroups.sweep()  # what an end left behind, still busy, once empty
         out = []
         for job_id, current in list(self._running.items()):
             ended = self._ended(current)
@@ -258,7 +276,12 @@ class LocalExecutor:
         lost = is_lost(code)
         # whatever the attempt left running ends with it (after a success too: a process
         # that left the job's session would keep the machine's CPU and memory)
-        end_job(a.job_id, a.dir.parent.parent, self.cgroups, scan=code != 0)
+        run_dir, wait_s = a.dir.parent.parent, IN_LOOP_KILL_WAIT_S
+        end_job(a.job_id, run_dir, self.cgroups, scan=code != 0, wait_s=wait_s)
+        unjoined = _read_text(a.dir / NOT_JOINED)
+        if unjoined:  # its wrapper started nothing
+            why = f"could not start: its wrapper could not join the cgroup {unjoined}"
+            return AttemptExit(a.job_id, a.attempt, None, True, why)
         return AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
 
     def close(self) -> None:
@@ -315,7 +338,8 @@ class WarmLauncher:
         process is killed: the caller starts the attempt cold)."""
         proc, pipe, held = self._proc, self._pipe, self._held
         self._proc, self._pipe, self._held = self._spawn()
-        if adopt is not None and (held is None or not adopt(held)):
+        usable = proc.poll() is None  # (it ends at once where it cannot join its cgroup)
+        if not usable or (adopt is not None and (held is None or not adopt(held))):
             _end_waiting(proc, pipe, held)
             return None
         request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
@@ -385,11 +409,19 @@ def kill_job_processes(job_id: str) -> int:
     return hit
 
 
-def end_job(job_id: str, run_dir: Path, cgroups: JobCgroups | None, *, scan: bool = True) -> int:
+def end_job(
+    job_id: str,
+    run_dir: Path,
+    cgroups: JobCgroups | None,
+    *,
+    scan: bool = True,
+    wait_s: float = KILL_WAIT_S,
+) -> int:
     """SIGKILL what a job runs on this machine: its cgroups' members (none can leave
-    them), then with `scan` every process whose environment names `job_id` (the only
-    way where there are no cgroups). Returns how many were signalled."""
-    hit = cgroups.kill(run_dir) if cgroups is not None else 0
+    them; waiting at most `wait_s` for each cgroup to empty), then with `scan` every
+    process whose environment names `job_id` (the only way where there are no cgroups).
+    Returns how many were signalled."""
+    hit = cgroups.kill(run_dir, wait_s=wait_s) if cgroups is not None else 0
     return hit + (kill_job_processes(job_id) if scan else 0)
 
 
@@ -442,6 +474,14 @@ def _read_int(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, stripped ("" where there is none)."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _wait_for_exec(proc: subprocess.Popen, where: Path, timeout_s: float = 5.0) -> None:

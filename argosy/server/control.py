@@ -416,7 +416,7 @@ class Control(NodeControl):
         summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason, nodes)
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop, n = row["stop_requested"], e.attempt
-        ended_s = exit_time(self.run_dir(e.job_id), n, time.time())
+        ended_s = exit_time(self.run_dir(e.job_id), n, self.clock.now_s())
         started_s = attempt_started(self.run_dir(e.job_id), n) or row["started_at"] or ended_s
         self._absorb_node_health(row["id"], nodes, min(started_s, ended_s), ended_s)
         self.energy.record_attempt(e.job_id, n, nodes, summary, ended_s)
@@ -473,7 +473,8 @@ class Control(NodeControl):
         *,
         actor: str = SYSTEM_ACTOR,
     ) -> None:
-        values = {"finished_at": time.time()} | (extra or {}) | {"state": state, "reason": reason}
+        now = self.clock.now_s()
+        values = {"finished_at": now} | (extra or {}) | {"state": state, "reason": reason}
         self.store.update_job(job_id, values, event=event, actor=actor)
 
 

@@ -348,3 +348,19 @@ def test_a_waiting_warm_process_cannot_be_attached_to_by_its_own_user() -> None:
         finally:
             target.kill()
             target.wait()
+
+
+def test_a_kill_waits_no_longer_than_it_was_told_for_a_member_that_stays(
+    tmp_path: Path,
+) -> None:
+    """A member stuck in the kernel never leaves `cgroup.procs`: the kill gives up after
+    `wait_s` (the server's loop waits with it) and leaves the cgroup for the sweep. A
+    stand-in cgroup (a plain folder whose `cgroup.procs` names a process that lives on)."""
+    groups = JobCgroups(tmp_path)
+    run = tmp_path / "runs" / "stuck"
+    group = groups.path(run, "a1")
+    group.mkdir()
+    (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    began = time.monotonic()
+    assert groups.kill(run, wait_s=0.1) == 1
+    assert time.monotonic() - began < 1.0 and group.exists()
