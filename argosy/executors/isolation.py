@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from argosy.core.errors import ArgosyError
+from argosy.executors.timed_jobs import deny_timed_jobs
 
 ALLOWED_NAMES = frozenset(
     {
@@ -243,6 +244,8 @@ def ensure_user(name: str, *, create: bool = True, ids: tuple[int, int] | None =
             f" {ids[0]}, {ids[1]} on the server's: give job users the same ids on every node"
             " (a directory service), or remove it here and argosy makes it with the server's"
         )
+    if os.geteuid() == 0:
+        deny_timed_jobs(name)  # nothing it leaves with cron or at runs after its job
     return JobUser(name, entry.pw_uid, entry.pw_gid)
 
 
