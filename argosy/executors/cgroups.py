@@ -235,6 +235,15 @@ def both(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
     return run
 
 
+def join_cgroup(or_else: str) -> str:
+    """A wrapper's first step: it joins the cgroup whose `cgroup.procs` is `$1` (none:
+    "") before it starts anything, then drops the argument. Where it cannot, it runs
+    `or_else` and ends, having started nothing."""
+    return (
+        f'if [ -n "$1" ] && ! echo $$ 2>/dev/null > "$1"; then\n  {or_else}\n  exit 1\nfi\nshift\n'
+    )
+
+
 def kill_group(group: Path, wait_s: float = KILL_WAIT_S) -> int:
     """SIGKILL every member of `group` and remove it once empty; how many there were."""
     members = _members(group)

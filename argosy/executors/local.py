@@ -37,7 +37,6 @@ running as that queue's user.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -46,14 +45,13 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from argosy.core.procs import pid_alive, signal_by_env, start_ticks
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
-from argosy.executors.cgroups import KILL_WAIT_S, JobCgroups, kill_group
+from argosy.executors.cgroups import KILL_WAIT_S, JobCgroups, join_cgroup
 from argosy.executors.isolation import (
     JobIdentity,
     JobUser,
@@ -63,20 +61,12 @@ from argosy.executors.isolation import (
     launch_environment,
     prepare_run_dir,
 )
+from argosy.executors.warm_launcher import WarmLauncher
 from argosy.hardware.discovery import discover
 
 NOT_JOINED = "cgroup.failed"
 """The file in an attempt's record directory (root's, `$0` of its wrapper) where a cold
 wrapper names the cgroup it could not join."""
-
-
-def join_cgroup(or_else: str) -> str:
-    """A wrapper's first step: it joins the cgroup whose `cgroup.procs` is `$1` (none:
-    "") before it starts anything, then drops the argument. Where it cannot, it runs
-    `or_else` and ends, having started nothing."""
-    return (
-        f'if [ -n "$1" ] && ! echo $$ 2>/dev/null > "$1"; then\n  {or_else}\n  exit 1\nfi\nshift\n'
-    )
 
 
 WRAPPER = (
@@ -86,19 +76,6 @@ WRAPPER = (
 echo $! > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/launch.tmp" "$ARGOSY_ATTEMPT_DIR/launch.pid"
 wait $!
-echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
-mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
-"""
-)
-WARM_WRAPPER = (
-    join_cgroup(":")  # the waiting process never starts: its attempt starts cold
-    + r"""
-"$@" > /dev/null 2>&1 &
-child=$!
-if ! read -r ARGOSY_ATTEMPT_DIR; then kill $child 2>/dev/null; exit 0; fi
-echo $child > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
-mv "$ARGOSY_ATTEMPT_DIR/launch.tmp" "$ARGOSY_ATTEMPT_DIR/launch.pid"
-wait $child
 echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
 mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
 """
@@ -289,89 +266,6 @@ class LocalExecutor:
         for warm in self._warm.values():
             warm.close()
         self._warm.clear()
-
-
-class WarmLauncher:
-    """One `argosy.executors.warm` process under a wrapper, importing ahead of time;
-    `take` hands it an attempt and starts the next one.
-
-    With `cgroups`, each is born in a holding cgroup of its own (its wrapper joins before
-    it starts anything), so whatever reaches it while it waits (a job of the same user
-    that attaches to it) stays in there: `take` moves the whole holding cgroup into the
-    attempt's, and `close` kills it."""
-
-    def __init__(
-        self, env: dict[str, str], user: JobUser | None = None, cgroups: JobCgroups | None = None
-    ) -> None:
-        self._env = env  # what the process starts with: already a job's allowed environment
-        self._prefix = user.setpriv() if user is not None else []  # it runs as the job's user
-        self._cgroups = cgroups
-        self._proc, self._pipe, self._held = self._spawn()
-
-    def _spawn(self) -> tuple[subprocess.Popen, int, Path | None]:
-        held = self._cgroups.holding() if self._cgroups is not None else None
-        read_fd, write_fd = os.pipe()
-        command = [sys.executable, "-m", "argosy.executors.warm", "--fd", str(read_fd)]
-        proc = subprocess.Popen(
-            ["sh", "-c", WARM_WRAPPER, "warm", str(held or ""), *self._prefix, *command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=self._env,
-            pass_fds=(read_fd,),
-            start_new_session=True,
-        )
-        os.close(read_fd)
-        return proc, write_fd, held
-
-    def take(
-        self,
-        argv: list[str],
-        env: dict[str, str],
-        workdir: str | None,
-        where: Path,
-        adopt: Callable[[Path], bool] | None = None,
-    ) -> subprocess.Popen | None:
-        """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper.
-        `adopt` first moves the waiting process's holding cgroup into the attempt's,
-        before it hears of the attempt; None when that cannot be done (the waiting
-        process is killed: the caller starts the attempt cold)."""
-        proc, pipe, held = self._proc, self._pipe, self._held
-        self._proc, self._pipe, self._held = self._spawn()
-        usable = proc.poll() is None  # (it ends at once where it cannot join its cgroup)
-        if not usable or (adopt is not None and (held is None or not adopt(held))):
-            _end_waiting(proc, pipe, held)
-            return None
-        request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
-        os.write(pipe, (json.dumps(request) + "\n").encode())
-        os.close(pipe)
-        assert proc.stdin is not None
-        proc.stdin.write(f"{where}\n".encode())
-        proc.stdin.close()
-        deadline = time.monotonic() + 5.0
-        while not (where / "launch.pid").exists() and proc.poll() is None:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.002)
-        return proc
-
-    def close(self) -> None:
-        """End the waiting process, and whatever reached it, for good."""
-        _end_waiting(self._proc, self._pipe, self._held)
-
-
-def _end_waiting(proc: subprocess.Popen, pipe: int, held: Path | None) -> None:
-    """A waiting warm process ends: EOF on its pipes (its wrapper then ends it and exits
-    0), then its holding cgroup is killed, with whatever else reached it."""
-    with contextlib.suppress(OSError):
-        os.close(pipe)
-    if proc.stdin is not None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-    if held is not None:  # (without one, it ends by itself on EOF, unwaited)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1.0)
-        kill_group(held.parent)
 
 
 def launch_command(request: LaunchRequest) -> list[str]:

@@ -8,7 +8,7 @@ so the attempt skips the imports (a second or more on a loaded machine). EOF on 
 (the executor closed or died) ends it quietly. It is not dumpable: a job of the same
 user cannot attach to it while it waits.
 
-    python -m argosy.executors.warm --fd 7    # the executor's side: local.WarmLauncher
+    python -m argosy.executors.warm --fd 7    # the executor's side: warm_launcher.WarmLauncher
 """
 
 from __future__ import annotations

@@ -1,0 +1,131 @@
+"""Warm launchers: an `argosy.executors.warm` process per job user, importing ahead of
+time, that becomes an attempt's `argosy launch` when the local executor hands it one.
+
+    warm = WarmLauncher(env, user, cgroups)       # starts waiting at once
+    proc = warm.take(argv, env, workdir, where, adopt)   # its wrapper, or None: start cold
+    warm.close()
+
+Each waits under a small shell wrapper (`WARM_WRAPPER`) that records, like a cold
+attempt's, the launcher's pid and exit status in the attempt's record directory. With
+cgroups, it waits in a holding cgroup of its own, joined by its wrapper before anything
+starts (a wrapper that cannot join ends at once, and `take` then says to start cold).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from argosy.executors.cgroups import JobCgroups, join_cgroup, kill_group
+from argosy.executors.isolation import JobUser
+
+END_WAIT_S = 0.25
+"""How long ending a waiting process waits for its wrapper, then for its holding cgroup
+to empty (the server's loop waits with it)."""
+
+WARM_WRAPPER = (
+    join_cgroup(":")  # the waiting process never starts: its attempt starts cold
+    + r"""
+"$@" > /dev/null 2>&1 &
+child=$!
+if ! read -r ARGOSY_ATTEMPT_DIR; then kill $child 2>/dev/null; exit 0; fi
+echo $child > "$ARGOSY_ATTEMPT_DIR/launch.tmp"
+mv "$ARGOSY_ATTEMPT_DIR/launch.tmp" "$ARGOSY_ATTEMPT_DIR/launch.pid"
+wait $child
+echo $? > "$ARGOSY_ATTEMPT_DIR/exit.tmp"
+mv "$ARGOSY_ATTEMPT_DIR/exit.tmp" "$ARGOSY_ATTEMPT_DIR/exit.code"
+"""
+)
+
+
+class WarmLauncher:
+    """One `argosy.executors.warm` process under a wrapper, importing ahead of time;
+    `take` hands it an attempt and starts the next one.
+
+    With `cgroups`, each is born in a holding cgroup of its own (its wrapper joins before
+    it starts anything), so whatever reaches it while it waits (a job of the same user
+    that attaches to it) stays in there: `take` moves the whole holding cgroup into the
+    attempt's, and `close` kills it."""
+
+    def __init__(
+        self, env: dict[str, str], user: JobUser | None = None, cgroups: JobCgroups | None = None
+    ) -> None:
+        self._env = env  # what the process starts with: already a job's allowed environment
+        self._prefix = user.setpriv() if user is not None else []  # it runs as the job's user
+        self._cgroups = cgroups
+        self._proc, self._pipe, self._held = self._spawn()
+
+    def _spawn(self) -> tuple[subprocess.Popen, int, Path | None]:
+        held = self._cgroups.holding() if self._cgroups is not None else None
+        read_fd, write_fd = os.pipe()
+        command = [sys.executable, "-m", "argosy.executors.warm", "--fd", str(read_fd)]
+        proc = subprocess.Popen(
+            ["sh", "-c", WARM_WRAPPER, "warm", str(held or ""), *self._prefix, *command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=self._env,
+            pass_fds=(read_fd,),
+            start_new_session=True,
+        )
+        os.close(read_fd)
+        return proc, write_fd, held
+
+    def take(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        where: Path,
+        adopt: Callable[[Path], bool] | None = None,
+    ) -> subprocess.Popen | None:
+        """Run `argosy <argv>` as the attempt recorded in `where`; returns its wrapper.
+        `adopt` first moves the waiting process's holding cgroup into the attempt's,
+        before it hears of the attempt; None when that cannot be done (the waiting
+        process is killed: the caller starts the attempt cold)."""
+        proc, pipe, held = self._proc, self._pipe, self._held
+        self._proc, self._pipe, self._held = self._spawn()
+        usable = proc.poll() is None  # (it ends at once where it cannot join its cgroup)
+        if not usable or (adopt is not None and (held is None or not adopt(held))):
+            _end_waiting(proc, pipe, held)
+            return None
+        request = {"argv": argv, "env": env, "cwd": workdir, "output": str(where / "output.log")}
+        try:
+            os.write(pipe, (json.dumps(request) + "\n").encode())
+            assert proc.stdin is not None
+            proc.stdin.write(f"{where}\n".encode())
+            proc.stdin.close()
+        except BrokenPipeError:  # it ended meanwhile: nothing started, start cold
+            _end_waiting(proc, pipe, None)
+            return None
+        os.close(pipe)
+        deadline = time.monotonic() + 5.0
+        while not (where / "launch.pid").exists() and proc.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+        return proc
+
+    def close(self) -> None:
+        """End the waiting process, and whatever reached it, for good."""
+        _end_waiting(self._proc, self._pipe, self._held)
+
+
+def _end_waiting(proc: subprocess.Popen, pipe: int, held: Path | None) -> None:
+    """A waiting warm process ends: EOF on its pipes (its wrapper then ends it and exits
+    0), then its holding cgroup is killed, with whatever else reached it."""
+    with contextlib.suppress(OSError):
+        os.close(pipe)
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    if held is not None:  # (without one, it ends by itself on EOF, unwaited)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=END_WAIT_S)
+        kill_group(held.parent, END_WAIT_S)
