@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from argosy.core.errors import ArgosyError
+from argosy.executors.run_dir_handover import hand_over
 from argosy.executors.timed_jobs import deny_timed_jobs
 
 ALLOWED_NAMES = frozenset(
@@ -223,6 +224,18 @@ def user_name_for(base: str, queue: str | None) -> str:
     return f"{base[: MAX_USER_NAME - DIGEST_CHARS - 1]}-{digest}"
 
 
+def legacy_user_name_for(base: str, queue: str | None) -> str | None:
+    """The name `user_name_for` gave the queue's user up to `d3f3cf7` (8-digit hashes,
+    digest-shaped queue names kept), where it differs from today's; else None."""
+    if queue is None:
+        return None
+    clean = re.sub(r"[^a-z0-9_-]", "-", queue.lower())
+    old = f"{base}-{clean}"
+    if len(old) > MAX_USER_NAME or clean != queue:
+        old = f"{base[: MAX_USER_NAME - 9]}-{hashlib.sha256(queue.encode()).hexdigest()[:8]}"
+    return None if old == user_name_for(base, queue) else old
+
+
 def ensure_user(name: str, *, create: bool = True, ids: tuple[int, int] | None = None) -> JobUser:
     """The account `name`; created as a system user with its own group and no login
     shell when missing and `create` (ArgosyError when it cannot be had). With `ids`
@@ -378,6 +391,20 @@ class JobIdentity:
             self._users[key] = found
         return found
 
+    def legacy_for(self, queue: str | None) -> JobUser | None:
+        """The queue's user under the names of releases up to `d3f3cf7`, where that user
+        exists here and is not today's (its run directories are handed over), else None."""
+        if self.base is None or not self.per_queue:
+            return None
+        name = legacy_user_name_for(self.base, queue)
+        try:
+            entry = pwd.getpwnam(name) if name else None
+        except KeyError:
+            return None
+        if entry is None or entry.pw_uid == 0:
+            return None
+        return JobUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
     def representative(self) -> JobUser | None:
         """A user whose reach is every job user's: per queue, `PROBE` (job users own
         nothing outside their run directories, as `PROBE` owns nothing); else the one
@@ -395,14 +422,15 @@ class JobIdentity:
         return user.may_enter(path) if os.path.isdir(path) else user.may_read(path)
 
 
-def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:
+def prepare_run_dir(run_dir: Path, user: JobUser | None, legacy: JobUser | None = None) -> None:
     """Create `run_dir` for a job. With a user: its parent passable (0711), the
     directory owned by root, group the user's, mode 1770 (sticky: the job creates and
     replaces its own files, but cannot rename or remove `server/`, the attempt records
     the server keeps there). A directory already there must be root's, its group root's
     or the user's: one of another job group (or a link, or a user's) is refused, never
     re-owned, as a node sharing the run directories could otherwise hand one tenant's
-    files to another."""
+    files to another. The one exception is `legacy`, the same queue's user under older
+    names (`JobIdentity.legacy_for`): its directory is handed over, tree and all."""
     run_dir.mkdir(parents=True, exist_ok=True)
     if user is None:
         return
@@ -419,6 +447,9 @@ def prepare_run_dir(run_dir: Path, user: JobUser | None) -> None:
         ) from None
     try:
         info = os.fstat(fd)
+        if legacy is not None and info.st_uid == 0 and info.st_gid == legacy.gid != user.gid:
+            hand_over(run_dir, (legacy.uid, legacy.gid), (user.uid, user.gid))
+            info = os.fstat(fd)
         if info.st_uid != 0 or info.st_gid not in (0, user.gid):
             raise ArgosyError(
                 f"run directory {run_dir} is a directory of uid {info.st_uid}, gid"

@@ -159,7 +159,7 @@ class LocalExecutor:
                     os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
             end_job(request.job_id, request.run_dir, self.cgroups, wait_s=IN_LOOP_KILL_WAIT_S)
         user = self.user_for(request.queue)
-        prepare_run_dir(request.run_dir, user)
+        prepare_run_dir(request.run_dir, user, self.legacy_for(request.queue))
         where = attempt_dir(request.run_dir, request.attempt)
         attempt_records(where, user)
         extra = request.env | {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
@@ -207,6 +207,11 @@ class LocalExecutor:
         """The user a job of `queue` runs as (None: this process's own)."""
         identity = self.options.identity
         return identity.for_queue(queue) if identity is not None else None
+
+    def legacy_for(self, queue: str | None) -> JobUser | None:
+        """The queue's user under older names, whose run directories are handed over."""
+        identity = self.options.identity
+        return identity.legacy_for(queue) if identity is not None else None
 
     def environment(
         self, extra: dict[str, str], run_dir: Path, user: JobUser | None

@@ -66,6 +66,10 @@ class NodeJob:
             return None
         return self.users.here().for_queue(self.queue, self.ids)
 
+    def legacy_here(self) -> JobUser | None:
+        """The queue's user on this node under older names (`JobIdentity.legacy_for`)."""
+        return self.users.here().legacy_for(self.queue) if self.users is not None else None
+
 
 class NodeRunner:
     """Runs one node's `argosy launch` of an attempt; lives in a Ray actor."""
@@ -95,7 +99,7 @@ class NodeRunner:
             full_env = job_environment(os.environ, env, allow=job.allow if job else ())
         else:
             run_dir = Path(job.run_dir)
-            prepare_run_dir(run_dir, user)
+            prepare_run_dir(run_dir, user, job.legacy_here())
             attempt_records(log_path.parent, user, log_path.name)
             full_env = launch_environment(os.environ, env, run_dir, user, job.allow)
         argv, workdir = as_job_user(user, command, cwd)  # never root's cwd
