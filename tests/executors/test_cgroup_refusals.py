@@ -17,6 +17,7 @@ from argosy.executors.base import AttemptExit, LaunchRequest
 from argosy.executors.cgroups import Entry, JobCgroups
 from argosy.executors.local import LocalExecutor, LocalOptions
 from argosy.executors.ray_launch import NodeRunner
+from tests.executors.launch_requests import script_request
 
 MARK = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran')\n"
 
@@ -51,19 +52,7 @@ class StandIn(JobCgroups):
 
 
 def request_for(tmp_path: Path, job_id: str) -> LaunchRequest:
-    script = tmp_path / "mark.py"
-    script.write_text(MARK)
-    return LaunchRequest(
-        job_id=job_id,
-        attempt=1,
-        script=str(script),
-        args=(str(tmp_path / f"{job_id}.ran"),),
-        nproc_per_node=1,
-        run_dir=tmp_path / "runs" / job_id,
-        nodes={"h": 1},
-        chip="cpu",
-        max_restarts=0,
-    )
+    return script_request(tmp_path, job_id, MARK, (str(tmp_path / f"{job_id}.ran"),))
 
 
 def run_one(executor: LocalExecutor, request: LaunchRequest) -> AttemptExit:

@@ -29,6 +29,7 @@ from argosy.executors.cgroups import (
 )
 from argosy.executors.local import LocalExecutor, LocalOptions
 from argosy.executors.ray_launch import NodeRunner
+from tests.executors.launch_requests import script_request
 
 HYBRID = """\
 25 30 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
@@ -147,19 +148,7 @@ def test_killing_a_run_directory_s_cgroups_ends_every_member_and_removes_them(
 
 
 def linger_request(tmp_path: Path, job_id: str, code: int) -> LaunchRequest:
-    script = tmp_path / "linger.py"
-    script.write_text(LINGER)
-    return LaunchRequest(
-        job_id=job_id,
-        attempt=1,
-        script=str(script),
-        args=(str(tmp_path / f"{job_id}.pid"), str(code)),
-        nproc_per_node=1,
-        run_dir=tmp_path / "runs" / job_id,
-        nodes={"h": 1},
-        chip="cpu",
-        max_restarts=0,
-    )
+    return script_request(tmp_path, job_id, LINGER, (str(tmp_path / f"{job_id}.pid"), str(code)))
 
 
 @NEEDS_CGROUPS
