@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_requests import script_request
 
 from argosy.executors.base import AttemptExit, LaunchRequest
 from argosy.executors.cgroups import Entry, JobCgroups
 from argosy.executors.local import LocalExecutor, LocalOptions
 from argosy.executors.ray_launch import NodeRunner
-from tests.executors.launch_requests import script_request
 
 MARK = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran')\n"
 

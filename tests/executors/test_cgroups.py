@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from launch_requests import script_request
 
 from argosy.core.procs import pid_alive
 from argosy.executors.base import LaunchRequest
@@ -29,7 +30,6 @@ from argosy.executors.cgroups import (
 )
 from argosy.executors.local import LocalExecutor, LocalOptions
 from argosy.executors.ray_launch import NodeRunner
-from tests.executors.launch_requests import script_request
 
 HYBRID = """\
 25 30 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
