@@ -39,6 +39,7 @@ from argosy.scheduler.decisions import Decision
 from argosy.server.admission import job_user_name, os_readable
 from argosy.server.config import ServerConfig
 from argosy.server.energy import EnergyLedger
+from argosy.server.energy_bounds import node_ceilings_w
 from argosy.server.failures import error_clause
 from argosy.server.node_control import NodeControl, NotFoundError
 from argosy.server.node_health import NodeHealth
@@ -419,7 +420,9 @@ class Control(NodeControl):
         ended_s = exit_time(self.run_dir(e.job_id), n, self.clock.now_s())
         started_s = attempt_started(self.run_dir(e.job_id), n) or row["started_at"] or ended_s
         self._absorb_node_health(row["id"], nodes, min(started_s, ended_s), ended_s)
-        self.energy.record_attempt(e.job_id, n, nodes, summary, ended_s)
+        ceilings = node_ceilings_w(row["placement"])
+        window = {"started_s": min(started_s, ended_s), "ceilings_w": ceilings}
+        self.energy.record_attempt(e.job_id, n, nodes, summary, ended_s, **window)
         ended = base | {"finished_at": ended_s}
         spec = JobSpec.model_validate(row["spec"])
         if stop == "cancel":

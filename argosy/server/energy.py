@@ -15,7 +15,9 @@ joules, and when it ran (the attempt's end minus its wall time). Reads:
   facility figure configured in `ServerConfig.pue`: shown as configured, never measured.
   Without one the factor is over IT energy alone and says so.
 
-Only measured rows enter the sums; `unmeasured` counts the others.
+Only measured rows enter the sums; `unmeasured` counts the others. The figures are the
+job's word: the control plane records them bounded by what the placement can draw
+(`energy_bounds`); a row past that is kept unmeasured, saying what it claimed.
 
     ledger = EnergyLedger(store.engine, pue=1.2)
     ledger.record_attempt("j1", 1, ["n0"], summary, ended_s=time.time())
@@ -31,6 +33,7 @@ from sqlalchemy import Engine, select
 
 from argosy.core.confined import read_job_file, stat_job_file
 from argosy.runtime.energy import ENERGY_FILE
+from argosy.server.energy_bounds import bound_rows
 from argosy.server.job_json import clip_text, loads_job_json, number
 from argosy.server.tables import energy
 
@@ -48,10 +51,24 @@ class EnergyLedger:
         self.pue = pue
 
     def record_attempt(
-        self, job_id: str, attempt: int, nodes: list[str], summary: Row, ended_s: float
+        self,
+        job_id: str,
+        attempt: int,
+        nodes: list[str],
+        summary: Row,
+        ended_s: float,
+        *,
+        started_s: float | None = None,
+        ceilings_w: dict[str, float] | None = None,
     ) -> list[Row]:
-        """Store (and return) the attempt's rows, one per node it ran on."""
+        """Store (and return) the attempt's rows, one per node it ran on; with the
+        server's `started_s`, bounded by what each node can draw (`energy_bounds`:
+        `ceilings_w`, watts per node)."""
         rows = attempt_rows(job_id, attempt, nodes, summary, ended_s)
+        if started_s is not None:
+            rows = bound_rows(
+                rows, started_s=started_s, ended_s=ended_s, ceilings_w=ceilings_w or {}
+            )
         if rows:
             with self.engine.begin() as c:
                 c.execute(energy.insert(), rows)
