@@ -53,10 +53,10 @@ def settle_summary(
     """The summary of attempt `attempt`, kept in its attempt directory; with two or more
     `nodes` (by node rank) it carries a row per node rank."""
     where = attempt_dir(run_dir, attempt)
-    summary = _node_summary(run_dir, where / STAMP, attempt, reason)
+    summary = _checked(_node_summary(run_dir, where / STAMP, attempt, reason))
     summary = {k: v for k, v in summary.items() if k not in SERVER_KEYS} | {"attempt": attempt}
     if nodes is not None and len(nodes) > 1:
-        others = [_node_summary(run_dir / f"node{i}", where / STAMP, attempt, reason)
+        others = [_checked(_node_summary(run_dir / f"node{i}", where / STAMP, attempt, reason))
                   for i in range(1, len(nodes))]  # fmt: skip
         summary["nodes"] = [_node_row(i, n, s) for i, (n, s) in
                             enumerate(zip(nodes, [summary, *others], strict=True))]  # fmt: skip
@@ -96,6 +96,22 @@ def _node_summary(directory: Path, stamp: Path, attempt: int, reason: str) -> di
 
 
 NODE_ROW_KEYS = ("status", "final_step", "effective_training_time", "restarts")
+FIGURES = {"effective_training_time": (0.0, 1.0), "final_step": (0, None), "restarts": (0, None)}
+"""The runtime's figures that fleet views average or show as numbers, with their range:
+a job's summary that gives one of another type or out of range has it set to None and
+named in `refused`, so no job's word moves the fleet's mean past what can be true."""
+
+
+def _checked(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` with each of `FIGURES` a number in its range, or None (and named)."""
+    refused = [
+        key
+        for key, (low, high) in FIGURES.items()
+        if summary.get(key) is not None and number(summary[key], low, high) is None
+    ]
+    if not refused:
+        return summary
+    return summary | dict.fromkeys(refused) | {"refused": refused}
 
 
 def _node_row(rank: int, node: str, summary: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,15 @@ HOSTILE_SUMMARIES = [
     '{"status": "completed", "final_step": ' + "9" * 400 + "}",
     "[" * 50_000 + "]" * 50_000,
     '{"status": "completed", "faults": "many", "cause": [1, 2]}',
+    '{"status": "completed", "effective_training_time": "all of it"}',
+    '{"status": "completed", "effective_training_time": 1e300}',
+    '{"status": "completed", "effective_training_time": -5, "restarts": "x"}',
+    '{"status": "completed", "effective_training_time": {"a": 1}, "final_step": [1]}',
+    '{"status": "completed", "wall_s": 10, "effective_training_time": "x", "productive_s": [],'
+    ' "lost_s": ["a"], "faults": 3, "energy": {"measured": true, "total_j": "lots",'
+    ' "lost_j": {"a": "b"}, "devices": {"gpu0": {"energy_j": "x"}, "gpu1": 7}}}',
+    '{"status": "completed", "wall_s": 10, "lost_s": {"a": {"b": 1}}, "energy": {"measured":'
+    ' true, "devices": ["gpu0"], "joules_per_step": "x", "tokens_per_joule": [1]}}',
 ]
 
 
@@ -70,6 +79,12 @@ def _start(api: TestClient, fake: FakeExecutor, name: str = "j") -> tuple[str, o
     return job_id, request
 
 
+def _login(api: TestClient, token: str) -> None:
+    """A console session for `api`, through the login form as a browser gets one."""
+    r = api.post("/login", data={"token": token}, follow_redirects=False)
+    assert r.status_code == 303, r.text[:300]
+
+
 def _ended(api: TestClient, job_id: str) -> dict:
     deadline = time.monotonic() + 60
     while (job := api.get(f"/api/v1/jobs/{job_id}").json())["state"] not in (
@@ -102,6 +117,14 @@ def test_a_hostile_summary_ends_its_job_and_everyone_else_goes_on(
             _strict(r.text)
     energy = api.get("/api/v1/energy").json()
     assert "victim-gpu-node" not in json.dumps(energy)
+    ett = [line for line in api.get("/metrics").text.splitlines()
+           if line.startswith("argosy_effective_training_time ")]  # fmt: skip
+    assert ett and 0.0 <= float(ett[0].split()[1]) <= 1.0, ett  # a fleet mean, whatever it said
+    token = api.headers.pop("Authorization").removeprefix("Bearer ")
+    _login(api, token)  # the console's pages of it, as a browser gets them
+    for path in ("/", "/jobs", f"/jobs/{job_id}", f"/jobs/{job_id}/live"):
+        r = api.get(path)
+        assert r.status_code == 200, (path, r.text[-500:])
 
 
 def test_a_fault_while_taking_an_exit_fails_that_job_only(

@@ -35,6 +35,7 @@ from argosy.core.errors import ArgosyError
 from argosy.server.auth import Principal
 from argosy.server.control import Control
 from argosy.server.guards import UNSAFE_METHODS
+from argosy.server.job_json import number
 from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.sessions import Session
 
@@ -45,6 +46,11 @@ TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TEMPLATES.env.filters["utc"] = lambda t: (
     datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S") if t is not None else ""
 )
+TEMPLATES.env.filters["num"] = lambda value, fmt, scale=1: (
+    fmt % (value * scale) if number(value) is not None else "-"
+)  # a figure a job wrote: formatted when it is a finite number, else "-"
+TEMPLATES.env.filters["pairs"] = lambda value: value.items() if isinstance(value, dict) else ()
+TEMPLATES.env.filters["count_of"] = lambda value: len(value) if isinstance(value, list) else "-"
 log = logging.getLogger("argosy.console")
 
 
