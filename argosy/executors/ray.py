@@ -84,6 +84,11 @@ POLL_EVERY_S = 0.5
 """How often each running node rank is asked for its launcher's exit code."""
 NODES_EVERY_S = 1.0
 """How often the Ray thread refreshes its copy of Ray's node table."""
+PEER_ANSWER_S = 2.0
+"""When a gang fails on one node rank, how long each other rank's actor has to answer:
+one that does not is on a node that is lost or hung, which Ray declares dead only after
+its health check (seconds to a minute): that node, not the survivor's, is to blame and
+stays out of the next placement."""
 DIED = -1
 FAILED_TO_START = -2
 """Codes of a rank whose actor died, or whose `start` raised (never a real exit code)."""
@@ -344,11 +349,11 @@ class RayExecutor:
             if worst != 0 or len(a.codes) == len(a.actors):
                 gang_fault = len(a.actors) > 1 and worst not in (0, USAGE_EXIT)
                 if gang_fault and a.stop_s is None:
-                    dead = self._dead_node_of(a)  # a peer's crash often follows a lost node
-                    if dead is not None:
+                    dead = self._dead_node_of(a) or self._silent_node_of(a)  # a peer's
+                    if dead is not None:  # crash often follows a lost or hung node
                         return AttemptExit(job, n, None, True, dead)
                     rank = next(i for i, c in sorted(a.codes.items()) if c == worst)
-                    why = f"node rank {rank} {describe_exit(worst)}; the whole gang restarts"
+                    why = f"node rank {rank}: {describe_exit(worst)}; the whole gang restarts"
                     return AttemptExit(job, n, worst, True, why)
                 return AttemptExit(job, n, worst, is_lost(worst), describe_exit(worst))
         if a.stop_s is not None and self._clock() - a.stop_s > self.options.stop_grace_s:
@@ -365,6 +370,31 @@ class RayExecutor:
                 self._suspect_node(a, i)
                 return f"node rank {i}'s Ray node {node_id[:8]} is dead; the whole gang restarts"
         return None
+
+    def _silent_node_of(self, a: _RayAttempt) -> str | None:
+        """Why the gang ended if a node rank still running does not answer within
+        `PEER_ANSWER_S` (its node is lost or hung, not yet dead by Ray's table), or its
+        actor died meanwhile: that node is suspect."""
+        asked = {}
+        for i, actor in enumerate(a.actors):
+            if i not in a.codes:
+                asked[a.asks.get(i) or actor.poll.remote()] = i
+        if not asked:
+            return None
+        for ref, i in asked.items():
+            a.asks[i] = ref
+        ready, _ = self.ray.wait(list(asked), num_returns=len(asked), timeout=PEER_ANSWER_S)
+        for ref in ready:
+            self._answer(a, asked[ref], ref)
+        silent = sorted({i for ref, i in asked.items() if ref not in ready} | {
+            i for i, code in a.codes.items() if code == DIED
+        })  # fmt: skip
+        for i in silent:
+            self._suspect_node(a, i)
+        if not silent:
+            return None
+        how = "did not answer" if silent[0] in a.asks else "died"
+        return f"node rank {silent[0]}'s Ray node {how}; the whole gang restarts"
 
     def _suspect_node(self, a: _RayAttempt, i: int) -> None:
         if i < len(a.node_ids):

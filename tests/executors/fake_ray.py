@@ -264,6 +264,14 @@ class FakeRay:
         if declare:
             node.alive = False
 
+    def freeze_node(self, name: str) -> None:
+        """The node hangs (a SIGSTOPped host, a partition, a raylet killed before Ray
+        noticed): its actors answer no call, and Ray still lists it alive."""
+        node = self.node(name)
+        for actor in self._actors.values():
+            if actor.node_id == node.node_id and actor.state == "ALIVE":
+                actor.state = "FROZEN"
+
     def declare_dead(self, name: str) -> None:
         """Ray's health check declares the node's dead raylets dead."""
         for node in self._nodes.values():

@@ -117,3 +117,40 @@ def test_gpu_nodes_are_matched_to_the_catalog_and_ask_ray_for_gpus(
 def test_ray_accelerator_types_map_to_catalog_ids(reported: str, chip: str) -> None:
     assert catalog_chip(reported) == chip
     assert catalog_chip("TPU-V4") is None
+
+
+@pytest.mark.parametrize("how", ["hangs", "dies unseen"])
+def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(how: str) -> None:
+    """Node rank 1's host hangs (or its raylet dies before Ray's health check sees it):
+    the survivor's launcher fails on the lost peer first. The attempt ends lost, naming
+    node rank 1, whose node leaves the inventory: the next attempt goes to a free node,
+    not back onto it (one restart per lost node, not two)."""
+    fake = FakeRay()
+    for name in ("head", "w1", "w2"):
+        fake.add_node(name, CPU)
+    executor = fake_executor(fake)
+    executor.start(request("fake-g", {"head": 1, "w1": 1}))
+    settle(fake, executor)
+    if how == "hangs":
+        fake.freeze_node("w1")
+    else:
+        fake.kill_node("w1", declare=False)
+    assert fake.exit_rank(attempt_tag("fake-g", 1), 0, 1)  # gloo: connection reset by peer
+    (ended,) = settle(fake, executor, rounds=1)
+    assert ended.lost and ended.exit_code is None
+    assert "node rank 1's Ray node" in ended.reason, ended.reason
+    assert names(executor) == ["head", "w2"]
+
+
+def test_a_gang_that_fails_on_its_own_blames_the_rank_that_failed() -> None:
+    """Every peer answers: the failed rank's own exit is the reason, and no node leaves."""
+    fake = FakeRay()
+    for name in ("head", "w1"):
+        fake.add_node(name, CPU)
+    executor = fake_executor(fake)
+    executor.start(request("fake-o", {"head": 1, "w1": 1}))
+    settle(fake, executor)
+    assert fake.exit_rank(attempt_tag("fake-o", 1), 1, 1)
+    (ended,) = settle(fake, executor, rounds=1)
+    assert ended.exit_code == 1 and ended.reason.startswith("node rank 1: the launcher exited 1")
+    assert names(executor) == ["head", "w1"]
