@@ -79,11 +79,19 @@ def server(
     identity = job_identity(config)
     check_job_user(secure_home(config, identity), identity)  # a setup jobs can't run in fails
     if config.executor == "ray":  # ray.init would wait minutes on an address nobody answers
-        from argosy.executors.ray_address import check_reachable, refuse_open_cluster
+        from argosy.executors.ray_address import (
+            asks_for_token,
+            check_own_token,
+            check_reachable,
+            refuse_open_cluster,
+        )
 
         config = config.model_copy(update={"ray_address": check_reachable(config.ray_address)})
-        if identity is not None and identity.active:  # before Ray's client connects there
-            refuse_open_cluster(config.ray_address)
+        asks = asks_for_token(config.ray_address)  # before Ray's client connects there
+        if identity is not None and identity.active:
+            refuse_open_cluster(config.ray_address, probe=lambda _: asks)
+        if asks:
+            check_own_token(config.ray_address)
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
     app = create_app(config)
     bounded_http.run(app, config.http.bounds(), host=host, port=port, log_level="warning")

@@ -49,10 +49,11 @@ import itertools
 import logging
 import queue
 import random
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -170,12 +171,13 @@ class RayExecutor:
         self.ray = ray
         self._clock = clock
         if not ray.is_initialized():
-            ray.init(
-                address=self.options.address,
-                namespace=NAMESPACE,
-                log_to_driver=False,
-                logging_level="WARNING",
-            )
+            with _own_signal_handlers():  # Ray's SIGTERM handler would exit 15 mid-shutdown
+                ray.init(
+                    address=self.options.address,
+                    namespace=NAMESPACE,
+                    log_to_driver=False,
+                    logging_level="WARNING",
+                )
         if self.options.identity is not None and self.options.identity.active:
             # the cluster itself is asked: this client's own mode says nothing of it
             refuse_open_cluster(ray.get_runtime_context().gcs_address, asks_for_token)
@@ -593,6 +595,24 @@ def group_handle(ray: Any, hex_id: str) -> Any:
     in the function's module."""
     home = sys.modules[ray.util.placement_group.__module__]
     return home.PlacementGroup(ray.PlacementGroupID.from_hex(hex_id))
+
+
+@contextlib.contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """Keep this process's SIGTERM and SIGINT handlers across the block: `ray.init`
+    installs its own on the main thread, which `sys.exit(15)` from inside the server's
+    event loop and so replace uvicorn's orderly shutdown (a stop under systemd then
+    reads as a failure)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def attempt_tag(job_id: str, attempt: int) -> str:

@@ -89,22 +89,69 @@ GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 def asks_for_token(address: str, timeout_s: float = 5.0) -> bool:
     """Whether the GCS at `address` refuses a call without Ray's token (True) or answers
     it (False); `ArgosyError` when it does neither within `timeout_s`."""
+    code = _call_gcs(address, (), timeout_s)  # no token sent
+    if code is None:
+        return False
+    if code == "UNAUTHENTICATED":
+        return True
+    raise ArgosyError(
+        f"cannot tell whether the Ray cluster at {address} asks for a token: its GCS"
+        f" answered {code}"
+    )
+
+
+def own_token_header() -> dict[str, str]:
+    """The token header this process's Ray client would send (Ray's own loader:
+    `RAY_AUTH_MODE=token` with `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or
+    `~/.ray/auth_token`); {} where it would send none."""
+    from ray._raylet import AuthenticationTokenLoader
+    from ray.exceptions import AuthenticationError
+
+    loader = AuthenticationTokenLoader.instance()
+    try:
+        return dict(loader.get_token_for_http_header()) if loader.has_token() else {}
+    except AuthenticationError:
+        return {}
+
+
+def check_own_token(
+    address: str, header: dict[str, str] | None = None, timeout_s: float = 5.0
+) -> None:
+    """`ArgosyError` (the server exits 2) unless the token cluster at `address` accepts
+    this process's Ray token (`header`: `own_token_header()`): without it Ray's client
+    retries for 20 s and the app fails to start with a traceback."""
+    header = own_token_header() if header is None else header
+    fix = (
+        "start the server with RAY_AUTH_MODE=token and the cluster's token"
+        " (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)"
+    )
+    if not header:
+        raise ArgosyError(
+            f"the Ray cluster at {address} asks for Ray's token and this server has none: {fix}"
+        )
+    code = _call_gcs(address, tuple(header.items()), timeout_s)
+    if code == "UNAUTHENTICATED":
+        raise ArgosyError(f"the Ray cluster at {address} refuses this server's Ray token: {fix}")
+    if code is not None:
+        raise ArgosyError(f"the Ray cluster at {address} answered {code} to this server's token")
+
+
+def _call_gcs(address: str, metadata: tuple[tuple[str, str], ...], timeout_s: float) -> str | None:
+    """One `GCS_PROBE` call with `metadata`: None when it is answered, else the gRPC
+    status's name and details."""
     import grpc  # Ray's own dependency
 
-    with grpc.insecure_channel(address) as channel:  # no interceptor: no token sent
+    with grpc.insecure_channel(address) as channel:  # no interceptor: only `metadata`
         call = channel.unary_unary(
             GCS_PROBE, request_serializer=lambda _: b"", response_deserializer=bytes
         )
         try:
-            call(None, timeout=timeout_s)
+            call(None, timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.UNAUTHENTICATED:
-                return True
-            raise ArgosyError(
-                f"cannot tell whether the Ray cluster at {address} asks for a token: its GCS"
-                f" answered {err.code().name} ({err.details()})"
-            ) from None
-    return False
+                return "UNAUTHENTICATED"
+            return f"{err.code().name} ({err.details()})"
+    return None
 
 
 def refuse_open_cluster(address: str, probe: Callable[[str], bool] = asks_for_token) -> None:

@@ -58,3 +58,73 @@ def test_a_server_in_token_mode_is_refused_an_open_cluster(open_head: RayCluster
     assert "lets any client in without a token" in done.stderr
     assert "Traceback" not in done.stderr
     shutil.rmtree(root)
+
+
+@pytest.fixture(scope="module")
+def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A head that asks for the tests' token (`TOKEN_AUTH`); this process does not connect."""
+    head = RayCluster(tmp_path_factory.mktemp("token-ray"), head_only=True)
+    yield head
+    head.stop()
+
+
+def test_a_token_cluster_takes_its_token_and_refuses_another(token_head: RayCluster) -> None:
+    from argosy.executors.ray_address import check_own_token
+
+    assert asks_for_token(token_head.address) is True
+    right = {"authorization": f"Bearer {TOKEN_AUTH['RAY_AUTH_TOKEN']}"}
+    check_own_token(token_head.address, right)  # accepted: nothing raised
+    with pytest.raises(ArgosyError, match="refuses this server's Ray token"):
+        check_own_token(token_head.address, {"authorization": "Bearer " + "0" * 32})
+    with pytest.raises(ArgosyError, match="this server has none"):
+        check_own_token(token_head.address, {})
+
+
+@pytest.mark.parametrize("token", [None, "0" * 32], ids=["no-token", "wrong-token"])
+def test_a_server_without_the_cluster_s_token_exits_2_at_once(
+    token_head: RayCluster, tmp_path: Path, token: str | None
+) -> None:
+    """Not the 20 s of Ray's client retrying, then a traceback and exit 3."""
+    cmd = [sys.executable, "-m", "argosy", "server", "--executor", "ray", "--allow-root-jobs"]
+    cmd += ["--home", str(tmp_path / "home"), "--ray-address", token_head.address]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else {}
+    env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token of this machine's user
+    done = subprocess.run(
+        cmd + ["--port", "0"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    want = "refuses this server's Ray token" if token else "this server has none"
+    assert want in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_ray_server_stops_cleanly_on_sigterm(token_head: RayCluster, tmp_path: Path) -> None:
+    """`ray.init` installs Ray's own SIGTERM handler; the server keeps uvicorn's, so a
+    stop (systemd's) shuts down in order and ends by the signal (a clean stop to systemd)
+    or 0, not with exit status 15 and a traceback."""
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    from ray_helpers import free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "argosy", "server", "--executor", "ray", "--allow-root-jobs"]
+    cmd += ["--home", str(tmp_path / "home"), "--ray-address", token_head.address]
+    cmd += ["--port", str(port)]
+    server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    deadline = time.monotonic() + 120
+    while True:
+        assert server.poll() is None, server.stderr.read() if server.stderr else ""
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nodes", timeout=2)
+        except urllib.error.HTTPError:
+            break  # answering (401 without a token): started
+        except OSError:
+            assert time.monotonic() < deadline, "the server never answered"
+            time.sleep(0.2)
+    server.send_signal(signal.SIGTERM)
+    _, err = server.communicate(timeout=60)
+    assert server.returncode in (0, -signal.SIGTERM), err[-3000:]  # uvicorn re-raises it
+    assert "Traceback" not in err and "SIGTERM received" not in err, err[-3000:]
