@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from argosy.core.clock import Clock
-from argosy.core.confined import read_job_text
+from argosy.core.confined import read_job_text, stat_job_file
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import Executor, NodeInfo
 from argosy.scheduler.workload import State as WorkloadState
@@ -136,13 +136,18 @@ class NodeControl:
         """What the attempt's run says about its nodes counts against them: node rank i's
         launcher writes `node_health.json` in its own run directory (`node<i>` for i > 0)
         about the ranks it runs, all on the i-th node of the placement. The job writes it:
-        taken within the bounds of `NodeHealth.absorb_run`, dated within the attempt."""
+        taken within the bounds of `NodeHealth.absorb_run`, dated within the attempt, and
+        only when written since the attempt started (a file an earlier attempt left, its
+        evidence counted then, is not counted again)."""
         run_dir = self.run_dir(job_id)
         for rank, node in enumerate(nodes):
             where = run_dir / f"node{rank}" if rank else run_dir
             path = where / "node_health.json"
-            if node not in self.scheduling.index or not path.exists():
+            if node not in self.scheduling.index:
                 continue
+            found = stat_job_file(path)
+            if found is None or found.st_mtime < started_s:
+                continue  # none, or an earlier attempt's (one whose launcher never ran)
             try:
                 text = read_job_text(path, limit=NODE_HEALTH_LIMIT_BYTES) or ""
                 entries = loads_job_json(text).get("evidence") or []

@@ -258,3 +258,35 @@ def _finite(value: object) -> bool:
             return all(_finite(v) for v in value.values())
         return True
     return -(1 << 63) <= value < (1 << 63)
+
+
+def test_an_attempt_that_wrote_no_evidence_does_not_count_the_last_one_s_again(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    """Attempt 1 reports one fault and is lost; attempt 2 (wherever it is placed) ends
+    before its launcher writes anything: the file attempt 1 left counts once, against
+    attempt 1's node, not again against attempt 2's."""
+    body = {"name": "twice", "script": STEPS, "workdir": WORKDIR, "max_restarts": 3}
+    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+    for attempt in (1, 2):
+        deadline = time.monotonic() + 60
+        while (job_id, attempt) not in fake.started or job_id not in fake.running:
+            assert time.monotonic() < deadline, f"attempt {attempt} never started"
+            time.sleep(0.02)
+        request = fake.running[job_id]
+        if attempt == 1:
+            request.run_dir.mkdir(parents=True, exist_ok=True)
+            evidence = {"evidence": [{"kind": "fault", "at_s": time.time(), "detail": "stall"}]}
+            (request.run_dir / "node_health.json").write_text(json.dumps(evidence))
+        fake.finish(job_id, None)  # lost: requeued
+    deadline = time.monotonic() + 60
+    while api.get(f"/api/v1/jobs/{job_id}").json()["attempts"] < 3:
+        assert time.monotonic() < deadline, "attempt 2's end was not taken"
+        time.sleep(0.02)
+    stalls = [
+        h["detail"]
+        for node in NODES
+        for h in api.get(f"/api/v1/nodes/{node.name}").json()["history"]
+        if "stall" in h["detail"]
+    ]
+    assert stalls == [f"stall (reported by job {job_id})"]
