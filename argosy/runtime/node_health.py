@@ -1,7 +1,10 @@
 """What a run says about its node: node-health evidence and the record, in node_health.json.
 
 The runtime's verdicts count against the node its ranks ran on: straggler verdicts, and
-crashes and hangs (repeated ones add up), plus the preflight check's verdict. Which faults
+crashes and hangs (repeated ones add up), plus the preflight check's verdict. A fault the
+run injected itself (`--inject`) is marked `injected`: the run's own record counts it (so
+the path can be tested), the control plane does not (a user's test says nothing of the
+shared node). Which faults
 count, and how evidence moves a node between healthy, cordoned and quarantined, is the
 pure rule of `argosy.health.policy` (`runtime_evidence`, `replay`); this module only
 reads the run's events and writes the record for the scheduler and server to take in.
@@ -32,7 +35,9 @@ def run_evidence(events: list[dict[str, Any]]) -> list[tuple[Evidence, dict[str,
         elif e["event"] == "fault":
             evidence = runtime_evidence(e["kind"], at, e.get("detail") or "")
             if evidence is not None:
-                found.append((evidence, {"source": "fault", "rank": e.get("rank")}))
+                where = {"source": "fault", "rank": e.get("rank")}
+                where |= {"injected": True} if e.get("injected_at_s") else {}
+                found.append((evidence, where))
     found.sort(key=lambda item: item[0].at_s)
     return found
 

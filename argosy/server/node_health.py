@@ -101,6 +101,8 @@ class NodeHealth:
                 break
             if not isinstance(entry, dict) or entry.get("kind") not in _RUN_KIND_NAMES:
                 continue
+            if entry.get("injected") is True:  # the job's own test fault, not the node's
+                continue
             at_s = number(entry.get("at_s"))
             if at_s is None:
                 continue

@@ -126,6 +126,7 @@ def test_kill_exit_and_hang_resume_to_the_same_losses(fault_free: Path, tmp_path
     health = json.loads((tmp_path / "node_health.json").read_text())
     want = [("fault", 1), ("fault", 0)]  # the crash and the hang; the script's exit 3 is not
     assert [(e["kind"], e["rank"]) for e in health["evidence"]] == want
+    assert all(e["injected"] for e in health["evidence"])  # the server leaves these out
     assert health["record"]["state"] == "cordoned"  # two faults within the window
 
 

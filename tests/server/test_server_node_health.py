@@ -182,6 +182,20 @@ def test_a_runs_crashes_count_against_the_node_it_ran_on(
     assert placed_on(api, fake, 2) == other
 
 
+def test_a_fault_the_run_injected_itself_does_not_count_against_the_node(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    """`inject: [kill:rank=1:step=30]` is the user's test, not the node's failing: the
+    launcher marks such evidence `injected`, and the node's record does not take it."""
+    now = time.time()
+    injected = [{"kind": "fault", "at_s": now, "detail": "killed", "injected": True}] * 3
+    real = [{"kind": "fault", "at_s": now, "detail": "crash", "injected": "no"}]
+    _, node = _finish_with_node_health(api, fake, json.dumps({"evidence": injected + real}))
+    detail = api.get(f"/api/v1/nodes/{node}").json()
+    assert [h["detail"].split(" (")[0] for h in detail["history"]] == ["crash"]
+    assert detail["in_service"]
+
+
 @pytest.mark.parametrize("text", ["", "{not json", "[]", '{"evidence": [{"kind": "odd"}]}'])
 def test_an_unreadable_node_health_file_changes_nothing(
     api: TestClient, fake: FakeExecutor, text: str
