@@ -122,12 +122,14 @@ def logs(
         raise typer.BadParameter(
             f"'{rank}' is neither a rank number nor 'launcher'", param_hint="--rank"
         )
-    client, offset = Client(server, token), 0
+    client, offset, file = Client(server, token), 0, None
     while True:
-        r = client.raw("GET", f"/jobs/{job_id}/logs", params={"offset": offset, "rank": rank})
+        params = {"offset": offset, "rank": rank} | ({"file": file} if file is not None else {})
+        r = client.raw("GET", f"/jobs/{job_id}/logs", params=params)
         if r.text:
             typer.echo(r.text, nl=False)
         offset = int(r.headers.get("x-next-offset", offset))
+        file = r.headers.get("x-log-file", file)  # a newer attempt's log: from its start
         if not follow or (not r.text and _ended(client, job_id)):
             return
         if not r.text:

@@ -39,6 +39,7 @@ from argosy.server.views import (
     latest_rank_log,
     launcher_error,
     launcher_log,
+    log_name,
     node_views,
     queue_views,
     read_log_chunk,
@@ -199,24 +200,28 @@ async def job_logs(
     who: Who,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
     rank: LogRank = 0,
+    file: Annotated[str | None, Query(max_length=300)] = None,
 ) -> PlainTextResponse:
-    """Output of one rank of the job's latest attempt from byte `offset`, or with
-    `rank=launcher` the launcher's own output of the latest server attempt (where a
-    failure that never reached a rank says why); the header `X-Next-Offset` is where to
-    continue (`argosy logs -f`)."""
+    """Output of one rank of the job's latest attempt from byte `offset` (on any node of
+    a multi-node attempt), or with `rank=launcher` the launcher's own output of the
+    latest server attempt (where a failure that never reached a rank says why). The
+    header `X-Next-Offset` is where to continue and `X-Log-File` names the log; a
+    follower (`argosy logs -f`) passes the name it read as `file`, and when a newer
+    attempt's log has taken over since, it is read from its start."""
     row = _job(ctl, job_id)
     if not who.may_read_output(row["queue"]):
         raise HTTPException(403, f"a job's output is for queue '{row['queue']}' and admins")
-    run_dir = ctl.run_dir(job_id)
-    if rank == LAUNCHER:
-        return log_response(launcher_log(run_dir, row["attempts"]), offset)
-    return log_response(latest_rank_log(run_dir, rank), offset)
+    run_dir, attempts = ctl.run_dir(job_id), row["attempts"]
+    path = launcher_log(run_dir, attempts) if rank == LAUNCHER else latest_rank_log(run_dir, rank)
+    name = log_name(run_dir, attempts, path)
+    return log_response(path, 0 if file is not None and file != name else offset, name)
 
 
-def log_response(path: Path | None, offset: int) -> PlainTextResponse:
-    """A log's text from byte `offset`; the header `X-Next-Offset` is where to continue."""
+def log_response(path: Path | None, offset: int, name: str = "") -> PlainTextResponse:
+    """A log's text from byte `offset`; the header `X-Next-Offset` is where to continue,
+    `X-Log-File` which log it is."""
     data = read_log_chunk(path, offset, LOG_CHUNK_BYTES)
-    headers = {"X-Next-Offset": str(offset + len(data))}
+    headers = {"X-Next-Offset": str(offset + len(data)), "X-Log-File": name}
     return PlainTextResponse(data.decode(errors="replace"), headers=headers)
 
 

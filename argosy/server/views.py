@@ -20,19 +20,41 @@ LAUNCHER_OUTPUT = "output.log"
 
 
 def latest_rank_log(run_dir: Path, rank: int) -> Path | None:
-    """The log of `rank` in the newest attempt under `run_dir/logs` (attempt10 after 9).
-    The job made those directories: they are listed without following links, as the
-    log is then read (`list_confined`)."""
+    """The log of `rank` in the newest attempt (attempt10 after 9) under `run_dir/logs`
+    and under each `run_dir/node<i>/logs` (node rank i of a multi-node attempt keeps its
+    ranks' logs in its own run directory): of those, the one written last. The job made
+    those directories: they are listed without following links, as the log is then
+    read (`list_confined`)."""
+    found = []
+    for base in ["logs", *(f"{n}/logs" for n in list_confined(run_dir) if _is_node_dir(n))]:
+        path = _newest_rank_log(run_dir, base, f"rank{rank}.log")
+        info = stat_job_file(path) if path is not None else None
+        if info is not None:
+            found.append((info.st_mtime_ns, path))
+    return max(found)[1] if found else None
+
+
+def _newest_rank_log(run_dir: Path, base: str, log: str) -> Path | None:
     numbered = [
         (number, name)
-        for name in list_confined(run_dir, "logs")
+        for name in list_confined(run_dir, base)
         if (number := _attempt_number(name)) is not None
     ]
-    log = f"rank{rank}.log"
     for _, name in sorted(numbered, reverse=True):
-        if log in list_confined(run_dir, f"logs/{name}"):
-            return run_dir / "logs" / name / log
+        if log in list_confined(run_dir, f"{base}/{name}"):
+            return run_dir / base / name / log
     return None
+
+
+def _is_node_dir(name: str) -> bool:
+    digits = name.removeprefix("node")
+    return name != digits and digits.isdigit()
+
+
+def log_name(run_dir: Path, attempts: int, path: Path | None) -> str:
+    """What changes when a newer log takes over: the server attempt and the log's place
+    (each attempt's launcher starts its `logs/attempt0` again); "" without a log."""
+    return "" if path is None else f"{attempts}:{path.relative_to(run_dir)}"
 
 
 def _attempt_number(name: str) -> int | None:

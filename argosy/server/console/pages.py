@@ -41,6 +41,7 @@ from argosy.server.schemas import ACTIVE
 from argosy.server.views import (
     latest_rank_log,
     launcher_log,
+    log_name,
     node_views,
     read_log_chunk,
     service_view,
@@ -184,7 +185,7 @@ async def job_log(
     ctl: Ctl,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
     rank: LogRank = 0,
-    file: Annotated[str, Query(max_length=100)] = "",
+    file: Annotated[str, Query(max_length=300)] = "",
 ) -> JSONResponse:
     """New output of one rank of the latest attempt (or with `rank=launcher` of the
     launcher of the latest server attempt) from `offset` (the page polls it); when a
@@ -203,11 +204,12 @@ async def job_log(
 def _log_of(ctl: Ctl, row: dict, rank: int | str) -> tuple[Path | None, str]:
     """The log the job page streams and the name that changes with each new attempt."""
     run_dir = ctl.run_dir(row["id"])
+    attempts = row["attempts"]
     if rank == LAUNCHER:
-        attempts = row["attempts"]
-        return launcher_log(run_dir, attempts), f"server-attempt{attempts}" if attempts else ""
-    log = latest_rank_log(run_dir, int(rank))
-    return log, "" if log is None else log.parent.name
+        log = launcher_log(run_dir, attempts)
+    else:
+        log = latest_rank_log(run_dir, int(rank))
+    return log, log_name(run_dir, attempts, log)
 
 
 @router.get("/services", response_class=HTMLResponse)
