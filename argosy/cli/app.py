@@ -76,7 +76,7 @@ app.command("server")(server.server)
 app.command("serve")(serve.serve)
 app.command("train-draft")(serve.train_draft)
 app.command("zygote")(zygote.zygote)
-for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon"):
+for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon", "repair"):
     app.command(_name)(getattr(jobs, _name))
 app.add_typer(tokens.app, name="token")
 app.command("services")(services.services)

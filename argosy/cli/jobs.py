@@ -187,17 +187,27 @@ def nodes(
     if as_json:
         print_json(data)
         return
-    table = Table("node", "chip", "devices", "free", "cordoned", "jobs")
+    table = Table("node", "chip", "devices", "free", "state", "jobs")
     for n in data:
         table.add_row(
             n["name"],
             n["chip"],
             str(n["devices"]),
             str(n["free"]),
-            "yes" if n["cordoned"] else "",
+            node_state(n),
             ", ".join(n["jobs"]),
         )
     console.print(table)
+
+
+def node_state(n: dict) -> str:
+    """Why a node takes no new work, in words ("" when it takes it): lost, cordoned by an
+    operator, or kept out by its health record (`argosy repair NODE` clears it)."""
+    why = ["[red]lost[/]"] if not n.get("up", True) else []
+    why += ["cordoned"] if n.get("cordoned") else []
+    health = n.get("health", "healthy")
+    why += [f"health: {health}"] if health not in ("healthy", "repaired") else []
+    return ", ".join(why)
 
 
 def cordon(
@@ -213,7 +223,25 @@ def cordon(
     if as_json:
         print_json(data)
         return
-    console.print(f"{data['name']}: {'cordoned' if data['cordoned'] else 'schedulable'}")
+    state = node_state(data)
+    console.print(f"{data['name']}: {state or 'schedulable'}")
+
+
+def repair(
+    node: str = typer.Argument(..., help="Node name (see argosy nodes)."),
+    detail: str = typer.Option("repaired", "--detail", help="What was done (kept in its record)."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Report a node repaired (admin token): a node its health record cordoned or
+    quarantined returns to service, on probation."""
+    body = {"verdict": "repair", "detail": detail}
+    data = Client(server, token).call("POST", f"/nodes/{node}/health", json=body)
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"{data['name']}: {node_state(data) or 'schedulable'}")
 
 
 def _chips(values: dict[str, int]) -> str:

@@ -114,6 +114,14 @@ def test_cli_round_trip_against_a_real_server(
     assert (
         json.loads(argosy("cordon", node, "--undo", "--json", env=env).stdout)["cordoned"] is False
     )
+    with server.client() as c:  # the health record keeps it out: two failed checks
+        for _ in range(2):
+            c.post(f"/api/v1/nodes/{node}/health", json={"verdict": "failed", "detail": "ecc"})
+    shown = argosy("nodes", env=env).stdout
+    assert "health: quarantined" in shown or "health: cordoned" in shown, shown
+    assert "schedulable" not in argosy("cordon", node, "--undo", env=env).stdout
+    back = argosy("repair", node, "--detail", "reseated", env=env)
+    assert back.returncode == 0 and f"{node}: schedulable" in back.stdout, back.stdout
     assert "default" in argosy("queues", env=env).stdout
     token = argosy("token", "create", "--queue", "default", env=env).stdout.strip()
     assert token.startswith("argosy_")
