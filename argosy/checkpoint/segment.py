@@ -17,7 +17,9 @@ Where: this user's own folder, `<base>/argosy-<uid>` (base: `$ARGOSY_SHM_DIR`, e
 restart of that job would fail on a file it does not own; nobody else can create names in
 a folder of ours. Should another user hold the folder's name, a fresh private folder is
 used instead (with a warning): snapshots still work, though a restarted process, which
-looks in the usual folder, then restores from disk.
+looks in the usual folder, then restores from disk. A launcher frees its run's slots when
+it ends; the slots of a launcher killed before it could (SIGKILL, its node lost) are
+freed by the same user's next launch on the machine (`stale_run_segments`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import contextlib
 import fcntl
 import mmap
 import os
+import re
 import struct
 import zlib
 from collections.abc import Callable
@@ -97,6 +100,23 @@ def segment_paths(job: str, rank: int) -> list[Path]:
 
 def job_segments(job: str) -> list[Path]:
     return sorted(SHM_DIR.glob(f"{PREFIX}{job}-r*"))
+
+
+LAUNCHER_RUN = re.compile(r"\d{6}-\d{6}")
+"""The shape of an `argosy launch` run id (`HHMMSS-<hash of the run dir>`)."""
+
+
+def stale_run_segments(live_runs: set[str]) -> list[Path]:
+    """This user's slots of launcher runs that are over (no live board: their launcher
+    was killed, SIGKILL or its node lost, before it could free them): tmpfs is memory, and
+    nothing else would ever free them. Slots of other names (a script's own
+    checkpointer, not under a launcher) are left alone."""
+    stale = []
+    for path in SHM_DIR.glob(f"{PREFIX}*-r*"):
+        run = path.name.removeprefix(PREFIX).rsplit("-r", 1)[0]
+        if LAUNCHER_RUN.fullmatch(run) and run not in live_runs:
+            stale.append(path)
+    return sorted(stale)
 
 
 class Segment:

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,7 @@ class Agent:
         spec.run_dir.mkdir(parents=True, exist_ok=True)
         history.archive_previous(spec.run_dir)
         board.reap_stale_boards(spec.board_path.parent)
+        _reclaim_dead_runs_snapshots(spec.board_path.parent)
         self.log = EventLog(
             spec.run_dir / EVENTS_FILE, t0=spec.t0, clock=self.clock, listener=self.on_event
         )
@@ -575,6 +577,16 @@ def _reclaim_snapshots(run_id: str) -> None:
     except ImportError:
         return
     for path in job_segments(run_id):
+        path.unlink(missing_ok=True)
+
+
+def _reclaim_dead_runs_snapshots(board_dir: Path) -> None:
+    """Free the flash-checkpoint segments of this user's runs whose launcher died."""
+    try:
+        from argosy.checkpoint.segment import stale_run_segments  # light: no torch
+    except ImportError:
+        return
+    for path in stale_run_segments(board.live_runs(board_dir)):
         path.unlink(missing_ok=True)
 
 

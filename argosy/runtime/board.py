@@ -89,6 +89,16 @@ def owner_of(path: Path) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
+def live_runs(directory: Path) -> set[str]:
+    """The run ids of the boards in `directory` whose launcher still runs (this one's too)."""
+    live = set()
+    for path in directory.glob(BOARD_GLOB):
+        pid = owner_of(path)
+        if pid is not None and (pid == os.getpid() or pid_alive(pid)):
+            live.add(path.name.removeprefix("argosy-").rsplit(".", 2)[0])
+    return live
+
+
 def reap_stale_boards(directory: Path) -> list[Path]:
     """Unlink the boards in `directory` whose owning launcher is dead; the ones removed.
 

@@ -157,3 +157,37 @@ def test_a_board_name_another_user_took_or_linked_is_refused(tmp_path, monkeypat
         ProgressBoard.attach(mine)
     with pytest.raises(PermissionError):
         ProgressBoard.create(mine, 2)
+
+
+def test_the_slots_of_a_run_whose_launcher_died_are_freed_at_the_next_launch(
+    tmp_path: Path,
+) -> None:
+    """A launcher killed with SIGKILL (its node lost) leaves its flash-checkpoint slots in
+    /dev/shm; the next launch of the same user frees those of runs with no live board,
+    and never a live run's or a slot not named by a launcher run."""
+    import subprocess
+    import sys
+
+    from argosy.checkpoint.segment import PREFIX, SHM_DIR, stale_run_segments
+    from argosy.runtime.board import live_runs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        tag = f"{os.getpid() % 10**6:06d}"
+        runs = {"dead": f"999990-{tag}", "live": f"999991-{tag}", "boardless": f"999992-{tag}"}
+        ProgressBoard.create(tmp_path / f"argosy-{runs['dead']}.{dead.pid}.board", 1).close()
+        ProgressBoard.create(tmp_path / f"argosy-{runs['live']}.{live.pid}.board", 1).close()
+        slots = {k: SHM_DIR / f"{PREFIX}{run}-r0-s1" for k, run in runs.items()}
+        slots["script"] = SHM_DIR / f"{PREFIX}0123456789ab-r0-s1"  # a checkpointer's own
+        for path in slots.values():
+            path.write_bytes(b"x")
+        assert live_runs(tmp_path) == {runs["live"]}
+        stale = set(stale_run_segments(live_runs(tmp_path)))
+        assert {slots["dead"], slots["boardless"]} <= stale
+        assert slots["live"] not in stale and slots["script"] not in stale
+    finally:
+        live.kill()
+        for path in slots.values():
+            path.unlink(missing_ok=True)
