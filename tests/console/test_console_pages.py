@@ -217,16 +217,19 @@ def test_the_job_page_shows_server_events_and_its_log_endpoint_pages(admin, app_
     html = admin.get(f"/jobs/{job['id']}").text
     assert "submitted" in html and job["name"] in html
     first = admin.get(f"/jobs/{job['id']}/log", params={"offset": 0}).json()
-    assert first == {"text": "step 1\nstep 2\n", "next": 14, "file": "attempt2"}
+    name = first["file"]  # the server attempt and the log's place
+    assert first == {"text": "step 1\nstep 2\n", "next": 14, "file": name}
+    assert name.endswith("logs/attempt2/rank0.log")
     with log.open("a") as f:
         f.write("step 3\n")
-    more = admin.get(f"/jobs/{job['id']}/log", params={"offset": 14, "file": "attempt2"}).json()
+    more = admin.get(f"/jobs/{job['id']}/log", params={"offset": 14, "file": name}).json()
     assert more["text"] == "step 3\n"
     newer = log.parent.parent / "attempt10" / "rank0.log"  # attempt 10 sorts after 2
     newer.parent.mkdir()
     newer.write_text("resumed\n")
-    moved = admin.get(f"/jobs/{job['id']}/log", params={"offset": 21, "file": "attempt2"}).json()
-    assert moved == {"text": "resumed\n", "next": 8, "file": "attempt10"}
+    moved = admin.get(f"/jobs/{job['id']}/log", params={"offset": 21, "file": name}).json()
+    assert moved["text"] == "resumed\n" and moved["next"] == 8
+    assert moved["file"].endswith("logs/attempt10/rank0.log")
 
 
 def test_an_unexpected_error_is_a_plain_message_not_a_traceback(tmp_path: Path) -> None:
