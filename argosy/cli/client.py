@@ -64,9 +64,12 @@ def _detail(response: Any) -> str:
         detail = response.json().get("detail")
     except ValueError:
         return response.text[:200]
-    if isinstance(detail, list):  # FastAPI's validation errors
-        return "; ".join(
-            f"field '{'.'.join(str(p) for p in e.get('loc', [])[1:])}': {e.get('msg')}"
-            for e in detail
-        )
+    if isinstance(detail, list):  # field errors: every 422's shape
+        return "; ".join(_field_error(e) for e in detail if isinstance(e, dict))
     return str(detail)
+
+
+def _field_error(e: dict) -> str:
+    """One field error in words: `field 'queue': ...`, or the message alone for the body."""
+    field = ".".join(str(p) for p in (e.get("loc") or [])[1:])
+    return f"field '{field}': {e.get('msg')}" if field else str(e.get("msg"))

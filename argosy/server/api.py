@@ -18,6 +18,7 @@ from argosy.core.same_origin import UNSAFE_METHODS
 from argosy.server.admission import refuse_unless_runnable
 from argosy.server.auth import Principal
 from argosy.server.control import Control, NotFoundError
+from argosy.server.field_errors import field_errors
 from argosy.server.queue_limits import QueueFullError
 from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.schemas import (
@@ -136,7 +137,7 @@ async def submit(
     except QueueFullError as err:
         raise HTTPException(429, str(err)) from None
     except ArgosyError as err:
-        raise HTTPException(422, str(err)) from err
+        raise HTTPException(422, field_errors(err)) from err
     body = job_view(row).model_dump_json()  # built once, not validated a second time
     return Response(body, status_code=201 if created else 200, media_type="application/json")
 

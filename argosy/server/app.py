@@ -26,6 +26,7 @@ from argosy.server.config import ServerConfig
 from argosy.server.console import UPLOAD_CAPS, mount_console
 from argosy.server.control import Control
 from argosy.server.energy_api import router as energy_router
+from argosy.server.field_errors import field_errors
 from argosy.server.guards import install_guards
 from argosy.server.node_api import router as node_router
 from argosy.server.rate_limits import RateLimits
@@ -125,7 +126,7 @@ def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAP
 
     @app.exception_handler(ArgosyError)
     async def _user_error(_request: Request, err: ArgosyError) -> JSONResponse:
-        return JSONResponse({"detail": str(err)}, status_code=422)
+        return JSONResponse({"detail": field_errors(err)}, status_code=422)
 
     return app
 

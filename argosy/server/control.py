@@ -41,6 +41,7 @@ from argosy.server.config import ServerConfig
 from argosy.server.energy import EnergyLedger
 from argosy.server.energy_bounds import node_ceilings_w
 from argosy.server.failures import error_clause
+from argosy.server.field_errors import RefusedError
 from argosy.server.node_control import NodeControl, NotFoundError
 from argosy.server.node_health import NodeHealth
 from argosy.server.queue_limits import refuse_services_past, refuse_waiting_past
@@ -151,9 +152,9 @@ class Control(NodeControl):
     def submit(
         self, spec: JobSpec, key: str | None, request_hash: str, *, actor: str = SYSTEM_ACTOR
     ) -> tuple[Row, bool]:
-        reason = self.scheduling.check(spec)
+        field, reason = self.scheduling.check(spec)
         if reason:
-            raise ArgosyError(reason)
+            raise RefusedError(reason, field)
         refuse_waiting_past(
             self.config.max_pending_jobs_per_queue,
             spec.queue,

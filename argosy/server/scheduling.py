@@ -73,43 +73,48 @@ class Scheduling:
         self.out_of_service: set[str] = set()
 
     # ---- requests --------------------------------------------------------------------
-    def check(self, spec: JobSpec) -> str:
-        """Why `spec` can never run here ("" if it may): unknown queue or chip, too big."""
+    def check(self, spec: JobSpec) -> tuple[str, str]:
+        """Why `spec` can never run here, and the field to change (("", "") if it may):
+        unknown queue or chip, too big."""
         nnodes = spec.elastic.min_nnodes if spec.elastic else spec.nnodes
-        return self._check(spec.queue, spec.chips, spec.nproc_per_node, nnodes)
+        field, why = self._check(spec.queue, spec.chips, spec.nproc_per_node, nnodes)
+        return ("elastic.min_nnodes" if field == "nnodes" and spec.elastic else field), why
 
-    def check_service(self, spec: ServiceSpec) -> str:
-        """Why a service can never run here ("" if it may)."""
-        reason = self._check(spec.queue, spec.chips, 1, 1)
-        if reason:
-            return reason
+    def check_service(self, spec: ServiceSpec) -> tuple[str, str]:
+        """Why a service can never run here, and the field to change (("", "") if it may)."""
+        field, why = self._check(spec.queue, spec.chips, 1, 1)
+        if why:
+            return field, why
         have = self.cluster.devices_by_chip()
         usable = sum(have.get(default_catalog().canonical(c), 0) for c in spec.chips or have)
         if spec.replicas > usable:
-            return f"needs {spec.replicas} devices (one per replica); the cluster has {usable}"
-        return ""
+            why = f"needs {spec.replicas} devices (one per replica); the cluster has {usable}"
+            return "replicas", why
+        return "", ""
 
-    def _check(self, queue: str, accepted: list[str], per_node: int, nnodes: int) -> str:
+    def _check(
+        self, queue: str, accepted: list[str], per_node: int, nnodes: int
+    ) -> tuple[str, str]:
         tree = self.sched.tree
         if queue not in tree.leaves:
-            return str(UnknownNameError("leaf queue", queue, tree.leaves))
+            return "queue", str(UnknownNameError("leaf queue", queue, tree.leaves))
         have = self.cluster.devices_by_chip()
         chips = []
         for name in accepted or list(have):
             try:
                 chips.append(default_catalog().canonical(name))
             except UnknownNameError as err:
-                return str(err)
+                return "chips", str(err)
         usable = [c for c in chips if c in have]
         if not usable:
-            return f"accepts chip types {chips}; the cluster has {list(have)}"
+            return "chips", f"accepts chip types {chips}; the cluster has {list(have)}"
         biggest = max(self._largest_gang(c, per_node) for c in usable)
         if biggest < nnodes:
-            return (
-                f"needs {nnodes} node(s) with {per_node} devices each; "
+            return "nnodes", (
+                f"needs {nnodes} node(s) with {per_node} device(s) each; "
                 f"at most {biggest} such node(s) of {usable}"
             )
-        return ""
+        return "", ""
 
     def _largest_gang(self, chip: str, per_node: int) -> int:
         return sum(1 for n in self.nodes if n.chip == chip and n.devices >= per_node)

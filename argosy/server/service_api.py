@@ -13,6 +13,7 @@ from fastapi.responses import PlainTextResponse
 from argosy.core.errors import ArgosyError
 from argosy.server.api import COMMON, Ctl, Cursor, Limit, Who, log_response
 from argosy.server.control import Control, NotFoundError
+from argosy.server.field_errors import field_errors
 from argosy.server.queue_limits import QueueFullError
 from argosy.server.schemas import EventPage, Service, ServicePage, ServiceState
 from argosy.server.service_spec import ServiceSpec
@@ -34,7 +35,7 @@ async def create_service(spec: ServiceSpec, ctl: Ctl, who: Who) -> Service:
     except QueueFullError as err:
         raise HTTPException(429, str(err)) from None
     except ArgosyError as err:
-        raise HTTPException(422, str(err)) from err
+        raise HTTPException(422, field_errors(err)) from err
     return service_view(row)
 
 

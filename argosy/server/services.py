@@ -43,6 +43,7 @@ from typing import Any
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest
 from argosy.server.failures import error_clause
+from argosy.server.field_errors import RefusedError
 from argosy.server.replica_probe import (
     DOWN,
     PROVEN,
@@ -110,9 +111,9 @@ class Services:
 
     # ---- requests --------------------------------------------------------------------
     def submit(self, spec: ServiceSpec, now: float, *, actor: str = SYSTEM_ACTOR) -> Row:
-        reason = self.scheduling.check_service(spec)
+        field, reason = self.scheduling.check_service(spec)
         if reason:
-            raise ArgosyError(reason)
+            raise RefusedError(reason, field)
         row = self.store.insert_service(spec.model_dump(), now=now, actor=actor)
         reason = self.scheduling.submit_service(row["id"], spec, now)
         if reason:

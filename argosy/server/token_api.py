@@ -18,6 +18,7 @@ from fastapi import APIRouter, HTTPException, Path, Request
 
 from argosy.server.api import COMMON, Admin, Ctl
 from argosy.server.auth import ProtectedTokenError, Tokens
+from argosy.server.field_errors import RefusedError, field_errors
 from argosy.server.schemas import ErrorBody, TokenCreated, TokenInfo, TokenRequest
 from argosy.server.store import Row
 from argosy.server.views import iso
@@ -37,7 +38,8 @@ async def create_token(body: TokenRequest, ctl: Ctl, who: Admin, request: Reques
     The token itself is in this answer only."""
     leaves = ctl.scheduling.sched.tree.leaves
     if body.queue is not None and body.queue not in leaves:
-        raise HTTPException(422, f"unknown leaf queue '{body.queue}'; known: {', '.join(leaves)}")
+        why = f"unknown leaf queue '{body.queue}'; known: {', '.join(leaves)}"
+        raise HTTPException(422, field_errors(RefusedError(why, "queue")))
     lifetime_s = body.lifetime_s()
     expires_at = None if lifetime_s is None else time.time() + lifetime_s
     token, row = tokens(request).create(

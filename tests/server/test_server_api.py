@@ -63,7 +63,7 @@ def test_a_failing_job_fails_with_the_runtimes_cause(client: TestClient) -> None
 
 def test_queue_tokens_may_change_only_their_queue(client: TestClient, tmp_path: Path) -> None:
     r = client.post("/api/v1/tokens", json={"queue": "nowhere"})
-    assert r.status_code == 422 and "default" in r.json()["detail"]
+    assert r.status_code == 422 and "default" in _messages(r)
     token = client.post("/api/v1/tokens", json={"queue": "default"}).json()["token"]
     user = {"Authorization": f"Bearer {token}"}
     assert (
@@ -106,9 +106,9 @@ def test_a_queue_token_cannot_cancel_in_another_queue(home: Path, tmp_path: Path
 
 def test_unknown_queue_and_impossible_size_are_422_with_the_reason(client: TestClient) -> None:
     r = client.post("/api/v1/jobs", json=job_body(queue="defualt"))
-    assert r.status_code == 422 and "known: default" in r.json()["detail"]
+    assert r.status_code == 422 and "known: default" in _messages(r)
     r = client.post("/api/v1/jobs", json=job_body(nproc_per_node=64))
-    assert r.status_code == 422 and "64 devices" in r.json()["detail"]
+    assert r.status_code == 422 and "64 device(s)" in _messages(r)
     r = client.post("/api/v1/jobs", json=job_body(nproc_per_node=0))
     assert r.status_code == 422
     r = client.post("/api/v1/jobs", json=job_body(colour="red"))
@@ -216,3 +216,29 @@ def test_relative_script_resolves_against_workdir(client: TestClient, tmp_path: 
         "/api/v1/jobs", json=job_body("rel", script="s.py", workdir=str(tmp_path / "w"))
     ).json()
     assert wait_for(client, job["id"], TERMINAL)["state"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/jobs", job_body("q", queue="no-such-queue"), "queue"),
+        ("/api/v1/jobs", job_body("n", nnodes=99), "nnodes"),
+        ("/api/v1/jobs", job_body("c", chips=["no-such-chip"]), "chips"),
+        ("/api/v1/jobs", job_body("e", elastic={"min_nnodes": 90, "max_nnodes": 99}), "elastic"),
+        ("/api/v1/tokens", {"queue": "no-such-queue"}, "queue"),
+    ],
+    ids=["unknown-queue", "too-many-nodes", "unknown-chip", "elastic-too-big", "token-queue"],
+)
+def test_every_refusal_is_a_list_of_field_errors(
+    client: TestClient, path: str, body: dict, field: str
+) -> None:
+    """One 422 shape whether the body is malformed or names what the server cannot run."""
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"][:2] == ["body", field] and error["msg"], error
+
+
+def _messages(r) -> str:  # noqa: ANN001
+    """The messages of a 422's field errors, joined."""
+    return "; ".join(e["msg"] for e in r.json()["detail"])

@@ -254,5 +254,7 @@ def test_a_gang_asking_more_nodes_than_exist_is_refused_at_submit(api: TestClien
     body = {"name": "big", "script": STEPS, "workdir": WORKDIR, "nnodes": 3, "nproc_per_node": 2}
     r = api.post("/api/v1/jobs", json=body)
     assert r.status_code == 422, r.text
-    assert "needs 3 node(s) with 2 devices each; at most 2" in r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "nnodes"]
+    assert "needs 3 node(s) with 2 device(s) each; at most 2" in error["msg"]
     assert "big" not in api.get("/api/v1/jobs", params={"name": "big"}).text
