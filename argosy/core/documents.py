@@ -10,6 +10,7 @@ line; `validate` runs a pydantic model over it and turns the first errors into a
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -108,15 +109,24 @@ def validate(model: type[M], doc: Document) -> M:
     try:
         return model.model_validate(doc.data)
     except ValidationError as err:
-        raise located_error(err, doc) from err
+        raise located_error(err, doc, known=list(model.model_fields)) from err
 
 
-def located_error(err: ValidationError, doc: Document) -> ConfigError:
-    """The first validation error as a `ConfigError` with line and dotted field."""
-    first = err.errors()[0]
+def located_error(
+    err: ValidationError, doc: Document, known: list[str] | None = None
+) -> ConfigError:
+    """One validation error as a `ConfigError` with line and dotted field: an unknown key
+    first (a typo, which often explains the rest; with the closest of the `known`
+    top-level keys), else pydantic's first (the most specific)."""
+    errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")  # stable
+    first = errors[0]
     loc = tuple(first["loc"])
     message = _describe(first)
-    more = len(err.errors()) - 1
+    if first["type"] == "extra_forbidden" and len(loc) == 1 and known:
+        taken = doc.data if isinstance(doc.data, dict) else {}
+        close = difflib.get_close_matches(str(loc[0]), [k for k in known if k not in taken], 1)
+        message += f" (did you mean '{close[0]}'?)" if close else ""
+    more = len(errors) - 1
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
     return ConfigError(
@@ -132,4 +142,9 @@ def _describe(error: Any) -> str:
         return "unknown key"
     if error["type"] == "missing":
         return "required field is missing"
-    return f"{error['msg']} (got {error.get('input')!r})"
+    msg = str(error["msg"]).removeprefix("Value error, ")  # pydantic's, on our own message
+    error = {**error, "msg": msg}
+    got = error.get("input")
+    if isinstance(got, dict | list) or len(repr(got)) > 200:
+        return str(error["msg"])  # the file has it: no echo of a whole section
+    return f"{error['msg']} (got {got!r})"

@@ -125,17 +125,22 @@ class JobSpec(BaseModel):
             ]
         return value
 
-    @model_validator(mode="after")
-    def _injections_parse(self) -> JobSpec:
-        """Every `inject` entry is a valid injection for this job's ranks."""
+    @field_validator("inject")
+    @classmethod
+    def _injections_parse(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """Every `inject` entry is a valid injection for this job's ranks (an error points
+        at the `inject` field, not the whole job)."""
         from argosy.runtime.inject import parse_injection
 
-        for entry in self.inject:
+        nproc, nnodes = info.data.get("nproc_per_node"), info.data.get("nnodes")
+        if nproc is None or nnodes is None:
+            return value  # their own errors say why
+        for entry in value:
             try:
-                parse_injection(entry, self.devices)
+                parse_injection(entry, nproc * nnodes)
             except ArgosyError as err:
-                raise ValueError(f"inject: {err}") from None
-        return self
+                raise ValueError(str(err)) from None
+        return value
 
     @property
     def devices(self) -> int:

@@ -58,8 +58,22 @@ def argosy(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):  # n
         ("name: a\nscript: s.py\nargs: 5\n", 3, "args"),
         ("script: s.py\nqueue: default\n", 1, "name"),
         ("name: a\nscript: s.py\nchips: [h100\n", 4, None),
+        ("name: a\nscript: s.py\nnproc_per_node: '2'\nnnode: 2\n", 4, "nnode"),
+        (
+            "name: a\nscript: s.py\nnproc_per_node: 2\ninject:\n  - kill:rank=2:step=3\n",
+            4,
+            "inject",
+        ),
     ],
-    ids=["bad-value", "unknown-key", "wrong-type", "missing", "bad-yaml"],
+    ids=[
+        "bad-value",
+        "unknown-key",
+        "wrong-type",
+        "missing",
+        "bad-yaml",
+        "typo-first",
+        "bad-inject",
+    ],
 )
 def test_malformed_job_yaml_names_line_and_field(
     argosy, tmp_path: Path, text: str, want_line: int, want_field: str | None
@@ -72,6 +86,9 @@ def test_malformed_job_yaml_names_line_and_field(
     if want_field:
         assert f"field '{want_field}" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "'script': 's.py'" not in r.stderr  # no echo of the whole job
+    if want_field == "nnode":
+        assert "did you mean 'nnodes'?" in r.stderr
 
 
 def test_unreachable_server_is_one_line_exit_2(tmp_path: Path) -> None:
