@@ -101,6 +101,8 @@ def job(
         )
     if data["reason"]:
         console.print(f"reason: {data['reason']}", highlight=False)
+    if data.get("waiting"):
+        console.print(f"waiting: {data['waiting']}", highlight=False)
     if data.get("error"):  # the whole line, for the job's queue and the admins
         console.print(f"error: {data['error']}", highlight=False, markup=False)
     for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:
@@ -151,6 +153,8 @@ def cancel(
     if as_json:
         print_json(data)
         return
+    if data["state"] in ("admitted", "running"):  # its attempt stops first
+        data = {**data, "state": "stopping (cancelled once its attempt has stopped)"}
     console.print(f"{data['id']}: {data['state']}")
 
 

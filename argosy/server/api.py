@@ -173,6 +173,10 @@ async def get_job(job_id: str, ctl: Ctl, who: Who) -> Response:
     view = job_view(row)  # built once, not validated again
     if row["state"] == "failed" and who.may_read_output(row["queue"]):
         view.error = launcher_error(ctl.run_dir(job_id), row["attempts"]) or None
+    if row["state"] == "pending":
+        from argosy.server.console.overview import pending_wait  # (the queues page's words)
+
+        view.waiting = pending_wait(ctl, row) or None
     return Response(view.model_dump_json(), media_type="application/json")
 
 

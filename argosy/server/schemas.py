@@ -46,6 +46,10 @@ class Job(BaseModel):
     """A failed job's telling line of its launcher's output, whole (`reason` keeps of a
     rank's output only an exception's class): for the job's queue and the admins, in
     `GET /jobs/{id}`; null elsewhere."""
+    waiting: str | None = None
+    """Why a pending job waits (its queue's quota, devices held by others, nodes out of
+    placement: cordoned, lost or unhealthy), as the console's queues page says it; in
+    `GET /jobs/{id}` only, null elsewhere."""
 
 
 class JobPage(BaseModel):

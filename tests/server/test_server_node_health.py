@@ -258,3 +258,18 @@ def test_a_gang_asking_more_nodes_than_exist_is_refused_at_submit(api: TestClien
     assert error["loc"] == ["body", "nnodes"]
     assert "needs 3 node(s) with 2 device(s) each; at most 2" in error["msg"]
     assert "big" not in api.get("/api/v1/jobs", params={"name": "big"}).text
+
+
+def test_a_pending_job_says_why_it_waits_in_the_api(api: TestClient) -> None:
+    """Both nodes cordoned: the job waits, and `GET /jobs/{id}` (so `argosy job`) says why,
+    as the console's queues page does; a job that is not pending has no such line."""
+    for node in NODES:
+        assert api.post(f"/api/v1/nodes/{node.name}/cordon").status_code == 200
+    body = {"name": "w", "script": STEPS, "workdir": WORKDIR}
+    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+    job = api.get(f"/api/v1/jobs/{job_id}").json()
+    assert job["state"] == "pending" and job["waiting"], job
+    assert "cordon" in job["waiting"] or "out of" in job["waiting"], job["waiting"]
+    listed = api.get("/api/v1/jobs").json()
+    rows = listed["items"] if isinstance(listed, dict) else listed
+    assert all(r.get("waiting") is None for r in rows)
