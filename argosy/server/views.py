@@ -154,7 +154,7 @@ def job_json(row: Row) -> str:
         f'"finished_at":{_text(iso(row["finished_at"]))},"reason":{_quote(row["reason"] or "")},'
         f'"exit_code":{"null" if exit_code is None else int(exit_code)},'
         f'"placement":{row["placement"] or "null"},"spec":{row["spec"]},'
-        f'"summary":{row["summary"] or "null"},"error":null}}'
+        f'"summary":{row["summary"] or "null"},"error":null,"waiting":null}}'
     )
 
 

@@ -293,7 +293,8 @@ class BatchLoop:
             self._prefilling.remove(job)
         slots = [job.slot for job in jobs]
         try:
-            fed, seconds = self._prefill_many(slots, [job.position for job in jobs])
+            cached, reused = [job.position for job in jobs], [job.reused for job in jobs]
+            fed, seconds = self._prefill_many(slots, cached, reused)
         except Exception as err:  # every job of the pass learns why it stopped
             for slot in slots:
                 slot.out.put(err)
@@ -355,13 +356,16 @@ class BatchLoop:
             slot.out.put(err)
             slot.done = True
 
-    def _prefill_many(self, slots: list[Slot], cached: list[int]) -> tuple[int, float]:
+    def _prefill_many(
+        self, slots: list[Slot], cached: list[int], reused: list[int] | None = None
+    ) -> tuple[int, float]:
         """One forward pass over several requests' remaining prompts, each after the
         `cached[i]` positions its own cache holds (left-padded caches, right-aligned
-        inputs: a shorter input leaves a hole, masked like padding). Identical prompts
-        (the `n` choices of one request, a burst of one prompt) are computed once. Each
-        request gets its first token; those that go on join the running rows. Returns
-        the tokens fed (padding included) and the pass's seconds."""
+        inputs: a shorter input leaves a hole, masked like padding), of which `reused[i]`
+        (default: all) came from the prefix cache and the rest from earlier chunks.
+        Identical prompts (the `n` choices of one request, a burst of one prompt) are
+        computed once. Each request gets its first token; those that go on join the
+        running rows. Returns the tokens fed (padding included) and the pass's seconds."""
         prompts = [tuple(slot.decoder.tokens) for slot in slots]
         unique = list(dict.fromkeys(prompts))
         first = [prompts.index(prompt) for prompt in unique]
@@ -380,7 +384,8 @@ class BatchLoop:
         self.prefilled_rows += len(unique)
         lengths = [c + len(tail) for c, tail in zip(seeded, tails, strict=True)]
         rows = KVRows(cache, mask, lengths)
-        self._store_prefixes(rows, unique, seeded)
+        from_cache = reused if reused is not None else cached
+        self._store_prefixes(rows, unique, [from_cache[i] for i in first])
         row_of = {prompt: i for i, prompt in enumerate(unique)}
         for slot, prompt in zip(slots, prompts, strict=True):
             row = row_of[prompt]
@@ -399,7 +404,8 @@ class BatchLoop:
         self, rows: KVRows, prompts: list[tuple[int, ...]], seeded: list[int]
     ) -> None:
         """Offer each prompt's full blocks (its row, holes removed) to the prefix cache;
-        a row whose full blocks all came from the cache (`seeded` positions) is skipped."""
+        a row whose full blocks all came from the cache (`seeded`: the positions the
+        prefix cache gave it, not those of its own earlier chunks) is skipped."""
         if self.prefix_cache is None:
             return
         block = self.prefix_cache.block_tokens

@@ -107,6 +107,8 @@ class PrefillJob:
         """The batch loop's `Slot` (its decoder, its output queue)."""
         self.position = 0
         """Prompt positions in the decoder's cache so far."""
+        self.reused = 0
+        """Of those, the positions the prefix cache gave (the rest were computed here)."""
         self.started = False
 
     @property
@@ -128,7 +130,7 @@ class PrefillJob:
         reused, layers = prefix_cache.match(self.decoder.tokens)
         if reused:
             self.decoder.cache = make_cache(layers)
-            self.position = reused
+            self.position = self.reused = reused
         return reused
 
     def feed(self, num_tokens: int) -> torch.Tensor | None:

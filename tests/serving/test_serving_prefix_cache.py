@@ -276,3 +276,17 @@ def test_a_launch_bound_pass_gets_full_chunks_and_a_compute_bound_one_is_cut():
     cpu.observe_chunk(400, 400 * 0.005 + 0.001)
     cpu.observe_chunk(16, 16 * 0.005 + 0.001)
     assert abs(cpu.size(4000, decoding=True) - 40) <= 1  # 0.2 s more work at 5 ms a token
+
+
+def test_a_prompt_finished_beside_another_stores_the_blocks_of_its_own_chunks(model64):
+    """A 9-token prompt over a chunk budget of 8: its first chunk alone, its last token in
+    one pass beside a short prompt. The positions of its own first chunk were computed
+    here, not reused: its full blocks are stored (they were skipped as if reused), and
+    the same prompts again reuse them."""
+    long, short = [7, 8, 9, 10, 11, 12, 13, 14, 1], [3, 1]
+    loop = batch_loop(model64, 4, prefix_cache=PrefixCache(4, 256), chunks=ChunkSizer(8, 0.0))
+    want = [_solo(model64, p, 6) for p in (long, short)]
+    assert _run_all(loop, model64, [long, short], 6) == want
+    assert loop.prefix_cache.stats.inserted_blocks == 2
+    assert _run_all(loop, model64, [long, short], 6) == want
+    assert loop.prefix_cache.stats.reused_tokens >= 8
