@@ -36,7 +36,7 @@ attempt whose placement group Ray never placed ends at once; every ended attempt
 and placement group are removed before its exit is reported; a restarted server removes
 the groups and actors nobody adopted. What a node offers and its name:
 `ray_nodes.py`; what runs for a node rank (`node_command`, the `NodeRunner` actor):
-`ray_launch.py`.
+`ray_launch.py`; how an attempt ended, from its node ranks' answers: `ray_gang.py`.
 
     executor = RayExecutor(RayOptions(address="127.0.0.1:6379"))
     executor = RayExecutor(ray=fake_ray, background=False, clock=fake_clock)  # tests
@@ -54,16 +54,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from argosy.core.errors import ArgosyError
-from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo, describe_exit, is_lost
+from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo
 from argosy.executors.isolation import JobIdentity, JobUser, JobUsers
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
 from argosy.executors.ray_address import asks_for_token, refuse_open_cluster
+from argosy.executors.ray_gang import GangAttempt, GangVerdicts, attempt_tag
 from argosy.executors.ray_launch import NodeJob, NodeRunner, node_command
 from argosy.executors.ray_nodes import (
     CHIP_PREFIX,
@@ -85,16 +86,6 @@ POLL_EVERY_S = 0.5
 """How often each running node rank is asked for its launcher's exit code."""
 NODES_EVERY_S = 1.0
 """How often the Ray thread refreshes its copy of Ray's node table."""
-PEER_ANSWER_S = 2.0
-"""When a gang fails on one node rank, how long each other rank's actor has to answer:
-one that does not is on a node that is lost or hung, which Ray declares dead only after
-its health check (seconds to a minute): that node, not the survivor's, is to blame and
-stays out of the next placement."""
-DIED = -1
-FAILED_TO_START = -2
-"""Codes of a rank whose actor died, or whose `start` raised (never a real exit code)."""
-USAGE_EXIT = 2
-"""A launcher's usage error (or a store its nodes do not share): never retried."""
 
 log = logging.getLogger(__name__)
 
@@ -122,27 +113,7 @@ class RayOptions:
     """Environment names jobs inherit beyond the built-in allow-list (`job_env_allow`)."""
 
 
-@dataclass
-class _RayAttempt:
-    job_id: str
-    attempt: int
-    pg: Any
-    actors: list[Any]
-    node_ids: list[str] = field(default_factory=list)
-    codes: dict[int, int] = field(default_factory=dict)
-    asks: dict[int, Any] = field(default_factory=dict)
-    """Node rank -> its outstanding `poll` call."""
-    answered_s: dict[int, float] = field(default_factory=dict)
-    """Node rank -> when its actor last answered (a rank in here has started)."""
-    stop_s: float | None = None
-    """When a stop was asked (monotonic), or None."""
-
-    @property
-    def tag(self) -> str:
-        return attempt_tag(self.job_id, self.attempt)
-
-
-class RayExecutor:
+class RayExecutor(GangVerdicts):
     """Runs attempts on a Ray cluster; every Ray call happens on one background thread.
 
     The methods of the `Executor` protocol never wait on Ray: `inventory` reads the node
@@ -191,7 +162,7 @@ class RayExecutor:
         self._commands: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._wake = threading.Event()
         # the thread's own state
-        self._attempts: dict[str, _RayAttempt] = {}
+        self._attempts: dict[str, GangAttempt] = {}
         self._alive: set[str] = set()
         self._suspect: dict[str, float] = {}  # node id -> monotonic time it may return
         self._seen: dict[str, int] = {}  # alive node id -> order in which it was first seen
@@ -312,98 +283,7 @@ class RayExecutor:
             if ended is not None:
                 self._end(a, ended)
 
-    def _answer(self, a: _RayAttempt, i: int, ref: Any) -> None:
-        errors = self.ray.exceptions
-        del a.asks[i]
-        try:
-            code = self.ray.get(ref, timeout=0)
-        except errors.ActorUnavailableError:
-            return  # a passing disconnect: ask again
-        except errors.RayActorError:
-            a.codes[i] = DIED
-            return
-        except errors.RayError as err:
-            log.warning("node rank %d of %s: %s", i, a.tag, err)
-            a.codes[i] = FAILED_TO_START
-            return
-        a.answered_s[i] = self._clock()
-        if code is not None:
-            a.codes[i] = code
-
-    def _verdict(self, a: _RayAttempt) -> AttemptExit | None:
-        """How the attempt ended, or None while it runs: the first rank that failed or
-        died ends the whole gang; all ranks exiting 0 is success. A gang's node launchers
-        never restart their ranks alone (`--max-restarts 0`), so a node rank that fails
-        (other than a usage error, exit 2) ends the attempt as lost: the server starts the
-        whole gang again from its checkpoint, within the job's `max_restarts`."""
-        job, n = a.job_id, a.attempt
-        for i, code in sorted(a.codes.items()):
-            if code == DIED:
-                self._suspect_node(a, i)
-                return AttemptExit(job, n, None, True, f"node rank {i}'s Ray node died")
-            if code == FAILED_TO_START:
-                return AttemptExit(job, n, None, False, f"node rank {i} could not start")
-        gone = [x for x in a.node_ids if x not in self._alive]
-        if gone:
-            return AttemptExit(job, n, None, True, f"its Ray node {gone[0][:8]} is dead")
-        if a.codes:
-            worst = max(a.codes.values(), key=lambda c: (c != 0, c))
-            if worst != 0 or len(a.codes) == len(a.actors):
-                gang_fault = len(a.actors) > 1 and worst not in (0, USAGE_EXIT)
-                if gang_fault and a.stop_s is None:
-                    dead = self._dead_node_of(a) or self._silent_node_of(a)  # a peer's
-                    if dead is not None:  # crash often follows a lost or hung node
-                        return AttemptExit(job, n, None, True, dead)
-                    rank = next(i for i, c in sorted(a.codes.items()) if c == worst)
-                    why = f"node rank {rank}: {describe_exit(worst)}; the whole gang restarts"
-                    return AttemptExit(job, n, worst, True, why)
-                return AttemptExit(job, n, worst, is_lost(worst), describe_exit(worst))
-        if a.stop_s is not None and self._clock() - a.stop_s > self.options.stop_grace_s:
-            why = f"did not stop within {self.options.stop_grace_s:g} s; killed"
-            return AttemptExit(job, n, None, True, why)
-        return None
-
-    def _dead_node_of(self, a: _RayAttempt) -> str | None:
-        """Why the gang ended if one of its nodes is gone by Ray's node table, read now
-        (the other nodes' ranks fail on the lost peer before its actor is seen dead)."""
-        self._refresh_nodes()
-        for i, node_id in enumerate(a.node_ids):
-            if node_id not in self._alive:
-                self._suspect_node(a, i)
-                return f"node rank {i}'s Ray node {node_id[:8]} is dead; the whole gang restarts"
-        return None
-
-    def _silent_node_of(self, a: _RayAttempt) -> str | None:
-        """Why the gang ended if a node rank still running does not answer within
-        `PEER_ANSWER_S` (its node is lost or hung, not yet dead by Ray's table), or its
-        actor died meanwhile: that node is suspect."""
-        asked = {}
-        for i, actor in enumerate(a.actors):
-            if i not in a.codes:
-                asked[a.asks.get(i) or actor.poll.remote()] = i
-        if not asked:
-            return None
-        for ref, i in asked.items():
-            a.asks[i] = ref
-        ready, _ = self.ray.wait(list(asked), num_returns=len(asked), timeout=PEER_ANSWER_S)
-        for ref in ready:
-            self._answer(a, asked[ref], ref)
-        silent = sorted({i for ref, i in asked.items() if ref not in ready} | {
-            i for i, code in a.codes.items() if code == DIED
-        })  # fmt: skip
-        for i in silent:
-            self._suspect_node(a, i)
-        if not silent:
-            return None
-        how = "did not answer" if silent[0] in a.asks else "died"
-        return f"node rank {silent[0]}'s Ray node {how}; the whole gang restarts"
-
-    def _suspect_node(self, a: _RayAttempt, i: int) -> None:
-        if i < len(a.node_ids):
-            self._suspect[a.node_ids[i]] = self._clock() + self.options.suspect_s
-            self._refresh_nodes()
-
-    def _end(self, a: _RayAttempt, ended: AttemptExit) -> None:
+    def _end(self, a: GangAttempt, ended: AttemptExit) -> None:
         """Free the attempt's Ray resources, then report how it ended (the server may
         place its next attempt on the same devices at once)."""
         self._attempts.pop(a.job_id, None)
@@ -502,7 +382,7 @@ class RayExecutor:
             job = NodeJob(str(request.run_dir), request.queue, opts.job_users, opts.env_allow, uid)
             actor.start.remote(command, env, request.workdir, str(log_file), job)
             actors.append(actor)
-        self._attempts[request.job_id] = _RayAttempt(
+        self._attempts[request.job_id] = GangAttempt(
             request.job_id, request.attempt, pg, actors, ids
         )
 
@@ -516,7 +396,7 @@ class RayExecutor:
         if not self._placed(a):  # nothing runs yet: it ends now, and its resources go
             self._end(a, AttemptExit(job_id, a.attempt, None, True, "stopped before Ray placed it"))
 
-    def _placed(self, a: _RayAttempt) -> bool:
+    def _placed(self, a: GangAttempt) -> bool:
         if len(a.answered_s) == len(a.actors) or a.pg is None:
             return True
         return self.ray.util.placement_group_table(a.pg).get("state") == "CREATED"
@@ -531,11 +411,11 @@ class RayExecutor:
         actors = [self.ray.get_actor(name, namespace=NAMESPACE) for name in names]
         ranks = [int(name.rsplit("-", 1)[1]) for name in names]
         if names and pg is not None and ranks == list(range(self._group_size(pg))):
-            self._attempts[job_id] = _RayAttempt(job_id, attempt, pg, actors)
+            self._attempts[job_id] = GangAttempt(job_id, attempt, pg, actors)
             return
         why = "a node rank's Ray actor is gone" if names else "its Ray actors are gone"
         self._end(
-            _RayAttempt(job_id, attempt, pg, actors), AttemptExit(job_id, attempt, None, True, why)
+            GangAttempt(job_id, attempt, pg, actors), AttemptExit(job_id, attempt, None, True, why)
         )
 
     def _group_size(self, pg: Any) -> int:
@@ -549,7 +429,7 @@ class RayExecutor:
         for tag in sorted((set(groups) | set(actors)) - keep):
             job_id = tag.removeprefix("argosy-").rsplit("-", 1)[0]
             handles = [self.ray.get_actor(x, namespace=NAMESPACE) for x in actors.get(tag, [])]
-            stale = _RayAttempt(job_id, -1, groups.get(tag), handles)
+            stale = GangAttempt(job_id, -1, groups.get(tag), handles)
             log.warning("ray executor: removing stale %s", tag)
             # an older attempt of a job that runs shares its job id: leave its processes be
             self._cleanup(stale, kill_ranks=job_id not in jobs)
@@ -572,7 +452,7 @@ class RayExecutor:
                 out[name] = group_handle(self.ray, entry["placement_group_id"])
         return out
 
-    def _cleanup(self, a: _RayAttempt, *, kill_ranks: bool) -> None:
+    def _cleanup(self, a: GangAttempt, *, kill_ranks: bool) -> None:
         """Kill the attempt's processes (with `kill_ranks`: every process of the job its
         actors can reach, waiting at most `call_timeout_s`), its actors and its placement
         group. Actors that never started are only killed."""
@@ -613,8 +493,3 @@ def _own_signal_handlers() -> Iterator[None]:
         for sig, handler in kept.items():
             if handler is not None:
                 signal.signal(sig, handler)
-
-
-def attempt_tag(job_id: str, attempt: int) -> str:
-    """The name of an attempt's placement group, and its actors' with `-<node rank>`."""
-    return f"argosy-{job_id}-{attempt}"

@@ -1,0 +1,165 @@
+"""How a gang's attempt on Ray ended: the verdict over its node ranks' answers.
+
+The Ray executor asks each node rank's `NodeRunner` actor for its launcher's exit code
+(`poll`) and keeps the answers in a `GangAttempt`. `GangVerdicts`, a base of the
+executor, turns them into an `AttemptExit`: the first rank that failed or died ends the
+whole gang (node launchers never restart their ranks alone), all ranks exiting 0 is
+success. When a gang fails on one node rank, the node to blame is found first: one Ray
+has declared dead, or one whose actor does not answer within `PEER_ANSWER_S` (lost or
+hung, before Ray's health check sees it). That node leaves placement for `suspect_s`, so
+the next attempt is not placed back onto it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from argosy.executors.base import AttemptExit, describe_exit, is_lost
+
+PEER_ANSWER_S = 2.0
+"""When a gang fails on one node rank, how long each other rank's actor has to answer:
+one that does not is on a node that is lost or hung, which Ray declares dead only after
+its health check (seconds to a minute): that node, not the survivor's, is to blame and
+stays out of the next placement."""
+DIED = -1
+FAILED_TO_START = -2
+"""Codes of a rank whose actor died, or whose `start` raised (never a real exit code)."""
+USAGE_EXIT = 2
+"""A launcher's usage error (or a store its nodes do not share): never retried."""
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GangAttempt:
+    """One attempt's actors and what each node rank answered so far."""
+
+    job_id: str
+    attempt: int
+    pg: Any
+    actors: list[Any]
+    node_ids: list[str] = field(default_factory=list)
+    codes: dict[int, int] = field(default_factory=dict)
+    asks: dict[int, Any] = field(default_factory=dict)
+    """Node rank -> its outstanding `poll` call."""
+    answered_s: dict[int, float] = field(default_factory=dict)
+    """Node rank -> when its actor last answered (a rank in here has started)."""
+    stop_s: float | None = None
+    """When a stop was asked (monotonic), or None."""
+
+    @property
+    def tag(self) -> str:
+        return attempt_tag(self.job_id, self.attempt)
+
+
+class GangVerdicts:
+    """The executor's verdict over its attempts' answers (a base of `RayExecutor`, whose
+    Ray thread alone calls these): what it needs of the executor is declared here."""
+
+    ray: Any
+    options: Any  # RayOptions: stop_grace_s, suspect_s
+    _clock: Callable[[], float]
+    _alive: set[str]
+    _suspect: dict[str, float]
+
+    def _refresh_nodes(self) -> None:
+        raise NotImplementedError
+
+    def _answer(self, a: GangAttempt, i: int, ref: Any) -> None:
+        errors = self.ray.exceptions
+        del a.asks[i]
+        try:
+            code = self.ray.get(ref, timeout=0)
+        except errors.ActorUnavailableError:
+            return  # a passing disconnect: ask again
+        except errors.RayActorError:
+            a.codes[i] = DIED
+            return
+        except errors.RayError as err:
+            log.warning("node rank %d of %s: %s", i, a.tag, err)
+            a.codes[i] = FAILED_TO_START
+            return
+        a.answered_s[i] = self._clock()
+        if code is not None:
+            a.codes[i] = code
+
+    def _verdict(self, a: GangAttempt) -> AttemptExit | None:
+        """How the attempt ended, or None while it runs: the first rank that failed or
+        died ends the whole gang; all ranks exiting 0 is success. A gang's node launchers
+        never restart their ranks alone (`--max-restarts 0`), so a node rank that fails
+        (other than a usage error, exit 2) ends the attempt as lost: the server starts the
+        whole gang again from its checkpoint, within the job's `max_restarts`."""
+        job, n = a.job_id, a.attempt
+        for i, code in sorted(a.codes.items()):
+            if code == DIED:
+                self._suspect_node(a, i)
+                return AttemptExit(job, n, None, True, f"node rank {i}'s Ray node died")
+            if code == FAILED_TO_START:
+                return AttemptExit(job, n, None, False, f"node rank {i} could not start")
+        gone = [x for x in a.node_ids if x not in self._alive]
+        if gone:
+            return AttemptExit(job, n, None, True, f"its Ray node {gone[0][:8]} is dead")
+        if a.codes:
+            worst = max(a.codes.values(), key=lambda c: (c != 0, c))
+            if worst != 0 or len(a.codes) == len(a.actors):
+                gang_fault = len(a.actors) > 1 and worst not in (0, USAGE_EXIT)
+                if gang_fault and a.stop_s is None:
+                    dead = self._dead_node_of(a) or self._silent_node_of(a)  # a peer's
+                    if dead is not None:  # crash often follows a lost or hung node
+                        return AttemptExit(job, n, None, True, dead)
+                    rank = next(i for i, c in sorted(a.codes.items()) if c == worst)
+                    why = f"node rank {rank}: {describe_exit(worst)}; the whole gang restarts"
+                    return AttemptExit(job, n, worst, True, why)
+                return AttemptExit(job, n, worst, is_lost(worst), describe_exit(worst))
+        if a.stop_s is not None and self._clock() - a.stop_s > self.options.stop_grace_s:
+            why = f"did not stop within {self.options.stop_grace_s:g} s; killed"
+            return AttemptExit(job, n, None, True, why)
+        return None
+
+    def _dead_node_of(self, a: GangAttempt) -> str | None:
+        """Why the gang ended if one of its nodes is gone by Ray's node table, read now
+        (the other nodes' ranks fail on the lost peer before its actor is seen dead)."""
+        self._refresh_nodes()
+        for i, node_id in enumerate(a.node_ids):
+            if node_id not in self._alive:
+                self._suspect_node(a, i)
+                return f"node rank {i}'s Ray node {node_id[:8]} is dead; the whole gang restarts"
+        return None
+
+    def _silent_node_of(self, a: GangAttempt) -> str | None:
+        """Why the gang ended if a node rank still running does not answer within
+        `PEER_ANSWER_S` (its node is lost or hung, not yet dead by Ray's table), or its
+        actor died meanwhile: that node is suspect."""
+        asked = {}
+        for i, actor in enumerate(a.actors):
+            if i not in a.codes:
+                if i not in a.asks:
+                    a.asks[i] = actor.poll.remote()
+                asked[a.asks[i]] = i
+        if not asked:
+            return None
+        ready, _ = self.ray.wait(list(asked), num_returns=len(asked), timeout=PEER_ANSWER_S)
+        for ref in ready:
+            self._answer(a, asked[ref], ref)
+        silent = sorted({i for ref, i in asked.items() if ref not in ready} | {
+            i for i, code in a.codes.items() if code == DIED
+        })  # fmt: skip
+        for i in silent:
+            self._suspect_node(a, i)
+        if not silent:
+            return None
+        how = "did not answer" if silent[0] in a.asks else "died"
+        return f"node rank {silent[0]}'s Ray node {how}; the whole gang restarts"
+
+    def _suspect_node(self, a: GangAttempt, i: int) -> None:
+        if i < len(a.node_ids):
+            self._suspect[a.node_ids[i]] = self._clock() + self.options.suspect_s
+            self._refresh_nodes()
+
+
+def attempt_tag(job_id: str, attempt: int) -> str:
+    """The name of an attempt's placement group, and its actors' with `-<node rank>`."""
+    return f"argosy-{job_id}-{attempt}"
