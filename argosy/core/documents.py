@@ -143,8 +143,7 @@ def _describe(error: Any) -> str:
     if error["type"] == "missing":
         return "required field is missing"
     msg = str(error["msg"]).removeprefix("Value error, ")  # pydantic's, on our own message
-    error = {**error, "msg": msg}
     got = error.get("input")
     if isinstance(got, dict | list) or len(repr(got)) > 200:
-        return str(error["msg"])  # the file has it: no echo of a whole section
-    return f"{error['msg']} (got {got!r})"
+        return msg  # the file has it: no echo of a whole section
+    return f"{msg} (got {got!r})"
