@@ -105,9 +105,25 @@ def job(
         console.print(f"waiting: {data['waiting']}", highlight=False)
     if data.get("error"):  # the whole line, for the job's queue and the admins
         console.print(f"error: {data['error']}", highlight=False, markup=False)
+    account = (data.get("summary") or {}).get("job")
+    if account:
+        console.print(goodput_line(account), highlight=False, markup=False)
     for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:
         by = f"  (by {e['actor']})" if e.get("actor", "system") != "system" else ""
         console.print(f"  {e['created_at']}  {e['kind']:<12} {e['message']}{by}", highlight=False)
+
+
+def goodput_line(account: dict) -> str:
+    """One line of a job's goodput over its attempts (`summary.job`)."""
+    lost = ", ".join(
+        f"{cause} {seconds:.1f} s" for cause, seconds in account["lost_s"].items() if seconds
+    )
+    return (
+        f"effective training time {account['effective_training_time']:.1%} over "
+        f"{account['attempts']} attempt(s): wall {account['wall_s']:.1f} s, productive "
+        f"{account['productive_s']:.1f} s, {account['restarts']} restart(s), "
+        f"{account['faults']} fault(s)" + (f"; lost: {lost}" if lost else "")
+    )
 
 
 def logs(

@@ -42,6 +42,7 @@ from argosy.server.energy import EnergyLedger
 from argosy.server.energy_bounds import node_ceilings_w
 from argosy.server.failures import error_clause
 from argosy.server.field_errors import RefusedError
+from argosy.server.job_goodput import job_account, kept_summaries
 from argosy.server.node_control import NodeControl, NotFoundError
 from argosy.server.node_health import NodeHealth
 from argosy.server.queue_limits import refuse_services_past, refuse_waiting_past
@@ -414,15 +415,17 @@ class Control(NodeControl):
         self.poke()
         if e.lost:
             self._check_nodes()  # a lost node goes out of placement before the requeue
-        nodes = _placed_nodes(row)
-        summary = settle_summary(self.run_dir(e.job_id), e.attempt, e.reason, nodes)
+        nodes, n, run_dir = _placed_nodes(row), e.attempt, self.run_dir(e.job_id)
+        ended_s = exit_time(run_dir, n, self.clock.now_s())
+        started_s = attempt_started(run_dir, n) or row["started_at"] or ended_s
+        span = (min(started_s, ended_s), ended_s)
+        summary = settle_summary(run_dir, n, e.reason, nodes, span)
+        summary["job"] = job_account(kept_summaries(run_dir, n))
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
-        stop, n = row["stop_requested"], e.attempt
-        ended_s = exit_time(self.run_dir(e.job_id), n, self.clock.now_s())
-        started_s = attempt_started(self.run_dir(e.job_id), n) or row["started_at"] or ended_s
-        self._absorb_node_health(row["id"], nodes, min(started_s, ended_s), ended_s)
+        stop = row["stop_requested"]
+        self._absorb_node_health(row["id"], nodes, *span)
         ceilings = node_ceilings_w(row["placement"])
-        window = {"started_s": min(started_s, ended_s), "ceilings_w": ceilings}
+        window = {"started_s": span[0], "ceilings_w": ceilings}
         self.energy.record_attempt(e.job_id, n, nodes, summary, ended_s, **window)
         ended = base | {"finished_at": ended_s}
         spec = JobSpec.model_validate(row["spec"])

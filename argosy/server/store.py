@@ -39,6 +39,12 @@ from argosy.server.tables import (
 
 Row = dict[str, Any]
 JSON_COLUMNS = frozenset({"spec", "placement", "summary"})
+JOB_ETT = func.coalesce(
+    jobs.c.summary[("job", "effective_training_time")].as_float(),
+    jobs.c.summary["effective_training_time"].as_float(),
+)
+"""A job's effective training time: over all its attempts (`summary.job`, folded by
+argosy.server.job_goodput) where the server has folded them, else its summary's."""
 Event = tuple[str, str]  # (kind, message)
 SYSTEM_ACTOR = "system"
 """The actor of the control loop's own events (no request caused them)."""
@@ -358,11 +364,10 @@ class Store:
     def mean_effective_training_time(self) -> float | None:
         """Mean effective training time in the summaries of finished jobs, computed in
         SQL (a scrape never loads the finished jobs' rows)."""
-        value = jobs.c.summary["effective_training_time"].as_float()
         query = (
-            select(func.avg(value))
+            select(func.avg(JOB_ETT))
             .where(jobs.c.state.in_(["succeeded", "failed"]))
-            .where(value.is_not(None))
+            .where(JOB_ETT.is_not(None))
         )
         with self.engine.connect() as c:
             mean = c.execute(query).scalar()

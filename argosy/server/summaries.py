@@ -29,13 +29,14 @@ from typing import Any
 from argosy.core.confined import read_job_text
 from argosy.executors.local import attempt_dir
 from argosy.server.energy import node_energy
+from argosy.server.job_goodput import SPAN_KEY
 from argosy.server.job_json import loads_job_json, number
 
 STAMP = "started"
 SUMMARY_LIMIT_BYTES = 16 << 20
 """The job writes summary.json: read as such (`read_job_text`), and at most this much."""
 EXIT_RECORD = "exit.code"
-SERVER_KEYS = ("attempt", "nodes")
+SERVER_KEYS = ("attempt", "nodes", "span_s", "job")
 """Keys of a kept summary that the server sets: a job's own are dropped (a single-node
 job's `nodes` would otherwise name nodes, and energy, of its choosing)."""
 
@@ -48,13 +49,20 @@ def stamp_attempt(run_dir: Path, attempt: int) -> None:
 
 
 def settle_summary(
-    run_dir: Path, attempt: int, reason: str, nodes: list[str] | None = None
+    run_dir: Path,
+    attempt: int,
+    reason: str,
+    nodes: list[str] | None = None,
+    span: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The summary of attempt `attempt`, kept in its attempt directory; with two or more
-    `nodes` (by node rank) it carries a row per node rank."""
+    `nodes` (by node rank) it carries a row per node rank, with `span` (its start and end
+    by the server's clock) `span_s`, which the job's account over attempts reads."""
     where = attempt_dir(run_dir, attempt)
     summary = _checked(_node_summary(run_dir, where / STAMP, attempt, reason))
     summary = {k: v for k, v in summary.items() if k not in SERVER_KEYS} | {"attempt": attempt}
+    if span is not None:
+        summary[SPAN_KEY] = [round(span[0], 3), round(span[1], 3)]
     if nodes is not None and len(nodes) > 1:
         others = [_checked(_node_summary(run_dir / f"node{i}", where / STAMP, attempt, reason))
                   for i in range(1, len(nodes))]  # fmt: skip

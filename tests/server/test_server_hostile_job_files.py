@@ -43,6 +43,10 @@ HOSTILE_SUMMARIES = [
     ' "lost_j": {"a": "b"}, "devices": {"gpu0": {"energy_j": "x"}, "gpu1": 7}}}',
     '{"status": "completed", "wall_s": 10, "lost_s": {"a": {"b": 1}}, "energy": {"measured":'
     ' true, "devices": ["gpu0"], "joules_per_step": "x", "tokens_per_joule": [1]}}',
+    '{"status": "completed", "productive_s": 1e300, "final_step": 1e300, "resumed_from": -1,'
+    ' "step_s": 1e300, "restarts": 1e300, "span_s": [0, 1e12], "job": {"wall_s": 1e9}}',
+    '{"status": "completed", "productive_s": "x", "resumed_from": [1], "step_s": NaN,'
+    ' "lost_s": {"startup": 1e300, "redone": -7}}',
 ]
 
 
@@ -107,6 +111,10 @@ def test_a_hostile_summary_ends_its_job_and_everyone_else_goes_on(
     summary = job["summary"]
     assert summary["attempt"] == 1
     assert "victim-gpu-node" not in json.dumps(summary)  # nodes are the server's to name
+    account = summary["job"]  # the server's: over its own clock, not the job's word
+    assert summary["span_s"] != [0, 1e12] and account["wall_s"] != 1e9
+    assert 0.0 <= account["effective_training_time"] <= 1.0
+    assert account["productive_s"] <= account["wall_s"]
     other, _ = _start(api, fake, "victim")  # the loop still places other tenants' work
     fake.finish(other, 0)
     assert _ended(api, other)["state"] == "succeeded"
@@ -125,6 +133,39 @@ def test_a_hostile_summary_ends_its_job_and_everyone_else_goes_on(
     for path in ("/", "/jobs", f"/jobs/{job_id}", f"/jobs/{job_id}/live"):
         r = api.get(path)
         assert r.status_code == 200, (path, r.text[-500:])
+
+
+def test_the_account_over_attempts_is_on_the_job_s_page_and_in_the_fleet_mean(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    """A job whose first attempt vanished: its page and the fleet's mean show the job over
+    both attempts, not the last attempt's own (higher) figure."""
+    body = {"name": "twice", "script": STEPS, "workdir": WORKDIR, "max_restarts": 1}
+    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+    figures = {"productive_s": 0.5, "wall_s": 0.5, "final_step": 20, "resumed_from": 10,
+               "step_s": 0.05, "effective_training_time": 1.0, "restarts": 0}  # fmt: skip
+    for attempt, code in ((1, None), (2, 0)):
+        deadline = time.monotonic() + 60
+        while job_id not in fake.running or fake.running[job_id].attempt != attempt:
+            assert time.monotonic() < deadline, f"attempt {attempt} was not started"
+            time.sleep(0.02)
+        run_dir = fake.running[job_id].run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if attempt == 2:
+            time.sleep(0.6)  # the attempt lasts longer than the steps it reports
+            (run_dir / "summary.json").write_text(json.dumps({"status": "completed"} | figures))
+        fake.finish(job_id, code)
+    job = _ended(api, job_id)
+    account = job["summary"]["job"]
+    assert account["attempts"] == 2 and account["estimated"] == [1]
+    assert account["effective_training_time"] < 1.0 == job["summary"]["effective_training_time"]
+    mean = [line for line in api.get("/metrics").text.splitlines()
+            if line.startswith("argosy_effective_training_time ")]  # fmt: skip
+    assert float(mean[0].split()[1]) == pytest.approx(account["effective_training_time"])
+    _login(api, api.headers.pop("Authorization").removeprefix("Bearer "))
+    page = api.get(f"/jobs/{job_id}/live").text
+    assert "Over all 2 attempts" in page and 'id="goodput-job"' in page
+    assert f"{account['effective_training_time'] * 100:.1f}%" in page
 
 
 def test_a_fault_while_taking_an_exit_fails_that_job_only(

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from server_helpers import TERMINAL, ServerProcess, job_body, wait_for
+from server_helpers import SCRIPTS, TERMINAL, ServerProcess, job_body, wait_for
 
+PROGRESS = str(SCRIPTS / "progress.py")
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -90,7 +91,35 @@ def test_killed_launcher_fails_the_attempt_and_the_job_resumes(
     kept = home / "runs" / job["id"] / "server"
     first_summary = json.loads((kept / "attempt1" / "summary.json").read_text())
     assert first_summary["status"] == "missing" and "SIGKILL" in first_summary["detail"]
-    assert json.loads((kept / "attempt2" / "summary.json").read_text()) == done["summary"]
+    second = json.loads((kept / "attempt2" / "summary.json").read_text())
+    assert second == {k: v for k, v in done["summary"].items() if k != "job"}
+    assert done["summary"]["job"]["attempts"] == 2  # the job's account over both attempts
+
+
+def test_a_job_s_goodput_counts_its_lost_attempt_and_the_wait(
+    client: TestClient, home: Path
+) -> None:
+    """The summary's `job` accounts every attempt: the steps of the killed one that the
+    next resumed past are productive, its other time and the requeue are lost."""
+    args = ["--steps", "24", "--step-s", "0.1", "--ckpt-every", "2"]
+    job = client.post("/api/v1/jobs", json=job_body("g", script=PROGRESS, args=args)).json()
+    wait_for(client, job["id"], {"running"})
+    wait_until(lambda: steps_done(home, job["id"]) >= 8)
+    pid = home / "runs" / job["id"] / "server" / "attempt1" / "launch.pid"
+    os.kill(int(pid.read_text()), signal.SIGKILL)
+    done = wait_for(client, job["id"], TERMINAL, timeout_s=60)
+    assert done["state"] == "succeeded" and done["attempts"] == 2, done
+    last, account = done["summary"], done["summary"]["job"]
+    assert last["resumed_from"] >= 8 and last["step_s"] > 0
+    assert account["attempts"] == 2 and account["estimated"] == [1]
+    assert account["restarts"] == last["restarts"] + 1 and account["faults"] >= 1
+    assert account["wall_s"] > last["span_s"][1] - last["span_s"][0]
+    credited = account["productive_s"] - last["productive_s"]  # attempt 1's kept steps
+    assert credited == pytest.approx(last["resumed_from"] * last["step_s"], rel=0.01)
+    assert account["effective_training_time"] < last["effective_training_time"]
+    assert account["lost_s"]["outside_launcher"] > 0  # attempt 1 beyond its kept steps
+    total = account["productive_s"] + sum(account["lost_s"].values())
+    assert total == pytest.approx(account["wall_s"], abs=0.01)
 
 
 def test_attempts_lost_beyond_max_restarts_fail_the_job(client: TestClient, home: Path) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Select, and_, func, or_, select
 
-from argosy.server.store import Row, Store
+from argosy.server.store import JOB_ETT, Row, Store
 from argosy.server.tables import events, jobs, services
 
 PAGE_COLUMNS = (
@@ -82,8 +82,7 @@ def pending_jobs(store: Store, queue: str, limit: int) -> list[Row]:
 
 def mean_effective_training_time(store: Store) -> tuple[float | None, int]:
     """Mean of the runtime's effective training time over finished jobs that report one."""
-    ett = jobs.c.summary["effective_training_time"].as_float()
-    query = select(func.avg(ett), func.count(ett)).where(jobs.c.finished_at.is_not(None))
+    query = select(func.avg(JOB_ETT), func.count(JOB_ETT)).where(jobs.c.finished_at.is_not(None))
     with store.engine.connect() as c:
         mean, count = c.execute(query).one()
     return (float(mean) if mean is not None else None), int(count)
@@ -121,7 +120,7 @@ def allocation_series(
         jobs.c.started_at,
         jobs.c.finished_at,
         devices,
-        jobs.c.summary["effective_training_time"].as_float(),
+        JOB_ETT,
     ).where(
         and_(
             jobs.c.started_at.is_not(None),

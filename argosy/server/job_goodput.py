@@ -1,0 +1,178 @@
+"""A job's goodput over all its attempts: what its user waited for, not one launcher's view.
+
+Each server attempt runs one launcher, whose summary (argosy.runtime.goodput) accounts
+only its own run: a job that lost a node and resumed shows its last attempt's figures
+and "no faults". The server keeps each attempt's summary with the span it saw
+(`server/attempt<k>/summary.json`, `span_s`: start and end by the server's clock) and,
+when an attempt ends, folds them into `job_account`:
+
+- wall_s: the first attempt's start to the last one's end.
+- productive_s: each attempt's productive seconds, less the steps the next attempt redid
+  (its final step past the step the next resumed from, at its median step time). An
+  attempt with no summary (its launcher killed with its node) is credited the steps the
+  next attempt resumed past where it began, at the nearest known step time. No attempt
+  is credited more than its span: the job's word is bounded by the server's clock.
+- lost_s: the runtime's causes summed over the attempts (scaled into each span should
+  they exceed it), and the server's own: `redone_after_loss` (the redone steps above),
+  `outside_launcher` (what of a span the launcher did not account: starting it, a node
+  loss the server noticed first, an attempt with no summary) and `between_attempts`
+  (waiting to be placed again). productive_s + every lost_s = wall_s.
+- effective_training_time = productive_s / wall_s.
+- attempts; restarts: the runtime's plus each attempt followed by another; faults: the
+  runtime's plus each attempt that ended without succeeding and was followed by another.
+
+    account = job_account([kept summary of attempt 1, ..., of attempt N])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from argosy.executors.local import attempt_dir
+from argosy.runtime.goodput import CAUSES
+from argosy.server.job_json import number
+
+SPAN_KEY = "span_s"
+HOW = (
+    "over all attempts: productive = each attempt's steps not redone by a later one; lost = "
+    "wall (first start to last end, by the server's clock) - productive, by cause: the "
+    "runtime's, redone_after_loss, outside_launcher, between_attempts"
+)
+SERVER_CAUSES = ("redone_after_loss", "outside_launcher", "between_attempts")
+
+
+@dataclass
+class _Attempt:
+    """One attempt's figures, each a number the server accepts or None."""
+
+    start_s: float
+    end_s: float
+    summarized: bool
+    productive_s: float | None = None
+    final_step: float | None = None
+    resumed_from: float | None = None
+    step_s: float | None = None
+    restarts: float = 0.0
+    faults: int = 0
+    succeeded: bool = False
+    lost: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def span(self) -> float:
+        return self.end_s - self.start_s
+
+
+def kept_summaries(run_dir: Path, attempts: int) -> list[dict[str, Any]]:
+    """The kept summaries of attempts 1..`attempts` (the server's files; one that cannot
+    be read is an empty dict, i.e. an attempt with no span)."""
+    out = []
+    for k in range(1, attempts + 1):
+        try:
+            data = json.loads((attempt_dir(run_dir, k) / "summary.json").read_text())
+        except (OSError, ValueError):
+            data = {}
+        out.append(data if isinstance(data, dict) else {})
+    return out
+
+
+def job_account(summaries: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job's goodput over the attempts whose summaries are given (oldest first), or
+    None when none of them carries a span."""
+    attempts = [a for a in map(_attempt, summaries) if a is not None]
+    if not attempts:
+        return None
+    credits, redone = _credits(attempts)
+    lost = dict.fromkeys((*CAUSES, *SERVER_CAUSES), 0.0)
+    for a, credit, again in zip(attempts, credits, redone, strict=True):
+        inside = _fit(a.lost, a.span - credit - again)
+        for cause, seconds in inside.items():
+            lost[cause] += seconds
+        lost["redone_after_loss"] += again
+        lost["outside_launcher"] += max(0.0, a.span - credit - again - sum(inside.values()))
+    wall = max(a.end_s for a in attempts) - attempts[0].start_s
+    lost["between_attempts"] = max(0.0, wall - sum(a.span for a in attempts))
+    productive = sum(credits)
+    followed = attempts[:-1]
+    return {
+        "attempts": len(attempts),
+        "wall_s": round(wall, 3),
+        "productive_s": round(productive, 3),
+        "effective_training_time": round(min(1.0, productive / wall), 4) if wall > 0 else 0.0,
+        "lost_s": {cause: round(seconds, 3) for cause, seconds in lost.items()},
+        "restarts": int(sum(a.restarts for a in attempts)) + len(followed),
+        "faults": sum(a.faults for a in attempts) + sum(not a.succeeded for a in followed),
+        "estimated": [k + 1 for k, a in enumerate(attempts) if not a.summarized],
+        "how": HOW,
+    }
+
+
+def _attempt(summary: dict[str, Any]) -> _Attempt | None:
+    """An attempt's accepted figures; None without a span the server recorded."""
+    span = summary.get(SPAN_KEY)
+    if not (isinstance(span, list) and len(span) == 2):
+        return None
+    start, end = (number(v) for v in span)
+    if start is None or end is None:
+        return None
+    a = _Attempt(start_s=start, end_s=max(start, end), summarized=False)
+    productive = number(summary.get("productive_s"), low=0)
+    if productive is None:
+        return a
+    a.summarized = True
+    a.productive_s = min(productive, a.span)
+    a.final_step = number(summary.get("final_step"), low=0)
+    a.resumed_from = number(summary.get("resumed_from"), low=0)
+    a.step_s = number(summary.get("step_s"), low=0)
+    a.restarts = number(summary.get("restarts"), low=0) or 0.0
+    faults = summary.get("faults")
+    a.faults = len(faults) if isinstance(faults, list) else 0
+    a.succeeded = summary.get("status") == "completed"
+    lost = summary.get("lost_s")
+    if isinstance(lost, dict):
+        a.lost = {c: number(lost.get(c), low=0) or 0.0 for c in CAUSES}
+    return a
+
+
+def _credits(attempts: list[_Attempt]) -> tuple[list[float], list[float]]:
+    """(productive seconds credited, seconds redone by a later attempt), per attempt."""
+    known = [a.step_s for a in attempts if a.step_s]
+    credits, redone = [], []
+    reached = attempts[0].resumed_from or 0.0
+    for k, a in enumerate(attempts):
+        began = a.resumed_from if a.resumed_from is not None else reached
+        nxt = attempts[k + 1].resumed_from if k + 1 < len(attempts) else None
+        step_s = a.step_s or _nearest(known)
+        if a.summarized:
+            final = a.final_step if a.final_step is not None else began
+            kept_to = min(final, nxt) if nxt is not None else final
+            again = min(a.productive_s or 0.0, max(0.0, final - kept_to) * step_s)
+            credit = (a.productive_s or 0.0) - again
+        else:
+            kept_to = nxt if nxt is not None else began
+            again, credit = 0.0, min(a.span, max(0.0, kept_to - began) * step_s)
+        credits.append(credit)
+        redone.append(again)
+        reached = max(began, kept_to)
+    return credits, redone
+
+
+def _nearest(step_times: list[float]) -> float:
+    """A step time for an attempt that reported none: the median of the others (0 when
+    no attempt reported one: no credit can be estimated)."""
+    if not step_times:
+        return 0.0
+    ordered = sorted(step_times)
+    return ordered[len(ordered) // 2]
+
+
+def _fit(lost: dict[str, float], room: float) -> dict[str, float]:
+    """The runtime's lost seconds by cause, scaled down to fit in `room` seconds."""
+    total = sum(lost.values())
+    if total <= max(room, 0.0) or total == 0:
+        return dict(lost)
+    scale = max(room, 0.0) / total
+    return {cause: seconds * scale for cause, seconds in lost.items()}
