@@ -24,13 +24,12 @@ dict stored as summary.json. How each figure is computed:
 - checkpoints: snapshots taken (`checkpoint` events); last_commit: the newest step rank 0
   saw committed on disk (`commit` events), the one a restart is sure to find.
 - resumed_from: the step the run's first attempt resumed from (0 for a fresh start, None
-  when it never resumed); step_s: the median duration of the steps that count. With
-  them the server accounts a job over its attempts (argosy.server.job_goodput).
+  when it never resumed): productive_s is the time of steps resumed_from+1..final_step,
+  which the server uses to account a job over its attempts (argosy.server.job_goodput).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -124,19 +123,11 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "checkpoints": sum(1 for e in events if e["event"] == "checkpoint"),
         "last_commit": max((e["step"] for e in events if e["event"] == "commit"), default=None),
         "resumed_from": resumes.get(attempts[0], {}).get("step") if attempts else None,
-        "step_s": _median_step_s(buckets["productive"]),
         "how": "productive = durations of steps not redone; lost = wall - productive, by cause "
         "(startup before the first step, per fault: detection, restart, reload, redone steps; "
         "the rest as other)",
         "preflight": _preflight(events),
     }
-
-
-def _median_step_s(kept: list[Interval]) -> float | None:
-    """The median duration of the steps that count (None without one)."""
-    if not kept:
-        return None
-    return round(statistics.median(end - start for start, end in kept), 6)
 
 
 def _preflight(events: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -8,7 +8,8 @@ when an attempt ends, folds them into `job_account`:
 
 - wall_s: the first attempt's start to the last one's end.
 - productive_s: each attempt's productive seconds, less the steps the next attempt redid
-  (its final step past the step the next resumed from, at its median step time). An
+  (its final step past the step the next resumed from, at its mean step time: productive
+  seconds over the steps from where it resumed to its final step). An
   attempt with no summary (its launcher killed with its node) is credited the steps the
   next attempt resumed past where it began, at the nearest known step time. No attempt
   is credited more than its span: the job's word is bounded by the server's clock.
@@ -126,7 +127,8 @@ def _attempt(summary: dict[str, Any]) -> _Attempt | None:
     a.productive_s = min(productive, a.span)
     a.final_step = number(summary.get("final_step"), low=0)
     a.resumed_from = number(summary.get("resumed_from"), low=0)
-    a.step_s = number(summary.get("step_s"), low=0)
+    if a.final_step is not None and a.resumed_from is not None and a.final_step > a.resumed_from:
+        a.step_s = a.productive_s / (a.final_step - a.resumed_from)
     a.restarts = number(summary.get("restarts"), low=0) or 0.0
     faults = summary.get("faults")
     a.faults = len(faults) if isinstance(faults, list) else 0

@@ -24,7 +24,7 @@ def kept(start: float, end: float, **figures: Any) -> dict[str, Any]:
 
 
 def runtime(
-    productive: float, wall: float, final: int, resumed: int, step_s: float, **more: Any
+    productive: float, wall: float, final: int, resumed: int, **more: Any
 ) -> dict[str, Any]:
     lost = dict.fromkeys(CAUSES, 0.0) | {"startup": wall - productive}
     return {
@@ -33,7 +33,6 @@ def runtime(
         "wall_s": wall,
         "final_step": final,
         "resumed_from": resumed,
-        "step_s": step_s,
         "lost_s": lost,
         "restarts": more.pop("restarts", 0),
         "faults": more.pop("faults", []),
@@ -43,8 +42,8 @@ def runtime(
 def test_a_job_that_lost_a_node_counts_the_lost_attempt_and_the_wait() -> None:
     # attempt 1: 50 s on the server's clock, reached step 30 at 1.5 s a step, lost its node;
     # 10 s waiting to be placed again; attempt 2 resumed from step 20 and finished step 40
-    first = kept(1000.0, 1050.0, **runtime(45.0, 48.0, 30, 0, 1.5, status="failed"))
-    second = kept(1060.0, 1095.0, **runtime(30.0, 34.0, 40, 20, 1.5))
+    first = kept(1000.0, 1050.0, **runtime(45.0, 48.0, 30, 0, status="failed"))
+    second = kept(1060.0, 1095.0, **runtime(30.0, 34.0, 40, 20))
     account = job_account([first, second])
     assert account is not None
     assert account["attempts"] == 2 and account["wall_s"] == 95.0
@@ -58,16 +57,16 @@ def test_a_job_that_lost_a_node_counts_the_lost_attempt_and_the_wait() -> None:
 
 def test_an_attempt_without_a_summary_is_credited_the_steps_the_next_resumed_past() -> None:
     first = kept(0.0, 20.0, status="missing", detail="killed")  # its node went with it
-    second = kept(25.0, 45.0, **runtime(16.0, 19.0, 40, 10, 0.8))
+    second = kept(25.0, 55.0, **runtime(24.0, 27.0, 40, 10))
     account = job_account([first, second])
     assert account is not None
-    assert account["productive_s"] == pytest.approx(8.0 + 16.0)  # 10 steps x 0.8 s + 16 s
-    assert account["lost_s"]["outside_launcher"] == pytest.approx(12.0 + 1.0)
+    assert account["productive_s"] == pytest.approx(8.0 + 24.0)  # 10 steps x 0.8 s + 24 s
+    assert account["lost_s"]["outside_launcher"] == pytest.approx(12.0 + 3.0)
     assert account["estimated"] == [1] and account["faults"] == 1
 
 
 def test_one_attempt_is_its_runtime_figures_within_the_server_s_span() -> None:
-    only = kept(0.0, 10.0, **runtime(7.0, 9.0, 70, 0, 0.1))
+    only = kept(0.0, 10.0, **runtime(7.0, 9.0, 70, 0))
     account = job_account([only])
     assert account is not None
     assert account["productive_s"] == 7.0 and account["wall_s"] == 10.0
@@ -77,9 +76,9 @@ def test_one_attempt_is_its_runtime_figures_within_the_server_s_span() -> None:
 
 def test_argosy_job_prints_the_account_in_one_line() -> None:
     first = kept(0.0, 20.0, status="missing")
-    account = job_account([first, kept(25.0, 45.0, **runtime(16.0, 19.0, 40, 10, 0.8))])
+    account = job_account([first, kept(25.0, 55.0, **runtime(24.0, 27.0, 40, 10))])
     line = goodput_line(account or {})
-    assert line.startswith("effective training time 53.3% over 2 attempt(s): wall 45.0 s")
+    assert line.startswith("effective training time 58.2% over 2 attempt(s): wall 55.0 s")
     assert "between_attempts 5.0 s" in line and "redone_after_loss" not in line  # none lost
 
 
@@ -90,7 +89,7 @@ def test_no_span_no_account() -> None:
 
 def test_kept_summaries_carry_the_server_s_span_and_no_job_s_own(tmp_path: Path) -> None:
     stamp_attempt(tmp_path, 1)
-    forged = runtime(5.0, 5.0, 5, 0, 1.0) | {"span_s": [0, 1e9], "job": {"wall_s": 1}}
+    forged = runtime(5.0, 5.0, 5, 0) | {"span_s": [0, 1e9], "job": {"wall_s": 1}}
     (tmp_path / "summary.json").write_text(json.dumps(forged))
     settled = settle_summary(tmp_path, 1, "", span=(100.0, 110.0))
     assert settled["span_s"] == [100.0, 110.0] and "job" not in settled
@@ -105,7 +104,7 @@ JOB_VALUES = st.one_of(
     st.integers(min_value=-(10**12), max_value=10**12),
     st.lists(st.integers(), max_size=2),
 )
-FIGURES = ("productive_s", "final_step", "resumed_from", "step_s", "restarts", "status")
+FIGURES = ("productive_s", "final_step", "resumed_from", "restarts", "status")
 
 
 @st.composite
@@ -120,8 +119,7 @@ def attempts(draw: st.DrawFn) -> list[dict[str, Any]]:
             wall = draw(st.floats(0, span))
             productive = draw(st.floats(0, wall))
             steps = draw(st.integers(0, 1000))
-            figures = runtime(productive, wall, steps + draw(st.integers(0, 500)), steps,
-                              draw(st.floats(0, 10)))  # fmt: skip
+            figures = runtime(productive, wall, steps + draw(st.integers(0, 500)), steps)
         elif kind == "missing":
             figures = {"status": "missing"}
         else:

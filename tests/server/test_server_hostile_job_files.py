@@ -143,7 +143,7 @@ def test_the_account_over_attempts_is_on_the_job_s_page_and_in_the_fleet_mean(
     body = {"name": "twice", "script": STEPS, "workdir": WORKDIR, "max_restarts": 1}
     job_id = api.post("/api/v1/jobs", json=body).json()["id"]
     figures = {"productive_s": 0.5, "wall_s": 0.5, "final_step": 20, "resumed_from": 10,
-               "step_s": 0.05, "effective_training_time": 1.0, "restarts": 0}  # fmt: skip
+               "effective_training_time": 1.0, "restarts": 0}  # fmt: skip
     for attempt, code in ((1, None), (2, 0)):
         deadline = time.monotonic() + 60
         while job_id not in fake.running or fake.running[job_id].attempt != attempt:
