@@ -59,6 +59,10 @@ class AttemptExit:
     exit_code: int | None
     lost: bool
     reason: str
+    lost_node_ranks: tuple[int, ...] = ()
+    """The node ranks whose node was lost or hung (died, dead by Ray, or silent), when the
+    executor knows them: the other node ranks' crash and hang evidence of this attempt
+    followed from that loss and says nothing of their own nodes."""
 
 
 def describe_exit(code: int | None) -> str:

@@ -40,12 +40,13 @@ class FakeExecutor:
         if job_id in self.running:
             self.finish(job_id, 130)
 
-    def finish(self, job_id: str, code: int | None) -> None:
-        """The job's running attempt ends with `code` (None: it vanished)."""
+    def finish(self, job_id: str, code: int | None, lost_node_ranks: tuple[int, ...] = ()) -> None:
+        """The job's running attempt ends with `code` (None: it vanished), having lost the
+        nodes of `lost_node_ranks` (as the Ray executor reports a gang's lost node)."""
         request = self.running.pop(job_id)
-        self._exits.append(
-            AttemptExit(job_id, request.attempt, code, is_lost(code), describe_exit(code))
-        )
+        lost = is_lost(code) or bool(lost_node_ranks)
+        why = describe_exit(code)
+        self._exits.append(AttemptExit(job_id, request.attempt, code, lost, why, lost_node_ranks))
 
     def unreported(self) -> set[str]:
         """Jobs whose attempt runs, or ended without being polled yet."""

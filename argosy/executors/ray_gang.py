@@ -96,12 +96,13 @@ class GangVerdicts:
         for i, code in sorted(a.codes.items()):
             if code == DIED:
                 self._suspect_node(a, i)
-                return AttemptExit(job, n, None, True, f"node rank {i}'s Ray node died")
+                return AttemptExit(job, n, None, True, f"node rank {i}'s Ray node died", (i,))
             if code == FAILED_TO_START:
                 return AttemptExit(job, n, None, False, f"node rank {i} could not start")
-        gone = [x for x in a.node_ids if x not in self._alive]
+        gone = [i for i, x in enumerate(a.node_ids) if x not in self._alive]
         if gone:
-            return AttemptExit(job, n, None, True, f"its Ray node {gone[0][:8]} is dead")
+            why = f"its Ray node {a.node_ids[gone[0]][:8]} is dead"
+            return AttemptExit(job, n, None, True, why, tuple(gone))
         if a.codes:
             worst = max(a.codes.values(), key=lambda c: (c != 0, c))
             if worst != 0 or len(a.codes) == len(a.actors):
@@ -109,7 +110,7 @@ class GangVerdicts:
                 if gang_fault and a.stop_s is None:
                     dead = self._dead_node_of(a) or self._silent_node_of(a)  # a peer's
                     if dead is not None:  # crash often follows a lost or hung node
-                        return AttemptExit(job, n, None, True, dead)
+                        return AttemptExit(job, n, None, True, *dead)
                     rank = next(i for i, c in sorted(a.codes.items()) if c == worst)
                     why = f"node rank {rank}: {describe_exit(worst)}; the whole gang restarts"
                     return AttemptExit(job, n, worst, True, why)
@@ -119,20 +120,23 @@ class GangVerdicts:
             return AttemptExit(job, n, None, True, why)
         return None
 
-    def _dead_node_of(self, a: GangAttempt) -> str | None:
+    def _dead_node_of(self, a: GangAttempt) -> Lost | None:
         """Why the gang ended if one of its nodes is gone by Ray's node table, read now
-        (the other nodes' ranks fail on the lost peer before its actor is seen dead)."""
+        (the other nodes' ranks fail on the lost peer before its actor is seen dead), and
+        the node ranks gone."""
         self._refresh_nodes()
-        for i, node_id in enumerate(a.node_ids):
-            if node_id not in self._alive:
-                self._suspect_node(a, i)
-                return f"node rank {i}'s Ray node {node_id[:8]} is dead; the whole gang restarts"
-        return None
+        gone = [i for i, node_id in enumerate(a.node_ids) if node_id not in self._alive]
+        for i in gone:
+            self._suspect_node(a, i)
+        if not gone:
+            return None
+        why = f"node rank {gone[0]}'s Ray node {a.node_ids[gone[0]][:8]} is dead"
+        return f"{why}; the whole gang restarts", tuple(gone)
 
-    def _silent_node_of(self, a: GangAttempt) -> str | None:
+    def _silent_node_of(self, a: GangAttempt) -> Lost | None:
         """Why the gang ended if a node rank still running does not answer within
         `PEER_ANSWER_S` (its node is lost or hung, not yet dead by Ray's table), or its
-        actor died meanwhile: that node is suspect."""
+        actor died meanwhile: that node is suspect. With the silent node ranks."""
         asked = {}
         for i, actor in enumerate(a.actors):
             if i not in a.codes:
@@ -152,12 +156,16 @@ class GangVerdicts:
         if not silent:
             return None
         how = "did not answer" if silent[0] in a.asks else "died"
-        return f"node rank {silent[0]}'s Ray node {how}; the whole gang restarts"
+        return f"node rank {silent[0]}'s Ray node {how}; the whole gang restarts", tuple(silent)
 
     def _suspect_node(self, a: GangAttempt, i: int) -> None:
         if i < len(a.node_ids):
             self._suspect[a.node_ids[i]] = self._clock() + self.options.suspect_s
             self._refresh_nodes()
+
+
+Lost = tuple[str, tuple[int, ...]]
+"""Why a gang ended on a lost node, and the node ranks lost."""
 
 
 def attempt_tag(job_id: str, attempt: int) -> str:

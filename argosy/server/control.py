@@ -423,7 +423,7 @@ class Control(NodeControl):
         summary["job"] = job_account(kept_summaries(run_dir, n))
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop = row["stop_requested"]
-        self._absorb_node_health(row["id"], nodes, *span)
+        self._absorb_node_health(row["id"], nodes, *span, e.lost_node_ranks)
         ceilings = node_ceilings_w(row["placement"])
         window = {"started_s": span[0], "ceilings_w": ceilings}
         self.energy.record_attempt(e.job_id, n, nodes, summary, ended_s, **window)

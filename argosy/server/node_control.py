@@ -17,6 +17,7 @@ from argosy.core.clock import Clock
 from argosy.core.confined import read_job_text, stat_job_file
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import Executor, NodeInfo
+from argosy.health.policy import EvidenceKind
 from argosy.scheduler.workload import State as WorkloadState
 from argosy.server.config import ServerConfig
 from argosy.server.job_json import loads_job_json
@@ -131,14 +132,22 @@ class NodeControl:
         self.poke()
 
     def _absorb_node_health(
-        self, job_id: str, nodes: list[str], started_s: float, ended_s: float
+        self,
+        job_id: str,
+        nodes: list[str],
+        started_s: float,
+        ended_s: float,
+        lost_ranks: tuple[int, ...] = (),
     ) -> None:
         """What the attempt's run says about its nodes counts against them: node rank i's
         launcher writes `node_health.json` in its own run directory (`node<i>` for i > 0)
         about the ranks it runs, all on the i-th node of the placement. The job writes it:
         taken within the bounds of `NodeHealth.absorb_run`, dated within the attempt, and
         only when written since the attempt started (a file an earlier attempt left, its
-        evidence counted then, is not counted again)."""
+        evidence counted then, is not counted again). When the executor names node ranks
+        it lost (`lost_ranks`), the other node ranks' crashes and hangs followed from that
+        loss (a collective with a vanished peer fails or stalls): only their straggler and
+        preflight evidence counts."""
         run_dir = self.run_dir(job_id)
         for rank, node in enumerate(nodes):
             where = run_dir / f"node{rank}" if rank else run_dir
@@ -153,5 +162,12 @@ class NodeControl:
                 entries = loads_job_json(text).get("evidence") or []
             except (OSError, ValueError, AttributeError):
                 continue
+            if lost_ranks and rank not in lost_ranks and isinstance(entries, list):
+                entries = [x for x in entries if not _fault_entry(x)]  # the peer's loss
             self.health.absorb_run(node, entries, since_s=started_s, until_s=ended_s, job_id=job_id)
             self._sync_node(node)
+
+
+def _fault_entry(entry: object) -> bool:
+    """Whether a run's evidence entry is a crash or hang (FAULT evidence)."""
+    return isinstance(entry, dict) and entry.get("kind") == EvidenceKind.FAULT.value

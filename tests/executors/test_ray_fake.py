@@ -286,6 +286,8 @@ class RayExecutorMachine(RuleBasedStateMachine):
             self.reported[key] += 1
             assert self.reported[key] == 1, f"{key} reported twice"
             assert self.running.get(e.job_id) == e.attempt, f"{key} reported but not running"
+            assert set(e.lost_node_ranks) <= set(range(self.sizes[key])), e  # its own ranks
+            assert e.lost or not e.lost_node_ranks, e  # a node lost: the attempt is lost
             del self.running[e.job_id]
             self.stopping.discard(e.job_id)
 

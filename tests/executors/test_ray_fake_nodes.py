@@ -139,6 +139,7 @@ def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(how: str) -> N
     (ended,) = settle(fake, executor, rounds=1)
     assert ended.lost and ended.exit_code is None
     assert "node rank 1's Ray node" in ended.reason, ended.reason
+    assert ended.lost_node_ranks == (1,)  # the survivor's crash evidence is not its node's
     assert names(executor) == ["head", "w2"]
 
 
@@ -153,4 +154,5 @@ def test_a_gang_that_fails_on_its_own_blames_the_rank_that_failed() -> None:
     assert fake.exit_rank(attempt_tag("fake-o", 1), 1, 1)
     (ended,) = settle(fake, executor, rounds=1)
     assert ended.exit_code == 1 and ended.reason.startswith("node rank 1: the launcher exited 1")
+    assert ended.lost_node_ranks == ()  # no node was lost: every rank's evidence counts
     assert names(executor) == ["head", "w1"]

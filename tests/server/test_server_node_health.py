@@ -233,6 +233,39 @@ def test_each_node_rank_s_evidence_counts_against_its_own_node(
     assert len(history[first]) == 1 and len(history[second]) == 3
 
 
+@pytest.mark.parametrize("lost", [(), (1,)])
+def test_a_survivor_s_crashes_after_its_peer_node_was_lost_do_not_count_against_it(
+    api: TestClient, fake: FakeExecutor, lost: tuple[int, ...]
+) -> None:
+    """A 2-node gang whose node rank 1 was lost: node rank 0's crash and hang followed from
+    the lost peer (its collective failed or stalled) and do not count against its node;
+    its straggler verdict, its own, does. Without a lost node rank, all of it counts."""
+    body = {"name": "g", "script": STEPS, "workdir": WORKDIR, "max_restarts": 0}
+    body |= {"nnodes": 2, "nproc_per_node": 2}
+    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+    deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
+    while job_id not in fake.running:
+        assert time.monotonic() < deadline, "the gang was not placed"
+        time.sleep(0.02)
+    request = fake.running[job_id]
+    first, second = list(request.nodes)
+    now = time.time()
+    kinds = {request.run_dir: ["fault", "fault", "straggler"], request.run_dir / "node1": ["fault"]}
+    for where, found in kinds.items():
+        where.mkdir(parents=True, exist_ok=True)
+        evidence = [{"kind": k, "at_s": now + i, "detail": f"{k} {i}"} for i, k in enumerate(found)]
+        (where / "node_health.json").write_text(json.dumps({"evidence": evidence}))
+    fake.finish(job_id, 1, lost_node_ranks=lost)
+    deadline = time.monotonic() + 60
+    while api.get(f"/api/v1/jobs/{job_id}").json()["state"] != "failed":
+        assert time.monotonic() < deadline, "the gang did not end"
+        time.sleep(0.02)
+    history = {n: api.get(f"/api/v1/nodes/{n}").json()["history"] for n in (first, second)}
+    survivor = [h["kind"] for h in history[first]]
+    assert survivor == (["run straggler"] if lost else ["run fault", "run fault", "run straggler"])
+    assert [h["kind"] for h in history[second]] == ["run fault"]  # the lost node's own word
+
+
 def test_a_lost_node_is_recorded_in_its_health_and_placeable_again_when_back(
     api: TestClient, fake: FakeExecutor
 ) -> None:
