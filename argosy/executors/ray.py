@@ -166,6 +166,7 @@ class RayExecutor(GangVerdicts):
         self._alive: set[str] = set()
         self._suspect: dict[str, float] = {}  # node id -> monotonic time it may return
         self._seen: dict[str, int] = {}  # alive node id -> order in which it was first seen
+        self._named: dict[str, str] = {}  # alive node id -> its name (kept while it lives)
         self._sightings = itertools.count(1)
         self._warned: set[str] = set()  # what was logged once already
         self._nodes_s = 0.0
@@ -306,7 +307,9 @@ class RayExecutor(GangVerdicts):
             and (offer := chip_offer(node, self._match_accelerator)) is not None
         ]
         holders: dict[str, ChipOffer] = {}
-        for name, offer in zip(node_names(offers), offers, strict=True):
+        named = node_names(offers, self._named)
+        self._named = {o.node_id: name for name, o in zip(named, offers, strict=True)}
+        for name, offer in zip(named, offers, strict=True):
             if offer.node_id in self._suspect:
                 continue
             held = holders.get(name)

@@ -3,9 +3,10 @@
 `chip_offer(entry, match)` reads one entry of `ray.nodes()`: a custom `chip:<catalog id>`
 resource first, else Ray's own `GPU` with the catalog chip that `match` finds for its
 `accelerator_type:<X>` (`catalog_chip`: `H100` is `h100-sxm`, `A100-80G` is `a100-80g`);
-None for a node with neither. `node_names(offers)` gives each offer its stable name: the
-`argosy.io/node` label, else its IP when no other unlabelled node has it, else
-`<ip>-<first 8 hex of its node id>` (unstable: it changes when the raylet restarts).
+None for a node with neither. `node_names(offers, given)` gives each offer its name: the
+`argosy.io/node` label; else the name it was given before (`given`: Ray node id -> name),
+so a node's name never changes while its raylet lives; else its IP when no other node
+holds or takes that IP; else `<ip>-<first 8 hex of its node id>`.
 Pure functions over Ray's node table; no Ray import.
 """
 
@@ -68,18 +69,31 @@ def chip_offer(node: dict[str, Any], match: Callable[[str], str | None]) -> Chip
     return None if chip is None else ChipOffer(*base, chip, int(resources[GPU]), GPU)
 
 
-def node_names(offers: list[ChipOffer]) -> list[str]:
-    """The stable name of each offer: its label, else its IP when no other unlabelled
-    offer has that IP, else `<ip>-<first 8 hex of its Ray node id>` (unstable: it changes
-    when the raylet restarts)."""
-    unlabelled: dict[str, int] = {}
-    for o in offers:
-        if not o.label:
-            unlabelled[o.address] = unlabelled.get(o.address, 0) + 1
-    return [
-        o.label or (o.address if unlabelled[o.address] == 1 else f"{o.address}-{o.node_id[:8]}")
-        for o in offers
-    ]
+def node_names(offers: list[ChipOffer], given: dict[str, str] | None = None) -> list[str]:
+    """The name of each offer: its label; else its name in `given` (Ray node id -> the
+    name an earlier call gave it) while no other offer claims that name; else its IP
+    when no other unlabelled offer without a name has it and no one holds it; else
+    `<ip>-<first 8 hex of its Ray node id>`. A live node is never renamed when another
+    joins (the server books devices by name): an unlabelled second raylet on one IP takes
+    the long name, and a raylet that restarts (a new node id) takes its IP back when free."""
+    given = given or {}
+    names: list[str | None] = [o.label or None for o in offers]
+    held = {n for n in names if n}
+    for k, o in enumerate(offers):
+        old = given.get(o.node_id)
+        if names[k] is None and old is not None and old not in held:
+            names[k] = old
+            held.add(old)
+    fresh: dict[str, int] = {}
+    for k, o in enumerate(offers):
+        if names[k] is None:
+            fresh[o.address] = fresh.get(o.address, 0) + 1
+    for k, o in enumerate(offers):
+        if names[k] is None:
+            alone = fresh[o.address] == 1 and o.address not in held
+            names[k] = o.address if alone else f"{o.address}-{o.node_id[:8]}"
+            held.add(names[k])
+    return [n or "" for n in names]
 
 
 def catalog_chip(accelerator_type: str) -> str | None:

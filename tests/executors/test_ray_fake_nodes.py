@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 from fake_ray import CPU, GCS_ADDRESS, FakeRay, fake_executor, names, request, settle
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argosy.executors.ray import attempt_tag, catalog_chip
+from argosy.executors.ray_nodes import ChipOffer, node_names
 
 
 @pytest.mark.parametrize("authenticated", [True, False])
@@ -83,6 +86,57 @@ def test_unlabelled_nodes_are_named_by_their_ip_unless_they_share_it() -> None:
     fake.rejoin("a")
     settle(fake, executor)
     assert "10.1.0.1" in names(executor)  # one raylet on its host: the IP is stable
+
+
+def test_a_second_unlabelled_raylet_on_a_busy_node_s_ip_does_not_rename_it() -> None:
+    """The server books devices by node name: renaming a busy node when a second raylet
+    joins on its IP would free its devices on paper (the newcomer taking the old name,
+    the busy node a new one). The busy node keeps its name; the newcomer takes the long one."""
+    fake = FakeRay()
+    fake.add_node("a", CPU, address="10.1.0.1", labelled=False)
+    executor = fake_executor(fake)
+    executor.start(request("fake-b", {"10.1.0.1": 1}))
+    settle(fake, executor)
+    newcomer = fake.add_node("a2", CPU, address="10.1.0.1", labelled=False)
+    settle(fake, executor)
+    assert names(executor) == ["10.1.0.1", f"10.1.0.1-{newcomer[:8]}"]
+    assert fake.exit_rank(attempt_tag("fake-b", 1), 0, 0)  # the job ran on, where it was
+    assert [(e.job_id, e.exit_code) for e in settle(fake, executor)] == [("fake-b", 0)]
+
+
+@st.composite
+def joins_and_leaves(draw: st.DrawFn) -> list[tuple[str, str, str, bool]]:
+    """Steps of a Ray cluster: ("join", id, ip, labelled) or ("leave", id, "", False)."""
+    steps, alive = [], []
+    for k in range(draw(st.integers(1, 14))):
+        if alive and draw(st.booleans()):
+            steps.append(("leave", alive.pop(draw(st.integers(0, len(alive) - 1))), "", False))
+        else:
+            node_id = f"{k:08x}" + "e" * 8
+            ip = draw(st.sampled_from(["10.0.0.1", "10.0.0.2"]))
+            steps.append(("join", node_id, ip, draw(st.booleans())))
+            alive.append(node_id)
+    return steps
+
+
+@settings(max_examples=200, deadline=None)
+@given(joins_and_leaves())
+def test_names_are_unique_and_a_live_node_s_name_never_changes(steps) -> None:
+    offers: dict[str, ChipOffer] = {}
+    given_names: dict[str, str] = {}
+    for what, node_id, ip, labelled in steps:
+        if what == "leave":
+            del offers[node_id]
+        else:
+            label = f"n-{node_id[:8]}" if labelled else ""
+            offers[node_id] = ChipOffer(node_id, ip, label, "cpu", 1, "CPU")
+        named = node_names(list(offers.values()), given_names)
+        assert len(set(named)) == len(named), named  # no device booked under two nodes
+        now = {o.node_id: n for o, n in zip(offers.values(), named, strict=True)}
+        for node, name in now.items():
+            assert given_names.get(node, name) == name, (node, given_names[node], name)
+            assert name == offers[node].label or not offers[node].label  # a label is its name
+        given_names = now
 
 
 def test_gpu_nodes_are_matched_to_the_catalog_and_ask_ray_for_gpus(
