@@ -49,8 +49,21 @@ def resolve(address: str | None) -> str:
     return f"{host}:{port}"
 
 
+def source_of(address: str | None) -> str:
+    """Where `resolve` takes `address` from, in words for an error message."""
+    if (address or "auto").strip() != "auto":
+        return "--ray-address"
+    if os.environ.get("RAY_ADDRESS", "").strip():
+        return "$RAY_ADDRESS"
+    return (
+        f"{CURRENT_CLUSTER}, written by the last `ray start --head` on this host and left "
+        "behind when that cluster stopped uncleanly (`ray stop` removes it)"
+    )
+
+
 def check_reachable(address: str | None, timeout_s: float = 3.0) -> str:
-    """The resolved address once its GCS port accepts a connection; else `ArgosyError`."""
+    """The resolved address once its GCS port accepts a connection; else `ArgosyError`
+    naming the address, where it came from (`source_of`) and the fix."""
     where = resolve(address)
     host, _, port = where.rpartition(":")
     try:
@@ -59,7 +72,8 @@ def check_reachable(address: str | None, timeout_s: float = 3.0) -> str:
     except OSError as err:
         reason = err.strerror or type(err).__name__
         raise ArgosyError(
-            f"no Ray cluster answers at {where} ({reason} within {timeout_s:g} s): {FIX}"
+            f"no Ray cluster answers at {where} ({reason} within {timeout_s:g} s; the "
+            f"address is from {source_of(address)}): {FIX}"
         ) from None
 
 

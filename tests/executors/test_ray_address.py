@@ -42,6 +42,23 @@ def test_nothing_answering_is_an_error_naming_the_address_and_the_fix(form):
         ray_address.check_reachable(address, timeout_s=1.0)
 
 
+@pytest.mark.parametrize("source", ["flag", "env", "record"])
+def test_a_dead_address_says_where_it_came_from(monkeypatch, tmp_path, source):
+    """`auto` on a host whose last cluster died uncleanly finds the stale record: the
+    error names that file (and how it goes away), not just an address nobody knows."""
+    address = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    recorded = tmp_path / "ray_current_cluster"
+    monkeypatch.setattr(ray_address, "CURRENT_CLUSTER", recorded)
+    if source == "env":
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    elif source == "record":
+        recorded.write_text(address + "\n")
+    want = {"flag": "--ray-address", "env": r"\$RAY_ADDRESS", "record": f"{recorded}.*ray stop"}
+    with pytest.raises(ArgosyError, match=rf"address is from {want[source]}"):
+        ray_address.check_reachable(address if source == "flag" else "auto", timeout_s=1.0)
+
+
 @pytest.mark.parametrize("bad", ["127.0.0.1:http", "127.0.0.1:0", "host:70000"])
 def test_a_malformed_address_is_refused(bad):
     with pytest.raises(ArgosyError, match="HOST:PORT"):
