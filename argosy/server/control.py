@@ -28,7 +28,7 @@ import gc
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,10 @@ from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lea
 from argosy.server.views import public_launcher_error
 
 log = logging.getLogger(__name__)
+PAUSE_AFTER_S = 0.005
+PAUSE_S = 0.002
+"""The control loop's pass pauses `PAUSE_S` for requests after each of its parts (an exit
+taken in, a decision applied) once `PAUSE_AFTER_S` went by since its last pause."""
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
 costs tens of milliseconds, which lands on some request (the API's p99). Freezing them
@@ -241,7 +245,7 @@ class Control(NodeControl):
         frozen_s = time.monotonic()
         while True:
             try:
-                self.step()
+                await self._step_in_parts()
             except Exception:  # a fault of ours must not stop scheduling for everyone
                 log.exception("the control loop's step failed; it goes on")
             if time.monotonic() - frozen_s > FREEZE_EVERY_S:
@@ -251,13 +255,35 @@ class Control(NodeControl):
                 await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_s)
             self._wake.clear()
 
+    async def _step_in_parts(self) -> None:
+        """One pass of the loop, pausing `PAUSE_S` after each part once `PAUSE_AFTER_S`
+        went by without a pause: a request in flight needs several turns of the event
+        loop (its body, the handler, the answer), which one `sleep(0)` would give it one
+        at a time, a start apart."""
+        paused_s = time.monotonic()
+        for _ in self._step_parts():
+            if time.monotonic() - paused_s >= PAUSE_AFTER_S:
+                await asyncio.sleep(PAUSE_S)
+                paused_s = time.monotonic()
+
     def step(self) -> None:
+        """One pass of the loop, all at once (`run` takes it part by part)."""
+        for _ in self._step_parts():
+            pass
+
+    def _step_parts(self) -> Iterator[None]:
+        """One pass of the loop, pausing after each exit taken in and each decision
+        applied: the server answers requests in between, so a burst of starts (each a
+        process, a cgroup, perhaps a user) does not hold the API for all of them. What a
+        request changed meanwhile (a cancel) is checked by the part that acts on it."""
         now = time.monotonic()
         if now - self.last_nodes_s >= self.config.nodes_interval_s:
             self.last_nodes_s = now
             self._check_nodes()
+            yield
         for ended in self.executor.poll():
             self._take_exit(ended)
+            yield
         since = now - self.last_cycle_s
         if (
             self.dirty and since >= self.config.min_cycle_gap_s
@@ -268,13 +294,17 @@ class Control(NodeControl):
             self.cycle_s = time.monotonic() - now
             for d in decisions:
                 self._apply(d)
+                yield
         self.services.step(now)
         if self.lease.resizes:
+            yield
             self._relaunch_resized()
             self.lease.watch(self.run_dir, self._devices_of)
 
     def _apply(self, d: Decision) -> None:
         job_id = d.workload.id
+        if d.action in ("start", "preempt") and self._ended(job_id):
+            return  # cancelled since the cycle decided (requests run between decisions)
         if d.action == "start":
             self._start(job_id)
         elif d.action == "replicas":
@@ -292,6 +322,10 @@ class Control(NodeControl):
             self._resize(job_id, d)
         else:
             self.store.add_event(job_id, d.action, d.reason or "scheduler decision")
+
+    def _ended(self, job_id: str) -> bool:
+        row = self.store.get_job(job_id)
+        return row is None or row["state"] in TERMINAL
 
     # ---- elastic resizes (the tidal lease) ---------------------------------------------
     def _resize(self, job_id: str, d: Decision) -> None:
