@@ -23,7 +23,6 @@ attempt left behind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import secrets
@@ -251,8 +250,11 @@ class Control(NodeControl):
             if time.monotonic() - frozen_s > FREEZE_EVERY_S:
                 frozen_s = time.monotonic()
                 gc.freeze()  # long-lived state leaves the collector's full scans
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_s)
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:  # not wait_for: on 3.11 it can swallow a cancel that meets the wake-up
+                await asyncio.wait({woken}, timeout=self.config.poll_interval_s)
+            finally:
+                woken.cancel()
             self._wake.clear()
 
     async def _step_in_parts(self) -> None:
