@@ -41,7 +41,7 @@ from argosy.server.energy import EnergyLedger
 from argosy.server.energy_bounds import node_ceilings_w
 from argosy.server.failures import error_clause
 from argosy.server.field_errors import RefusedError
-from argosy.server.job_goodput import job_account, kept_summaries
+from argosy.server.job_goodput import job_account, kept_figures
 from argosy.server.node_control import NodeControl, NotFoundError
 from argosy.server.node_health import NodeHealth
 from argosy.server.queue_limits import refuse_services_past, refuse_waiting_past
@@ -456,7 +456,7 @@ class Control(NodeControl):
         started_s = attempt_started(run_dir, n) or row["started_at"] or ended_s
         span = (min(started_s, ended_s), ended_s)
         summary = settle_summary(run_dir, n, e.reason, nodes, span)
-        summary["job"] = job_account(kept_summaries(run_dir, n))
+        summary["job"] = job_account(kept_figures(run_dir, n))
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
         stop = row["stop_requested"]
         self._absorb_node_health(row["id"], nodes, *span, e.lost_node_ranks)

@@ -2,9 +2,11 @@
 
 Each server attempt runs one launcher, whose summary (argosy.runtime.goodput) accounts
 only its own run: a job that lost a node and resumed shows its last attempt's figures
-and "no faults". The server keeps each attempt's summary with the span it saw
-(`server/attempt<k>/summary.json`, `span_s`: start and end by the server's clock) and,
-when an attempt ends, folds them into `job_account`:
+and "no faults". The server keeps, beside each attempt's summary, the figures this account reads
+(`server/attempt<k>/account.json`, `account_figures`: numbers only, a few hundred bytes
+whatever the job's summary held, so an exit never rereads every earlier attempt's
+summary), with the span it saw (`span_s`: start and end by the server's clock), and, when
+an attempt ends, folds them into `job_account`:
 
 - wall_s: the first attempt's start to the last one's end.
 - productive_s: each attempt's productive seconds, less the steps the next attempt redid
@@ -22,7 +24,8 @@ when an attempt ends, folds them into `job_account`:
 - attempts; restarts: the runtime's plus each attempt followed by another; faults: the
   runtime's plus each attempt that ended without succeeding and was followed by another.
 
-    account = job_account([kept summary of attempt 1, ..., of attempt N])
+    write_figures(attempt_dir(run_dir, k), summary)     # as attempt k is settled
+    account = job_account(kept_figures(run_dir, attempts))
 """
 
 from __future__ import annotations
@@ -67,23 +70,49 @@ class _Attempt:
         return self.end_s - self.start_s
 
 
-def kept_summaries(run_dir: Path, attempts: int) -> list[dict[str, Any]]:
-    """The kept summaries of attempts 1..`attempts` (the server's files; one that cannot
-    be read is an empty dict, i.e. an attempt with no span)."""
+FIGURES_FILE = "account.json"
+FIGURE_KEYS = ("productive_s", "final_step", "resumed_from", "restarts")
+
+
+def account_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """What `job_account` reads of an attempt's kept summary: its span, its status, its
+    figures as accepted numbers (else None), its faults as a count, its lost seconds by
+    the runtime's causes."""
+    faults = summary.get("faults")
+    lost = summary.get("lost_s") if isinstance(summary.get("lost_s"), dict) else {}
+    return {
+        SPAN_KEY: summary.get(SPAN_KEY),
+        "status": summary.get("status") if isinstance(summary.get("status"), str) else None,
+        **{key: number(summary.get(key), low=0) for key in FIGURE_KEYS},
+        "faults": len(faults) if isinstance(faults, list) else 0,
+        "lost_s": {cause: number(lost.get(cause), low=0) for cause in CAUSES},
+    }
+
+
+def write_figures(where: Path, summary: dict[str, Any]) -> None:
+    """Keep `account_figures(summary)` in the attempt directory `where`."""
+    tmp = where / (FIGURES_FILE + ".tmp")
+    tmp.write_text(json.dumps(account_figures(summary)))
+    tmp.replace(where / FIGURES_FILE)
+
+
+def kept_figures(run_dir: Path, attempts: int) -> list[dict[str, Any]]:
+    """The kept figures of attempts 1..`attempts` (the server's own small files; one
+    that cannot be read is an empty dict, i.e. an attempt with no span)."""
     out = []
     for k in range(1, attempts + 1):
         try:
-            data = json.loads((attempt_dir(run_dir, k) / "summary.json").read_text())
+            data = json.loads((attempt_dir(run_dir, k) / FIGURES_FILE).read_text())
         except (OSError, ValueError):
             data = {}
         out.append(data if isinstance(data, dict) else {})
     return out
 
 
-def job_account(summaries: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The job's goodput over the attempts whose summaries are given (oldest first), or
-    None when none of them carries a span."""
-    attempts = [a for a in map(_attempt, summaries) if a is not None]
+def job_account(figures: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job's goodput over the attempts whose kept figures (`account_figures`) are
+    given, oldest first; None when none of them carries a span."""
+    attempts = [a for a in map(_attempt, figures) if a is not None]
     if not attempts:
         return None
     credits, redone = _credits(attempts)
@@ -112,7 +141,8 @@ def job_account(summaries: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _attempt(summary: dict[str, Any]) -> _Attempt | None:
-    """An attempt's accepted figures; None without a span the server recorded."""
+    """An attempt's accepted figures (from its kept figures: `faults` a count); None
+    without a span the server recorded."""
     span = summary.get(SPAN_KEY)
     if not (isinstance(span, list) and len(span) == 2):
         return None
@@ -131,7 +161,7 @@ def _attempt(summary: dict[str, Any]) -> _Attempt | None:
         a.step_s = a.productive_s / (a.final_step - a.resumed_from)
     a.restarts = number(summary.get("restarts"), low=0) or 0.0
     faults = summary.get("faults")
-    a.faults = len(faults) if isinstance(faults, list) else 0
+    a.faults = len(faults) if isinstance(faults, list) else int(number(faults, low=0) or 0)
     a.succeeded = summary.get("status") == "completed"
     lost = summary.get("lost_s")
     if isinstance(lost, dict):

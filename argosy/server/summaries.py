@@ -29,7 +29,7 @@ from typing import Any
 from argosy.core.confined import read_job_text
 from argosy.executors.local import attempt_dir
 from argosy.server.energy import node_energy
-from argosy.server.job_goodput import SPAN_KEY
+from argosy.server.job_goodput import SPAN_KEY, write_figures
 from argosy.server.job_json import loads_job_json, number
 
 STAMP = "started"
@@ -72,6 +72,7 @@ def settle_summary(
     tmp = where / "summary.json.tmp"
     tmp.write_text(json.dumps(summary))
     os.replace(tmp, where / "summary.json")  # never half-written
+    write_figures(where, summary)  # what the job's account over attempts reads
     return without_output(summary)
 
 

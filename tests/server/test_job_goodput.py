@@ -14,13 +14,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from argosy.cli.jobs import goodput_line
+from argosy.executors.local import attempt_dir
 from argosy.runtime.goodput import CAUSES
-from argosy.server.job_goodput import SERVER_CAUSES, job_account, kept_summaries
+from argosy.server.job_goodput import (
+    FIGURES_FILE,
+    SERVER_CAUSES,
+    account_figures,
+    job_account,
+    kept_figures,
+)
 from argosy.server.summaries import settle_summary, stamp_attempt
 
 
-def kept(start: float, end: float, **figures: Any) -> dict[str, Any]:
-    return {"span_s": [start, end], **figures}
+def kept(start: float, end: float, **summary: Any) -> dict[str, Any]:
+    """The figures the server keeps of an attempt with this span and summary."""
+    return account_figures({"span_s": [start, end], **summary})
 
 
 def runtime(
@@ -87,13 +95,17 @@ def test_no_span_no_account() -> None:
     assert job_account([{"productive_s": 5.0}, {"span_s": "yesterday"}]) is None
 
 
-def test_kept_summaries_carry_the_server_s_span_and_no_job_s_own(tmp_path: Path) -> None:
+def test_the_kept_figures_carry_the_server_s_span_and_no_job_s_own(tmp_path: Path) -> None:
     stamp_attempt(tmp_path, 1)
     forged = runtime(5.0, 5.0, 5, 0) | {"span_s": [0, 1e9], "job": {"wall_s": 1}}
+    forged["faults"] = [{"kind": "crash", "detail": "x" * 1000}] * 2000  # 2 MB of faults
     (tmp_path / "summary.json").write_text(json.dumps(forged))
     settled = settle_summary(tmp_path, 1, "", span=(100.0, 110.0))
     assert settled["span_s"] == [100.0, 110.0] and "job" not in settled
-    assert kept_summaries(tmp_path, 2) == [settled, {}]  # attempt 2 kept nothing yet
+    first, second = kept_figures(tmp_path, 2)  # attempt 2 kept nothing yet
+    assert second == {} and first["span_s"] == [100.0, 110.0] and first["faults"] == 2000
+    assert (attempt_dir(tmp_path, 1) / FIGURES_FILE).stat().st_size < 1024  # not the 2 MB
+    assert first == account_figures(settled)
 
 
 JOB_VALUES = st.one_of(
