@@ -29,6 +29,10 @@ END_WAIT_S = 0.25
 """How long ending a waiting process waits for its wrapper, then for its holding cgroup
 to empty (the server's loop waits with it)."""
 
+JOIN_WAIT_S = 2.0
+"""How long a take waits for a waiting process's wrapper to join its holding cgroup
+before it gives up on it (the attempt then starts cold)."""
+
 WARM_WRAPPER = (
     join_cgroup(":")  # the waiting process never starts: its attempt starts cold
     + r"""
@@ -92,6 +96,7 @@ class WarmLauncher:
         proc, pipe, held = self._proc, self._pipe, self._held
         self._proc, self._pipe, self._held = self._spawn()
         usable = proc.poll() is None  # (it ends at once where it cannot join its cgroup)
+        usable = usable and (held is None or _joined(proc, held))
         if not usable or (adopt is not None and (held is None or not adopt(held))):
             _end_waiting(proc, pipe, held)
             return None
@@ -115,6 +120,24 @@ class WarmLauncher:
     def close(self) -> None:
         """End the waiting process, and whatever reached it, for good."""
         _end_waiting(self._proc, self._pipe, self._held)
+
+
+def _joined(proc: subprocess.Popen, held: Path, wait_s: float = JOIN_WAIT_S) -> bool:
+    """Whether the wrapper `proc` is in its holding cgroup (`held`: its `cgroup.procs`).
+    It joins as its first step, which a take soon after its spawn (the next start of the
+    same user) can come before: moving the holding cgroup then would move nothing, and
+    the wrapper, joining later, would run the attempt outside the attempt's cgroup."""
+    deadline = time.monotonic() + wait_s
+    while proc.poll() is None:
+        try:
+            if str(proc.pid) in held.read_text().split():
+                return True
+        except OSError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return False
 
 
 def _end_waiting(proc: subprocess.Popen, pipe: int, held: Path | None) -> None:

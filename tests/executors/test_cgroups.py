@@ -175,6 +175,34 @@ def test_a_process_that_left_the_job_ends_with_its_attempt(
 
 
 @NEEDS_CGROUPS
+@pytest.mark.integration
+def test_a_warm_process_taken_before_its_wrapper_joined_its_cgroup_stays_confined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next start of a user can take the waiting process spawned by the previous
+    start before its wrapper has joined its holding cgroup (a loaded host, a burst of
+    starts). Its attempt must still run in the attempt's cgroup, so what it leaves
+    behind ends with it (a succeeded attempt has no environment scan to fall back on)."""
+    from argosy.executors import warm_launcher
+
+    slow = "sleep 0.5\n" + warm_launcher.WARM_WRAPPER  # the wrapper joins half a second late
+    monkeypatch.setattr(warm_launcher, "WARM_WRAPPER", slow)
+    executor = LocalExecutor(LocalOptions(warm=True))
+    try:
+        request = linger_request(tmp_path, "jw-late", 0)
+        executor.start(request)  # at once: the waiting process's wrapper has not joined
+        pid = lingering_pid(tmp_path / "jw-late.pid")
+        deadline = time.monotonic() + 60
+        while not (exits := executor.poll()):
+            assert time.monotonic() < deadline, "no exit reported"
+            time.sleep(0.05)
+        assert exits[0].exit_code == 0
+        assert gone(pid), "the attempt ran outside its cgroup: what it left outlived it"
+    finally:
+        executor.close()
+
+
+@NEEDS_CGROUPS
 def test_a_ray_node_rank_s_leftovers_end_when_its_launcher_has_ended(tmp_path: Path) -> None:
     """The runner, on its own (what a Ray actor holds): once `poll` sees the launcher's
     exit, what it left running is gone."""
