@@ -86,7 +86,9 @@ def server(
             refuse_open_cluster,
         )
 
-        config = config.model_copy(update={"ray_address": check_reachable(config.ray_address)})
+        head_uids = tuple(config.ray_head_uids)
+        address = check_reachable(config.ray_address, head_uids=head_uids)
+        config = config.model_copy(update={"ray_address": address})
         asks = asks_for_token(config.ray_address)  # before Ray's client connects there
         if identity is not None and identity.active:
             refuse_open_cluster(config.ray_address, probe=lambda _: asks)

@@ -5,7 +5,9 @@ address where nothing answers, and then fails with a gRPC timeout).
 address of the cluster last started on this host, `/tmp/ray/ray_current_cluster`);
 `check_reachable(address)` opens a TCP connection to the head's GCS port within
 `timeout_s` and raises `ArgosyError` (the CLI exits 2) naming the address and the fix
-when nothing answers. No Ray import.
+when nothing answers, or when a port of this host is held by a user other than root or
+this process's (`refuse_foreign_listener`: a job that bound the port of a head that is
+down would be sent the server's Ray token). No Ray import.
 
     check_reachable("127.0.0.1:6379")          # returns the resolved "host:port"
 
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from argosy.core.errors import ArgosyError
+from argosy.core.listeners import listener_uids
 
 CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
 """Where `ray start --head` records the address of the cluster it started."""
@@ -61,20 +64,40 @@ def source_of(address: str | None) -> str:
     )
 
 
-def check_reachable(address: str | None, timeout_s: float = 3.0) -> str:
+def check_reachable(
+    address: str | None, timeout_s: float = 3.0, head_uids: tuple[int, ...] = ()
+) -> str:
     """The resolved address once its GCS port accepts a connection; else `ArgosyError`
     naming the address, where it came from (`source_of`) and the fix."""
     where = resolve(address)
     host, _, port = where.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return where
+            pass
     except OSError as err:
         reason = err.strerror or type(err).__name__
         raise ArgosyError(
             f"no Ray cluster answers at {where} ({reason} within {timeout_s:g} s; the "
             f"address is from {source_of(address)}): {FIX}"
         ) from None
+    refuse_foreign_listener(where, (0, os.geteuid(), *head_uids))
+    return where
+
+
+def refuse_foreign_listener(where: str, trusted: tuple[int, ...] | None = None) -> None:
+    """`ArgosyError` when the port at `where` is this host's and held by a user other than
+    root or this process's (`trusted`): with the real head down, a job on the head's
+    host may bind its port and would be sent this server's Ray token."""
+    host, _, port = where.rpartition(":")
+    trusted = (0, os.geteuid()) if trusted is None else trusted
+    strangers = sorted(listener_uids(host, int(port)) - set(trusted))
+    if strangers:
+        raise ArgosyError(
+            f"the process listening at {where} runs as uid {strangers[0]}, neither root nor"
+            " this server's user: not a Ray head this server started, perhaps a job that"
+            " took the port; no Ray token is sent to it (stop it and start the head, or"
+            " name the head's user in ray_head_uids)"
+        )
 
 
 def _current_cluster() -> str:

@@ -50,7 +50,7 @@ def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> 
         from argosy.executors.ray import RayOptions
         from argosy.executors.ray_address import check_reachable
 
-        address = check_reachable(config.ray_address)
+        address = check_reachable(config.ray_address, head_uids=tuple(config.ray_head_uids))
         return cls(
             RayOptions(
                 address=address,

@@ -64,6 +64,10 @@ class ServerConfig(BaseModel):
     """Executor that runs jobs: local (this machine) or ray (a Ray cluster)."""
     ray_address: str | None = None
     """Address of the Ray cluster for the ray executor (e.g. 127.0.0.1:6379)."""
+    ray_head_uids: list[int] = Field(default_factory=list)
+    """Users, besides root and the server's own, whose process may hold the Ray head's
+    port when the head runs on this host (a head started as a dedicated user): a port
+    held by anyone else is refused before Ray's token is sent to it."""
     ray_suspect_s: float = Field(default=15.0, ge=0)
     """Seconds a Ray node whose attempt's actor died stays out of placement (unless Ray
     declares it dead first, or it rejoins under a new node id)."""

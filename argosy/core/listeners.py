@@ -1,0 +1,78 @@
+"""Who listens on a port of this host: the owner of a listening TCP socket, from the
+kernel's socket tables (`/proc/net/tcp`, `/proc/net/tcp6`).
+
+A secret sent to an address of this host (Ray's token to the head's GCS) goes to whatever
+process holds the port. When the real one is down, any local user (a job) may bind it;
+`listener_uids(host, port)` says who holds it, so the sender can refuse a stranger. For an
+address of another host it says nothing (an empty set): only that host's kernel knows.
+
+    listener_uids("127.0.0.1", 6379)     # {0}: root's GCS; {2001}: a job's impostor
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+from pathlib import Path
+
+TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+LISTEN = "0A"
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def listener_uids(host: str, port: int, tables: tuple[Path, ...] = TABLES) -> set[int]:
+    """The uids of the sockets listening on `port` at `host` (or on every address) of
+    this host; empty when `host` is not this host's or nothing listens."""
+    local = _local_addresses(host)
+    if not local:
+        return set()
+    uids = set()
+    for table in tables:
+        with contextlib.suppress(OSError):
+            for address, listen_port, uid in parse_listeners(table.read_text()):
+                if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+                    address = address.ipv4_mapped  # a dual-stack socket's IPv4 address
+                if listen_port == port and (address.is_unspecified or address in local):
+                    uids.add(uid)
+    return uids
+
+
+def parse_listeners(text: str) -> list[tuple[Address, int, int]]:
+    """(address, port, uid) of each listening socket in a `/proc/net/tcp[6]` table; a
+    line it cannot read is skipped."""
+    out = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8 or fields[3] != LISTEN:
+            continue
+        try:
+            hex_address, hex_port = fields[1].split(":")
+            out.append((_address(hex_address), int(hex_port, 16), int(fields[7])))
+        except ValueError:
+            continue
+    return out
+
+
+def _address(hex_address: str) -> Address:
+    """The kernel's hex address: 32-bit words in this host's (little-endian) order."""
+    raw = bytes.fromhex(hex_address)
+    if len(raw) not in (4, 16):
+        raise ValueError(f"not an IPv4 or IPv6 address: {hex_address}")
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(words)
+
+
+def _local_addresses(host: str) -> set[Address]:
+    """The addresses `host` resolves to that belong to this host (one can bind them)."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return set()
+    local = set()
+    for family, _, _, _, sockaddr in infos:
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((sockaddr[0], 0))
+            local.add(ipaddress.ip_address(sockaddr[0]))
+    return local
