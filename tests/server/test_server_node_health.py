@@ -205,32 +205,43 @@ def test_an_unreadable_node_health_file_changes_nothing(
     assert detail["history"] == [] and detail["in_service"]
 
 
-def test_each_node_rank_s_evidence_counts_against_its_own_node(
-    api: TestClient, fake: FakeExecutor
-) -> None:
-    """A 2-node gang: node rank 1 writes `node1/node_health.json`; its crashes count
-    against the placement's second node only, node rank 0's against the first."""
+def _gang_histories(
+    api: TestClient,
+    fake: FakeExecutor,
+    kinds: tuple[list[str], list[str]],
+    lost: tuple[int, ...] = (),
+) -> tuple[list[str], list[str]]:
+    """Run a 2-node gang (both nodes whole) whose node ranks 0 and 1 write evidence of
+    `kinds` in their own `node_health.json`, end it failed having lost the node ranks
+    `lost`; the history kinds of the placement's first and second node."""
     body = {"name": "g", "script": STEPS, "workdir": WORKDIR, "max_restarts": 0}
-    body |= {"nnodes": 2, "nproc_per_node": 2}  # both nodes whole
+    body |= {"nnodes": 2, "nproc_per_node": 2}
     job_id = api.post("/api/v1/jobs", json=body).json()["id"]
     deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
     while job_id not in fake.running:
         assert time.monotonic() < deadline, "the gang was not placed"
         time.sleep(0.02)
     request = fake.running[job_id]
-    first, second = list(request.nodes)
     now = time.time()
-    for where, crashes in ((request.run_dir, 1), (request.run_dir / "node1", 3)):
+    for where, found in zip((request.run_dir, request.run_dir / "node1"), kinds, strict=True):
         where.mkdir(parents=True, exist_ok=True)
-        evidence = [{"kind": "fault", "at_s": now + i, "detail": f"c{i}"} for i in range(crashes)]
+        evidence = [{"kind": k, "at_s": now + i, "detail": f"{k} {i}"} for i, k in enumerate(found)]
         (where / "node_health.json").write_text(json.dumps({"evidence": evidence}))
-    fake.finish(job_id, 1)
-    deadline = time.monotonic() + 60
+    fake.finish(job_id, 1, lost_node_ranks=lost)
     while api.get(f"/api/v1/jobs/{job_id}").json()["state"] != "failed":
         assert time.monotonic() < deadline, "the gang did not end"
         time.sleep(0.02)
-    history = {n: api.get(f"/api/v1/nodes/{n}").json()["history"] for n in (first, second)}
-    assert len(history[first]) == 1 and len(history[second]) == 3
+    first, second = (api.get(f"/api/v1/nodes/{n}").json()["history"] for n in request.nodes)
+    return [h["kind"] for h in first], [h["kind"] for h in second]
+
+
+def test_each_node_rank_s_evidence_counts_against_its_own_node(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    """A 2-node gang: node rank 1 writes `node1/node_health.json`; its crashes count
+    against the placement's second node only, node rank 0's against the first."""
+    first, second = _gang_histories(api, fake, (["fault"], ["fault"] * 3))
+    assert first == ["run fault"] and second == ["run fault"] * 3
 
 
 @pytest.mark.parametrize("lost", [(), (1,)])
@@ -240,30 +251,10 @@ def test_a_survivor_s_crashes_after_its_peer_node_was_lost_do_not_count_against_
     """A 2-node gang whose node rank 1 was lost: node rank 0's crash and hang followed from
     the lost peer (its collective failed or stalled) and do not count against its node;
     its straggler verdict, its own, does. Without a lost node rank, all of it counts."""
-    body = {"name": "g", "script": STEPS, "workdir": WORKDIR, "max_restarts": 0}
-    body |= {"nnodes": 2, "nproc_per_node": 2}
-    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
-    deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
-    while job_id not in fake.running:
-        assert time.monotonic() < deadline, "the gang was not placed"
-        time.sleep(0.02)
-    request = fake.running[job_id]
-    first, second = list(request.nodes)
-    now = time.time()
-    kinds = {request.run_dir: ["fault", "fault", "straggler"], request.run_dir / "node1": ["fault"]}
-    for where, found in kinds.items():
-        where.mkdir(parents=True, exist_ok=True)
-        evidence = [{"kind": k, "at_s": now + i, "detail": f"{k} {i}"} for i, k in enumerate(found)]
-        (where / "node_health.json").write_text(json.dumps({"evidence": evidence}))
-    fake.finish(job_id, 1, lost_node_ranks=lost)
-    deadline = time.monotonic() + 60
-    while api.get(f"/api/v1/jobs/{job_id}").json()["state"] != "failed":
-        assert time.monotonic() < deadline, "the gang did not end"
-        time.sleep(0.02)
-    history = {n: api.get(f"/api/v1/nodes/{n}").json()["history"] for n in (first, second)}
-    survivor = [h["kind"] for h in history[first]]
+    kinds = (["fault", "fault", "straggler"], ["fault"])
+    survivor, peer = _gang_histories(api, fake, kinds, lost)
     assert survivor == (["run straggler"] if lost else ["run fault", "run fault", "run straggler"])
-    assert [h["kind"] for h in history[second]] == ["run fault"]  # the lost node's own word
+    assert peer == ["run fault"]  # the lost node's own word
 
 
 def test_a_lost_node_is_recorded_in_its_health_and_placeable_again_when_back(
