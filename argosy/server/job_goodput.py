@@ -53,6 +53,7 @@ SERVER_CAUSES = ("redone_after_loss", "outside_launcher", "between_attempts")
 class _Attempt:
     """One attempt's figures, each a number the server accepts or None."""
 
+    number: int
     start_s: float
     end_s: float
     summarized: bool
@@ -71,7 +72,8 @@ class _Attempt:
 
 
 FIGURES_FILE = "account.json"
-FIGURE_KEYS = ("productive_s", "final_step", "resumed_from", "restarts")
+FIGURE_KEYS = {"productive_s": None, "final_step": None, "resumed_from": None, "restarts": 1e6}
+"""The figures kept, each with its upper bound (a restart count past it is not one)."""
 
 
 def account_figures(summary: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +85,7 @@ def account_figures(summary: dict[str, Any]) -> dict[str, Any]:
     return {
         SPAN_KEY: summary.get(SPAN_KEY),
         "status": summary.get("status") if isinstance(summary.get("status"), str) else None,
-        **{key: number(summary.get(key), low=0) for key in FIGURE_KEYS},
+        **{key: number(summary.get(key), 0, high) for key, high in FIGURE_KEYS.items()},
         "faults": len(faults) if isinstance(faults, list) else 0,
         "lost_s": {cause: number(lost.get(cause), low=0) for cause in CAUSES},
     }
@@ -112,7 +114,8 @@ def kept_figures(run_dir: Path, attempts: int) -> list[dict[str, Any]]:
 def job_account(figures: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """The job's goodput over the attempts whose kept figures (`account_figures`) are
     given, oldest first; None when none of them carries a span."""
-    attempts = [a for a in map(_attempt, figures) if a is not None]
+    given = list(figures)
+    attempts = [a for k, f in enumerate(given, 1) if (a := _attempt(f, k)) is not None]
     if not attempts:
         return None
     credits, redone = _credits(attempts)
@@ -128,19 +131,19 @@ def job_account(figures: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     productive = sum(credits)
     followed = attempts[:-1]
     return {
-        "attempts": len(attempts),
+        "attempts": len(given),
         "wall_s": round(wall, 3),
         "productive_s": round(productive, 3),
         "effective_training_time": round(min(1.0, productive / wall), 4) if wall > 0 else 0.0,
         "lost_s": {cause: round(seconds, 3) for cause, seconds in lost.items()},
         "restarts": int(sum(a.restarts for a in attempts)) + len(followed),
         "faults": sum(a.faults for a in attempts) + sum(not a.succeeded for a in followed),
-        "estimated": [k + 1 for k, a in enumerate(attempts) if not a.summarized],
+        "estimated": [a.number for a in attempts if not a.summarized],
         "how": HOW,
     }
 
 
-def _attempt(summary: dict[str, Any]) -> _Attempt | None:
+def _attempt(summary: dict[str, Any], k: int) -> _Attempt | None:
     """An attempt's accepted figures (from its kept figures: `faults` a count); None
     without a span the server recorded."""
     span = summary.get(SPAN_KEY)
@@ -149,7 +152,7 @@ def _attempt(summary: dict[str, Any]) -> _Attempt | None:
     start, end = (number(v) for v in span)
     if start is None or end is None:
         return None
-    a = _Attempt(start_s=start, end_s=max(start, end), summarized=False)
+    a = _Attempt(number=k, start_s=start, end_s=max(start, end), summarized=False)
     productive = number(summary.get("productive_s"), low=0)
     if productive is None:
         return a

@@ -73,6 +73,13 @@ def test_an_attempt_without_a_summary_is_credited_the_steps_the_next_resumed_pas
     assert account["estimated"] == [1] and account["faults"] == 1
 
 
+def test_attempts_are_named_by_their_number_when_one_kept_no_figures() -> None:
+    lost = kept(0.0, 20.0, status="missing")
+    account = job_account([{}, lost, kept(25.0, 55.0, **runtime(24.0, 27.0, 40, 10))])
+    assert account is not None
+    assert account["attempts"] == 3 and account["estimated"] == [2]  # attempt 2, not 1
+
+
 def test_one_attempt_is_its_runtime_figures_within_the_server_s_span() -> None:
     only = kept(0.0, 10.0, **runtime(7.0, 9.0, 70, 0))
     account = job_account([only])
