@@ -218,7 +218,7 @@ async def job_logs(
         raise HTTPException(403, f"a job's output is for queue '{row['queue']}' and admins")
     run_dir, attempts = ctl.run_dir(job_id), row["attempts"]
     path = launcher_log(run_dir, attempts) if rank == LAUNCHER else latest_rank_log(run_dir, rank)
-    name = log_name(run_dir, attempts, path)
+    name = log_name(run_dir, path)
     return log_response(path, 0 if file is not None and file != name else offset, name)
 
 

@@ -51,10 +51,14 @@ def _is_node_dir(name: str) -> bool:
     return name != digits and digits.isdigit()
 
 
-def log_name(run_dir: Path, attempts: int, path: Path | None) -> str:
-    """What changes when a newer log takes over: the server attempt and the log's place
-    (each attempt's launcher starts its `logs/attempt0` again); "" without a log."""
-    return "" if path is None else f"{attempts}:{path.relative_to(run_dir)}"
+def log_name(run_dir: Path, path: Path | None) -> str:
+    """Which log file `path` is: its place and its inode, so a follower sees a newer
+    attempt's log take over (each launcher moves the previous run's logs to `history/`
+    and starts its `logs/attempt0` again: a new file) and nothing else does (the server's
+    attempt counter moves at admission, before the new launcher has moved the old log);
+    "" without a log."""
+    info = stat_job_file(path) if path is not None else None
+    return "" if path is None or info is None else f"{path.relative_to(run_dir)}@{info.st_ino}"
 
 
 def _attempt_number(name: str) -> int | None:

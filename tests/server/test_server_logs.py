@@ -35,10 +35,22 @@ def test_a_rank_on_another_node_has_its_log_found(tmp_path: Path) -> None:
     assert latest_rank_log(run, 7) is None
 
 
-def test_a_log_s_name_changes_with_each_server_attempt(tmp_path: Path) -> None:
+def _archive(run_dir: Path, n: int) -> None:
+    """What a new launcher does first: the previous run's logs move under history/."""
+    (run_dir / "history" / f"{n:03d}").mkdir(parents=True)
+    (run_dir / "logs").rename(run_dir / "history" / f"{n:03d}" / "logs")
+
+
+def test_a_log_s_name_is_the_file_not_the_server_s_attempt_counter(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "attempt0" / "rank0.log"
-    assert log_name(tmp_path, 1, log) != log_name(tmp_path, 2, log)
-    assert log_name(tmp_path, 2, None) == ""
+    _write(log, "one\n")
+    name = log_name(tmp_path, log)
+    _write(log, "one\ntwo\n")  # appended to, or the job requeued but not yet relaunched
+    assert log_name(tmp_path, log) == name
+    _archive(tmp_path, 1)
+    assert log_name(tmp_path, log) == ""  # between the archive and the new launcher's log
+    _write(log, "new\n")
+    assert log_name(tmp_path, log) not in (name, "")  # the new launcher's own file
 
 
 def test_a_follower_of_an_older_log_reads_the_newer_one_from_its_start(tmp_path: Path) -> None:
@@ -61,6 +73,9 @@ def test_a_follower_of_an_older_log_reads_the_newer_one_from_its_start(tmp_path:
         while (job_id, 2) not in fake.started:
             assert time.monotonic() < deadline, "no second attempt"
             time.sleep(0.02)
+        gap = api.get(f"/api/v1/jobs/{job_id}/logs", params={"offset": offset, "file": name})
+        assert (gap.text, gap.headers["x-log-file"]) == ("", name)  # admitted, not relaunched
+        _archive(fake.running[job_id].run_dir, 1)
         _write(log, "two: resumed from step 2\nstep 3\n")
         params = {"offset": offset, "file": name}
         again = api.get(f"/api/v1/jobs/{job_id}/logs", params=params)

@@ -209,7 +209,7 @@ def _log_of(ctl: Ctl, row: dict, rank: int | str) -> tuple[Path | None, str]:
         log = launcher_log(run_dir, attempts)
     else:
         log = latest_rank_log(run_dir, int(rank))
-    return log, log_name(run_dir, attempts, log)
+    return log, log_name(run_dir, log)
 
 
 @router.get("/services", response_class=HTMLResponse)
