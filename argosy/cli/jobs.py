@@ -122,7 +122,19 @@ def goodput_line(account: dict) -> str:
         f"effective training time {account['effective_training_time']:.1%} over "
         f"{account['attempts']} attempt(s): wall {account['wall_s']:.1f} s, productive "
         f"{account['productive_s']:.1f} s, {account['restarts']} restart(s), "
-        f"{account['faults']} fault(s)" + (f"; lost: {lost}" if lost else "")
+        f"{account['faults']} fault(s)" + (f"; lost: {lost}" if lost else "") + _estimated(account)
+    )
+
+
+def _estimated(account: dict) -> str:
+    """Which attempts' productive time is an estimate (their launcher wrote no summary)."""
+    numbers = account.get("estimated") or []
+    if not numbers:
+        return ""
+    which = ", ".join(str(n) for n in numbers)
+    return (
+        f"; attempt {which} wrote no summary (its launcher was lost): its productive time is "
+        "estimated from where the next attempt resumed, none until one has"
     )
 
 

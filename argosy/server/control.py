@@ -455,10 +455,10 @@ class Control(NodeControl):
         ended_s = exit_time(run_dir, n, self.clock.now_s())
         started_s = attempt_started(run_dir, n) or row["started_at"] or ended_s
         span = (min(started_s, ended_s), ended_s)
-        summary = settle_summary(run_dir, n, e.reason, nodes, span)
+        stop = row["stop_requested"]
+        summary = settle_summary(run_dir, n, e.reason, nodes, span, _ending(e, stop))
         summary["job"] = job_account(kept_figures(run_dir, n))
         base = {"exit_code": e.exit_code, "summary": summary, "stop_requested": None}
-        stop = row["stop_requested"]
         self._absorb_node_health(row["id"], nodes, *span, e.lost_node_ranks)
         ceilings = node_ceilings_w(row["placement"])
         window = {"started_s": span[0], "ceilings_w": ceilings}
@@ -536,6 +536,16 @@ def _placed_nodes(row: Row) -> list[str]:
 
 def _lost(row: Row, reason: str) -> AttemptExit:
     return AttemptExit(row["id"], row["attempts"], None, True, reason)
+
+
+def _ending(e: AttemptExit, stop: str | None) -> str:
+    """How the server takes an attempt's end (`job_goodput.ENDINGS`), as `_apply_exit`
+    acts on it."""
+    if stop in ("cancel", "preempt") or (stop == "resize" and e.exit_code != 0):
+        return "stopped"
+    if e.exit_code == 0:
+        return "succeeded"
+    return "lost" if e.lost else "failed"
 
 
 def _cause(summary: dict | None) -> str:

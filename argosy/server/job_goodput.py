@@ -22,7 +22,9 @@ an attempt ends, folds them into `job_account`:
   (waiting to be placed again). productive_s + every lost_s = wall_s.
 - effective_training_time = productive_s / wall_s.
 - attempts; restarts: the runtime's plus each attempt followed by another; faults: the
-  runtime's plus each attempt that ended without succeeding and was followed by another.
+  runtime's, plus each attempt the server saw end lost or failed whose runtime did not
+  record the fault that ended it (a launcher killed with its node); a cancel, a
+  preemption or a resize is no fault.
 
     write_figures(attempt_dir(run_dir, k), summary)     # as attempt k is settled
     account = job_account(kept_figures(run_dir, attempts))
@@ -63,7 +65,8 @@ class _Attempt:
     step_s: float | None = None
     restarts: float = 0.0
     faults: int = 0
-    succeeded: bool = False
+    server_fault: bool = False
+    """It ended lost or failed, a fault its runtime's own count does not hold."""
     lost: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -76,25 +79,35 @@ FIGURE_KEYS = {"productive_s": None, "final_step": None, "resumed_from": None, "
 """The figures kept, each with its upper bound (a restart count past it is not one)."""
 
 
-def account_figures(summary: dict[str, Any]) -> dict[str, Any]:
-    """What `job_account` reads of an attempt's kept summary: its span, its status, its
-    figures as accepted numbers (else None), its faults as a count, its lost seconds by
-    the runtime's causes."""
-    faults = summary.get("faults")
+ENDINGS = ("succeeded", "lost", "failed", "stopped")
+"""How the server saw an attempt end: `stopped` is a cancel, a preemption or a resize
+(no fault); `lost` and `failed` are faults unless the runtime recorded the one that
+ended its run itself (`fault_ended_run`)."""
+
+
+def account_figures(summary: dict[str, Any], ended: str | None = None) -> dict[str, Any]:
+    """What `job_account` reads of an attempt's kept summary: its span, its figures as
+    accepted numbers (else None), its faults as a count and whether the last of them
+    ended the run (a stopping fault past its restarts), its lost seconds by the
+    runtime's causes, and how the server saw it end (`ENDINGS`)."""
+    faults = summary.get("faults") if isinstance(summary.get("faults"), list) else []
     lost = summary.get("lost_s") if isinstance(summary.get("lost_s"), dict) else {}
+    figures = {key: number(summary.get(key), 0, high) for key, high in FIGURE_KEYS.items()}
+    stopping = sum(1 for f in faults if isinstance(f, dict) and "action" not in f)
     return {
         SPAN_KEY: summary.get(SPAN_KEY),
-        "status": summary.get("status") if isinstance(summary.get("status"), str) else None,
-        **{key: number(summary.get(key), 0, high) for key, high in FIGURE_KEYS.items()},
-        "faults": len(faults) if isinstance(faults, list) else 0,
+        "ended": ended if ended in ENDINGS else None,
+        **figures,
+        "faults": len(faults),
+        "fault_ended_run": stopping > (figures["restarts"] or 0),
         "lost_s": {cause: number(lost.get(cause), low=0) for cause in CAUSES},
     }
 
 
-def write_figures(where: Path, summary: dict[str, Any]) -> None:
-    """Keep `account_figures(summary)` in the attempt directory `where`."""
+def write_figures(where: Path, summary: dict[str, Any], ended: str | None = None) -> None:
+    """Keep `account_figures(summary, ended)` in the attempt directory `where`."""
     tmp = where / (FIGURES_FILE + ".tmp")
-    tmp.write_text(json.dumps(account_figures(summary)))
+    tmp.write_text(json.dumps(account_figures(summary, ended)))
     tmp.replace(where / FIGURES_FILE)
 
 
@@ -137,7 +150,7 @@ def job_account(figures: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
         "effective_training_time": round(min(1.0, productive / wall), 4) if wall > 0 else 0.0,
         "lost_s": {cause: round(seconds, 3) for cause, seconds in lost.items()},
         "restarts": int(sum(a.restarts for a in attempts)) + len(followed),
-        "faults": sum(a.faults for a in attempts) + sum(not a.succeeded for a in followed),
+        "faults": sum(a.faults + a.server_fault for a in attempts),
         "estimated": [a.number for a in attempts if not a.summarized],
         "how": HOW,
     }
@@ -153,6 +166,8 @@ def _attempt(summary: dict[str, Any], k: int) -> _Attempt | None:
     if start is None or end is None:
         return None
     a = _Attempt(number=k, start_s=start, end_s=max(start, end), summarized=False)
+    by_fault = summary.get("ended") in ("lost", "failed")
+    a.server_fault = by_fault and summary.get("fault_ended_run") is not True
     productive = number(summary.get("productive_s"), low=0)
     if productive is None:
         return a
@@ -163,9 +178,7 @@ def _attempt(summary: dict[str, Any], k: int) -> _Attempt | None:
     if a.final_step is not None and a.resumed_from is not None and a.final_step > a.resumed_from:
         a.step_s = a.productive_s / (a.final_step - a.resumed_from)
     a.restarts = number(summary.get("restarts"), low=0) or 0.0
-    faults = summary.get("faults")
-    a.faults = len(faults) if isinstance(faults, list) else int(number(faults, low=0) or 0)
-    a.succeeded = summary.get("status") == "completed"
+    a.faults = int(number(summary.get("faults"), 0, 1e6) or 0)
     lost = summary.get("lost_s")
     if isinstance(lost, dict):
         a.lost = {c: number(lost.get(c), low=0) or 0.0 for c in CAUSES}

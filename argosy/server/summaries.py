@@ -54,10 +54,12 @@ def settle_summary(
     reason: str,
     nodes: list[str] | None = None,
     span: tuple[float, float] | None = None,
+    ended: str | None = None,
 ) -> dict[str, Any]:
     """The summary of attempt `attempt`, kept in its attempt directory; with two or more
-    `nodes` (by node rank) it carries a row per node rank, with `span` (its start and end
-    by the server's clock) `span_s`, which the job's account over attempts reads."""
+        `nodes` (by node rank) it carries a row per node rank, with `span` (its start and end
+        by the server's clock) `span_s`, which the job's account over attempts reads with
+    `ended` (how the server saw it end: `job_goodput.ENDINGS`)."""
     where = attempt_dir(run_dir, attempt)
     summary = _checked(_node_summary(run_dir, where / STAMP, attempt, reason))
     summary = {k: v for k, v in summary.items() if k not in SERVER_KEYS} | {"attempt": attempt}
@@ -72,7 +74,7 @@ def settle_summary(
     tmp = where / "summary.json.tmp"
     tmp.write_text(json.dumps(summary))
     os.replace(tmp, where / "summary.json")  # never half-written
-    write_figures(where, summary)  # what the job's account over attempts reads
+    write_figures(where, summary, ended)  # what the job's account over attempts reads
     return without_output(summary)
 
 

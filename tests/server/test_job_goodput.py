@@ -26,9 +26,9 @@ from argosy.server.job_goodput import (
 from argosy.server.summaries import settle_summary, stamp_attempt
 
 
-def kept(start: float, end: float, **summary: Any) -> dict[str, Any]:
-    """The figures the server keeps of an attempt with this span and summary."""
-    return account_figures({"span_s": [start, end], **summary})
+def kept(start: float, end: float, ended: str = "succeeded", **summary: Any) -> dict[str, Any]:
+    """The figures the server keeps of an attempt with this span, summary and ending."""
+    return account_figures({"span_s": [start, end], **summary}, ended)
 
 
 def runtime(
@@ -50,7 +50,7 @@ def runtime(
 def test_a_job_that_lost_a_node_counts_the_lost_attempt_and_the_wait() -> None:
     # attempt 1: 50 s on the server's clock, reached step 30 at 1.5 s a step, lost its node;
     # 10 s waiting to be placed again; attempt 2 resumed from step 20 and finished step 40
-    first = kept(1000.0, 1050.0, **runtime(45.0, 48.0, 30, 0, status="failed"))
+    first = kept(1000.0, 1050.0, "lost", **runtime(45.0, 48.0, 30, 0, status="failed"))
     second = kept(1060.0, 1095.0, **runtime(30.0, 34.0, 40, 20))
     account = job_account([first, second])
     assert account is not None
@@ -64,7 +64,7 @@ def test_a_job_that_lost_a_node_counts_the_lost_attempt_and_the_wait() -> None:
 
 
 def test_an_attempt_without_a_summary_is_credited_the_steps_the_next_resumed_past() -> None:
-    first = kept(0.0, 20.0, status="missing", detail="killed")  # its node went with it
+    first = kept(0.0, 20.0, "lost", status="missing", detail="killed")  # its node went too
     second = kept(25.0, 55.0, **runtime(24.0, 27.0, 40, 10))
     account = job_account([first, second])
     assert account is not None
@@ -73,8 +73,27 @@ def test_an_attempt_without_a_summary_is_credited_the_steps_the_next_resumed_pas
     assert account["estimated"] == [1] and account["faults"] == 1
 
 
+STALL = {"kind": "hang", "rank": 0, "attempt": 0, "detail": "transport stall"}
+
+
+@pytest.mark.parametrize(
+    ("ended", "own_faults", "want"),
+    [
+        ("lost", [STALL], 1),  # the survivor recorded the peer's loss: one incident, once
+        ("lost", [], 1),  # its launcher was killed with its node: the server's count
+        ("failed", [STALL | {"action": "warn"}], 2),  # a warning, then a failure it missed
+        ("stopped", [], 0),  # preempted or cancelled: no fault
+    ],
+)
+def test_an_incident_counts_once_however_the_attempt_reported_it(ended, own_faults, want):
+    first = kept(0.0, 10.0, ended, **runtime(5.0, 9.0, 10, 0, faults=own_faults))
+    account = job_account([first])  # as soon as it ended: before any next attempt
+    assert account is not None and account["faults"] == want
+    assert account["restarts"] == 0  # not started again yet
+
+
 def test_attempts_are_named_by_their_number_when_one_kept_no_figures() -> None:
-    lost = kept(0.0, 20.0, status="missing")
+    lost = kept(0.0, 20.0, "lost", status="missing")
     account = job_account([{}, lost, kept(25.0, 55.0, **runtime(24.0, 27.0, 40, 10))])
     assert account is not None
     assert account["attempts"] == 3 and account["estimated"] == [2]  # attempt 2, not 1
@@ -95,6 +114,7 @@ def test_argosy_job_prints_the_account_in_one_line() -> None:
     line = goodput_line(account or {})
     assert line.startswith("effective training time 58.2% over 2 attempt(s): wall 55.0 s")
     assert "between_attempts 5.0 s" in line and "redone_after_loss" not in line  # none lost
+    assert line.endswith("none until one has") and "attempt 1 wrote no summary" in line
 
 
 def test_no_span_no_account() -> None:
@@ -145,7 +165,8 @@ def attempts(draw: st.DrawFn) -> list[dict[str, Any]]:
             figures = {key: draw(JOB_VALUES) for key in FIGURES}
             figures["lost_s"] = draw(st.dictionaries(st.sampled_from(CAUSES), JOB_VALUES))
             figures["faults"] = draw(JOB_VALUES)
-        out.append(kept(t, t + span, **figures))
+        ended = draw(st.sampled_from(["succeeded", "lost", "failed", "stopped", "odd"]))
+        out.append(kept(t, t + span, ended, **figures))
         t += span
     return out
 
@@ -167,4 +188,6 @@ def test_the_account_adds_up_to_the_wall_and_stays_within_the_spans(kept_list) -
     assert 0.0 <= account["effective_training_time"] <= 1.0
     assert account["attempts"] == len(kept_list)
     assert account["restarts"] >= len(kept_list) - 1
+    ended_badly = sum(k["ended"] in ("lost", "failed") for k in kept_list)
+    assert isinstance(account["faults"], int) and account["faults"] >= ended_badly
     json.dumps(account, allow_nan=False)  # strict JSON, whatever the job wrote
