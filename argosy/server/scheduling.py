@@ -277,6 +277,18 @@ class Scheduling:
             self.out_of_service.add(name)
             cap.mark_down(node)
 
+    def fits_now(self, job_id: str) -> bool | None:
+        """Whether the pending job's gang has a place on the nodes in service now, its
+        quota aside: one node group (one chip, one node size) of an accepted chip with
+        the nodes it needs free. None for a job the scheduler does not hold."""
+        w = self.workloads.get(job_id)
+        if w is None:
+            return None
+        return any(
+            group.chip.id in w.chips and self.sched.cap.fits(g, w.min_devices, w.per_node)
+            for g, group in enumerate(self.cluster.groups)
+        )
+
     def used_on(self, name: str) -> int:
         node = self.index[name]
         return sum(int(a.counts[a.nodes == node].sum()) for a in self._allocations())

@@ -297,3 +297,31 @@ def test_a_pending_job_says_why_it_waits_in_the_api(api: TestClient) -> None:
     listed = api.get("/api/v1/jobs").json()
     rows = listed["items"] if isinstance(listed, dict) else listed
     assert all(r.get("waiting") is None for r in rows)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_gang_with_free_devices_but_no_place_says_so(home: Path, exact: bool) -> None:
+    """Enough devices are free in all (1 + 8), but a gang of 2 nodes x 1 needs two nodes
+    of one group (one chip, one node size) and the other 1-device node is cordoned: the
+    job says it has no place and why, not "fits now". Uncordoned, it starts."""
+    fake = FakeExecutor([NodeInfo("head", "cpu", 1), NodeInfo("w1", "cpu", 1),
+                         NodeInfo("big", "cpu", 8)])  # fmt: skip
+    with app_client(home, fake) as api:
+        api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        assert api.post("/api/v1/nodes/w1/cordon").status_code == 200
+        body = {"name": "g", "script": STEPS, "workdir": WORKDIR, "nnodes": 2}
+        job_id = api.post("/api/v1/jobs", json=body | {"exact_nodes": exact}).json()["id"]
+        time.sleep(0.5)  # scheduling cycles pass
+        job = api.get(f"/api/v1/jobs/{job_id}").json()
+        if not exact:  # packed: 2 devices of the 8-device node hold it
+            assert job["state"] == "running" and job["placement"]["nodes"] == {"big": 2}
+            return
+        assert job["state"] == "pending", job
+        assert "fits now" not in job["waiting"], job["waiting"]
+        assert "needs 2 node(s) with 1 free device(s) each" in job["waiting"]
+        assert "head 1 of 1" in job["waiting"] and "w1 (cordoned)" in job["waiting"]
+        assert api.post("/api/v1/nodes/w1/uncordon").status_code == 200
+        deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
+        while job_id not in fake.running:
+            assert time.monotonic() < deadline, "the gang was not placed once w1 came back"
+            time.sleep(0.02)

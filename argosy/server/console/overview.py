@@ -165,7 +165,8 @@ def queue_rows(ctl: Control) -> list[QueueRow]:
         waiting = []
         if q.leaf and q.pending:
             for row in pending_jobs(ctl.store, q.name, PENDING_SHOWN):
-                waiting.append((row["id"], row["name"], wait_reason(row, q, free, held)))
+                why = wait_reason(row, q, free, held, spread_reason(ctl, row))
+                waiting.append((row["id"], row["name"], why))
         out.append(QueueRow(q, borrowing, waiting))
     return out
 
@@ -176,7 +177,7 @@ def pending_wait(ctl: Control, row: dict) -> str:
     if q is None:
         return ""
     free = {r.chip: r.free for r in chips_by_vendor(ctl)}
-    return wait_reason(row, q, free, held_back(ctl))
+    return wait_reason(row, q, free, held_back(ctl), spread_reason(ctl, row))
 
 
 def held_back(ctl: Control) -> dict[str, list[tuple[str, int]]]:
@@ -197,10 +198,12 @@ def wait_reason(
     q: QueueInfo,
     free: dict[str, int],
     held: dict[str, list[tuple[str, int]]] | None = None,
+    spread: str = "",
 ) -> str:
     """Why a pending job waits, from what the console can see: its stored reason (a
     requeue, a preemption), its queue's ceiling, a cordon (the devices it needs are idle
-    on cordoned nodes, named), the free devices, or its place in line."""
+    on cordoned nodes, named), the free devices, free devices on too few nodes of one
+    group for its gang (`spread`: `spread_reason`), or its place in line."""
     spec = row["spec"]
     need = int(spec.get("nproc_per_node", 1)) * int(spec.get("nnodes", 1))
     chips = spec.get("chips") or list(q.ceiling)
@@ -215,9 +218,37 @@ def wait_reason(
         )
     elif have < need:
         parts.append(_cordon_reason(need, chips, free, held or {}))
+    elif spread:
+        parts.append(spread)
     else:
         parts.append("fits now: waits for the next scheduler cycle or for older jobs")
     return "; ".join(parts)
+
+
+def spread_reason(ctl: Control, row: dict) -> str:
+    """Why a pending job with enough free devices in all still has no place ("" when it
+    has one): its gang needs nodes of one group (one chip, one node size) with room on
+    each, and the free devices are on too few such nodes; with each node's free devices
+    and the nodes out of placement, named."""
+    s = ctl.scheduling
+    if s.fits_now(row["id"]) is not False:
+        return ""
+    spec = row["spec"]
+    nnodes, per_node = int(spec.get("nnodes", 1)), int(spec.get("nproc_per_node", 1))
+    chips = set(spec.get("chips") or [n.chip for n in s.nodes])
+    free = [
+        f"{n.name} {n.devices - s.used_on(n.name)} of {n.devices}"
+        for n in s.nodes
+        if n.chip in chips and n.name not in s.out_of_service
+    ]
+    out = [f"{n.name} ({'lost' if n.name in ctl.lost else 'cordoned'})"
+           for n in s.nodes if n.chip in chips and n.name in s.out_of_service]  # fmt: skip
+    gang = f"{nnodes} node(s) with {per_node} free device(s) each"
+    return (
+        f"no place now: needs {gang} in one node group (one chip, one node size); free: "
+        + (", ".join(free) or "none")
+        + (f"; out of placement: {', '.join(out)}" if out else "")
+    )
 
 
 def _cordon_reason(
@@ -232,7 +263,11 @@ def _cordon_reason(
             names = ", ".join(f"{name} ({idle} idle)" for name, idle in nodes)
             plural = "s" if len(nodes) > 1 else ""
             return (
-                f"node{plural} cordoned: {names}; needs {need} devices, "
+                f"node{plural} cordoned: {names}; needs {_devices(need)}, "
                 f"{free.get(chip, 0)} free elsewhere"
             )
-    return f"needs {need} devices; {have} free"
+    return f"needs {_devices(need)}; {have} free"
+
+
+def _devices(n: int) -> str:
+    return f"{n} device" + ("" if n == 1 else "s")
