@@ -216,6 +216,9 @@ async def job_logs(
     row = _job(ctl, job_id)
     if not who.may_read_output(row["queue"]):
         raise HTTPException(403, f"a job's output is for queue '{row['queue']}' and admins")
+    ranks = JobSpec.model_validate(row["spec"]).device_range[1]
+    if rank != LAUNCHER and rank >= ranks:
+        raise HTTPException(404, f"no rank {rank}: job {job_id} has ranks 0..{ranks - 1}")
     run_dir, attempts = ctl.run_dir(job_id), row["attempts"]
     path = launcher_log(run_dir, attempts) if rank == LAUNCHER else latest_rank_log(run_dir, rank)
     name = log_name(run_dir, path)

@@ -128,7 +128,7 @@ class ServerCollector(Collector):
         mean = self.control.store.mean_effective_training_time()
         g = GaugeMetricFamily(
             "argosy_effective_training_time",
-            "Mean effective training time (runtime goodput) of finished jobs",
+            "Mean effective training time of finished jobs, each over all its attempts",
         )
         g.add_metric([], mean or 0.0)
         return g

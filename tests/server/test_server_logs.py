@@ -84,3 +84,16 @@ def test_a_follower_of_an_older_log_reads_the_newer_one_from_its_start(tmp_path:
         current = {"offset": 5, "file": again.headers["x-log-file"]}
         same = api.get(f"/api/v1/jobs/{job_id}/logs", params=current)
         assert same.text == "resumed from step 2\nstep 3\n"  # the same log: its offset holds
+
+
+def test_a_rank_the_job_does_not_have_is_a_404_naming_its_ranks(tmp_path: Path) -> None:
+    fake = FakeExecutor(NODES)
+    with app_client(tmp_path / "home", fake) as api:
+        token = (tmp_path / "home" / "admin.token").read_text().strip()
+        api.headers["Authorization"] = f"Bearer {token}"
+        body = {"name": "r", "script": STEPS, "workdir": WORKDIR, "nproc_per_node": 2}
+        job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+        assert api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": 1}).status_code == 200
+        r = api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": 5})
+        assert r.status_code == 404 and "has ranks 0..1" in r.json()["detail"], r.text
+        assert api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": "launcher"}).is_success

@@ -81,7 +81,8 @@ def pending_jobs(store: Store, queue: str, limit: int) -> list[Row]:
 
 
 def mean_effective_training_time(store: Store) -> tuple[float | None, int]:
-    """Mean of the runtime's effective training time over finished jobs that report one."""
+    """Mean effective training time over finished jobs that report one (each over all
+    its attempts where the server folded them: `JOB_ETT`)."""
     query = select(func.avg(JOB_ETT), func.count(JOB_ETT)).where(jobs.c.finished_at.is_not(None))
     with store.engine.connect() as c:
         mean, count = c.execute(query).one()
