@@ -96,12 +96,14 @@ class GangVerdicts:
         for i, code in sorted(a.codes.items()):
             if code == DIED:
                 self._suspect_node(a, i)
-                return AttemptExit(job, n, None, True, f"node rank {i}'s Ray node died", (i,))
+                why = f"node rank {i}'s Ray node died" + _gang_restarts(a)
+                return AttemptExit(job, n, None, True, why, (i,))
             if code == FAILED_TO_START:
                 return AttemptExit(job, n, None, False, f"node rank {i} could not start")
         gone = [i for i, x in enumerate(a.node_ids) if x not in self._alive]
         if gone:
-            why = f"its Ray node {a.node_ids[gone[0]][:8]} is dead"
+            why = f"node rank {gone[0]}'s Ray node {a.node_ids[gone[0]][:8]} is dead"
+            why += _gang_restarts(a)
             return AttemptExit(job, n, None, True, why, tuple(gone))
         if a.codes:
             worst = max(a.codes.values(), key=lambda c: (c != 0, c))
@@ -162,6 +164,10 @@ class GangVerdicts:
         if i < len(a.node_ids):
             self._suspect[a.node_ids[i]] = self._clock() + self.options.suspect_s
             self._refresh_nodes()
+
+
+def _gang_restarts(a: GangAttempt) -> str:
+    return "; the whole gang restarts" if len(a.actors) > 1 else ""
 
 
 Lost = tuple[str, tuple[int, ...]]
