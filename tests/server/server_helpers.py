@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from argosy.core.net import free_port
+from argosy.executors.base import NodeInfo
+from argosy.executors.fake import FakeExecutor
 from argosy.server.config import ServerConfig
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -27,6 +29,19 @@ def fast_config(home: Path, **kw: object) -> ServerConfig:
     values = {"home": home, "local_slots": 2, "poll_interval_s": 0.05, "cycle_interval_s": 0.2}
     values["allow_root_jobs"] = True
     return ServerConfig.model_validate(values | kw)
+
+
+NODES = [NodeInfo("n0", "cpu", 2), NodeInfo("n1", "cpu", 2)]
+"""The two nodes of the `api` fixture's server (conftest.py)."""
+
+
+def app_client(home: Path, fake: FakeExecutor) -> Any:
+    """A TestClient of a server on `home` whose executor is `fake`."""
+    from fastapi.testclient import TestClient
+
+    from argosy.server.app import create_app
+
+    return TestClient(create_app(fast_config(home), executor=fake))
 
 
 def job_body(name: str = "t", **kw: object) -> dict:

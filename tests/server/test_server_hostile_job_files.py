@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from server_helpers import STEPS, WORKDIR
-from test_server_node_health import NODES, app_client
+from server_helpers import NODES, STEPS, WORKDIR
 
 from argosy.executors.fake import FakeExecutor
 from argosy.server.job_json import loads_job_json
@@ -57,18 +55,6 @@ def _strict(text: str) -> object:
         raise AssertionError(f"non-standard JSON constant {name} in an answer")
 
     return json.loads(text, parse_constant=refuse)
-
-
-@pytest.fixture
-def fake() -> FakeExecutor:
-    return FakeExecutor(NODES)
-
-
-@pytest.fixture
-def api(home: Path, fake: FakeExecutor) -> Iterator[TestClient]:
-    with app_client(home, fake) as c:  # the node-health tests' two-node server
-        c.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
-        yield c
 
 
 def _start(api: TestClient, fake: FakeExecutor, name: str = "j") -> tuple[str, object]:

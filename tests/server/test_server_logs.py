@@ -8,8 +8,8 @@ import os
 import time
 from pathlib import Path
 
+from fastapi.testclient import TestClient
 from server_helpers import STEPS, WORKDIR
-from test_server_node_health import NODES, app_client
 
 from argosy.executors.fake import FakeExecutor
 from argosy.server.views import latest_rank_log, log_name
@@ -53,47 +53,43 @@ def test_a_log_s_name_is_the_file_not_the_server_s_attempt_counter(tmp_path: Pat
     assert log_name(tmp_path, log) not in (name, "")  # the new launcher's own file
 
 
-def test_a_follower_of_an_older_log_reads_the_newer_one_from_its_start(tmp_path: Path) -> None:
-    fake = FakeExecutor(NODES)
-    with app_client(tmp_path / "home", fake) as api:
-        token = (tmp_path / "home" / "admin.token").read_text().strip()
-        api.headers["Authorization"] = f"Bearer {token}"
-        body = {"name": "f", "script": STEPS, "workdir": WORKDIR, "max_restarts": 2}
-        job_id = api.post("/api/v1/jobs", json=body).json()["id"]
-        deadline = time.monotonic() + 60
-        while job_id not in fake.running:
-            assert time.monotonic() < deadline, "not placed"
-            time.sleep(0.02)
-        log = fake.running[job_id].run_dir / "logs" / "attempt0" / "rank0.log"
-        _write(log, "attempt one: step 1\nstep 2\nstep 3\n")
-        first = api.get(f"/api/v1/jobs/{job_id}/logs")
-        name, offset = first.headers["x-log-file"], int(first.headers["x-next-offset"])
-        assert first.text.startswith("attempt one") and name
-        fake.finish(job_id, None)  # lost: the next attempt's launcher starts the log again
-        while (job_id, 2) not in fake.started:
-            assert time.monotonic() < deadline, "no second attempt"
-            time.sleep(0.02)
-        gap = api.get(f"/api/v1/jobs/{job_id}/logs", params={"offset": offset, "file": name})
-        assert (gap.text, gap.headers["x-log-file"]) == ("", name)  # admitted, not relaunched
-        _archive(fake.running[job_id].run_dir, 1)
-        _write(log, "two: resumed from step 2\nstep 3\n")
-        params = {"offset": offset, "file": name}
-        again = api.get(f"/api/v1/jobs/{job_id}/logs", params=params)
-        assert again.text == "two: resumed from step 2\nstep 3\n"
-        assert again.headers["x-log-file"] != name
-        current = {"offset": 5, "file": again.headers["x-log-file"]}
-        same = api.get(f"/api/v1/jobs/{job_id}/logs", params=current)
-        assert same.text == "resumed from step 2\nstep 3\n"  # the same log: its offset holds
+def test_a_follower_of_an_older_log_reads_the_newer_one_from_its_start(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    body = {"name": "f", "script": STEPS, "workdir": WORKDIR, "max_restarts": 2}
+    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+    deadline = time.monotonic() + 60
+    while job_id not in fake.running:
+        assert time.monotonic() < deadline, "not placed"
+        time.sleep(0.02)
+    log = fake.running[job_id].run_dir / "logs" / "attempt0" / "rank0.log"
+    _write(log, "attempt one: step 1\nstep 2\nstep 3\n")
+    first = api.get(f"/api/v1/jobs/{job_id}/logs")
+    name, offset = first.headers["x-log-file"], int(first.headers["x-next-offset"])
+    assert first.text.startswith("attempt one") and name
+    fake.finish(job_id, None)  # lost: the next attempt's launcher starts the log again
+    while (job_id, 2) not in fake.started:
+        assert time.monotonic() < deadline, "no second attempt"
+        time.sleep(0.02)
+    gap = api.get(f"/api/v1/jobs/{job_id}/logs", params={"offset": offset, "file": name})
+    assert (gap.text, gap.headers["x-log-file"]) == ("", name)  # admitted, not relaunched
+    _archive(fake.running[job_id].run_dir, 1)
+    _write(log, "two: resumed from step 2\nstep 3\n")
+    params = {"offset": offset, "file": name}
+    again = api.get(f"/api/v1/jobs/{job_id}/logs", params=params)
+    assert again.text == "two: resumed from step 2\nstep 3\n"
+    assert again.headers["x-log-file"] != name
+    current = {"offset": 5, "file": again.headers["x-log-file"]}
+    same = api.get(f"/api/v1/jobs/{job_id}/logs", params=current)
+    assert same.text == "resumed from step 2\nstep 3\n"  # the same log: its offset holds
 
 
-def test_a_rank_the_job_does_not_have_is_a_404_naming_its_ranks(tmp_path: Path) -> None:
-    fake = FakeExecutor(NODES)
-    with app_client(tmp_path / "home", fake) as api:
-        token = (tmp_path / "home" / "admin.token").read_text().strip()
-        api.headers["Authorization"] = f"Bearer {token}"
-        body = {"name": "r", "script": STEPS, "workdir": WORKDIR, "nproc_per_node": 2}
-        job_id = api.post("/api/v1/jobs", json=body).json()["id"]
-        assert api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": 1}).status_code == 200
-        r = api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": 5})
-        assert r.status_code == 404 and "has ranks 0..1" in r.json()["detail"], r.text
-        assert api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": "launcher"}).is_success
+def test_a_rank_the_job_does_not_have_is_a_404_naming_its_ranks(
+    api: TestClient, fake: FakeExecutor
+) -> None:
+    body = {"name": "r", "script": STEPS, "workdir": WORKDIR, "nproc_per_node": 2}
+    job_id = api.post("/api/v1/jobs", json=body).json()["id"]
+    assert api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": 1}).status_code == 200
+    r = api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": 5})
+    assert r.status_code == 404 and "has ranks 0..1" in r.json()["detail"], r.text
+    assert api.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": "launcher"}).is_success

@@ -7,34 +7,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from server_helpers import STEPS, WORKDIR, fast_config
+from server_helpers import NODES, STEPS, WORKDIR, app_client
 
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
-from argosy.server.app import create_app
-
-NODES = [NodeInfo("n0", "cpu", 2), NodeInfo("n1", "cpu", 2)]
-
-
-def app_client(home: Path, fake: FakeExecutor) -> TestClient:
-    return TestClient(create_app(fast_config(home), executor=fake))
-
-
-@pytest.fixture
-def fake() -> FakeExecutor:
-    return FakeExecutor(NODES)
-
-
-@pytest.fixture
-def api(home: Path, fake: FakeExecutor) -> Iterator[TestClient]:
-    with app_client(home, fake) as c:
-        c.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
-        yield c
 
 
 def report(api: TestClient, node: str, verdict: str, detail: str = "") -> dict:

@@ -6,30 +6,15 @@ fake executor stands in for processes here; `test_server_services_real.py` runs 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from server_helpers import STEPS, WORKDIR, fast_config
+from server_helpers import NODES, STEPS, WORKDIR, fast_config
 
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
 from argosy.server.app import create_app
-
-NODES = [NodeInfo("n0", "cpu", 2), NodeInfo("n1", "cpu", 2)]
-
-
-@pytest.fixture
-def fake() -> FakeExecutor:
-    return FakeExecutor(NODES)
-
-
-@pytest.fixture
-def api(home: Path, fake: FakeExecutor) -> Iterator[TestClient]:
-    with TestClient(create_app(fast_config(home), executor=fake)) as c:
-        c.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
-        yield c
 
 
 def wait_until(api: TestClient, service_id: str, check, timeout_s: float = 10.0) -> dict:  # noqa: ANN001
