@@ -80,17 +80,16 @@ def check_reachable(
             f"no Ray cluster answers at {where} ({reason} within {timeout_s:g} s; the "
             f"address is from {source_of(address)}): {FIX}"
         ) from None
-    refuse_foreign_listener(where, (0, os.geteuid(), *head_uids))
+    refuse_foreign_listener(where, head_uids)
     return where
 
 
-def refuse_foreign_listener(where: str, trusted: tuple[int, ...] | None = None) -> None:
+def refuse_foreign_listener(where: str, head_uids: tuple[int, ...] = ()) -> None:
     """`ArgosyError` when the port at `where` is this host's and held by a user other than
-    root or this process's (`trusted`): with the real head down, a job on the head's
-    host may bind its port and would be sent this server's Ray token."""
+    root, this process's or one of `head_uids`: with the real head down, a job on the
+    head's host may bind its port and would be sent this server's Ray token."""
     host, _, port = where.rpartition(":")
-    trusted = (0, os.geteuid()) if trusted is None else trusted
-    strangers = sorted(listener_uids(host, int(port)) - set(trusted))
+    strangers = sorted(listener_uids(host, int(port)) - {0, os.geteuid(), *head_uids})
     if strangers:
         raise ArgosyError(
             f"the process listening at {where} runs as uid {strangers[0]}, neither root nor"

@@ -33,6 +33,7 @@ an attempt ends, folds them into `job_account`:
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,7 +194,7 @@ def _credits(attempts: list[_Attempt]) -> tuple[list[float], list[float]]:
     for k, a in enumerate(attempts):
         began = a.resumed_from if a.resumed_from is not None else reached
         nxt = attempts[k + 1].resumed_from if k + 1 < len(attempts) else None
-        step_s = a.step_s or _nearest(known)
+        step_s = a.step_s or _typical_step_s(known)
         if a.summarized:
             final = a.final_step if a.final_step is not None else began
             kept_to = min(final, nxt) if nxt is not None else final
@@ -208,13 +209,10 @@ def _credits(attempts: list[_Attempt]) -> tuple[list[float], list[float]]:
     return credits, redone
 
 
-def _nearest(step_times: list[float]) -> float:
+def _typical_step_s(step_times: list[float]) -> float:
     """A step time for an attempt that reported none: the median of the others (0 when
     no attempt reported one: no credit can be estimated)."""
-    if not step_times:
-        return 0.0
-    ordered = sorted(step_times)
-    return ordered[len(ordered) // 2]
+    return statistics.median_high(step_times) if step_times else 0.0
 
 
 def _fit(lost: dict[str, float], room: float) -> dict[str, float]:

@@ -57,9 +57,9 @@ def settle_summary(
     ended: str | None = None,
 ) -> dict[str, Any]:
     """The summary of attempt `attempt`, kept in its attempt directory; with two or more
-        `nodes` (by node rank) it carries a row per node rank, with `span` (its start and end
-        by the server's clock) `span_s`, which the job's account over attempts reads with
-    `ended` (how the server saw it end: `job_goodput.ENDINGS`)."""
+    `nodes` (by node rank) it carries a row per node rank, with `span` (its start and end
+    by the server's clock) `span_s`. Beside it go the figures the job's account over
+    attempts reads, with `ended` (how the server saw it end: `job_goodput.ENDINGS`)."""
     where = attempt_dir(run_dir, attempt)
     summary = _checked(_node_summary(run_dir, where / STAMP, attempt, reason))
     summary = {k: v for k, v in summary.items() if k not in SERVER_KEYS} | {"attempt": attempt}
