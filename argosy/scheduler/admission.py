@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 
-from argosy.scheduler import backfill
+from argosy.scheduler import backfill, fit
 from argosy.scheduler.pending import Shape
 from argosy.scheduler.workload import Workload
 
@@ -164,7 +164,7 @@ def _beside_reservations(sched, w, chip: str, g: int, n: int, now: float):
     if res is not None and res.workload is not w:
         room = min(room, res.extra)
     d = sched.cap.dpn[g]
-    smaller = min(n, (room // d) * d if room >= d else room)
+    smaller = min(n, fit.elastic_size(room, d, w.min_devices))
     if smaller < w.min_devices:
         return False, n, 0
     return True, smaller, 0

@@ -130,7 +130,8 @@ class Scheduler:
 
     def size_for(self, w: Workload, chip: str, g: int) -> int:
         """Devices `w` would start with on group `g`: its max, or for an elastic job the
-        most whole nodes that are free now, within quota."""
+        most whole nodes that are free now, within quota (its exact size where whole
+        nodes would fall below its min: 10..14 devices on 8-device nodes start at 14)."""
         want = w.max_devices
         limit = 1 << 40
         if self.policy.quotas:
@@ -147,7 +148,7 @@ class Scheduler:
         if self._may_start_overgrown(w, chip):  # idle nobody asks for: no resize later
             ahead = growth.service_need(self, chip, self.clock.now_s(), growth.SERVICE_LOOKAHEAD_S)
             n = max(n, min(growth.max_size(self, w), limit, whole, spare - ahead))
-        return (n // d) * d if n >= d else n
+        return fit.elastic_size(n, d, w.min_devices)
 
     def _may_start_overgrown(self, w: Workload, chip: str) -> bool:
         """An elastic job may start above its nominal size (as it could grow there, but

@@ -1,6 +1,7 @@
 """Submission checks: is there any state of the cluster in which this workload starts?
 
     reason = never_fits(sched, w)    # "" or why it can never start (then it is rejected)
+    n = elastic_size(12, d=8, least=10)  # 12: whole nodes (8) would fall below its min
 
 A workload is rejected at submission when no chip type it accepts could ever hold its
 smallest gang (its largest under a policy without elasticity): unknown or absent chips,
@@ -76,3 +77,10 @@ def pinned(sched, chip: str, w: Workload) -> int:
         guaranteed = int(tree.guarantee[:, c].sum() - tree.guarantee[tree.index[w.queue], c])
     replicas = sum(s.max_devices for s in sched.services if s.chips == (chip,) and s is not w)
     return max(guaranteed, replicas)
+
+
+def elastic_size(n: int, d: int, least: int) -> int:
+    """The devices an elastic job takes of `n` it may have, on nodes of `d`: whole nodes,
+    unless whole nodes fall below its `least` devices (then `n` itself)."""
+    whole = (n // d) * d
+    return whole if whole >= max(least, 1) else n

@@ -23,6 +23,7 @@ what this machine's relaunch costs (`resize_cost_s` of the config, not the polic
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from argosy.core.errors import UnknownNameError
 from argosy.executors.base import NodeInfo
 from argosy.hardware.catalog import default_catalog
 from argosy.hardware.cluster import ClusterSpec, NodeGroupSpec, resolve
+from argosy.scheduler import fit
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.decisions import Decision
@@ -75,9 +77,16 @@ class Scheduling:
     # ---- requests --------------------------------------------------------------------
     def check(self, spec: JobSpec) -> tuple[str, str]:
         """Why `spec` can never run here, and the field to change (("", "") if it may):
-        unknown queue or chip, too big."""
+        unknown queue or chip, no node group (one chip, one node size) with `nnodes`
+        nodes of `nproc_per_node` devices (packed or not: a job never gets more nodes
+        than it asked for only because none is big enough), or what the scheduler would
+        reject at once (quota ceilings, pinned reservations): refused at submit, not
+        stored and failed."""
         nnodes = spec.elastic.min_nnodes if spec.elastic else spec.nnodes
         field, why = self._check(spec.queue, spec.chips, spec.nproc_per_node, nnodes)
+        if not why:
+            why = fit.never_fits(self.sched, self._workload("", spec, 0.0))
+            field = "nnodes" if why else ""
         return ("elastic.min_nnodes" if field == "nnodes" and spec.elastic else field), why
 
     def check_service(self, spec: ServiceSpec) -> tuple[str, str]:
@@ -111,13 +120,16 @@ class Scheduling:
         biggest = max(self._largest_gang(c, per_node) for c in usable)
         if biggest < nnodes:
             return "nnodes", (
-                f"needs {nnodes} node(s) with {per_node} device(s) each; "
-                f"at most {biggest} such node(s) of {usable}"
+                f"needs {nnodes} node(s) with {per_node} device(s) each in one node group "
+                f"(one chip, one node size); at most {biggest} such node(s) of {usable}"
             )
         return "", ""
 
     def _largest_gang(self, chip: str, per_node: int) -> int:
-        return sum(1 for n in self.nodes if n.chip == chip and n.devices >= per_node)
+        """Most nodes of one node group of `chip` (a gang never spans two node sizes)
+        with at least `per_node` devices each."""
+        sizes = Counter(n.devices for n in self.nodes if n.chip == chip and n.devices >= per_node)
+        return max(sizes.values(), default=0)
 
     def submit(self, job_id: str, spec: JobSpec, submit_s: float) -> str:
         """Queue the job; returns "" or the scheduler's reason it can never run."""

@@ -254,13 +254,17 @@ def test_a_lost_node_is_recorded_in_its_health_and_placeable_again_when_back(
         time.sleep(0.02)
 
 
-def test_a_gang_asking_more_nodes_than_exist_is_refused_at_submit(api: TestClient) -> None:
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_gang_asking_more_nodes_than_exist_is_refused_at_submit(
+    api: TestClient, exact: bool
+) -> None:
     body = {"name": "big", "script": STEPS, "workdir": WORKDIR, "nnodes": 3, "nproc_per_node": 2}
-    r = api.post("/api/v1/jobs", json=body)
+    r = api.post("/api/v1/jobs", json=body | {"exact_nodes": exact})
     assert r.status_code == 422, r.text
     (error,) = r.json()["detail"]
     assert error["loc"] == ["body", "nnodes"]
-    assert "needs 3 node(s) with 2 device(s) each; at most 2" in error["msg"]
+    assert "needs 3 node(s) with 2 device(s) each in one node group" in error["msg"]
+    assert "at most 2 such node(s)" in error["msg"]
     assert "big" not in api.get("/api/v1/jobs", params={"name": "big"}).text
 
 

@@ -83,7 +83,11 @@ class ServicesMachine(RuleBasedStateMachine):
 
     @rule(nproc=st.integers(1, 3))
     def submit_job(self, nproc: int) -> None:
-        self.ctl.submit(JobSpec(name="j", script="s.py", nproc_per_node=nproc), None, "")
+        try:
+            self.ctl.submit(JobSpec(name="j", script="s.py", nproc_per_node=nproc), None, "")
+        except ArgosyError as err:  # only what the scheduler would reject at once
+            biggest = max(n.devices for n in self.ctl.scheduling.nodes)
+            assert nproc > biggest or "beside pinned reservations" in str(err), err
 
     @precondition(lambda self: self.fake.running)
     @rule(which=st.integers(0, 63), code=st.sampled_from([0, 1, 137, None]))
