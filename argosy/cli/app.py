@@ -78,6 +78,7 @@ app.command("train-draft")(serve.train_draft)
 app.command("zygote")(zygote.zygote)
 for _name in ("submit", "jobs", "job", "logs", "cancel", "queues", "nodes", "cordon", "repair"):
     app.command(_name)(getattr(jobs, _name))
+app.command("forget-node")(jobs.forget_node)
 app.add_typer(tokens.app, name="token")
 app.command("services")(services.services)
 app.command("service")(services.service)

@@ -1,9 +1,10 @@
-"""Job commands over HTTP: submit, jobs, job, logs, cancel, queues, nodes, cordon.
+"""Job commands over HTTP: submit, jobs, job, logs, cancel, queues, nodes, cordon,
+repair, forget-node.
 
 argosy submit job.yaml [--json]         # a service YAML goes to argosy.cli.services
 argosy jobs [--state running] [--queue team-a] [--json]
 argosy job JOB [--json]; argosy logs JOB [-f]; argosy cancel JOB
-argosy queues; argosy nodes; argosy cordon NODE [--undo]
+argosy queues; argosy nodes; argosy cordon NODE [--undo]; argosy forget-node NODE
 (token commands: argosy.cli.tokens)
 
 httpx is imported when a command calls the server.
@@ -257,6 +258,22 @@ def cordon(
         return
     state = node_state(data)
     console.print(f"{data['name']}: {state or 'schedulable'}")
+
+
+def forget_node(
+    node: str = typer.Argument(..., help="Node name (see argosy nodes)."),
+    as_json: bool = JsonOption,
+    server: str | None = ServerOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Forget a lost node for good (admin token): it leaves `argosy nodes` and the
+    cluster's capacity; refused while it is up or holds work. It joins as new if it
+    comes back."""
+    data = Client(server, token).call("DELETE", f"/nodes/{node}")
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"{data['name']}: forgotten ({data['devices']} {data['chip']})")
 
 
 def repair(

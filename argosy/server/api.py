@@ -19,6 +19,7 @@ from argosy.server.admission import refuse_unless_runnable
 from argosy.server.auth import Principal
 from argosy.server.control import Control, NotFoundError
 from argosy.server.field_errors import field_errors
+from argosy.server.node_control import NodeBusyError
 from argosy.server.queue_limits import QueueFullError
 from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.schemas import (
@@ -259,6 +260,20 @@ async def cordon(name: str, ctl: Ctl, who: Admin) -> NodeView:
 @router.post("/nodes/{name}/uncordon", responses={403: {}, 404: {}})
 async def uncordon(name: str, ctl: Ctl, who: Admin) -> NodeView:
     return _set_cordon(ctl, name, False, who.actor)
+
+
+@router.delete("/nodes/{name}", responses={403: {}, 404: {}, 409: {}})
+async def forget_node(name: str, ctl: Ctl, who: Admin) -> NodeView:
+    """Forget a lost node that nothing holds (gone for good); what it was is answered.
+    409 while it is up or holds work."""
+    views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())
+    try:
+        ctl.forget_node(name, actor=who.actor)
+    except NotFoundError as err:
+        raise HTTPException(404, str(err)) from err
+    except NodeBusyError as err:
+        raise HTTPException(409, str(err)) from err
+    return next(n for n in views if n.name == name)
 
 
 def _job(ctl: Control, job_id: str) -> dict:

@@ -42,7 +42,7 @@ from argosy.server.energy_bounds import node_ceilings_w
 from argosy.server.failures import error_clause
 from argosy.server.field_errors import RefusedError
 from argosy.server.job_goodput import job_account, kept_figures
-from argosy.server.node_control import NodeControl, NotFoundError
+from argosy.server.node_control import NodeControl, NotFoundError, known_inventory
 from argosy.server.node_health import NodeHealth
 from argosy.server.queue_limits import refuse_services_past, refuse_waiting_past
 from argosy.server.scheduling import Scheduling
@@ -92,7 +92,7 @@ class Control(NodeControl):
         self.executor = executor
         self.clock = clock or WallClock()
         self.scheduling = Scheduling(
-            executor.inventory(),
+            known_inventory(store, executor),
             config.queues_file,
             config.policy,
             config.scheduler,
@@ -121,7 +121,13 @@ class Control(NodeControl):
     def recover(self) -> None:
         """Rebuild the scheduler's state from the store and the executor."""
         self.cordoned = self.store.cordoned()
-        for name in self.cordoned | self.health.out_of_service():
+        listed = {n.name for n in self.executor.inventory()}
+        known = self.store.known_nodes()  # lost before the restart: not lost again
+        self.lost = {
+            r["name"] for r in known if r["lost_at"] is not None and r["name"] not in listed
+        }
+        self.lost &= set(self.scheduling.index)
+        for name in self.cordoned | self.health.out_of_service() | self.lost:
             self._sync_node(name)
         self._check_nodes()
         self.scheduling.restore_past_use(self.store.holds_since, self.clock.now_s())

@@ -6,10 +6,16 @@ runs report about their nodes counts against them), and what the executor's inve
 says (a node it no longer lists is lost: out of placement, a fault on its record; one
 that comes back is placeable again; one seen for the first time joins, and the
 scheduler is rebuilt over the larger cluster with everything the old one held).
+
+The inventory is kept in the store (`nodes`: chip, devices, address, since when lost),
+so a node that is down across a server restart is still listed, lost, and counted once:
+a restarted server does not forget it, nor blame it again. An admin forgets a node that
+is gone for good (`forget_node`: lost, nothing on it).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +42,23 @@ class NotFoundError(ArgosyError):
     """No such job or node."""
 
 
+class NodeBusyError(ArgosyError):
+    """The node cannot be forgotten: it is not lost, or work still holds it."""
+
+
+def known_inventory(store: Store, executor: Executor) -> list[NodeInfo]:
+    """The executor's nodes now (remembered in the store), then every remembered node it
+    no longer lists: a server that starts while a node is down still places around it."""
+    listed = executor.inventory()
+    store.remember_nodes((n.name, n.chip, n.devices, n.address) for n in listed)
+    names = {n.name for n in listed}
+    gone = [r for r in store.known_nodes() if r["name"] not in names]
+    return [
+        *listed,
+        *(NodeInfo(r["name"], r["chip"], r["devices"], r["address"] or "") for r in gone),
+    ]
+
+
 class NodeControl:
     """Node bookkeeping over the control loop's scheduler, store and executor."""
 
@@ -49,6 +72,7 @@ class NodeControl:
     cordoned: set[str]
     lost: set[str]
     poke: Callable[[], None]
+    _finish: Callable[..., None]
     run_dir: Callable[[str], Path]
 
     def set_cordon(self, name: str, cordoned: bool, *, actor: str = SYSTEM_ACTOR) -> None:
@@ -92,6 +116,7 @@ class NodeControl:
             lost = name not in alive
             if lost != (name in self.lost):
                 (self.lost.add if lost else self.lost.discard)(name)
+                self.store.set_node_lost(name, time.time() if lost else None)
                 self.store.add_event(None, "node_lost" if lost else "node_back", f"node {name}")
                 if lost:  # the node's page and the policy see it: losses count as faults
                     self.health.report(
@@ -100,13 +125,42 @@ class NodeControl:
                 self._sync_node(name)
                 self.poke()
 
+    def forget_node(self, name: str, *, actor: str = SYSTEM_ACTOR) -> None:
+        """Drop a lost node nothing holds from the inventory, for good (it joins again
+        as new if it comes back)."""
+        if name not in self.scheduling.index:
+            raise NotFoundError(f"unknown node '{name}'; known: {', '.join(self.scheduling.index)}")
+        if name not in self.lost:
+            raise NodeBusyError(
+                f"node '{name}' is not lost: only a lost node can be forgotten "
+                "(`argosy cordon` keeps work off a live one)"
+            )
+        if len(self.scheduling.index) == 1:
+            raise NodeBusyError(f"node '{name}' is the last node the server knows: it stays")
+        held = self.scheduling.jobs_on(name)
+        if held:
+            raise NodeBusyError(
+                f"node '{name}' still holds {', '.join(held)}: wait for their requeue"
+            )
+        self.store.forget_node(name, actor=actor)
+        self.lost.discard(name)
+        self.cordoned.discard(name)
+        self._rebuild([n for n in self.scheduling.nodes if n.name != name])
+
     def _add_nodes(self, joined: list[NodeInfo]) -> None:
-        """A new scheduler over the old nodes and the joined ones, handed what the old
-        one held: running jobs at their placements, pending jobs in submit order,
-        services with their replicas, nodes out of service."""
+        self.store.remember_nodes((n.name, n.chip, n.devices, n.address) for n in joined)
+        self._rebuild([*self.scheduling.nodes, *joined])
+        for n in joined:
+            self._sync_node(n.name)  # a name back after a forget keeps its cordon by health
+            self.store.add_event(None, "node_joined", f"node {n.name} ({n.devices} {n.chip})")
+
+    def _rebuild(self, nodes: list[NodeInfo]) -> None:
+        """A new scheduler over `nodes`, handed what the old one held: running jobs at
+        their placements, pending jobs in submit order, services with their replicas,
+        nodes out of service (a node left out holds nothing)."""
         old = self.scheduling
         new = Scheduling(
-            [*old.nodes, *joined],
+            nodes,
             self.config.queues_file,
             self.config.policy,
             self.config.scheduler,
@@ -119,16 +173,14 @@ class NodeControl:
             spec = JobSpec.model_validate(row["spec"])
             if w.state == WorkloadState.RUNNING:
                 kept = new.adopt(row["id"], spec, w.submit_s, old.placement(row["id"]))
-                assert kept, "a running job fits where it ran on a larger cluster"
-            else:
-                new.submit(row["id"], spec, w.submit_s)
+                assert kept, "a running job fits where it ran: its nodes are all kept"
+            elif reason := new.submit(row["id"], spec, w.submit_s):  # its nodes were forgotten
+                self._finish(row["id"], "failed", reason, ("rejected", reason))
         self.services.rebuild(new)
         new.sched.tree.inherit_use(old.sched.tree)
-        for name in old.out_of_service:
+        for name in old.out_of_service & set(new.index):
             new.set_in_service(name, False)
         self.scheduling = new
-        for n in joined:
-            self.store.add_event(None, "node_joined", f"node {n.name} ({n.devices} {n.chip})")
         self.poke()
 
     def _absorb_node_health(

@@ -132,7 +132,11 @@ class Scheduling:
         return max(sizes.values(), default=0)
 
     def submit(self, job_id: str, spec: JobSpec, submit_s: float) -> str:
-        """Queue the job; returns "" or the scheduler's reason it can never run."""
+        """Queue the job; returns "" or the reason it can never run here (`check`'s: a
+        job queued again after a restart or a forgotten node is judged as at submit)."""
+        why = self.check(spec)[1]
+        if why:
+            return why
         w = self._workload(job_id, spec, submit_s)
         decision = self.sched.submit(w)
         if decision is not None and decision.action == "reject":

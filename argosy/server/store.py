@@ -454,10 +454,34 @@ class Store:
 
     def set_cordon(self, name: str, cordoned: bool, *, actor: str = SYSTEM_ACTOR) -> None:
         with self.engine.begin() as c:
-            c.execute(nodes.delete().where(nodes.c.name == name))
-            c.execute(nodes.insert().values(name=name, cordoned=cordoned))
+            _put_node(c, name, cordoned=cordoned)
             kind = "cordoned" if cordoned else "uncordoned"
             event = _event(None, (kind, f"node {name}"), time.time(), actor)
+            c.execute(events.insert().values(event))
+
+    def known_nodes(self) -> list[Row]:
+        """Every node the executor ever listed and nobody forgot: name, chip, devices,
+        address and `lost_at` (wall seconds; None: not lost), by name."""
+        query = select(nodes).where(nodes.c.chip.is_not(None)).order_by(nodes.c.name)
+        with self.engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(query)]
+
+    def remember_nodes(self, listed: Iterable[tuple[str, str, int, str]]) -> None:
+        """What the executor lists now: (name, chip, devices, address) of each node."""
+        with self.engine.begin() as c:
+            for name, chip, devices, address in listed:
+                _put_node(c, name, chip=chip, devices=devices, address=address)
+
+    def set_node_lost(self, name: str, lost_at: float | None) -> None:
+        with self.engine.begin() as c:
+            c.execute(update(nodes).where(nodes.c.name == name).values(lost_at=lost_at))
+
+    def forget_node(self, name: str, *, actor: str = SYSTEM_ACTOR) -> None:
+        """Drop a node from the inventory and its cordon; its health record stays (a
+        node that comes back under the name is judged by its past)."""
+        with self.engine.begin() as c:
+            c.execute(nodes.delete().where(nodes.c.name == name))
+            event = _event(None, ("node_forgotten", f"node {name}"), time.time(), actor)
             c.execute(events.insert().values(event))
 
     # ---- node health -----------------------------------------------------------------
@@ -496,6 +520,13 @@ class Store:
         with self.engine.connect() as c:
             rows = [dict(r) for r in c.execute(query).mappings()]
         return rows[::-1]
+
+
+def _put_node(c: Any, name: str, **values: Any) -> None:
+    """Set these columns of the node's row, making the row if there is none."""
+    done = c.execute(update(nodes).where(nodes.c.name == name).values(**values))
+    if not done.rowcount:
+        c.execute(nodes.insert().values(name=name, **({"cordoned": False} | values)))
 
 
 def _event(job_id: str | None, event: Event, now: float, actor: str = SYSTEM_ACTOR) -> Row:

@@ -88,6 +88,11 @@ nodes = Table(
     metadata,
     Column("name", String(200), primary_key=True),
     Column("cordoned", Boolean, nullable=False, default=False),
+    # what the executor last listed there (None: a row kept only for its cordon)
+    Column("chip", String(100)),
+    Column("devices", Integer),
+    Column("address", String(200)),
+    Column("lost_at", Float),  # wall seconds since the node is lost; None: it is not
 )
 
 services = Table(
