@@ -118,6 +118,9 @@ def _apportion(n: int, weights: np.ndarray) -> np.ndarray:
 
 # ---- batch jobs -----------------------------------------------------------------------
 BIN_S = 3600.0
+HOLE = 0.15
+"""How far under its target load an hour must be to be a hole `_fill_holes` fills: only
+real holes, as every run it adds is one that fit (short runs fit more often)."""
 
 
 @dataclass
@@ -331,6 +334,59 @@ def _pretraining(cluster, rng, horizon, cap, tables, level, width, load, n_expec
         level += np.outer(rate, _hourly(np.array([submit]), np.array([submit + d]),
                                         np.ones(1), bins)) / (cap[:, None] * width)  # fmt: skip
         out.append((submit, "train", size, d, pin, k, t.names[k]))
+    return out + _fill_holes(cluster, rng, horizon, cap, tables, level, width, load, n)
+
+
+def _fill_holes(cluster, rng, horizon, cap, tables, level, width, load, n):
+    """More pretraining runs, each in the first hour (from the start) that is a hole (its
+    option under `load` by `HOLE`) and from which the option it takes stays at or under
+    `load` with it added for its whole run time: the
+    first pass only goes forward, so a large run that waited for room left the hours
+    before it under-offered (a small pool could read 0.58 of its capacity for a day).
+    Filling a hole never over-fills a later hour. Stops after 32 draws in a row that
+    fit nowhere. Updates `level` in place; returns runs as `_pretraining` does."""
+    bins = level.shape[1]
+    out, misses, tries = [], 0, 0
+    while misses < 32 and tries < 50 * n + 1000:
+        sizes, u, pinned = _pretraining_draws(cluster, rng, n)
+        draws = zip(sizes.tolist(), _tail_durations(u).tolist(), pinned.tolist(), strict=True)
+        for size, d, pin in draws:
+            tries += 1
+            t = tables[int(pin)]
+            lvl = (t.member * cap) @ level / t.total[:, None]
+            inc = size * t.fastest / t.total * min(1.0, d / BIN_S)
+            span = min(bins, max(1, int(np.ceil(d / BIN_S))))
+            room = (_window_max(lvl, span) + inc[:, None] <= load) & (lvl < load - HOLE)
+            if not room.any():
+                misses += 1
+                if misses >= 32:
+                    break
+                continue
+            misses = 0
+            h = int(room.any(axis=0).argmax())
+            k = int(np.argmin(np.where(room[:, h], lvl[:, h] + inc, np.inf)))
+            submit = h * BIN_S + (float(rng.uniform(0, width[h])) if h else 0.0)
+            d = min(d, horizon - submit)
+            rate = size * t.fastest[k] * _pour(level[:, h], cap, t.member[k])
+            level += np.outer(rate, _hourly(np.array([submit]), np.array([submit + d]),
+                                            np.ones(1), bins)) / (cap[:, None] * width)  # fmt: skip
+            out.append((submit, "train", int(size), d, int(pin), k, t.names[k]))
+    return out
+
+
+def _window_max(values: np.ndarray, span: int) -> np.ndarray:
+    """Per row, the max over each column and the `span - 1` after it (columns past the
+    end count as nothing): doubling windows, O(log span) passes."""
+    out, width = values.copy(), 1
+    pad = np.full((values.shape[0], span), -np.inf)
+    while width * 2 <= span:
+        shifted = np.concatenate([out, pad], axis=1)[:, width : width + values.shape[1]]
+        out, width = np.maximum(out, shifted), width * 2
+    if width < span:  # the rest: a window of `width` starting span - width later
+        shifted = np.concatenate([out, pad], axis=1)[
+            :, span - width : span - width + values.shape[1]
+        ]
+        out = np.maximum(out, shifted)
     return out
 
 
