@@ -128,13 +128,13 @@ def goodput_line(account: dict) -> str:
 
 
 def _estimated(account: dict) -> str:
-    """Which attempts' productive time is an estimate (their launcher wrote no summary)."""
+    """Which attempts' productive time is an estimate (no summary, no event log)."""
     numbers = account.get("estimated") or []
     if not numbers:
         return ""
     which = ", ".join(str(n) for n in numbers)
     return (
-        f"; attempt {which} wrote no summary (its launcher was lost): its productive time is "
+        f"; attempt {which} left neither a summary nor its event log: its productive time is "
         "estimated from where the next attempt resumed, none until one has"
     )
 

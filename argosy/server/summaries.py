@@ -5,7 +5,10 @@ start, the goodput summary at the end). A launcher killed by a signal never writ
 final one, and one killed before it started leaves the previous attempt's file in place.
 So the server stamps each attempt when it starts it (`server/attempt<N>/started`) and,
 when the attempt ends, takes `summary.json` only if it was written after that stamp and
-is final; otherwise the attempt's summary is marked missing with the reason. Either way
+is final; otherwise the attempt's summary is marked missing with the reason, and where
+the launcher's event log of this attempt is there (`events.jsonl`, written as it ran:
+on Ray, in the shared run directory even when node rank 0's node went) its figures are
+the runtime's summary of that log up to its last event (`from_events`). Either way
 it is kept as `server/attempt<N>/summary.json`, one per attempt. A multi-node attempt's
 node rank i (i > 0) writes `<run dir>/node<i>/summary.json`; the kept summary is node rank
 0's with `nodes`, one row per node rank (its node, status, final step, effective training
@@ -26,8 +29,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from argosy.core.confined import read_job_text
+from argosy.core.confined import read_job_text, stat_job_file
 from argosy.executors.local import attempt_dir
+from argosy.runtime.events import EVENTS_FILE, parse_events
+from argosy.runtime.goodput import summarize
 from argosy.server.energy import node_energy
 from argosy.server.job_goodput import SPAN_KEY, write_figures
 from argosy.server.job_json import loads_job_json, number
@@ -103,7 +108,29 @@ def _node_summary(directory: Path, stamp: Path, attempt: int, reason: str) -> di
     if summary is not None:
         return summary
     why = f"attempt {attempt} wrote no final summary.json: {reason}"
-    return {"status": "missing", "detail": why}
+    cut = _summary_from_events(directory / EVENTS_FILE, stamp)
+    if cut is None:
+        return {"status": "missing", "detail": why}
+    why += "; its figures are from its event log, up to its last event"
+    return cut | {"status": "missing", "detail": why, "from_events": True}
+
+
+def _summary_from_events(path: Path, stamp: Path) -> dict[str, Any] | None:
+    """The runtime's summary of a launcher that died before writing its own (its node
+    went, SIGKILL), from the event log it wrote as it ran: this attempt's (written since
+    the stamp), whole (under the size limit), else None. Its figures are the job's word
+    as the summary's are, bounded by the server's span where they are read."""
+    found = stat_job_file(path)
+    if found is None or found.st_size > SUMMARY_LIMIT_BYTES:
+        return None
+    with contextlib.suppress(OSError):
+        if found.st_mtime_ns < stamp.stat().st_mtime_ns:
+            return None  # an earlier attempt's
+    events = parse_events(read_job_text(path, limit=SUMMARY_LIMIT_BYTES) or "")
+    try:
+        return summarize(events) if events else None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return None  # not the runtime's events: no figures
 
 
 NODE_ROW_KEYS = ("status", "final_step", "effective_training_time", "restarts")

@@ -100,7 +100,8 @@ def test_a_job_s_goodput_counts_its_lost_attempt_and_the_wait(
     client: TestClient, home: Path
 ) -> None:
     """The summary's `job` accounts every attempt: the steps of the killed one that the
-    next resumed past are productive, its other time and the requeue are lost."""
+    next resumed past are productive (from its event log: its launcher wrote no
+    summary), its other time and the requeue are lost."""
     args = ["--steps", "24", "--step-s", "0.1", "--ckpt-every", "2"]
     job = client.post("/api/v1/jobs", json=job_body("g", script=PROGRESS, args=args)).json()
     wait_for(client, job["id"], {"running"})
@@ -112,11 +113,16 @@ def test_a_job_s_goodput_counts_its_lost_attempt_and_the_wait(
     last, account = done["summary"], done["summary"]["job"]
     assert last["resumed_from"] >= 8 and last["final_step"] == 24
     step_s = last["productive_s"] / (24 - last["resumed_from"])
-    assert account["attempts"] == 2 and account["estimated"] == [1]
+    first = json.loads((pid.parent / "summary.json").read_text())
+    assert first["status"] == "missing" and "SIGKILL" in first["detail"]
+    assert first["from_events"] and first["final_step"] >= last["resumed_from"], first
+    assert account["attempts"] == 2 and account["estimated"] == []
     assert account["restarts"] == last["restarts"] + 1 and account["faults"] >= 1
     assert account["wall_s"] > last["span_s"][1] - last["span_s"][0]
     credited = account["productive_s"] - last["productive_s"]  # attempt 1's kept steps
-    assert credited == pytest.approx(last["resumed_from"] * step_s, rel=0.01)
+    redone = (first["final_step"] - last["resumed_from"]) * step_s
+    assert credited == pytest.approx(first["productive_s"] - redone, abs=0.01)
+    assert account["lost_s"]["redone_after_loss"] == pytest.approx(redone, abs=0.01)
     assert account["effective_training_time"] < last["effective_training_time"]
     assert account["lost_s"]["outside_launcher"] > 0  # attempt 1 beyond its kept steps
     total = account["productive_s"] + sum(account["lost_s"].values())

@@ -53,6 +53,62 @@ def test_only_a_final_summary_written_during_the_attempt_counts(
     assert kept == got
 
 
+def write_events(run_dir: Path, events: list[dict], mtime_ns: int) -> None:
+    path = run_dir / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+RUN = [{"event": "spawn", "t": 0.5, "attempt": 0}] + [
+    {"event": "step", "t": 1.0 + 0.1 * k, "attempt": 0, "step": k + 1, "loss": 2.0}
+    for k in range(5)
+]
+"""What a launcher killed at its fifth step logged: a spawn and five steps 0.1 s apart."""
+
+
+@pytest.mark.parametrize(
+    ("events", "when", "figures"),
+    [
+        (RUN, "after", True),
+        (RUN, "before", False),  # the previous attempt's log: never this one's figures
+        ([*RUN, {"event": "step", "t": "late", "attempt": 0, "step": 6}], "after", False),
+        ([{"event": "step", "t": 1.0}], "after", False),  # not the runtime's events
+        ([], "after", False),
+    ],
+)
+def test_a_killed_launcher_s_figures_come_from_its_own_event_log(
+    tmp_path: Path, events: list[dict], when: str, figures: bool
+) -> None:
+    stamp_attempt(tmp_path, 2)
+    stamp_ns = (tmp_path / "server" / "attempt2" / "started").stat().st_mtime_ns
+    write_events(tmp_path, events, stamp_ns + (10**6 if when == "after" else -(10**9)))
+    write_summary(tmp_path, {"status": "running"}, stamp_ns + 10**6)
+    got = settle_summary(tmp_path, 2, "the launcher was killed by SIGKILL (exit 137)")
+    assert got["status"] == "missing" and "SIGKILL" in got["detail"]
+    if not figures:
+        assert "productive_s" not in got and "from_events" not in got, got
+        return
+    assert got["from_events"] and "event log" in got["detail"]
+    assert got["final_step"] == 5 and got["productive_s"] == pytest.approx(0.4)
+    assert got["wall_s"] == pytest.approx(1.4) and got["resumed_from"] is None
+    figures_kept = json.loads((tmp_path / "server" / "attempt2" / "account.json").read_text())
+    assert figures_kept["productive_s"] == pytest.approx(0.4)
+
+
+def test_an_event_log_past_the_limit_gives_no_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read whole or not at all: a prefix would understate what the attempt did."""
+    import argosy.server.summaries as summaries
+
+    stamp_attempt(tmp_path, 1)
+    stamp_ns = (tmp_path / "server" / "attempt1" / "started").stat().st_mtime_ns
+    write_events(tmp_path, RUN, stamp_ns + 10**6)
+    monkeypatch.setattr(summaries, "SUMMARY_LIMIT_BYTES", 100)
+    got = settle_summary(tmp_path, 1, "lost")
+    assert got["status"] == "missing" and "productive_s" not in got
+
+
 def test_the_goodput_gauge_averages_finished_jobs_with_a_figure_only(tmp_path: Path) -> None:
     import time
 
