@@ -128,6 +128,9 @@ class LocalExecutor:
     """Runs attempts as `argosy launch` processes on this machine."""
 
     name = "local"
+    fixed_inventory = True
+    """Its nodes are this machine's slots as configured: none is ever lost, and a node
+    of an earlier configuration is gone, not down (the server does not keep it)."""
 
     def __init__(self, options: LocalOptions | None = None) -> None:
         self.options = options or LocalOptions()

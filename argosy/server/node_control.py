@@ -48,11 +48,17 @@ class NodeBusyError(ArgosyError):
 
 def known_inventory(store: Store, executor: Executor) -> list[NodeInfo]:
     """The executor's nodes now (remembered in the store), then every remembered node it
-    no longer lists: a server that starts while a node is down still places around it."""
+    no longer lists: a server that starts while a node is down still places around it.
+    An executor with a `fixed_inventory` (this machine's slots) lists all there is: the
+    nodes of an earlier configuration are forgotten."""
     listed = executor.inventory()
     store.remember_nodes((n.name, n.chip, n.devices, n.address) for n in listed)
     names = {n.name for n in listed}
     gone = [r for r in store.known_nodes() if r["name"] not in names]
+    if getattr(executor, "fixed_inventory", False):  # this machine's slots: none is down
+        for r in gone:
+            store.forget_node(r["name"])
+        return listed
     return [
         *listed,
         *(NodeInfo(r["name"], r["chip"], r["devices"], r["address"] or "") for r in gone),

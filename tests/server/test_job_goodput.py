@@ -114,7 +114,10 @@ def test_argosy_job_prints_the_account_in_one_line() -> None:
     line = goodput_line(account or {})
     assert line.startswith("effective training time 58.2% over 2 attempt(s): wall 55.0 s")
     assert "between_attempts 5.0 s" in line and "redone_after_loss" not in line  # none lost
-    assert line.endswith("none until one has") and "attempt 1 left neither a summary nor its event log" in line
+    assert (
+        line.endswith("none until one has")
+        and "attempt 1 left neither a summary nor its event log" in line
+    )
 
 
 def test_no_span_no_account() -> None:

@@ -203,3 +203,21 @@ TestInventory.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+class SlotsExecutor(FakeExecutor):
+    """An executor whose nodes are this machine's configured slots (`LocalExecutor`)."""
+
+    fixed_inventory = True
+
+
+def test_a_fixed_inventory_s_earlier_nodes_are_gone_not_lost(home: Path) -> None:
+    """A local server restarted with another slot layout lists only the new nodes: the
+    old ones were never down, and no loss is counted against them."""
+    with _server(home, SlotsExecutor(NODES)) as api:
+        assert set(_nodes(api)) == {"n0", "n1"}
+    with _server(home, SlotsExecutor([NodeInfo("n0", "cpu", 4)])) as api:
+        nodes = _nodes(api)
+        assert set(nodes) == {"n0"} and nodes["n0"]["devices"] == 4 and nodes["n0"]["up"]
+    with _server(home, FakeExecutor([NodeInfo("n0", "cpu", 4)])) as api:
+        assert set(_nodes(api)) == {"n0"}, "a forgotten layout came back"

@@ -151,7 +151,9 @@ def test_the_account_over_attempts_is_on_the_job_s_page_and_in_the_fleet_mean(
     _login(api, api.headers.pop("Authorization").removeprefix("Bearer "))
     page = api.get(f"/jobs/{job_id}/live").text
     assert "Over all 2 attempts" in page and 'id="goodput-job"' in page
-    assert "attempt 1 left neither a summary nor its event log" in page  # its figures are an estimate, and say so
+    assert (
+        "attempt 1 left neither a summary nor its event log" in page
+    )  # its figures are an estimate, and say so
     assert f"{account['effective_training_time'] * 100:.1f}%" in page
 
 
