@@ -94,9 +94,28 @@ def server(
             refuse_open_cluster(config.ray_address, probe=lambda _: asks)
         if asks:
             check_own_token(config.ray_address)
+            warn_takeable_head(config.ray_address)
     typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
     app = create_app(config)
     bounded_http.run(app, config.http.bounds(), host=host, port=port, log_level="warning")
+
+
+def warn_takeable_head(address: str) -> None:
+    """A warning when the Ray head is on this host at a port any user may bind: checked
+    at start (`refuse_foreign_listener`), but Ray's client reconnects by itself if the
+    head goes down later, and would send the token to a job that took the port."""
+    from argosy.core.listeners import anyone_may_bind
+
+    host, _, port = address.rpartition(":")
+    if anyone_may_bind(host, int(port)):
+        typer.echo(
+            f"warning: the Ray head {address} is on this host at a port any user may bind;"
+            " should the head go down while the server runs, Ray's client reconnects by"
+            " itself and would send its token to a job that took the port: start the head"
+            " on a port below 1024 (ray start --head --port 637, as root or with"
+            " CAP_NET_BIND_SERVICE), or run no jobs on the head's host",
+            err=True,
+        )
 
 
 def _with_file(model, path: Path | None, flags: dict):  # noqa: ANN001, ANN202

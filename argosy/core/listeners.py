@@ -7,6 +7,7 @@ process holds the port. When the real one is down, any local user (a job) may bi
 address of another host it says nothing (an empty set): only that host's kernel knows.
 
     listener_uids("127.0.0.1", 6379)     # {0}: root's GCS; {2001}: a job's impostor
+    anyone_may_bind("127.0.0.1", 6379)   # True: a job could take it while the head is down
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import socket
 from pathlib import Path
 
 TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+UNPRIVILEGED_START = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+"""The lowest port any user may bind (Linux; 1024 unless an admin changed it)."""
 LISTEN = "0A"
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -62,6 +65,20 @@ def _address(hex_address: str) -> Address:
         raise ValueError(f"not an IPv4 or IPv6 address: {hex_address}")
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
     return ipaddress.ip_address(words)
+
+
+def anyone_may_bind(host: str, port: int, sysctl: Path = UNPRIVILEGED_START) -> bool:
+    """Whether `host` is this host's and any local user (a job) may bind `port` there
+    once its owner is gone: a client that reconnects by itself (Ray's, to a head that
+    went down) would then send its secret to whoever took it. A privileged port (below
+    `ip_unprivileged_port_start`) cannot be taken so."""
+    if not _local_addresses(host):
+        return False
+    try:
+        start = int(sysctl.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        start = 1024
+    return port >= start
 
 
 def _local_addresses(host: str) -> set[Address]:

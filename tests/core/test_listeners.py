@@ -9,11 +9,12 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from argosy.core.errors import ArgosyError
-from argosy.core.listeners import listener_uids, parse_listeners
+from argosy.core.listeners import anyone_may_bind, listener_uids, parse_listeners
 from argosy.executors import ray_address
 
 TABLE = """\
@@ -70,3 +71,31 @@ def test_a_port_held_by_another_user_is_refused_before_a_token_goes_to_it() -> N
     finally:
         impostor.kill()
         impostor.wait()
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "sysctl", "want"),
+    [
+        ("127.0.0.1", 6379, "1024\n", True),  # the default GCS port: a job may take it
+        ("127.0.0.1", 637, "1024\n", False),  # privileged: only root binds it
+        ("127.0.0.1", 637, "0\n", True),  # an admin opened every port to every user
+        ("127.0.0.1", 6379, "", True),  # unreadable: Linux's default, 1024
+        ("192.0.2.7", 6379, "1024\n", False),  # another host's port: not this kernel's
+    ],
+)
+def test_anyone_may_bind_a_port_of_this_host_at_or_past_the_unprivileged_start(
+    tmp_path: Path, host: str, port: int, sysctl: str, want: bool
+) -> None:
+    path = tmp_path / "ip_unprivileged_port_start"
+    path.write_text(sysctl)
+    assert anyone_may_bind(host, port, sysctl=path) is want
+
+
+def test_the_server_warns_of_a_head_port_a_job_could_take(capsys: pytest.CaptureFixture) -> None:
+    from argosy.cli.server import warn_takeable_head
+
+    warn_takeable_head("192.0.2.7:6379")  # another host: its kernel's business
+    assert capsys.readouterr().err == ""
+    warn_takeable_head("127.0.0.1:6379")  # 6379 >= any unprivileged start there is
+    err = capsys.readouterr().err
+    assert "127.0.0.1:6379" in err and "port below 1024" in err
