@@ -1,13 +1,14 @@
 """The console's forms: log in and out, submit and cancel jobs, cordon and uncordon
-nodes, and store simulator reports. Each checks the session's token exactly as the REST
-API does: a queue token submits and cancels only in its queue; cordons need admin; a
+nodes (and forget a lost one), and store simulator reports. Each checks the session's
+token exactly as the REST API does: a queue token submits and cancels only in its queue;
+node actions need admin; a
 queue token overwrites only the simulator reports its own queue uploaded.
 
     POST /login  token=...       -> a new session; its id in the cookie (HttpOnly,
                                     SameSite=Strict, Secure on https), redirect to `next`
     POST /logout                 -> the session is deleted: its cookie no longer works
     POST /submit yaml=... | name=...&script=...
-    POST /jobs/{id}/cancel, /nodes/{name}/cordon, /nodes/{name}/uncordon, /sim
+    POST /jobs/{id}/cancel, /nodes/{name}/cordon, .../uncordon, .../forget, /sim
 
 Every POST but /login carries the session's CSRF token (`web.viewer` checks it); /login,
 which has no session yet, relies on the same-origin guard (`argosy.server.guards`).
@@ -51,6 +52,7 @@ from argosy.server.console.web import (
     render,
 )
 from argosy.server.control import Control, NotFoundError
+from argosy.server.node_control import NodeBusyError
 from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.spec import JobSpec
 from argosy.server.views import node_views
@@ -170,16 +172,25 @@ async def cancel(request: Request, job_id: str, who: Viewer, ctl: Ctl) -> Respon
     return _go(request, f"/jobs/{job_id}")
 
 
+NODE_ACTIONS = ("cordon", "uncordon", "forget")
+
+
 @router.post("/nodes/{name}/{action}", response_class=HTMLResponse)
-async def cordon(request: Request, name: str, action: str, who: Viewer, ctl: Ctl) -> Response:
-    if action not in ("cordon", "uncordon"):
-        raise ConsoleError(f"unknown action '{action}'; known: cordon, uncordon", 404)
+async def node_action(request: Request, name: str, action: str, who: Viewer, ctl: Ctl) -> Response:
+    """Cordon, uncordon, or forget a lost node gone for good (admin)."""
+    if action not in NODE_ACTIONS:
+        raise ConsoleError(f"unknown action '{action}'; known: {', '.join(NODE_ACTIONS)}", 404)
     if not who.is_admin:
-        raise ConsoleError("cordoning a node needs an admin token", 403)
+        raise ConsoleError(f"to {action} a node needs an admin token", 403)
     try:
-        ctl.set_cordon(name, action == "cordon", actor=who.actor)
+        if action == "forget":
+            ctl.forget_node(name, actor=who.actor)
+        else:
+            ctl.set_cordon(name, action == "cordon", actor=who.actor)
     except NotFoundError as err:
         raise ConsoleError(str(err), 404) from err
+    except NodeBusyError as err:
+        raise ConsoleError(str(err), 409) from err
     if is_htmx(request):
         views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost)
         return render(request, "_nodes.html", who, nodes=views)
