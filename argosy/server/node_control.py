@@ -148,10 +148,10 @@ class NodeControl:
             raise NodeBusyError(
                 f"node '{name}' still holds {', '.join(held)}: wait for their requeue"
             )
+        self._rebuild([n for n in self.scheduling.nodes if n.name != name])  # may refuse
         self.store.forget_node(name, actor=actor)
         self.lost.discard(name)
         self.cordoned.discard(name)
-        self._rebuild([n for n in self.scheduling.nodes if n.name != name])
 
     def _add_nodes(self, joined: list[NodeInfo]) -> None:
         self.store.remember_nodes((n.name, n.chip, n.devices, n.address) for n in joined)
@@ -163,7 +163,10 @@ class NodeControl:
     def _rebuild(self, nodes: list[NodeInfo]) -> None:
         """A new scheduler over `nodes`, handed what the old one held: running jobs at
         their placements, pending jobs in submit order, services with their replicas,
-        nodes out of service (a node left out holds nothing)."""
+        nodes out of service (a node left out holds nothing). `NodeBusyError`, with
+        nothing changed, when a running job could not be re-admitted (a smaller cluster
+        whose pinned reservations leave it no room); a pending job that can no longer
+        run anywhere fails as rejected."""
         old = self.scheduling
         new = Scheduling(
             nodes,
@@ -172,16 +175,21 @@ class NodeControl:
             self.config.scheduler,
             self.clock,
         )
+        rejected, unkept = [], []
         for row in self.store.jobs_in(["pending", *ACTIVE]):
             w = old.workloads.get(row["id"])
             if w is None:
                 continue
             spec = JobSpec.model_validate(row["spec"])
             if w.state == WorkloadState.RUNNING:
-                kept = new.adopt(row["id"], spec, w.submit_s, old.placement(row["id"]))
-                assert kept, "a running job fits where it ran: its nodes are all kept"
+                if not new.adopt(row["id"], spec, w.submit_s, old.placement(row["id"])):
+                    unkept.append(row["id"])
             elif reason := new.submit(row["id"], spec, w.submit_s):  # its nodes were forgotten
-                self._finish(row["id"], "failed", reason, ("rejected", reason))
+                rejected.append((row["id"], reason))
+        if unkept:
+            raise NodeBusyError(f"running jobs would have no room without it: {', '.join(unkept)}")
+        for job_id, reason in rejected:
+            self._finish(job_id, "failed", reason, ("rejected", reason))
         self.services.rebuild(new)
         new.sched.tree.inherit_use(old.sched.tree)
         for name in old.out_of_service & set(new.index):

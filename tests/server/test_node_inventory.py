@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -221,3 +222,35 @@ def test_a_fixed_inventory_s_earlier_nodes_are_gone_not_lost(home: Path) -> None
         assert set(nodes) == {"n0"} and nodes["n0"]["devices"] == 4 and nodes["n0"]["up"]
     with _server(home, FakeExecutor([NodeInfo("n0", "cpu", 4)])) as api:
         assert set(_nodes(api)) == {"n0"}, "a forgotten layout came back"
+
+
+def test_a_forget_whose_rebuild_cannot_keep_a_running_job_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the smaller cluster refuse to re-admit a running job (its fit checks run
+    again), the forget is refused whole: the node stays known and lost, the job runs,
+    the scheduler is the old one (this was a failed assertion halfway through)."""
+    from argosy.server.scheduling import Scheduling
+    from argosy.server.spec import JobSpec
+
+    config = ServerConfig(home=tmp_path, min_cycle_gap_s=0.0)
+    store = Store(config.database_url)
+    fake = FakeExecutor([NodeInfo("n0", "cpu", 2), NodeInfo("n1", "cpu", 2)])
+    ctl = Control(config, store, fake)
+    ctl.recover()
+    try:
+        fake.nodes.pop()
+        ctl._check_nodes()
+        job_id = ctl.submit(JobSpec(name="j", script="s.py", nproc_per_node=2), None, "")[0]["id"]
+        ctl.step()
+        assert job_id in fake.running
+        before = ctl.scheduling
+        monkeypatch.setattr(Scheduling, "adopt", lambda *args: False)
+        with pytest.raises(NodeBusyError, match=job_id):
+            ctl.forget_node("n1")
+        assert ctl.scheduling is before and "n1" in ctl.lost
+        assert "n1" in {r["name"] for r in store.known_nodes()}
+        assert ctl.job(job_id)["state"] == "running"
+    finally:
+        ctl.services.close()
+        store.close()
