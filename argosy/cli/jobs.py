@@ -236,11 +236,21 @@ def nodes(
 def node_state(n: dict) -> str:
     """Why a node takes no new work, in words ("" when it takes it): lost, cordoned by an
     operator, or kept out by its health record (`argosy repair NODE` clears it)."""
-    why = ["[red]lost[/]"] if not n.get("up", True) else []
+    why = [f"[red]lost[/]{_since(n.get('lost_at'))}"] if not n.get("up", True) else []
     why += ["cordoned"] if n.get("cordoned") else []
     health = n.get("health", "healthy")
     why += [f"health: {health}"] if health not in ("healthy", "repaired") else []
     return ", ".join(why)
+
+
+def _since(stamp: object) -> str:
+    """ " since <local time>" of a Unix time the server gave, "" without one."""
+    if not isinstance(stamp, int | float) or isinstance(stamp, bool):
+        return ""
+    try:
+        return time.strftime(" since %Y-%m-%d %H:%M", time.localtime(stamp))
+    except (OverflowError, OSError, ValueError):
+        return ""
 
 
 def cordon(

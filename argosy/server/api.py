@@ -42,7 +42,6 @@ from argosy.server.views import (
     launcher_error,
     launcher_log,
     log_name,
-    node_views,
     queue_views,
     read_log_chunk,
 )
@@ -248,7 +247,7 @@ async def queues(ctl: Ctl, who: Who) -> list[QueueInfo]:
 
 @router.get("/nodes")
 async def nodes(ctl: Ctl, who: Who) -> list[NodeView]:
-    return node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())
+    return ctl.node_views()
 
 
 @router.post("/nodes/{name}/cordon", responses={403: {}, 404: {}})
@@ -266,7 +265,7 @@ async def uncordon(name: str, ctl: Ctl, who: Admin) -> NodeView:
 async def forget_node(name: str, ctl: Ctl, who: Admin) -> NodeView:
     """Forget a lost node that nothing holds (gone for good); what it was is answered.
     409 while it is up or holds work."""
-    views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())
+    views = ctl.node_views()
     try:
         ctl.forget_node(name, actor=who.actor)
     except NotFoundError as err:
@@ -288,5 +287,5 @@ def _set_cordon(ctl: Control, name: str, cordoned: bool, actor: str) -> NodeView
         ctl.set_cordon(name, cordoned, actor=actor)
     except NotFoundError as err:
         raise HTTPException(404, str(err)) from err
-    views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())
+    views = ctl.node_views()
     return next(n for n in views if n.name == name)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException
 from argosy.server.api import COMMON, Admin, Ctl, Who
 from argosy.server.control import Control, NotFoundError
 from argosy.server.schemas import HealthEvidence, HealthReportBody, NodeDetail
-from argosy.server.views import iso, node_views
+from argosy.server.views import iso
 
 router = APIRouter(prefix="/api/v1", responses=COMMON)
 
@@ -31,7 +31,7 @@ async def report_health(name: str, body: HealthReportBody, ctl: Ctl, who: Admin)
 
 
 def _detail(ctl: Control, name: str) -> NodeDetail:
-    views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost, ctl.health_states())
+    views = ctl.node_views()
     view = next((v for v in views if v.name == name), None)
     if view is None:
         raise HTTPException(

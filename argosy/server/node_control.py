@@ -29,10 +29,11 @@ from argosy.server.config import ServerConfig
 from argosy.server.job_json import loads_job_json
 from argosy.server.node_health import NodeHealth
 from argosy.server.scheduling import Scheduling
-from argosy.server.schemas import ACTIVE
+from argosy.server.schemas import ACTIVE, NodeView
 from argosy.server.services import Services
 from argosy.server.spec import JobSpec
 from argosy.server.store import SYSTEM_ACTOR, Store
+from argosy.server.views import node_views
 
 NODE_HEALTH_LIMIT_BYTES = 1 << 20
 """The most of a job's node_health.json the server reads (the job writes it)."""
@@ -99,6 +100,11 @@ class NodeControl:
         self.health.report(name, verdict, detail, actor=actor)
         self._sync_node(name)
         self.poke()
+
+    def node_views(self) -> list[NodeView]:
+        """Every node as the API, the CLI and the console show it."""
+        lost_at = self.store.lost_since() if self.lost else {}
+        return node_views(self.scheduling, self.cordoned, self.lost, self.health_states(), lost_at)
 
     def health_states(self) -> dict[str, str]:
         return {name: r.state.value for name, r in self.health.records.items()}

@@ -105,6 +105,8 @@ class NodeView(BaseModel):
     runs there keeps running)."""
     cordoned: bool
     up: bool
+    lost_at: float | None = None
+    """When the server saw the node lost (Unix seconds); None while it is up."""
     jobs: list[str]
     health: str = "healthy"
     """The node-record policy's state: healthy, repaired, cordoned or quarantined."""

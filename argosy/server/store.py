@@ -472,6 +472,12 @@ class Store:
             for name, chip, devices, address in listed:
                 _put_node(c, name, chip=chip, devices=devices, address=address)
 
+    def lost_since(self) -> dict[str, float]:
+        """Each lost node's `lost_at`."""
+        query = select(nodes.c.name, nodes.c.lost_at).where(nodes.c.lost_at.is_not(None))
+        with self.engine.connect() as c:
+            return {row.name: row.lost_at for row in c.execute(query)}
+
     def set_node_lost(self, name: str, lost_at: float | None) -> None:
         with self.engine.begin() as c:
             c.execute(update(nodes).where(nodes.c.name == name).values(lost_at=lost_at))

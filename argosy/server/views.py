@@ -204,7 +204,11 @@ def queue_views(s: Scheduling, counts: dict[tuple[str, str], int]) -> list[Queue
 
 
 def node_views(
-    s: Scheduling, cordoned: set[str], lost: set[str], health: dict[str, str] | None = None
+    s: Scheduling,
+    cordoned: set[str],
+    lost: set[str],
+    health: dict[str, str] | None = None,
+    lost_at: dict[str, float] | None = None,
 ) -> list[NodeView]:
     out = []
     for n in s.nodes:
@@ -218,6 +222,7 @@ def node_views(
                 used=used,
                 cordoned=n.name in cordoned,
                 up=n.name not in lost,
+                lost_at=(lost_at or {}).get(n.name) if n.name in lost else None,
                 jobs=s.jobs_on(n.name),
                 health=(health or {}).get(n.name, "healthy"),
             )

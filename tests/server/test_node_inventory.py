@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from server_helpers import NODES, STEPS, WORKDIR, app_client
 
+from argosy.cli.jobs import node_state
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
 from argosy.server.config import ServerConfig
@@ -60,18 +61,25 @@ def _faults(api: TestClient, name: str) -> int:
 
 def test_a_lost_node_stays_listed_lost_across_restarts_and_counts_once(home: Path) -> None:
     fake = FakeExecutor(NODES)
+    began = time.time()
     with _server(home, fake) as api:
         fake.nodes.pop()  # n1 goes
         _wait(lambda: not _nodes(api)["n1"]["up"], "the loss was not seen")
+        lost_at = _nodes(api)["n1"]["lost_at"]
+        assert began <= lost_at <= time.time() and _nodes(api)["n0"]["lost_at"] is None
     for _ in range(2):  # two restarts while it is down
         with _server(home, fake) as api:
             n1 = _nodes(api)["n1"]
             assert not n1["up"] and n1["free"] == 0 and n1["devices"] == 2, n1
+            assert n1["lost_at"] == lost_at, "a restart moved when it was lost"
             assert _faults(api, "n1") == 1, "a restart blamed the lost node again"
+            assert "lost[/] since " in node_state(n1)
     fake.nodes.append(NODES[1])
     with _server(home, fake) as api:
         _wait(lambda: _nodes(api)["n1"]["up"], "the node did not come back")
-        assert _nodes(api)["n1"]["free"] == 2 and _faults(api, "n1") == 1
+        n1 = _nodes(api)["n1"]
+        assert n1["free"] == 2 and _faults(api, "n1") == 1 and n1["lost_at"] is None
+        assert node_state(n1) == ""
 
 
 def test_a_node_lost_while_the_server_was_down_is_listed_lost(home: Path) -> None:

@@ -55,7 +55,6 @@ from argosy.server.control import Control, NotFoundError
 from argosy.server.node_control import NodeBusyError
 from argosy.server.rate_limits import refuse_if_too_fast
 from argosy.server.spec import JobSpec
-from argosy.server.views import node_views
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 SIM_DIR = "sim-reports"
@@ -192,7 +191,7 @@ async def node_action(request: Request, name: str, action: str, who: Viewer, ctl
     except NodeBusyError as err:
         raise ConsoleError(str(err), 409) from err
     if is_htmx(request):
-        views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost)
+        views = ctl.node_views()
         return render(request, "_nodes.html", who, nodes=views)
     return RedirectResponse("/nodes", status_code=303)
 

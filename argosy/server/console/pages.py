@@ -42,7 +42,6 @@ from argosy.server.views import (
     latest_rank_log,
     launcher_log,
     log_name,
-    node_views,
     read_log_chunk,
     service_view,
 )
@@ -224,6 +223,6 @@ async def services(request: Request, who: Viewer, ctl: Ctl, before: Before = Non
 
 @router.get("/nodes", response_class=HTMLResponse)
 async def nodes(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
-    views = node_views(ctl.scheduling, ctl.cordoned, ctl.lost)
+    views = ctl.node_views()
     template = "_nodes.html" if is_htmx(request) else "nodes.html"
     return render(request, template, who, nodes=views)
