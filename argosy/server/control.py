@@ -51,7 +51,13 @@ from argosy.server.service_spec import ServiceSpec
 from argosy.server.services import Services, is_replica
 from argosy.server.spec import JobSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
-from argosy.server.summaries import attempt_started, exit_time, settle_summary, stamp_attempt
+from argosy.server.summaries import (
+    attempt_started,
+    exit_time,
+    read_exit_ahead,
+    settle_summary,
+    stamp_attempt,
+)
 from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
 from argosy.server.views import public_launcher_error
 
@@ -269,29 +275,37 @@ class Control(NodeControl):
         loop (its body, the handler, the answer), which one `sleep(0)` would give it one
         at a time, a start apart."""
         paused_s = time.monotonic()
-        for _ in self._step_parts():
-            if time.monotonic() - paused_s >= PAUSE_AFTER_S:
+        for part in self._step_parts():
+            if part is not None:  # reading only: in a worker thread, the loop answers
+                await asyncio.to_thread(part)
+                paused_s = time.monotonic()
+            elif time.monotonic() - paused_s >= PAUSE_AFTER_S:
                 await asyncio.sleep(PAUSE_S)
                 paused_s = time.monotonic()
 
     def step(self) -> None:
         """One pass of the loop, all at once (`run` takes it part by part)."""
-        for _ in self._step_parts():
-            pass
+        for part in self._step_parts():
+            if part is not None:
+                part()
 
-    def _step_parts(self) -> Iterator[None]:
+    def _step_parts(self) -> Iterator[Callable[[], None] | None]:
         """One pass of the loop, pausing after each exit taken in and each decision
         applied: the server answers requests in between, so a burst of starts (each a
         process, a cgroup, perhaps a user) does not hold the API for all of them. What a
-        request changed meanwhile (a cancel) is checked by the part that acts on it."""
+        request changed meanwhile (a cancel) is checked by the part that acts on it.
+        A part that only reads (what a job's exit left, parsed ahead) is yielded as a
+        callable, run off the event loop."""
         now = time.monotonic()
         if now - self.last_nodes_s >= self.config.nodes_interval_s:
             self.last_nodes_s = now
             self._check_nodes()
-            yield
+            yield None
         for ended in self.executor.poll():
+            if not is_replica(ended.job_id):
+                yield self._reader_of(ended)
             self._take_exit(ended)
-            yield
+            yield None
         since = now - self.last_cycle_s
         if (
             self.dirty and since >= self.config.min_cycle_gap_s
@@ -302,12 +316,27 @@ class Control(NodeControl):
             self.cycle_s = time.monotonic() - now
             for d in decisions:
                 self._apply(d)
-                yield
+                yield None
         self.services.step(now)
         if self.lease.resizes:
-            yield
+            yield None
             self._relaunch_resized()
             self.lease.watch(self.run_dir, self._devices_of)
+
+    def _reader_of(self, e: AttemptExit) -> Callable[[], None]:
+        """What parses the files `_take_exit(e)` will read (`summaries.read_exit_ahead`),
+        for a worker thread; a failure there only leaves the reading to the loop."""
+        row = self.store.get_job(e.job_id)
+        ranks = max(1, len(_placed_nodes(row))) if row else 1
+        run_dir = self.run_dir(e.job_id)
+
+        def read() -> None:
+            try:
+                read_exit_ahead(run_dir, ranks)
+            except Exception:  # the job's files: the loop reads them again and says why
+                log.exception("reading the exit of %s ahead failed", e.job_id)
+
+        return read
 
     def _apply(self, d: Decision) -> None:
         job_id = d.workload.id

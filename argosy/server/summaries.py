@@ -29,13 +29,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from argosy.core.confined import read_job_text, stat_job_file
+from argosy.core.confined import stat_job_file
 from argosy.executors.local import attempt_dir
 from argosy.runtime.events import EVENTS_FILE, parse_events
 from argosy.runtime.goodput import summarize
 from argosy.server.energy import node_energy
 from argosy.server.job_goodput import SPAN_KEY, write_figures
 from argosy.server.job_json import loads_job_json, number
+from argosy.server.read_ahead import parsed, read_ahead
 
 STAMP = "started"
 SUMMARY_LIMIT_BYTES = 16 << 20
@@ -126,11 +127,33 @@ def _summary_from_events(path: Path, stamp: Path) -> dict[str, Any] | None:
     with contextlib.suppress(OSError):
         if found.st_mtime_ns < stamp.stat().st_mtime_ns:
             return None  # an earlier attempt's
-    events = parse_events(read_job_text(path, limit=SUMMARY_LIMIT_BYTES) or "")
+    return parsed(path, _events_summary, SUMMARY_LIMIT_BYTES)
+
+
+def _events_summary(text: str | None) -> dict[str, Any] | None:
+    events = parse_events(text or "")
     try:
         return summarize(events) if events else None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         return None  # not the runtime's events: no figures
+
+
+def _summary_json(text: str | None) -> dict[str, Any] | None:
+    try:
+        data = loads_job_json(text or "")
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_exit_ahead(run_dir: Path, node_ranks: int) -> None:
+    """Parse, in the calling (worker) thread, what `settle_summary` of an attempt that
+    ran on `node_ranks` nodes will read: each node rank's summary.json and, where that
+    is not final, its event log (`argosy.server.read_ahead`)."""
+    for directory in [run_dir, *(run_dir / f"node{i}" for i in range(1, node_ranks))]:
+        summary = read_ahead(directory / "summary.json", _summary_json, SUMMARY_LIMIT_BYTES)
+        if summary is None or summary.get("status") == "running":  # its launcher died
+            read_ahead(directory / EVENTS_FILE, _events_summary, SUMMARY_LIMIT_BYTES)
 
 
 NODE_ROW_KEYS = ("status", "final_step", "effective_training_time", "restarts")
@@ -191,9 +214,9 @@ def _final_summary_since(path: Path, stamp: Path) -> dict[str, Any] | None:
     try:
         if stamp.exists() and path.stat().st_mtime_ns < stamp.stat().st_mtime_ns:
             return None  # an earlier attempt's
-        data = loads_job_json(read_job_text(path, limit=SUMMARY_LIMIT_BYTES) or "")
-    except (OSError, ValueError):
+        data = parsed(path, _summary_json, SUMMARY_LIMIT_BYTES)
+    except OSError:
         return None
-    if not isinstance(data, dict) or data.get("status") == "running":
+    if data is None or data.get("status") == "running":
         return None  # the launcher died before writing its final summary
     return data
