@@ -301,7 +301,6 @@ def _pretraining(cluster, rng, horizon, cap, tables, level, width, load, n_expec
     would start after the period are left out. Updates `level` (offered work over
     capacity, per pool and hour) in place; returns (submit, kind, size, run time,
     pinned, option, chips) per run."""
-    bins = level.shape[1]
     n = max(16, round(n_expected))
     sizes, u, pinned = _pretraining_draws(cluster, rng, n)
     durations = _tail_durations(u)
@@ -328,11 +327,8 @@ def _pretraining(cluster, rng, horizon, cap, tables, level, width, load, n_expec
         h = int(room.any(axis=0).argmax())
         k = int(np.argmin(np.where(room[:, h], lvl[:, h] + inc, np.inf)))
         h = front = front + h
-        submit = h * BIN_S + (float(rng.uniform(0, width[h])) if h else 0.0)
-        d = min(d, horizon - submit)
         rate = size * t.fastest[k] * _pour(ahead[:, h - front], cap, t.member[k])
-        level += np.outer(rate, _hourly(np.array([submit]), np.array([submit + d]),
-                                        np.ones(1), bins)) / (cap[:, None] * width)  # fmt: skip
+        submit, d = _start_run(rng, level, cap, width, horizon, h, d, rate)
         out.append((submit, "train", size, d, pin, k, t.names[k]))
     return out + _fill_holes(cluster, rng, horizon, cap, tables, level, width, load, n)
 
@@ -340,9 +336,9 @@ def _pretraining(cluster, rng, horizon, cap, tables, level, width, load, n_expec
 def _fill_holes(cluster, rng, horizon, cap, tables, level, width, load, n):
     """More pretraining runs, each in the first hour (from the start) that is a hole (its
     option under `load` by `HOLE`) and from which the option it takes stays at or under
-    `load` with it added for its whole run time: the
-    first pass only goes forward, so a large run that waited for room left the hours
-    before it under-offered (a small pool could read 0.58 of its capacity for a day).
+    `load` with it added for its whole run time: the first pass only goes forward, so a
+    large run that waited for room left the hours before it under-offered (a small pool
+    could read 0.58 of its capacity for a day).
     Filling a hole never over-fills a later hour. Stops after 32 draws in a row that
     fit nowhere. Updates `level` in place; returns runs as `_pretraining` does."""
     bins = level.shape[1]
@@ -365,13 +361,21 @@ def _fill_holes(cluster, rng, horizon, cap, tables, level, width, load, n):
             misses = 0
             h = int(room.any(axis=0).argmax())
             k = int(np.argmin(np.where(room[:, h], lvl[:, h] + inc, np.inf)))
-            submit = h * BIN_S + (float(rng.uniform(0, width[h])) if h else 0.0)
-            d = min(d, horizon - submit)
             rate = size * t.fastest[k] * _pour(level[:, h], cap, t.member[k])
-            level += np.outer(rate, _hourly(np.array([submit]), np.array([submit + d]),
-                                            np.ones(1), bins)) / (cap[:, None] * width)  # fmt: skip
+            submit, d = _start_run(rng, level, cap, width, horizon, h, d, rate)
             out.append((submit, "train", int(size), d, int(pin), k, t.names[k]))
     return out
+
+
+def _start_run(rng, level, cap, width, horizon, h, d, rate):
+    """A run submitted in hour `h` (at a random point of it, but at 0 in the first) for
+    `d` s clipped to the period, its work (`rate` per pool) added to `level` in place;
+    returns (submit, run time)."""
+    submit = h * BIN_S + (float(rng.uniform(0, width[h])) if h else 0.0)
+    d = min(d, horizon - submit)
+    work = _hourly(np.array([submit]), np.array([submit + d]), np.ones(1), level.shape[1])
+    level += np.outer(rate, work) / (cap[:, None] * width)
+    return submit, d
 
 
 def _window_max(values: np.ndarray, span: int) -> np.ndarray:
