@@ -128,11 +128,8 @@ class Control(NodeControl):
         """Rebuild the scheduler's state from the store and the executor."""
         self.cordoned = self.store.cordoned()
         listed = {n.name for n in self.executor.inventory()}
-        known = self.store.known_nodes()  # lost before the restart: not lost again
-        self.lost = {
-            r["name"] for r in known if r["lost_at"] is not None and r["name"] not in listed
-        }
-        self.lost &= set(self.scheduling.index)
+        lost_before = set(self.store.lost_since())  # lost before the restart: not lost again
+        self.lost = (lost_before - listed) & set(self.scheduling.index)
         for name in self.cordoned | self.health.out_of_service() | self.lost:
             self._sync_node(name)
         self._check_nodes()

@@ -82,12 +82,16 @@ class Scheduling:
         than it asked for only because none is big enough), or what the scheduler would
         reject at once (quota ceilings, pinned reservations): refused at submit, not
         stored and failed."""
-        nnodes = spec.elastic.min_nnodes if spec.elastic else spec.nnodes
-        field, why = self._check(spec.queue, spec.chips, spec.nproc_per_node, nnodes)
+        field, why = self._gang_check(spec)
         if not why:
             why = fit.never_fits(self.sched, self._workload("", spec, 0.0))
             field = "nnodes" if why else ""
         return ("elastic.min_nnodes" if field == "nnodes" and spec.elastic else field), why
+
+    def _gang_check(self, spec: JobSpec) -> tuple[str, str]:
+        """`check` less what the scheduler's own submit rejects (`fit.never_fits`)."""
+        nnodes = spec.elastic.min_nnodes if spec.elastic else spec.nnodes
+        return self._check(spec.queue, spec.chips, spec.nproc_per_node, nnodes)
 
     def check_service(self, spec: ServiceSpec) -> tuple[str, str]:
         """Why a service can never run here, and the field to change (("", "") if it may)."""
@@ -134,7 +138,7 @@ class Scheduling:
     def submit(self, job_id: str, spec: JobSpec, submit_s: float) -> str:
         """Queue the job; returns "" or the reason it can never run here (`check`'s: a
         job queued again after a restart or a forgotten node is judged as at submit)."""
-        why = self.check(spec)[1]
+        why = self._gang_check(spec)[1]  # the rest of `check` is the scheduler's reject
         if why:
             return why
         w = self._workload(job_id, spec, submit_s)
