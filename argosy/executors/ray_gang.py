@@ -5,9 +5,10 @@ The Ray executor asks each node rank's `NodeRunner` actor for its launcher's exi
 executor, turns them into an `AttemptExit`: the first rank that failed or died ends the
 whole gang (node launchers never restart their ranks alone), all ranks exiting 0 is
 success. When a gang fails on one node rank, the node to blame is found first: one Ray
-has declared dead, or one whose actor does not answer within `PEER_ANSWER_S` (lost or
-hung, before Ray's health check sees it). That node leaves placement for `suspect_s`, so
-the next attempt is not placed back onto it.
+has declared dead, or one whose actor does not answer within `PEER_ANSWER_S` or answers
+that it is unreachable (lost or hung, before Ray's health check sees it: Ray answers
+`ActorUnavailableError` for an actor on such a node). That node leaves placement for
+`suspect_s`, so the next attempt is not placed back onto it.
 """
 
 from __future__ import annotations
@@ -68,23 +69,26 @@ class GangVerdicts:
     def _refresh_nodes(self) -> None:
         raise NotImplementedError
 
-    def _answer(self, a: GangAttempt, i: int, ref: Any) -> None:
+    def _answer(self, a: GangAttempt, i: int, ref: Any) -> bool:
+        """Take node rank `i`'s answer to `ref`; False if its actor was unreachable (a
+        passing disconnect, or a node Ray has not yet declared dead): ask again."""
         errors = self.ray.exceptions
         del a.asks[i]
         try:
             code = self.ray.get(ref, timeout=0)
         except errors.ActorUnavailableError:
-            return  # a passing disconnect: ask again
+            return False
         except errors.RayActorError:
             a.codes[i] = DIED
-            return
+            return True
         except errors.RayError as err:
             log.warning("node rank %d of %s: %s", i, a.tag, err)
             a.codes[i] = FAILED_TO_START
-            return
+            return True
         a.answered_s[i] = self._clock()
         if code is not None:
             a.codes[i] = code
+        return True
 
     def _verdict(self, a: GangAttempt) -> AttemptExit | None:
         """How the attempt ended, or None while it runs: the first rank that failed or
@@ -137,7 +141,8 @@ class GangVerdicts:
 
     def _silent_node_of(self, a: GangAttempt) -> Lost | None:
         """Why the gang ended if a node rank still running does not answer within
-        `PEER_ANSWER_S` (its node is lost or hung, not yet dead by Ray's table), or its
+        `PEER_ANSWER_S` (its node is lost or hung, not yet dead by Ray's table), its actor
+        is unreachable (what Ray answers for a node it has not yet declared dead), or its
         actor died meanwhile: that node is suspect. With the silent node ranks."""
         asked = {}
         for i, actor in enumerate(a.actors):
@@ -148,16 +153,15 @@ class GangVerdicts:
         if not asked:
             return None
         ready, _ = self.ray.wait(list(asked), num_returns=len(asked), timeout=PEER_ANSWER_S)
-        for ref in ready:
-            self._answer(a, asked[ref], ref)
-        silent = sorted({i for ref, i in asked.items() if ref not in ready} | {
+        unreachable = {asked[ref] for ref in ready if not self._answer(a, asked[ref], ref)}
+        silent = sorted({i for ref, i in asked.items() if ref not in ready} | unreachable | {
             i for i, code in a.codes.items() if code == DIED
         })  # fmt: skip
         for i in silent:
             self._suspect_node(a, i)
         if not silent:
             return None
-        how = "did not answer" if silent[0] in a.asks else "died"
+        how = "died" if a.codes.get(silent[0]) == DIED else "did not answer"
         return f"node rank {silent[0]}'s Ray node {how}; the whole gang restarts", tuple(silent)
 
     def _suspect_node(self, a: GangAttempt, i: int) -> None:

@@ -251,13 +251,19 @@ class FakeRay:
         """The newest raylet of the node called `name`."""
         return [n for n in self._nodes.values() if n.name == name][-1]
 
-    def kill_node(self, name: str, *, declare: bool = True) -> None:
-        """The node's raylet dies: its actors at once, Ray's verdict now or later."""
+    def kill_node(self, name: str, *, declare: bool = True, unreachable: bool = False) -> None:
+        """The node's raylet dies: its actors at once, Ray's verdict now or later. With
+        `unreachable` (and not `declare`), what a caller first gets from its actors is
+        `ActorUnavailableError`, as from real Ray in the seconds before its health check
+        declares the node dead (the launchers died with the node); then they are dead."""
         node = self.node(name)
         node.died = True
         for actor in self._actors.values():
             if actor.node_id == node.node_id:
-                self._kill_actor(actor)
+                if unreachable and not declare:
+                    self._cut_off_actor(actor)
+                else:
+                    self._kill_actor(actor)
         for group in self._groups.values():
             if group.state == "CREATED" and node.node_id in group.on:
                 group.state = "RESCHEDULING"
@@ -273,10 +279,13 @@ class FakeRay:
                 actor.state = "FROZEN"
 
     def declare_dead(self, name: str) -> None:
-        """Ray's health check declares the node's dead raylets dead."""
+        """Ray's health check declares the node's dead raylets dead (and their actors)."""
         for node in self._nodes.values():
             if node.name == name and node.died:
                 node.alive = False
+                for actor in self._actors.values():
+                    if actor.node_id == node.node_id and actor.state == "UNREACHABLE":
+                        self._kill_actor(actor)
 
     def rejoin(self, name: str) -> str:
         """The node's host starts a new raylet (same label and address, a new id), maybe
@@ -429,6 +438,8 @@ class FakeRay:
         actor, ref = self._actors[aid], ObjectRef()
         if actor.state == "DEAD":
             ref.resolve(error=_actor_died(actor))
+        elif actor.state == "UNREACHABLE":
+            ref.resolve(error=_actor_unavailable(actor))
         elif actor.state == "ALIVE":
             self._run(actor, method, args, ref)
         else:
@@ -449,6 +460,16 @@ class FakeRay:
             actor.runner.code = 143
         for _, _, ref in actor.queue:
             ref.resolve(error=_actor_died(actor))
+        actor.queue.clear()
+
+    def _cut_off_actor(self, actor: _Actor) -> None:
+        if actor.state == "DEAD":
+            return
+        actor.state = "UNREACHABLE"
+        if actor.runner.running:
+            actor.runner.code = 143
+        for _, _, ref in actor.queue:
+            ref.resolve(error=_actor_unavailable(actor))
         actor.queue.clear()
 
     def _free(self, node_id: str) -> dict[str, float]:
@@ -507,6 +528,11 @@ class FakeRay:
 
 def _actor_died(actor: _Actor) -> Exception:
     return ray_exceptions.RayActorError(error_msg=f"the actor {actor.name or actor.aid} died")
+
+
+def _actor_unavailable(actor: _Actor) -> Exception:
+    why = f"the actor {actor.name or actor.aid} is unreachable"
+    return ray_exceptions.ActorUnavailableError(why, None)
 
 
 # ---- the executor over a fake, one tick at a time -----------------------------------------

@@ -342,11 +342,11 @@ class RayExecutorMachine(RuleBasedStateMachine):
         return [name for name in NODES if self.fake.node(name).died == died]
 
     @precondition(lambda self: self.raylets(died=False))
-    @rule(data=st.data(), declare=st.booleans())
-    def lose_node(self, data: st.DataObject, declare: bool) -> None:
+    @rule(data=st.data(), declare=st.booleans(), unreachable=st.booleans())
+    def lose_node(self, data: st.DataObject, declare: bool, unreachable: bool) -> None:
         name = data.draw(st.sampled_from(self.raylets(died=False)))
         self.killed.add(self.fake.node(name).node_id)
-        self.fake.kill_node(name, declare=declare)
+        self.fake.kill_node(name, declare=declare, unreachable=unreachable)
 
     @precondition(lambda self: self.raylets(died=True))
     @rule(data=st.data())

@@ -173,28 +173,34 @@ def test_ray_accelerator_types_map_to_catalog_ids(reported: str, chip: str) -> N
     assert catalog_chip("TPU-V4") is None
 
 
-@pytest.mark.parametrize("how", ["hangs", "dies unseen"])
-def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(how: str) -> None:
-    """Node rank 1's host hangs (or its raylet dies before Ray's health check sees it):
-    the survivor's launcher fails on the lost peer first. The attempt ends lost, naming
-    node rank 1, whose node leaves the inventory: the next attempt goes to a free node,
-    not back onto it (one restart per lost node, not two)."""
+@pytest.mark.parametrize("how", ["hangs", "dies unseen", "dies unreachable"])
+@pytest.mark.parametrize("lost_rank", [0, 1])
+def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(how: str, lost_rank: int) -> None:
+    """A node rank's host hangs (or its raylet dies before Ray's health check sees it:
+    its actor's calls fail as unavailable, as real Ray's do in those seconds): the
+    survivor's launcher fails on the lost peer first. The attempt ends lost, naming the
+    lost node rank, whose node leaves the inventory: the next attempt goes to a free
+    node, not back onto it (one restart per lost node, not two)."""
     fake = FakeRay()
     for name in ("head", "w1", "w2"):
         fake.add_node(name, CPU)
     executor = fake_executor(fake)
     executor.start(request("fake-g", {"head": 1, "w1": 1}))
     settle(fake, executor)
+    lost, survivor = ("w1", "head") if lost_rank == 1 else ("head", "w1")
+    assert fake.actor_node(f"{attempt_tag('fake-g', 1)}-{lost_rank}") == fake.node(lost).node_id
     if how == "hangs":
-        fake.freeze_node("w1")
+        fake.freeze_node(lost)
     else:
-        fake.kill_node("w1", declare=False)
-    assert fake.exit_rank(attempt_tag("fake-g", 1), 0, 1)  # gloo: connection reset by peer
+        fake.kill_node(lost, declare=False, unreachable=how == "dies unreachable")
+    survivor_rank = 1 - lost_rank  # gloo: connection reset by peer
+    assert fake.exit_rank(attempt_tag("fake-g", 1), survivor_rank, 1)
     (ended,) = settle(fake, executor, rounds=1)
     assert ended.lost and ended.exit_code is None
-    assert "node rank 1's Ray node" in ended.reason, ended.reason
-    assert ended.lost_node_ranks == (1,)  # the survivor's crash evidence is not its node's
-    assert names(executor) == ["head", "w2"]
+    assert f"node rank {lost_rank}'s Ray node" in ended.reason, ended.reason
+    assert ended.lost_node_ranks == (lost_rank,)  # the survivor's crash is not its node's
+    assert names(executor) == sorted({"head", "w1", "w2"} - {lost})
+    assert survivor in names(executor)
 
 
 def test_a_gang_that_fails_on_its_own_blames_the_rank_that_failed() -> None:
