@@ -135,7 +135,8 @@ def _estimated(account: dict) -> str:
     which = ", ".join(str(n) for n in numbers)
     return (
         f"; attempt {which} left neither a summary nor its event log: its productive time is "
-        "estimated from where the next attempt resumed, none until one has"
+        "estimated, the steps a later attempt resumed past where it began (none while no "
+        "later attempt has resumed)"
     )
 
 

@@ -9,12 +9,12 @@ summary), with the span it saw (`span_s`: start and end by the server's clock), 
 an attempt ends, folds them into `job_account`:
 
 - wall_s: the first attempt's start to the last one's end.
-- productive_s: each attempt's productive seconds, less the steps the next attempt redid
-  (its final step past the step the next resumed from, at its mean step time: productive
-  seconds over the steps from where it resumed to its final step). An
+- productive_s: each attempt's productive seconds, less the steps a later attempt redid
+  (its final step past the earliest step a later attempt resumed from, at its mean step
+  time: productive seconds over the steps from where it resumed to its final step). An
   attempt with no summary (its launcher killed with its node) is credited the steps the
-  next attempt resumed past where it began, at the nearest known step time. No attempt
-  is credited more than its span: the job's word is bounded by the server's clock.
+  earliest later attempt resumed past where it began, at the nearest known step time. No
+  attempt is credited more than its span: the job's word is bounded by the server's clock.
 - lost_s: the runtime's causes summed over the attempts (scaled into each span should
   they exceed it), and the server's own: `redone_after_loss` (the redone steps above),
   `outside_launcher` (what of a span the launcher did not account: starting it, a node
@@ -193,7 +193,7 @@ def _credits(attempts: list[_Attempt]) -> tuple[list[float], list[float]]:
     reached = attempts[0].resumed_from or 0.0
     for k, a in enumerate(attempts):
         began = a.resumed_from if a.resumed_from is not None else reached
-        nxt = attempts[k + 1].resumed_from if k + 1 < len(attempts) else None
+        nxt = _resumed_later(attempts[k + 1 :])
         step_s = a.step_s or _typical_step_s(known)
         if a.summarized:
             final = a.final_step if a.final_step is not None else began
@@ -207,6 +207,14 @@ def _credits(attempts: list[_Attempt]) -> tuple[list[float], list[float]]:
         redone.append(again)
         reached = max(began, kept_to)
     return credits, redone
+
+
+def _resumed_later(later: list[_Attempt]) -> float | None:
+    """The earliest step a later attempt resumed from (None: none says): an attempt's
+    steps past it were redone, whether by the next attempt or, when that one left no
+    figures (killed with its node before its launcher logged), by a later one."""
+    steps = [a.resumed_from for a in later if a.resumed_from is not None]
+    return min(steps) if steps else None
 
 
 def _typical_step_s(step_times: list[float]) -> float:

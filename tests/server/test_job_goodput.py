@@ -73,6 +73,34 @@ def test_an_attempt_without_a_summary_is_credited_the_steps_the_next_resumed_pas
     assert account["estimated"] == [1] and account["faults"] == 1
 
 
+@pytest.mark.parametrize("middle", [0, 1, 2])
+def test_attempts_without_figures_between_two_hide_no_redone_steps(middle: int) -> None:
+    """Attempt 1 reached step 125; attempts killed with their node before they logged
+    anything came between; the last resumed from step 120. Steps 121..125 were done
+    twice however many figureless attempts came between (each took a fault too)."""
+    first = kept(0.0, 30.0, "lost", **runtime(25.0, 28.0, 125, 0))
+    empty = [kept(30.0 + k, 30.5 + k, "lost", status="missing") for k in range(middle)]
+    last = kept(40.0, 80.0, **runtime(36.0, 38.0, 300, 120))
+    account = job_account([first, *empty, last])
+    assert account is not None
+    assert account["lost_s"]["redone_after_loss"] == pytest.approx(5 * 25.0 / 125)
+    assert account["productive_s"] == pytest.approx(25.0 - 1.0 + 36.0)
+    assert account["estimated"] == [2 + k for k in range(middle)]
+    assert account["faults"] == 1 + middle
+
+
+def test_steps_are_redone_from_the_earliest_step_a_later_attempt_resumed_from() -> None:
+    """Attempt 3 resumed from before attempt 2's start (attempt 2's checkpoints unusable):
+    what attempts 1 and 2 did past step 90 was all redone."""
+    first = kept(0.0, 20.0, "lost", **runtime(20.0, 20.0, 100, 0))  # 0.2 s a step
+    second = kept(20.0, 26.0, "lost", **runtime(6.0, 6.0, 130, 100))  # 0.2 s a step
+    third = kept(26.0, 70.0, **runtime(44.0, 44.0, 310, 90))
+    account = job_account([first, second, third])
+    assert account is not None
+    assert account["lost_s"]["redone_after_loss"] == pytest.approx(10 * 0.2 + 30 * 0.2)
+    assert account["productive_s"] == pytest.approx(90 * 0.2 + 0.0 + 44.0)
+
+
 STALL = {"kind": "hang", "rank": 0, "attempt": 0, "detail": "transport stall"}
 
 
@@ -115,7 +143,7 @@ def test_argosy_job_prints_the_account_in_one_line() -> None:
     assert line.startswith("effective training time 58.2% over 2 attempt(s): wall 55.0 s")
     assert "between_attempts 5.0 s" in line and "redone_after_loss" not in line  # none lost
     assert (
-        line.endswith("none until one has")
+        line.endswith("(none while no later attempt has resumed)")
         and "attempt 1 left neither a summary nor its event log" in line
     )
 
