@@ -77,10 +77,10 @@ class Scheduling:
     # ---- requests --------------------------------------------------------------------
     def check(self, spec: JobSpec) -> tuple[str, str]:
         """Why `spec` can never run here, and the field to change (("", "") if it may):
-        unknown queue or chip, no node group (one chip, one node size) with `nnodes`
-        nodes of `nproc_per_node` devices (packed or not: a job never gets more nodes
-        than it asked for only because none is big enough), or what the scheduler would
-        reject at once (quota ceilings, pinned reservations): refused at submit, not
+        unknown queue or chip, an exact gang (`exact_nodes`) with no node group (one
+        chip, one node size) of `nnodes` nodes of `nproc_per_node` devices, or what the
+        scheduler would reject at once (no node group of an accepted chip holds a packed
+        job's devices, quota ceilings, pinned reservations): refused at submit, not
         stored and failed."""
         field, why = self._gang_check(spec)
         if not why:
@@ -89,9 +89,12 @@ class Scheduling:
         return ("elastic.min_nnodes" if field == "nnodes" and spec.elastic else field), why
 
     def _gang_check(self, spec: JobSpec) -> tuple[str, str]:
-        """`check` less what the scheduler's own submit rejects (`fit.never_fits`)."""
-        nnodes = spec.elastic.min_nnodes if spec.elastic else spec.nnodes
-        return self._check(spec.queue, spec.chips, spec.nproc_per_node, nnodes)
+        """`check` less what the scheduler's own submit rejects (`fit.never_fits`). A
+        packed job goes onto as few nodes as hold its devices (docs/server.md,
+        `nnodes`): whether a node group holds them is the scheduler's check."""
+        if not spec.exact_nodes:
+            return self._check(spec.queue, spec.chips, 1, 1)
+        return self._check(spec.queue, spec.chips, spec.nproc_per_node, spec.nnodes)
 
     def check_service(self, spec: ServiceSpec) -> tuple[str, str]:
         """Why a service can never run here, and the field to change (("", "") if it may)."""
@@ -121,19 +124,23 @@ class Scheduling:
         usable = [c for c in chips if c in have]
         if not usable:
             return "chips", f"accepts chip types {chips}; the cluster has {list(have)}"
-        biggest = max(self._largest_gang(c, per_node) for c in usable)
-        if biggest < nnodes:
+        biggest = max((self._largest_gang(c, per_node) for c in usable), key=len)
+        if len(biggest) < nnodes:
             return "nnodes", (
                 f"needs {nnodes} node(s) with {per_node} device(s) each in one node group "
-                f"(one chip, one node size); at most {biggest} such node(s) of {usable}"
+                f"(one chip, one node size); {_largest_gang_text(biggest, usable)}"
             )
         return "", ""
 
-    def _largest_gang(self, chip: str, per_node: int) -> int:
-        """Most nodes of one node group of `chip` (a gang never spans two node sizes)
-        with at least `per_node` devices each."""
-        sizes = Counter(n.devices for n in self.nodes if n.chip == chip and n.devices >= per_node)
-        return max(sizes.values(), default=0)
+    def _largest_gang(self, chip: str, per_node: int) -> list[NodeInfo]:
+        """The nodes of the largest node group of `chip` (a gang never spans two node
+        sizes) with at least `per_node` devices each."""
+        fit = [n for n in self.nodes if n.chip == chip and n.devices >= per_node]
+        sizes = Counter(n.devices for n in fit)
+        if not sizes:
+            return []
+        size = max(sizes, key=lambda d: (sizes[d], d))
+        return [n for n in fit if n.devices == size]
 
     def submit(self, job_id: str, spec: JobSpec, submit_s: float) -> str:
         """Queue the job; returns "" or the reason it can never run here (`check`'s: a
@@ -340,6 +347,15 @@ def forecast_profile(levels: list[float], lead_s: float, step_s: float) -> np.nd
     for k in range(1, min(ahead, len(base)) + 1):
         out = np.maximum(out, np.roll(base, -k))
     return out
+
+
+def _largest_gang_text(nodes: list[NodeInfo], chips: list[str]) -> str:
+    """What the largest node group a gang could use holds, for a refusal."""
+    if not nodes:
+        return f"no node of {chips} has that many devices"
+    names = ", ".join(n.name for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
+    chip, size = nodes[0].chip, nodes[0].devices
+    return f"at most {len(nodes)} such node(s): the {chip} nodes of {size} device(s) ({names})"
 
 
 def _cluster_spec(nodes: list[NodeInfo]) -> ClusterSpec:

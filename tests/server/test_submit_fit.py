@@ -2,9 +2,9 @@
 
 `Scheduling.check` answers at submit; the scheduler places on the idle cluster. The
 property: a job `check` accepts starts at the first cycle of an idle cluster (so nothing
-stored is later failed as "rejected"), and a job it refuses has no place for its gang
-(`nnodes` nodes of `nproc_per_node` devices in one node group) by the capacity's own
-`fits`, with every node free.
+stored is later failed as "rejected"), and a job it refuses has no place by the
+capacity's own `fits`, with every node free: for an exact gang `nnodes` nodes of
+`nproc_per_node` devices in one node group, for a packed job its devices in one group.
 """
 
 from __future__ import annotations
@@ -48,12 +48,11 @@ def specs(draw: st.DrawFn) -> JobSpec:
 
 
 def _has_place(scheduling: Scheduling, spec: JobSpec) -> bool:
-    """Whether its gang (`nnodes` nodes of `nproc_per_node` devices: a job never gets
-    more nodes than it asked for) fits some node group of an accepted chip, all free."""
+    """Whether it fits some node group of an accepted chip, all free: an exact gang as
+    `nnodes` nodes of `nproc_per_node` devices, a packed job's devices anywhere in it."""
     w = scheduling._workload("probe", spec, 0.0)
     return any(
-        group.chip.id in w.chips
-        and scheduling.sched.cap.fits(g, w.min_devices, spec.nproc_per_node)
+        group.chip.id in w.chips and scheduling.sched.cap.fits(g, w.min_devices, w.per_node)
         for g, group in enumerate(scheduling.cluster.groups)
     )
 
@@ -77,12 +76,17 @@ def test_submit_refuses_exactly_what_could_never_start(
     assert sum(placed.values()) == spec.device_range[0] or spec.elastic is not None
     if spec.exact_nodes:
         assert len(placed) == spec.nnodes and set(placed.values()) == {spec.nproc_per_node}
+    else:  # packed onto as few nodes as hold it: all on one node, or whole nodes but one
+        sizes = {n.name: n.devices for n in nodes}
+        assert len({sizes[name] for name in placed}) == 1  # one node group
+        assert len(placed) == 1 or sum(placed[x] < sizes[x] for x in placed) <= 1, placed
 
 
 def test_a_gang_never_spans_two_node_sizes() -> None:
     """Three 1-device nodes, but two of size 1 and one of size 8: a 3 x 1 exact gang has
-    no place (the case the old count of nodes let through), packed or not; a gang of
-    nodes of 4 fits the big node, packed or exact."""
+    no place (the case the old count of nodes let through) and the refusal names the
+    nodes it could have had; packed, it goes onto the big node, as does a packed 2 x 4;
+    a gang of nodes of 4 fits the big node, packed or exact."""
     nodes = [NodeInfo("head", "cpu", 1), NodeInfo("w1", "cpu", 1), NodeInfo("big", "cpu", 8)]
     scheduling = Scheduling(nodes, None, "argosy", SchedulerConfig(), FakeClock())
     gang = JobSpec.model_validate(
@@ -90,10 +94,21 @@ def test_a_gang_never_spans_two_node_sizes() -> None:
     )
     field, why = scheduling.check(gang)
     assert field == "nnodes" and "at most 2 such node(s)" in why, why
-    assert scheduling.check(gang.model_copy(update={"exact_nodes": False}))[0] == "nnodes"
+    assert "the cpu nodes of 1 device(s) (head, w1)" in why, why
     fours = gang.model_copy(update={"nnodes": 1, "nproc_per_node": 4})
     assert (
         scheduling.check(fours)
         == scheduling.check(fours.model_copy(update={"exact_nodes": False}))
         == ("", "")
     )
+    packed_3x1 = gang.model_copy(update={"exact_nodes": False})
+    packed_2x4 = packed_3x1.model_copy(update={"nnodes": 2, "nproc_per_node": 4})
+    for job_id, spec, want in [("p31", packed_3x1, 3), ("p24", packed_2x4, 8)]:
+        assert scheduling.check(spec) == ("", "")
+        assert scheduling.submit(job_id, spec, 0.0) == ""
+        assert [d.workload.id for d in scheduling.cycle() if d.action == "start"] == [job_id]
+        assert scheduling.placement(job_id).nodes == {"big": want}
+        scheduling.finished(job_id)
+    nine = packed_3x1.model_copy(update={"nnodes": 3, "nproc_per_node": 3})
+    field, why = scheduling.check(nine)
+    assert field == "nnodes" and "needs 9 devices of one type" in why, why
