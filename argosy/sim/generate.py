@@ -324,11 +324,11 @@ def _pretraining(cluster, rng, horizon, cap, tables, level, width, load, n_expec
             misses += 1
             continue
         misses = 0
-        h = int(room.any(axis=0).argmax())
-        k = int(np.argmin(np.where(room[:, h], lvl[:, h] + inc, np.inf)))
-        h = front = front + h
-        rate = size * t.fastest[k] * _pour(ahead[:, h - front], cap, t.member[k])
-        submit, d = _start_run(rng, level, cap, width, horizon, h, d, rate)
+        rel = int(room.any(axis=0).argmax())  # the start hour, counted from `front`
+        k = int(np.argmin(np.where(room[:, rel], lvl[:, rel] + inc, np.inf)))
+        rate = size * t.fastest[k] * _pour(ahead[:, rel], cap, t.member[k])
+        front += rel
+        submit, d = _start_run(rng, level, cap, width, horizon, front, d, rate)
         out.append((submit, "train", size, d, pin, k, t.names[k]))
     return out + _fill_holes(cluster, rng, horizon, cap, tables, level, width, load, n)
 

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argosy.hardware.loader import load_cluster
 from argosy.sim import calibration as cal
@@ -49,3 +51,39 @@ def test_same_seed_same_trace_and_quantile_sampler_is_monotone():
     x = sample_quantiles(None, cal.DURATION_QUANTILES["eval"], u)
     assert (np.diff(x) >= 0).all()
     assert x[0] == pytest.approx(2) and x[-1] == pytest.approx(14400)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    a100=st.sampled_from([64, 256]),
+    h100=st.sampled_from([64, 512]),
+)
+def test_a_pretraining_run_s_work_is_poured_by_the_levels_of_the_hour_it_starts(
+    seed: int, a100: int, h100: int
+) -> None:
+    """A run that may take either NVIDIA pool goes to the one least loaded in the hour it
+    starts (or the next, if higher: the first pass's look; the hole-filling pass reads
+    that hour), not in the hour the first pass's search started from, as it once did."""
+    from argosy.sim import generate as gen_module
+
+    poured: list[np.ndarray] = []
+    starts: list[tuple[int, np.ndarray, np.ndarray]] = []
+    real_pour, real_start = gen_module._pour, gen_module._start_run
+
+    def pour(level, cap, member):
+        poured.append(level.copy())
+        return real_pour(level, cap, member)
+
+    def start_run(rng, level, cap, width, horizon, h, d, rate):
+        nxt = level[:, min(h + 1, level.shape[1] - 1)]
+        starts.append((h, np.maximum(level[:, h], nxt), level[:, h].copy()))
+        return real_start(rng, level, cap, width, horizon, h, d, rate)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gen_module, "_pour", pour)
+        patch.setattr(gen_module, "_start_run", start_run)
+        generate(load_cluster(f"a100-80g:{a100}+h100:{h100}"), days=3, seed=seed)
+    assert len(poured) == len(starts) > 0  # one pour per run started
+    for level, (h, look_ahead, at_start) in zip(poured, starts, strict=True):
+        assert np.allclose(level, look_ahead) or np.allclose(level, at_start), h
