@@ -104,7 +104,7 @@ class GangVerdicts:
                 return AttemptExit(job, n, None, True, why, (i,))
             if code == FAILED_TO_START:
                 return AttemptExit(job, n, None, False, f"node rank {i} could not start")
-        gone = [i for i, x in enumerate(a.node_ids) if x not in self._alive]
+        gone = self._gone_ranks(a)
         if gone:
             why = f"node rank {gone[0]}'s Ray node {a.node_ids[gone[0]][:8]} is dead"
             why += _gang_restarts(a)
@@ -131,13 +131,23 @@ class GangVerdicts:
         (the other nodes' ranks fail on the lost peer before its actor is seen dead), and
         the node ranks gone."""
         self._refresh_nodes()
-        gone = [i for i, node_id in enumerate(a.node_ids) if node_id not in self._alive]
+        gone = self._gone_ranks(a)
         for i in gone:
             self._suspect_node(a, i)
         if not gone:
             return None
         why = f"node rank {gone[0]}'s Ray node {a.node_ids[gone[0]][:8]} is dead"
         return f"{why}; the whole gang restarts", tuple(gone)
+
+    def _gone_ranks(self, a: GangAttempt) -> list[int]:
+        """Node ranks whose Ray node is dead by the node table as last read, less those
+        whose launcher had exited 0 (their part of the gang was done; losing the node
+        after that costs the gang nothing)."""
+        return [
+            i
+            for i, node_id in enumerate(a.node_ids)
+            if node_id not in self._alive and a.codes.get(i) != 0
+        ]
 
     def _silent_node_of(self, a: GangAttempt) -> Lost | None:
         """Why the gang ended if a node rank still running does not answer within

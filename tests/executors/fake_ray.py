@@ -302,6 +302,11 @@ class FakeRay:
         actor.runner.code = code
         return True
 
+    def last_actor(self, name: str) -> tuple[str, FakeRunner] | None:
+        """The state and launcher of the newest actor called `name`, dead or not."""
+        found = [a for a in self._actors.values() if a.name == name]
+        return (found[-1].state, found[-1].runner) if found else None
+
     def runner(self, name: str) -> FakeRunner | None:
         actor = self._named(name)
         return None if actor is None else actor.runner

@@ -386,9 +386,13 @@ class RayExecutorMachine(RuleBasedStateMachine):
             assert job not in self.stopping, f"{tag} was stopped but not reported"
             if self.fake.live_groups().get(tag) == "PENDING":
                 continue  # Ray cannot place it (its node is full, or gone but not declared)
-            ranks = [self.fake.runner(f"{tag}-{i}") for i in range(self.sizes[(job, attempt)])]
-            assert all(r is not None for r in ranks), f"{tag} lost an actor, unreported"
-            codes = [r.code for r in ranks if r is not None]
+            ranks = [self.fake.last_actor(f"{tag}-{i}") for i in range(self.sizes[(job, attempt)])]
+            assert all(r is not None for r in ranks), f"{tag} has a rank with no actor"
+            if any(state == "UNREACHABLE" for state, _ in ranks):
+                continue  # its node died, not yet declared: nobody can tell how it ended
+            lost = [i for i, (state, r) in enumerate(ranks) if state == "DEAD" and r.code != 0]
+            assert not lost, f"{tag} lost the actors of node ranks {lost}, unreported"
+            codes = [r.code for _, r in ranks]  # a rank done (0) may have lost its node since
             assert None in codes and set(codes) <= {None, 0}, f"{tag} ended unreported: {codes}"
         listed = names(self.executor)
         alive = {n["Labels"]["argosy.io/node"] for n in self.fake.nodes() if n["Alive"]}

@@ -216,3 +216,23 @@ def test_a_gang_that_fails_on_its_own_blames_the_rank_that_failed() -> None:
     assert ended.exit_code == 1 and ended.reason.startswith("node rank 1: the launcher exited 1")
     assert ended.lost_node_ranks == ()  # no node was lost: every rank's evidence counts
     assert names(executor) == ["head", "w1"]
+
+
+@pytest.mark.parametrize("declare", [True, False])
+def test_a_node_lost_after_its_rank_finished_costs_the_gang_nothing(declare: bool) -> None:
+    """Node rank 0's launcher exits 0, then its node dies (declared dead by Ray now, or
+    only unreachable): the other rank keeps running, and its exit 0 ends the attempt as
+    a success, with no restart and no node blamed."""
+    fake = FakeRay()
+    for name in ("head", "w1"):
+        fake.add_node(name, CPU)
+    executor = fake_executor(fake)
+    executor.start(request("fake-f", {"head": 1, "w1": 1}))
+    settle(fake, executor)
+    assert fake.exit_rank(attempt_tag("fake-f", 1), 0, 0)
+    assert settle(fake, executor) == []
+    fake.kill_node("head", declare=declare, unreachable=not declare)
+    assert settle(fake, executor) == []  # rank 1 still trains
+    assert fake.exit_rank(attempt_tag("fake-f", 1), 1, 0)
+    (ended,) = settle(fake, executor)
+    assert ended.exit_code == 0 and not ended.lost and ended.lost_node_ranks == ()
