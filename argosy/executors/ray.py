@@ -288,7 +288,7 @@ class RayExecutor(GangVerdicts):
         """Free the attempt's Ray resources, then report how it ended (the server may
         place its next attempt on the same devices at once)."""
         self._attempts.pop(a.job_id, None)
-        self._cleanup(a, kill_ranks=ended.exit_code != 0)
+        self._cleanup(a, kill_ranks=ended.exit_code != 0, lost=ended.lost_node_ranks)
         with self._lock:
             self._exits.append(ended)
 
@@ -386,7 +386,7 @@ class RayExecutor(GangVerdicts):
             actor.start.remote(command, env, request.workdir, str(log_file), job)
             actors.append(actor)
         self._attempts[request.job_id] = GangAttempt(
-            request.job_id, request.attempt, pg, actors, ids
+            request.job_id, request.attempt, pg, actors, ids, names
         )
 
     def _stop(self, job_id: str) -> None:
@@ -414,12 +414,22 @@ class RayExecutor(GangVerdicts):
         actors = [self.ray.get_actor(name, namespace=NAMESPACE) for name in names]
         ranks = [int(name.rsplit("-", 1)[1]) for name in names]
         if names and pg is not None and ranks == list(range(self._group_size(pg))):
-            self._attempts[job_id] = GangAttempt(job_id, attempt, pg, actors)
+            ids = self._group_nodes(pg, len(ranks))
+            nodes = [self._named.get(x, "") for x in ids]
+            self._attempts[job_id] = GangAttempt(job_id, attempt, pg, actors, ids, nodes)
             return
         why = "a node rank's Ray actor is gone" if names else "its Ray actors are gone"
         self._end(
             GangAttempt(job_id, attempt, pg, actors), AttemptExit(job_id, attempt, None, True, why)
         )
+
+    def _group_nodes(self, pg: Any, size: int) -> list[str]:
+        """The Ray node id of each bundle of a placed group (node rank order), or [] when
+        Ray does not say for every bundle (an adopted gang's nodes can then be suspected
+        and named in its reasons, as a started one's are)."""
+        placed = self.ray.util.placement_group_table(pg).get("bundles_to_node_id") or {}
+        ids = [str(placed.get(i) or "") for i in range(size)]
+        return ids if all(x.strip("0f") for x in ids) else []
 
     def _group_size(self, pg: Any) -> int:
         """How many bundles (node ranks) the placement group has."""
@@ -455,12 +465,16 @@ class RayExecutor(GangVerdicts):
                 out[name] = group_handle(self.ray, entry["placement_group_id"])
         return out
 
-    def _cleanup(self, a: GangAttempt, *, kill_ranks: bool) -> None:
+    def _cleanup(self, a: GangAttempt, *, kill_ranks: bool, lost: tuple[int, ...] = ()) -> None:
         """Kill the attempt's processes (with `kill_ranks`: every process of the job its
         actors can reach, waiting at most `call_timeout_s`), its actors and its placement
-        group. Actors that never started are only killed."""
-        if kill_ranks and a.actors and self._placed(a):
-            refs = [actor.kill_job.remote() for actor in a.actors]
+        group. Actors that never started are only killed. The node ranks `lost` (their
+        node dead, hung or unreachable) are not asked: their call would only hold this
+        thread until Ray gives up on it, seconds that delay the attempt's report; their
+        actors are killed, and a launcher dies with its actor."""
+        reach = [actor for i, actor in enumerate(a.actors) if i not in lost]
+        if kill_ranks and reach and self._placed(a):
+            refs = [actor.kill_job.remote() for actor in reach]
             self.ray.wait(refs, num_returns=len(refs), timeout=self.options.call_timeout_s)
         for actor in a.actors:
             with contextlib.suppress(Exception):  # already dead is fine

@@ -43,6 +43,9 @@ class GangAttempt:
     pg: Any
     actors: list[Any]
     node_ids: list[str] = field(default_factory=list)
+    """Ray node id of each node rank (empty when unknown)."""
+    names: list[str] = field(default_factory=list)
+    """argosy's name of each node rank's node, for reasons (empty when unknown)."""
     codes: dict[int, int] = field(default_factory=dict)
     asks: dict[int, Any] = field(default_factory=dict)
     """Node rank -> its outstanding `poll` call."""
@@ -100,14 +103,13 @@ class GangVerdicts:
         for i, code in sorted(a.codes.items()):
             if code == DIED:
                 self._suspect_node(a, i)
-                why = f"node rank {i}'s Ray node died" + _gang_restarts(a)
+                why = f"node rank {i}'s Ray node{_named(a, i)} died" + _gang_restarts(a)
                 return AttemptExit(job, n, None, True, why, (i,))
             if code == FAILED_TO_START:
                 return AttemptExit(job, n, None, False, f"node rank {i} could not start")
         gone = self._gone_ranks(a)
         if gone:
-            why = f"node rank {gone[0]}'s Ray node {a.node_ids[gone[0]][:8]} is dead"
-            why += _gang_restarts(a)
+            why = _declared_dead(a, gone[0]) + _gang_restarts(a)
             return AttemptExit(job, n, None, True, why, tuple(gone))
         if a.codes:
             worst = max(a.codes.values(), key=lambda c: (c != 0, c))
@@ -136,8 +138,7 @@ class GangVerdicts:
             self._suspect_node(a, i)
         if not gone:
             return None
-        why = f"node rank {gone[0]}'s Ray node {a.node_ids[gone[0]][:8]} is dead"
-        return f"{why}; the whole gang restarts", tuple(gone)
+        return f"{_declared_dead(a, gone[0])}; the whole gang restarts", tuple(gone)
 
     def _gone_ranks(self, a: GangAttempt) -> list[int]:
         """Node ranks whose Ray node is dead by the node table as last read, less those
@@ -171,13 +172,32 @@ class GangVerdicts:
             self._suspect_node(a, i)
         if not silent:
             return None
-        how = "died" if a.codes.get(silent[0]) == DIED else "did not answer"
-        return f"node rank {silent[0]}'s Ray node {how}; the whole gang restarts", tuple(silent)
+        first = silent[0]
+        how = (
+            "died"
+            if a.codes.get(first) == DIED
+            else "is unreachable (Ray: actor unavailable)"
+            if first in unreachable
+            else f"did not answer within {PEER_ANSWER_S:g} s"
+        )
+        why = f"node rank {first}'s Ray node{_named(a, first)} {how}; the whole gang restarts"
+        return why, tuple(silent)
 
     def _suspect_node(self, a: GangAttempt, i: int) -> None:
         if i < len(a.node_ids):
             self._suspect[a.node_ids[i]] = self._clock() + self.options.suspect_s
             self._refresh_nodes()
+
+
+def _named(a: GangAttempt, i: int) -> str:
+    """` (<node name>)` of node rank `i`, or nothing when the name is unknown."""
+    return f" ({a.names[i]})" if i < len(a.names) and a.names[i] else ""
+
+
+def _declared_dead(a: GangAttempt, i: int) -> str:
+    name = a.names[i] if i < len(a.names) and a.names[i] else ""
+    which = f"{name}, Ray node {a.node_ids[i][:8]}" if name else a.node_ids[i][:8]
+    return f"node rank {i}'s Ray node ({which}) is dead"
 
 
 def _gang_restarts(a: GangAttempt) -> str:

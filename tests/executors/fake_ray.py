@@ -111,6 +111,7 @@ class _Group:
             "name": self.name,
             "state": self.state,
             "bundles": dict(enumerate(self.bundles)),
+            "bundles_to_node_id": dict(enumerate(self.on)),
         }
 
 
@@ -216,6 +217,8 @@ class FakeRay:
         self._groups: dict[str, _Group] = {}
         self._actors: dict[str, _Actor] = {}
         self._ids = itertools.count(1)
+        self.calls: list[tuple[str, str]] = []
+        """(actor name, method) of every call made, in order."""
         self.util = SimpleNamespace(
             placement_group=self._placement_group,
             remove_placement_group=self._remove_placement_group,
@@ -441,6 +444,7 @@ class FakeRay:
 
     def _call(self, aid: str, method: str, args: tuple[Any, ...]) -> ObjectRef:
         actor, ref = self._actors[aid], ObjectRef()
+        self.calls.append((actor.name or aid, method))
         if actor.state == "DEAD":
             ref.resolve(error=_actor_died(actor))
         elif actor.state == "UNREACHABLE":

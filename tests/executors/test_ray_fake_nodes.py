@@ -173,20 +173,37 @@ def test_ray_accelerator_types_map_to_catalog_ids(reported: str, chip: str) -> N
     assert catalog_chip("TPU-V4") is None
 
 
-@pytest.mark.parametrize("how", ["hangs", "dies unseen", "dies unreachable"])
+HOW_SAID = {
+    "hangs": "did not answer within 2 s",
+    "dies unseen": "died",
+    "dies unreachable": "is unreachable (Ray: actor unavailable)",
+}
+
+
+@pytest.mark.parametrize("adopted", [False, True])
+@pytest.mark.parametrize("how", list(HOW_SAID))
 @pytest.mark.parametrize("lost_rank", [0, 1])
-def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(how: str, lost_rank: int) -> None:
+def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(
+    how: str, lost_rank: int, adopted: bool
+) -> None:
     """A node rank's host hangs (or its raylet dies before Ray's health check sees it:
     its actor's calls fail as unavailable, as real Ray's do in those seconds): the
     survivor's launcher fails on the lost peer first. The attempt ends lost, naming the
-    lost node rank, whose node leaves the inventory: the next attempt goes to a free
-    node, not back onto it (one restart per lost node, not two)."""
+    lost node rank and its node, which leaves the inventory: the next attempt goes to a
+    free node, not back onto it (one restart per lost node, not two). The same for a
+    gang a restarted server adopted (its nodes read from Ray's placement group)."""
     fake = FakeRay()
     for name in ("head", "w1", "w2"):
         fake.add_node(name, CPU)
     executor = fake_executor(fake)
     executor.start(request("fake-g", {"head": 1, "w1": 1}))
     settle(fake, executor)
+    if adopted:
+        executor.close()
+        executor = fake_executor(fake)
+        assert executor.adopt("fake-g", 1, Path("/nonexistent")) is None
+        executor.reap()
+        settle(fake, executor)
     lost, survivor = ("w1", "head") if lost_rank == 1 else ("head", "w1")
     assert fake.actor_node(f"{attempt_tag('fake-g', 1)}-{lost_rank}") == fake.node(lost).node_id
     if how == "hangs":
@@ -197,10 +214,14 @@ def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(how: str, lost
     assert fake.exit_rank(attempt_tag("fake-g", 1), survivor_rank, 1)
     (ended,) = settle(fake, executor, rounds=1)
     assert ended.lost and ended.exit_code is None
-    assert f"node rank {lost_rank}'s Ray node" in ended.reason, ended.reason
+    said = f"node rank {lost_rank}'s Ray node ({lost}) {HOW_SAID[how]}; the whole gang restarts"
+    assert ended.reason == said, ended.reason
     assert ended.lost_node_ranks == (lost_rank,)  # the survivor's crash is not its node's
     assert names(executor) == sorted({"head", "w1", "w2"} - {lost})
     assert survivor in names(executor)
+    kills = {name for name, method in fake.calls if method == "kill_job"}
+    tag = attempt_tag("fake-g", 1)  # the survivor's processes are killed; the lost node's
+    assert kills == {f"{tag}-{survivor_rank}"}, kills  # actor is not asked (Ray's wait)
 
 
 def test_a_gang_that_fails_on_its_own_blames_the_rank_that_failed() -> None:
