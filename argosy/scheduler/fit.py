@@ -39,7 +39,11 @@ def never_fits(sched, w: Workload) -> str:
     biggest = {c: _largest_group(sched, c) for c in usable}
     fits = [c for c in usable if biggest[c] >= need]
     if not fits:
-        return f"needs {need} devices of one type; largest groups: {biggest}"
+        most = ", ".join(f"{chip} {n}" for chip, n in biggest.items())
+        return (
+            f"needs {need} devices in one node group (one chip, one node size); the "
+            f"largest group of each chip it accepts holds: {most}"
+        )
     if sched.policy.quotas:
         anc = sched.tree.ancestors[w.queue]
         ceil = {c: int(sched.tree.ceiling[anc, sched.tree.chip_index[c]].min()) for c in fits}

@@ -23,7 +23,6 @@ what this machine's relaunch costs (`resize_cost_s` of the config, not the polic
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,11 +76,12 @@ class Scheduling:
     # ---- requests --------------------------------------------------------------------
     def check(self, spec: JobSpec) -> tuple[str, str]:
         """Why `spec` can never run here, and the field to change (("", "") if it may):
-        unknown queue or chip, an exact gang (`exact_nodes`) with no node group (one
-        chip, one node size) of `nnodes` nodes of `nproc_per_node` devices, or what the
-        scheduler would reject at once (no node group of an accepted chip holds a packed
-        job's devices, quota ceilings, pinned reservations): refused at submit, not
-        stored and failed."""
+        unknown queue or chip; no node group (one chip, one node size) with room for its
+        gang (exact: `nnodes` nodes of `nproc_per_node` devices; packed: its devices on
+        at most `nnodes` nodes of at least `nproc_per_node` devices, so a job never gets
+        more nodes than it asked for only because none is big enough); or what the
+        scheduler would reject at once (quota ceilings, pinned reservations): refused at
+        submit, not stored and failed."""
         field, why = self._gang_check(spec)
         if not why:
             why = fit.never_fits(self.sched, self._workload("", spec, 0.0))
@@ -89,16 +89,34 @@ class Scheduling:
         return ("elastic.min_nnodes" if field == "nnodes" and spec.elastic else field), why
 
     def _gang_check(self, spec: JobSpec) -> tuple[str, str]:
-        """`check` less what the scheduler's own submit rejects (`fit.never_fits`). A
-        packed job goes onto as few nodes as hold its devices (docs/server.md,
-        `nnodes`): whether a node group holds them is the scheduler's check."""
-        if not spec.exact_nodes:
-            return self._check(spec.queue, spec.chips, 1, 1)
-        return self._check(spec.queue, spec.chips, spec.nproc_per_node, spec.nnodes)
+        """`check` less what the scheduler's own submit rejects (`fit.never_fits`)."""
+        field, why, usable = self._names_check(spec.queue, spec.chips)
+        if why:
+            return field, why
+        nnodes = spec.elastic.min_nnodes if spec.elastic else spec.nnodes
+        per_node = spec.nproc_per_node
+        groups = [g for c in usable for g in self._node_groups(c, per_node)]
+        if spec.exact_nodes:
+            biggest = max(groups, key=lambda g: (len(g), g[0].devices), default=[])
+            if len(biggest) < nnodes:
+                return "nnodes", (
+                    f"needs {nnodes} node(s) with {per_node} device(s) each in one node group "
+                    f"(one chip, one node size); {_largest_gang_text(biggest, usable)}"
+                )
+            return "", ""
+        need = nnodes * per_node
+        roomiest = max(groups, key=lambda g: sum(n.devices for n in g), default=[])
+        if sum(n.devices for n in roomiest) < need:
+            return "nnodes", (
+                f"needs {need} devices on at most {nnodes} node(s) of at least {per_node} "
+                f"device(s) in one node group (one chip, one node size); "
+                f"{_roomiest_text(roomiest, usable)}"
+            )
+        return "", ""
 
     def check_service(self, spec: ServiceSpec) -> tuple[str, str]:
         """Why a service can never run here, and the field to change (("", "") if it may)."""
-        field, why = self._check(spec.queue, spec.chips, 1, 1)
+        field, why, _ = self._names_check(spec.queue, spec.chips)
         if why:
             return field, why
         have = self.cluster.devices_by_chip()
@@ -108,39 +126,32 @@ class Scheduling:
             return "replicas", why
         return "", ""
 
-    def _check(
-        self, queue: str, accepted: list[str], per_node: int, nnodes: int
-    ) -> tuple[str, str]:
+    def _names_check(self, queue: str, accepted: list[str]) -> tuple[str, str, list[str]]:
+        """(field, why, the accepted chips the cluster has): an unknown queue or chip,
+        or no chip the request accepts."""
         tree = self.sched.tree
         if queue not in tree.leaves:
-            return "queue", str(UnknownNameError("leaf queue", queue, tree.leaves))
+            return "queue", str(UnknownNameError("leaf queue", queue, tree.leaves)), []
         have = self.cluster.devices_by_chip()
         chips = []
         for name in accepted or list(have):
             try:
                 chips.append(default_catalog().canonical(name))
             except UnknownNameError as err:
-                return "chips", str(err)
+                return "chips", str(err), []
         usable = [c for c in chips if c in have]
         if not usable:
-            return "chips", f"accepts chip types {chips}; the cluster has {list(have)}"
-        biggest = max((self._largest_gang(c, per_node) for c in usable), key=len)
-        if len(biggest) < nnodes:
-            return "nnodes", (
-                f"needs {nnodes} node(s) with {per_node} device(s) each in one node group "
-                f"(one chip, one node size); {_largest_gang_text(biggest, usable)}"
-            )
-        return "", ""
+            return "chips", f"accepts chip types {chips}; the cluster has {list(have)}", []
+        return "", "", usable
 
-    def _largest_gang(self, chip: str, per_node: int) -> list[NodeInfo]:
-        """The nodes of the largest node group of `chip` (a gang never spans two node
-        sizes) with at least `per_node` devices each."""
-        fit = [n for n in self.nodes if n.chip == chip and n.devices >= per_node]
-        sizes = Counter(n.devices for n in fit)
-        if not sizes:
-            return []
-        size = max(sizes, key=lambda d: (sizes[d], d))
-        return [n for n in fit if n.devices == size]
+    def _node_groups(self, chip: str, per_node: int) -> list[list[NodeInfo]]:
+        """The nodes of each node group of `chip` (one node size: a gang never spans
+        two) whose nodes have at least `per_node` devices."""
+        by_size: dict[int, list[NodeInfo]] = {}
+        for n in self.nodes:
+            if n.chip == chip and n.devices >= per_node:
+                by_size.setdefault(n.devices, []).append(n)
+        return list(by_size.values())
 
     def submit(self, job_id: str, spec: JobSpec, submit_s: float) -> str:
         """Queue the job; returns "" or the reason it can never run here (`check`'s: a
@@ -350,12 +361,23 @@ def forecast_profile(levels: list[float], lead_s: float, step_s: float) -> np.nd
 
 
 def _largest_gang_text(nodes: list[NodeInfo], chips: list[str]) -> str:
-    """What the largest node group a gang could use holds, for a refusal."""
+    """What the largest node group an exact gang could use holds, for a refusal."""
     if not nodes:
         return f"no node of {chips} has that many devices"
+    return f"at most {len(nodes)} such node(s): {_group_text(nodes)}"
+
+
+def _roomiest_text(nodes: list[NodeInfo], chips: list[str]) -> str:
+    """What the roomiest node group a packed job could use holds, for a refusal."""
+    if not nodes:
+        return f"no node of {chips} has that many devices"
+    devices = sum(n.devices for n in nodes)
+    return f"the most such a group holds is {devices} device(s): {_group_text(nodes)}"
+
+
+def _group_text(nodes: list[NodeInfo]) -> str:
     names = ", ".join(n.name for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
-    chip, size = nodes[0].chip, nodes[0].devices
-    return f"at most {len(nodes)} such node(s): the {chip} nodes of {size} device(s) ({names})"
+    return f"the {nodes[0].chip} nodes of {nodes[0].devices} device(s) ({names})"
 
 
 def _cluster_spec(nodes: list[NodeInfo]) -> ClusterSpec:

@@ -267,7 +267,8 @@ def test_a_gang_asking_more_nodes_than_exist_is_refused_at_submit(
         assert "needs 3 node(s) with 2 device(s) each in one node group" in error["msg"]
         assert "at most 2 such node(s)" in error["msg"]
     else:  # packed: the devices it needs in one group
-        assert "needs 6 devices of one type; largest groups: {'cpu': 4}" in error["msg"]
+        assert "needs 6 devices on at most 3 node(s) of at least 2" in error["msg"]
+        assert "the most such a group holds is 4 device(s)" in error["msg"]
     assert "big" not in api.get("/api/v1/jobs", params={"name": "big"}).text
 
 

@@ -4,7 +4,8 @@
 property: a job `check` accepts starts at the first cycle of an idle cluster (so nothing
 stored is later failed as "rejected"), and a job it refuses has no place by the
 capacity's own `fits`, with every node free: for an exact gang `nnodes` nodes of
-`nproc_per_node` devices in one node group, for a packed job its devices in one group.
+`nproc_per_node` devices in one node group, for a packed job its devices in one group
+of nodes of at least `nproc_per_node` devices (never more nodes than it asked for).
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def specs(draw: st.DrawFn) -> JobSpec:
 
 def _has_place(scheduling: Scheduling, spec: JobSpec) -> bool:
     """Whether it fits some node group of an accepted chip, all free: an exact gang as
-    `nnodes` nodes of `nproc_per_node` devices, a packed job's devices anywhere in it."""
+    `nnodes` nodes of `nproc_per_node` devices, a packed job's devices anywhere in a
+    group of nodes of at least `nproc_per_node` devices (so on at most `nnodes`)."""
     w = scheduling._workload("probe", spec, 0.0)
     return any(
-        group.chip.id in w.chips and scheduling.sched.cap.fits(g, w.min_devices, w.per_node)
+        group.chip.id in w.chips
+        and group.devices_per_node >= spec.nproc_per_node
+        and scheduling.sched.cap.fits(g, w.min_devices, w.per_node)
         for g, group in enumerate(scheduling.cluster.groups)
     )
 
@@ -111,4 +115,7 @@ def test_a_gang_never_spans_two_node_sizes() -> None:
         scheduling.finished(job_id)
     nine = packed_3x1.model_copy(update={"nnodes": 3, "nproc_per_node": 3})
     field, why = scheduling.check(nine)
-    assert field == "nnodes" and "needs 9 devices of one type" in why, why
+    assert field == "nnodes" and "needs 9 devices on at most 3 node(s)" in why, why
+    assert "the most such a group holds is 8 device(s): the cpu nodes of 8" in why, why
+    nine_on_one = packed_3x1.model_copy(update={"nnodes": 1, "nproc_per_node": 9})
+    assert scheduling.check(nine_on_one)[0] == "nnodes"  # never two nodes for a 1-node job
