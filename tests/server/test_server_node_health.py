@@ -287,16 +287,21 @@ def test_a_pending_job_says_why_it_waits_in_the_api(api: TestClient) -> None:
     assert all(r.get("waiting") is None for r in rows)
 
 
-@pytest.mark.parametrize("exact", [True, False])
-def test_a_gang_with_free_devices_but_no_place_says_so(home: Path, exact: bool) -> None:
+@pytest.mark.parametrize(("exact", "out_by"), [(True, "hand"), (True, "health"), (False, "hand")])
+def test_a_gang_with_free_devices_but_no_place_says_so(home: Path, exact: bool, out_by: str):
     """Enough devices are free in all (1 + 8), but a gang of 2 nodes x 1 needs two nodes
-    of one group (one chip, one node size) and the other 1-device node is cordoned: the
-    job says it has no place and why, not "fits now". Uncordoned, it starts."""
+    of one group (one chip, one node size) and the other 1-device node is cordoned (by
+    hand, or by its health record after a failed check): the job says it has no place,
+    why, and what brings the node back, not "fits now". Brought back, it starts."""
     fake = FakeExecutor([NodeInfo("head", "cpu", 1), NodeInfo("w1", "cpu", 1),
                          NodeInfo("big", "cpu", 8)])  # fmt: skip
     with app_client(home, fake) as api:
         api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
-        assert api.post("/api/v1/nodes/w1/cordon").status_code == 200
+        if out_by == "hand":
+            assert api.post("/api/v1/nodes/w1/cordon").status_code == 200
+        else:
+            failed = {"verdict": "failed", "detail": "GEMM check failed"}
+            assert api.post("/api/v1/nodes/w1/health", json=failed).status_code == 200
         body = {"name": "g", "script": STEPS, "workdir": WORKDIR, "nnodes": 2}
         job_id = api.post("/api/v1/jobs", json=body | {"exact_nodes": exact}).json()["id"]
         time.sleep(0.5)  # scheduling cycles pass
@@ -307,8 +312,15 @@ def test_a_gang_with_free_devices_but_no_place_says_so(home: Path, exact: bool) 
         assert job["state"] == "pending", job
         assert "fits now" not in job["waiting"], job["waiting"]
         assert "needs 2 node(s) with 1 free device(s) each" in job["waiting"]
-        assert "head 1 of 1" in job["waiting"] and "w1 (cordoned)" in job["waiting"]
-        assert api.post("/api/v1/nodes/w1/uncordon").status_code == 200
+        assert "head 1 of 1" in job["waiting"]
+        if out_by == "hand":
+            assert "w1 (cordoned; `argosy cordon w1 --undo` brings it back)" in job["waiting"]
+            assert api.post("/api/v1/nodes/w1/uncordon").status_code == 200
+        else:
+            assert "w1 (health: " in job["waiting"], job["waiting"]
+            assert "`argosy repair w1` brings it back)" in job["waiting"]
+            repair = {"verdict": "repair", "detail": "replaced"}
+            assert api.post("/api/v1/nodes/w1/health", json=repair).status_code == 200
         deadline = time.monotonic() + 60  # a bound on a wait, not a speed check
         while job_id not in fake.running:
             assert time.monotonic() < deadline, "the gang was not placed once w1 came back"

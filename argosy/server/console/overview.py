@@ -241,7 +241,7 @@ def spread_reason(ctl: Control, row: dict) -> str:
         for n in s.nodes
         if n.chip in chips and n.name not in s.out_of_service
     ]
-    out = [f"{n.name} ({'lost' if n.name in ctl.lost else 'cordoned'})"
+    out = [f"{n.name} ({_out_why(ctl, n.name)})"
            for n in s.nodes if n.chip in chips and n.name in s.out_of_service]  # fmt: skip
     gang = f"{nnodes} node(s) with {per_node} free device(s) each"
     return (
@@ -249,6 +249,16 @@ def spread_reason(ctl: Control, row: dict) -> str:
         + (", ".join(free) or "none")
         + (f"; out of placement: {', '.join(out)}" if out else "")
     )
+
+
+def _out_why(ctl: Control, name: str) -> str:
+    """Why a node is out of placement, and what brings it back."""
+    if name in ctl.lost:
+        return "lost"
+    if name in ctl.health.out_of_service():
+        state = ctl.health.record(name).state.value
+        return f"health: {state}; `argosy repair {name}` brings it back"
+    return f"cordoned; `argosy cordon {name} --undo` brings it back"
 
 
 def _cordon_reason(
