@@ -225,6 +225,8 @@ def test_contract_gang_exit_stop_unplaced_stop_and_adoption(
     ex.reap()
     until(harness, ex, lambda: harness.leftovers("argosy-ghost-") == [], "ghost reaped")
     assert ex.poll() == [] and harness.running(kept, 0)
+    adopted = ex._attempts["c-kept"]  # its nodes, read off Ray's placement group table
+    assert adopted.names == ["head"] and adopted.node_ids[0] in ex._alive, adopted
     harness.exit_rank(kept, 0, 0)
     assert [(e.job_id, e.exit_code, e.lost) for e in exits_of(harness, ex)] == [
         ("c-kept", 0, False)
