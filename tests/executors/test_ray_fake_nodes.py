@@ -13,7 +13,7 @@ from fake_ray import CPU, GCS_ADDRESS, FakeRay, fake_executor, names, request, s
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argosy.executors.ray import attempt_tag, catalog_chip
+from argosy.executors.ray import RayExecutor, attempt_tag, catalog_chip
 from argosy.executors.ray_nodes import ChipOffer, node_names
 
 
@@ -173,6 +173,18 @@ def test_ray_accelerator_types_map_to_catalog_ids(reported: str, chip: str) -> N
     assert catalog_chip("TPU-V4") is None
 
 
+def _gang_on_head_and_w1(job: str, spare: str = "") -> tuple[FakeRay, RayExecutor]:
+    """A fake cluster (head, w1 and maybe a spare node) running `job` as a gang of two
+    node ranks: 0 on head, 1 on w1."""
+    fake = FakeRay()
+    for name in ("head", "w1", *([spare] if spare else [])):
+        fake.add_node(name, CPU)
+    executor = fake_executor(fake)
+    executor.start(request(job, {"head": 1, "w1": 1}))
+    settle(fake, executor)
+    return fake, executor
+
+
 HOW_SAID = {
     "hangs": "did not answer within 2 s",
     "dies unseen": "died",
@@ -192,12 +204,7 @@ def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(
     lost node rank and its node, which leaves the inventory: the next attempt goes to a
     free node, not back onto it (one restart per lost node, not two). The same for a
     gang a restarted server adopted (its nodes read from Ray's placement group)."""
-    fake = FakeRay()
-    for name in ("head", "w1", "w2"):
-        fake.add_node(name, CPU)
-    executor = fake_executor(fake)
-    executor.start(request("fake-g", {"head": 1, "w1": 1}))
-    settle(fake, executor)
+    fake, executor = _gang_on_head_and_w1("fake-g", spare="w2")
     if adopted:
         executor.close()
         executor = fake_executor(fake)
@@ -226,12 +233,7 @@ def test_a_gang_that_fails_on_a_lost_peer_blames_that_peer_s_node(
 
 def test_a_gang_that_fails_on_its_own_blames_the_rank_that_failed() -> None:
     """Every peer answers: the failed rank's own exit is the reason, and no node leaves."""
-    fake = FakeRay()
-    for name in ("head", "w1"):
-        fake.add_node(name, CPU)
-    executor = fake_executor(fake)
-    executor.start(request("fake-o", {"head": 1, "w1": 1}))
-    settle(fake, executor)
+    fake, executor = _gang_on_head_and_w1("fake-o")
     assert fake.exit_rank(attempt_tag("fake-o", 1), 1, 1)
     (ended,) = settle(fake, executor, rounds=1)
     assert ended.exit_code == 1 and ended.reason.startswith("node rank 1: the launcher exited 1")
@@ -244,12 +246,7 @@ def test_a_node_lost_after_its_rank_finished_costs_the_gang_nothing(declare: boo
     """Node rank 0's launcher exits 0, then its node dies (declared dead by Ray now, or
     only unreachable): the other rank keeps running, and its exit 0 ends the attempt as
     a success, with no restart and no node blamed."""
-    fake = FakeRay()
-    for name in ("head", "w1"):
-        fake.add_node(name, CPU)
-    executor = fake_executor(fake)
-    executor.start(request("fake-f", {"head": 1, "w1": 1}))
-    settle(fake, executor)
+    fake, executor = _gang_on_head_and_w1("fake-f")
     assert fake.exit_rank(attempt_tag("fake-f", 1), 0, 0)
     assert settle(fake, executor) == []
     fake.kill_node("head", declare=declare, unreachable=not declare)
