@@ -115,12 +115,14 @@ def test_a_job_s_goodput_counts_its_lost_attempt_and_the_wait(
     step_s = last["productive_s"] / (24 - last["resumed_from"])
     first = json.loads((pid.parent / "summary.json").read_text())
     assert first["status"] == "missing" and "SIGKILL" in first["detail"]
-    assert first["from_events"] and first["final_step"] >= last["resumed_from"], first
+    # its event log is read up to its last event, which may lag its newest checkpoint
+    # (the launcher logs a step after the rank reports it): then nothing was redone
+    assert first["from_events"] and first["final_step"] >= last["resumed_from"] - 2, first
     assert account["attempts"] == 2 and account["estimated"] == []
     assert account["restarts"] == last["restarts"] + 1 and account["faults"] >= 1
     assert account["wall_s"] > last["span_s"][1] - last["span_s"][0]
     credited = account["productive_s"] - last["productive_s"]  # attempt 1's kept steps
-    redone = (first["final_step"] - last["resumed_from"]) * step_s
+    redone = max(0, first["final_step"] - last["resumed_from"]) * step_s
     assert credited == pytest.approx(first["productive_s"] - redone, abs=0.01)
     assert account["lost_s"]["redone_after_loss"] == pytest.approx(redone, abs=0.01)
     assert account["effective_training_time"] < last["effective_training_time"]
