@@ -413,8 +413,9 @@ class RayExecutor(GangVerdicts):
         pg = self._our_groups().get(tag)
         actors = [self.ray.get_actor(name, namespace=NAMESPACE) for name in names]
         ranks = [int(name.rsplit("-", 1)[1]) for name in names]
-        if names and pg is not None and ranks == list(range(self._group_size(pg))):
-            ids = self._group_nodes(pg, len(ranks))
+        table = self.ray.util.placement_group_table(pg) if names and pg is not None else {}
+        if table and ranks == list(range(len(table.get("bundles") or {}))):
+            ids = _bundle_nodes(table, len(ranks))
             nodes = [self._named.get(x, "") for x in ids]
             self._attempts[job_id] = GangAttempt(job_id, attempt, pg, actors, ids, nodes)
             return
@@ -422,18 +423,6 @@ class RayExecutor(GangVerdicts):
         self._end(
             GangAttempt(job_id, attempt, pg, actors), AttemptExit(job_id, attempt, None, True, why)
         )
-
-    def _group_nodes(self, pg: Any, size: int) -> list[str]:
-        """The Ray node id of each bundle of a placed group (node rank order), or [] when
-        Ray does not say for every bundle (an adopted gang's nodes can then be suspected
-        and named in its reasons, as a started one's are)."""
-        placed = self.ray.util.placement_group_table(pg).get("bundles_to_node_id") or {}
-        ids = [str(placed.get(i) or "") for i in range(size)]
-        return ids if all(x.strip("0f") for x in ids) else []
-
-    def _group_size(self, pg: Any) -> int:
-        """How many bundles (node ranks) the placement group has."""
-        return len(self.ray.util.placement_group_table(pg).get("bundles") or {})
 
     def _reap(self) -> None:
         keep = {a.tag for a in self._attempts.values()}
@@ -484,6 +473,15 @@ class RayExecutor(GangVerdicts):
         if a.pg is not None:
             with contextlib.suppress(Exception):
                 self.ray.util.remove_placement_group(a.pg)
+
+
+def _bundle_nodes(table: dict[str, Any], size: int) -> list[str]:
+    """The Ray node id of each bundle of a placed group (node rank order), from its entry
+    of `placement_group_table`, or [] when Ray does not say for every bundle (an adopted
+    gang's nodes can then be suspected and named in its reasons, as a started one's are)."""
+    placed = table.get("bundles_to_node_id") or {}
+    ids = [str(placed.get(i) or "") for i in range(size)]
+    return ids if all(x.strip("0f") for x in ids) else []
 
 
 def group_handle(ray: Any, hex_id: str) -> Any:

@@ -189,14 +189,19 @@ class GangVerdicts:
             self._refresh_nodes()
 
 
+def _node_name(a: GangAttempt, i: int) -> str:
+    """argosy's name of node rank `i`'s node, or "" when unknown."""
+    return a.names[i] if i < len(a.names) else ""
+
+
 def _named(a: GangAttempt, i: int) -> str:
     """` (<node name>)` of node rank `i`, or nothing when the name is unknown."""
-    return f" ({a.names[i]})" if i < len(a.names) and a.names[i] else ""
+    return f" ({name})" if (name := _node_name(a, i)) else ""
 
 
 def _declared_dead(a: GangAttempt, i: int) -> str:
-    name = a.names[i] if i < len(a.names) and a.names[i] else ""
-    which = f"{name}, Ray node {a.node_ids[i][:8]}" if name else a.node_ids[i][:8]
+    name, ray_id = _node_name(a, i), a.node_ids[i][:8]
+    which = f"{name}, Ray node {ray_id}" if name else ray_id
     return f"node rank {i}'s Ray node ({which}) is dead"
 
 

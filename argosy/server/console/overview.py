@@ -255,9 +255,9 @@ def _out_why(ctl: Control, name: str) -> str:
     """Why a node is out of placement, and what brings it back."""
     if name in ctl.lost:
         return "lost"
-    if name in ctl.health.out_of_service():
-        state = ctl.health.record(name).state.value
-        return f"health: {state}; `argosy repair {name}` brings it back"
+    state = ctl.health.record(name).state
+    if not state.in_service:
+        return f"health: {state.value}; `argosy repair {name}` brings it back"
     return f"cordoned; `argosy cordon {name} --undo` brings it back"
 
 
