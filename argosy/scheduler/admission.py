@@ -117,7 +117,7 @@ def try_shape(sched, s: Shape, w: Workload, now: float, allow_borrow: bool) -> i
 def try_start(sched, w: Workload, now: float, *, allow_borrow: bool) -> int:
     deferred = bounded = False
     for chip in _by_contention(sched, w.chips):
-        for g in sched.cap.groups_of_chip[chip]:
+        for g in sched.cap.groups(chip, w.min_node):
             n = sched.size_for(w, chip, g)
             if n < w.min_devices:
                 continue
@@ -189,7 +189,7 @@ def _count(sched, w: Workload, g: int, n: int, lent: int) -> None:
 
 def _reserve(sched, w: Workload, now: float) -> None:
     """`w` is blocked for want of devices: reserve its start if its pool has none yet."""
-    groups = [g for c in w.chips for g in sched.cap.groups_of_chip[c]]
+    groups = [g for c in w.chips for g in sched.cap.groups(c, w.min_node)]
     if any(g in sched.reservations for g in groups):
         return
     res = backfill.reserve(sched, w, now)

@@ -84,7 +84,7 @@ def reserve(sched, w: Workload, now: float) -> Reservation | None:
     for chip in w.chips:
         if sched.policy.quotas and sched.tree.headroom(w.queue, chip) < need:
             continue
-        for g in sched.cap.groups_of_chip[chip]:
+        for g in sched.cap.groups(chip, w.min_node):
             r = _shadow(sched, w, chip, g, need, now)
             if r is not None and (best is None or r.start_s < best.start_s):
                 best = r

@@ -78,6 +78,11 @@ class Capacity:
         whole, rest = divmod(devices, d)
         return int(self.hist[g, d]) >= whole + (1 if rest else 0)
 
+    def groups(self, chip: str, min_node: int = 0) -> list[int]:
+        """Groups of `chip` whose nodes have at least `min_node` devices each."""
+        groups = self.groups_of_chip.get(chip, [])
+        return groups if min_node <= 1 else [g for g in groups if self.dpn[g] >= min_node]
+
     def versions(self, chips: tuple[str, ...]) -> tuple[int, ...]:
         """Capacity versions of every group of `chips`: equal tuples, same capacity."""
         groups = self._groups_of.get(chips)

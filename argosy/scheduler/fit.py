@@ -36,7 +36,7 @@ def never_fits(sched, w: Workload) -> str:
         return f"accepts chip types {chips}; the cluster has {list(have)}"
     if w.queue not in sched.tree.leaves:
         return str(UnknownNameError("leaf queue", w.queue, sched.tree.leaves))
-    biggest = {c: _largest_group(sched, c) for c in usable}
+    biggest = {c: _largest_group(sched, c, w.min_node) for c in usable}
     fits = [c for c in usable if biggest[c] >= need]
     if not fits:
         most = ", ".join(f"{chip} {n}" for chip, n in biggest.items())
@@ -61,10 +61,11 @@ def never_fits(sched, w: Workload) -> str:
     return ""
 
 
-def _largest_group(sched, chip: str) -> int:
-    """Devices of the largest group of `chip`, less the hot spares it will hold."""
+def _largest_group(sched, chip: str, min_node: int = 0) -> int:
+    """Devices of the largest group of `chip` (of nodes of at least `min_node` devices),
+    less the hot spares it will hold."""
     best = 0
-    for g in sched.cap.groups_of_chip[chip]:
+    for g in sched.cap.groups(chip, min_node):
         group = sched.cluster.groups[g]
         spares = sched.spare_target(g) if sched.policy.hot_spares else 0
         best = max(best, group.num_devices - spares * group.devices_per_node)

@@ -28,7 +28,7 @@ Shape = tuple
 
 
 def shape_of(w: Workload) -> Shape:
-    return (w.queue, w.chips, w.min_devices, w.max_devices, w.elastic)
+    return (w.queue, w.chips, w.min_devices, w.max_devices, w.elastic, w.per_node, w.min_node)
 
 
 class PendingSet:

@@ -33,7 +33,7 @@ def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool, want: int
         if sched.policy.quotas and sched.tree.headroom(w.queue, chip) < n:
             continue
         entitled = not sched.policy.quotas or sched.tree.within_nominal(w.queue, chip, n)
-        for g in sched.cap.groups_of_chip[chip]:
+        for g in sched.cap.groups(chip, w.min_node):
             found = _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want)
             if found is not None:
                 return chip, found

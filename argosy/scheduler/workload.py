@@ -58,6 +58,9 @@ class Workload:
     per_node: int = 0
     """Devices on each node of the gang (its nodes are then `devices / per_node` distinct
     ones); 0: packed onto as few nodes as hold them. Fixed-size gangs only."""
+    min_node: int = 0
+    """Only node groups whose nodes have at least this many devices (a packed gang of
+    `nnodes x nproc_per_node` then never gets more than `nnodes` nodes); 0: any."""
     # scheduler state
     state: State = State.PENDING
     alloc: Allocation | None = None

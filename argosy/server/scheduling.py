@@ -189,6 +189,7 @@ class Scheduling:
         low, high = spec.device_range
         w = Workload(job_id, "train", spec.queue, spec.priority, chips, low, high, submit_s)
         w.per_node = spec.nproc_per_node if spec.exact_nodes else 0
+        w.min_node = spec.nproc_per_node  # packed: never more nodes than it asked for
         return w
 
     def adopt(self, job_id: str, spec: JobSpec, submit_s: float, placement: Placement) -> bool:
@@ -323,7 +324,9 @@ class Scheduling:
         if w is None:
             return None
         return any(
-            group.chip.id in w.chips and self.sched.cap.fits(g, w.min_devices, w.per_node)
+            group.chip.id in w.chips
+            and group.devices_per_node >= w.min_node
+            and self.sched.cap.fits(g, w.min_devices, w.per_node)
             for g, group in enumerate(self.cluster.groups)
         )
 

@@ -70,7 +70,8 @@ class ControlMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.fake.running)
     @rule(data=st.data(), code=st.sampled_from([0, 1, 137, None]))
     def attempt_ends(self, data: st.DataObject, code: int | None) -> None:
-        self.fake.finish(data.draw(st.sampled_from(sorted(self.fake.running))), code)
+        running = [job_id for job_id in self.ids if job_id in self.fake.running]  # ids are
+        self.fake.finish(data.draw(st.sampled_from(running)), code)  # random: submit order
 
     @rule(node=st.sampled_from(["n0", "n1"]), cordoned=st.booleans())
     def cordon(self, node: str, cordoned: bool) -> None:

@@ -83,6 +83,7 @@ def test_submit_refuses_exactly_what_could_never_start(
     else:  # packed onto as few nodes as hold it: all on one node, or whole nodes but one
         sizes = {n.name: n.devices for n in nodes}
         assert len({sizes[name] for name in placed}) == 1  # one node group
+        assert all(sizes[name] >= spec.nproc_per_node for name in placed), placed
         assert len(placed) == 1 or sum(placed[x] < sizes[x] for x in placed) <= 1, placed
 
 
