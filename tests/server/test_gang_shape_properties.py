@@ -126,3 +126,20 @@ GangShapeMachine.TestCase.settings = settings(
     database=None,
 )
 test_gang_shape_properties = GangShapeMachine.TestCase
+
+
+def test_an_exact_gang_is_not_answered_for_by_a_packed_one_of_the_same_size() -> None:
+    """Two 4-device nodes with 2 devices free on each: a packed 1 x 4 has no place, an
+    exact 2 x 2 has one. Both ask for 4 devices of the same queue and chips; the exact
+    one, submitted second, starts (it had shared the packed one's pending shape, whose
+    head had no place)."""
+    nodes = [NodeInfo("n0", "cpu", 4), NodeInfo("n1", "cpu", 4)]
+    scheduling = Scheduling(nodes, None, "argosy", SchedulerConfig(), FakeClock())
+    for job_id in ("pair0", "pair1"):
+        assert scheduling.submit(job_id, _spec(2, 1, True, 0), 0.0) == ""
+    assert {d.workload.id for d in scheduling.cycle() if d.action == "start"} == {"pair0", "pair1"}
+    assert scheduling.submit("packed", _spec(1, 4, False, 0), 1.0) == ""
+    assert scheduling.submit("exact", _spec(2, 2, True, 0), 2.0) == ""
+    started = [d.workload.id for d in scheduling.cycle() if d.action == "start"]
+    assert started == ["exact"], started
+    assert scheduling.placement("exact").nodes == {"n0": 2, "n1": 2}
