@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -57,7 +58,7 @@ def test_the_replica_is_proven_and_a_stranger_is_not() -> None:
             head = conn.recv(4096).decode()
             nonce = head.split("nonce=", 1)[1].split()[0]
             where = f"127.0.0.1:{conn.getsockname()[1]}"
-            body = ('{"proof": "%s"}' % replica_proof(key, nonce, where)).encode()
+            body = json.dumps({"proof": replica_proof(key, nonce, where)}).encode()
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
 
     listener, port = _serve(answer)
