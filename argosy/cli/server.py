@@ -9,7 +9,10 @@ FastAPI and uvicorn are imported only when the server starts.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -95,9 +98,68 @@ def server(
         if asks:
             check_own_token(config.ray_address)
             warn_takeable_head(config.ray_address)
-    typer.echo(f"argosy server on http://{host}:{port} (home {config.home})", err=True)
+    sockets = listen(host, port)
     app = create_app(config)
-    bounded_http.run(app, config.http.bounds(), host=host, port=port, log_level="warning")
+    bound = sockets[0].getsockname()[1]
+    where = f"[{host.strip('[]')}]" if ":" in host else host
+
+    def announce() -> None:
+        typer.echo(f"argosy server on http://{where}:{bound} (home {config.home})", err=True)
+
+    with _quiet_startup_failure(app):
+        started = bounded_http.serve(
+            app, sockets, config.http.bounds(), announce, log_level="warning"
+        )
+    if not started:
+        raise startup_failure(app)
+
+
+def listen(host: str, port: int) -> list:
+    """The server's listening sockets (`host:port`, and the other loopback family's
+    address at the same port, so that no job can take it beside the server);
+    `ArgosyError` naming the owner when the port is held."""
+    from argosy.core.listeners import PortHeldError, bind_listening
+
+    try:
+        return bind_listening(host, port)
+    except PortHeldError as err:
+        raise ArgosyError(
+            f"{err}: another process (perhaps an earlier server, or a job that took the"
+            " port while the server was down) listens there; stop it, or pick --port"
+        ) from err
+    except OSError as err:
+        raise ArgosyError(f"cannot listen at {host}:{port}: {err.strerror or err}") from err
+
+
+@contextlib.contextmanager
+def _quiet_startup_failure(app) -> Iterator[None]:  # noqa: ANN001
+    """uvicorn logs a failed application startup with its traceback; while the failure
+    is one `startup_failure` says in a line, those records are dropped."""
+
+    def keep(_record: logging.LogRecord) -> bool:
+        return startup_failure(app, or_none=True) is None
+
+    loggers = [logging.getLogger(n) for n in ("uvicorn.error", "uvicorn")]
+    for logger in loggers:
+        logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(keep)
+
+
+def startup_failure(app, *, or_none: bool = False) -> Exception | None:  # noqa: ANN001
+    """The startup error of `app` as one line (`ArgosyError`): a bad queues file, store
+    URL or setup; None with `or_none` for no such error (otherwise a plain one)."""
+    err = getattr(app.state, "startup_error", None)
+    if isinstance(err, ArgosyError):
+        return err
+    if or_none:
+        return None
+    return ArgosyError(
+        f"argosy server did not start: {err!r}" if err else "argosy server did not start"
+    )
 
 
 def warn_takeable_head(address: str) -> None:

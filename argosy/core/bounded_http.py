@@ -275,6 +275,33 @@ def run(app: Any, bounds: HttpBounds | None = None, **kwargs: Any) -> None:
     uvicorn.run(app, **(uvicorn_options(bounds) | kwargs))
 
 
+def serve(
+    app: Any,
+    sockets: list[Any],
+    bounds: HttpBounds | None = None,
+    on_started: Any = None,
+    **kwargs: Any,
+) -> bool:
+    """`run`, on listening sockets the caller bound (several addresses at once);
+    `on_started()` is called once the application has started and the sockets are
+    served. Whether it started (False: the application's startup failed)."""
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: list[Any] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and not self.should_exit and on_started is not None:
+                on_started()
+
+    config = uvicorn.Config(app, **(uvicorn_options(bounds) | kwargs))
+    server = _Server(config)
+    try:
+        server.run(sockets=sockets)
+    except SystemExit:  # uvicorn's exit when the application's startup fails
+        return False
+    return server.started
+
+
 def uvicorn_options(bounds: HttpBounds | None = None) -> dict[str, Any]:
     """The uvicorn settings of `run` (the open-files limit raised on the way), for a
     server that is not started by `run` (`argosy serve` hands uvicorn its own socket)."""

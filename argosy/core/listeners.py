@@ -13,6 +13,7 @@ address of another host it says nothing (an empty set): only that host's kernel 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import socket
 from pathlib import Path
@@ -93,3 +94,78 @@ def _local_addresses(host: str) -> set[Address]:
             s.bind((sockaddr[0], 0))
             local.add(ipaddress.ip_address(sockaddr[0]))
     return local
+
+
+LOOPBACKS = ("127.0.0.1", "::1")
+
+
+def companion_addresses(host: str) -> list[str]:
+    """The addresses a server asked to listen at `host` binds: `host` itself and, when
+    `host` takes in one loopback family (127.0.0.1, ::1, localhost, a wildcard), the
+    other family's loopback too, so that no local user (a job) can take `[::1]:port`
+    (or `127.0.0.1:port`) beside it and answer clients that reach the server there."""
+    bare = host.strip("[]")
+    if bare in ("", "0.0.0.0", "127.0.0.1", "localhost"):
+        return [bare or "0.0.0.0", "::1"]
+    if bare in ("::1", "::"):
+        return [bare, "127.0.0.1"]
+    return [bare]
+
+
+def bind_listening(host: str, port: int, backlog: int = 2048) -> list[socket.socket]:
+    """Listening TCP sockets at `host:port` and its companion loopback address (see
+    `companion_addresses`; skipped where this host has no such family). `PortHeldError`
+    naming the owner uids when an address is taken; a port of 0 is chosen by the kernel
+    for the first address and reused for the others."""
+    sockets: list[socket.socket] = []
+    try:
+        for i, address in enumerate(companion_addresses(host)):
+            sock = _bind(address, port, required=i == 0)
+            if sock is None:
+                continue
+            sockets.append(sock)
+            port = sock.getsockname()[1]
+        for sock in sockets:
+            sock.listen(backlog)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+class PortHeldError(OSError):
+    """An address this server would bind is held by another socket (`uids`: its owners,
+    from the kernel's tables; empty when they cannot be told)."""
+
+    def __init__(self, address: str, port: int, uids: set[int]) -> None:
+        owners = ", ".join(str(u) for u in sorted(uids)) or "unknown"
+        where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+        super().__init__(f"port {where} is already in use (held by uid {owners})")
+        self.address, self.port, self.uids = address, port, uids
+
+
+def _bind(address: str, port: int, *, required: bool) -> socket.socket | None:
+    """A bound socket at `address:port`; None for a companion address whose family this
+    host lacks; `PortHeldError` when it is taken."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        if required:
+            raise
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT only
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((address, port))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise PortHeldError(address, port, listener_uids(address, port)) from err
+        if required:
+            raise
+        return None  # EADDRNOTAVAIL, EAFNOSUPPORT: no such loopback here
+    sock.set_inheritable(False)
+    return sock

@@ -72,17 +72,44 @@ def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> 
     return cls(options)
 
 
-def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        identity = job_identity(config)
-        settled = secure_home(config, identity)  # run dirs where job users reach them
-        store = Store(config.database_url)
+def _start(config: ServerConfig, executor: Executor | None) -> tuple[Store, Control]:
+    """The store and the control loop, the admin token written and the jobs a previous
+    server left recovered."""
+    identity = job_identity(config)
+    settled = secure_home(config, identity)  # run dirs where job users reach them
+    store = _open_store(config.database_url)
+    try:
         ensure_admin_token(store, config.home)
         secure_files(config)
         ctl = Control(settled, store, executor or make_executor(settled, identity))
         check_job_user(settled, identity if executor is None else None)
         ctl.recover()
+    except BaseException:
+        store.close()
+        raise
+    return store, ctl
+
+
+def _open_store(url: str) -> Store:
+    """The store at `url`; `ArgosyError` in one line for a URL that cannot be opened (an
+    unknown dialect, a driver not installed, a database that does not answer)."""
+    try:
+        return Store(url)
+    except ArgosyError:
+        raise
+    except Exception as err:  # sqlalchemy's errors, a missing driver's ImportError
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ArgosyError(f"cannot open the store (--db / db_url): {reason}") from err
+
+
+def create_app(config: ServerConfig, executor: Executor | None = None) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            store, ctl = _start(config, executor)
+        except Exception as err:
+            app.state.startup_error = err  # `argosy server` says it in one line
+            raise
         app.state.control = ctl
         app.state.tokens = Tokens(store)
         app.state.sessions = Sessions(store, app.state.tokens, config.session_ttl_s)
