@@ -27,6 +27,23 @@ class Client:
     def __init__(self, server: str | None, token: str | None) -> None:
         self.base = (server or os.environ.get("ARGOSY_SERVER") or DEFAULT_SERVER).rstrip("/")
         self.token = token or os.environ.get("ARGOSY_TOKEN") or _admin_token()
+        self._checked = False
+
+    def _check_listener(self) -> None:
+        """Refuse (ArgosyError) to send the token to a port of this host held by a user
+        other than root, this user or the owner of the home's admin token: with the
+        server down (or beside it, on the other loopback family), a job may hold it."""
+        if self._checked:
+            return
+        strangers = foreign_listeners(self.base)
+        if strangers:
+            uid, where = strangers[0], _host_port(self.base)
+            raise ArgosyError(
+                f"the process listening at {where[0]}:{where[1]} runs as uid {uid}, neither"
+                " root, this user nor the argosy server's: not the argosy server (perhaps a"
+                " job that took its port); no token is sent to it"
+            )
+        self._checked = True
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.raw(method, path, **kwargs)
@@ -37,6 +54,7 @@ class Client:
 
         headers = kwargs.pop("headers", {})
         if self.token:
+            self._check_listener()
             headers["Authorization"] = f"Bearer {self.token}"
         try:
             response = httpx.request(
@@ -47,6 +65,38 @@ class Client:
         if response.status_code >= 400:
             raise ArgosyError(f"{response.status_code}: {_detail(response)}")
         return response
+
+
+def foreign_listeners(base: str) -> list[int]:
+    """The uids, other than root's, this process's and the admin token's owner's, that
+    hold the listening port of `base` on this host (empty for another host's)."""
+    from argosy.core.listeners import listener_uids
+
+    host, port = _host_port(base)
+    trusted = {0, os.geteuid(), *_admin_token_owner()}
+    return sorted(listener_uids(host, port) - trusted)
+
+
+def _host_port(base: str) -> tuple[str, int]:
+    """(host, port) of a server URL; the scheme's default port when none is given."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base)
+    try:
+        port = parts.port
+    except ValueError as err:
+        raise ArgosyError(f"bad server URL '{base}': {err}") from err
+    return parts.hostname or "", port or (443 if parts.scheme == "https" else 80)
+
+
+def _admin_token_owner() -> set[int]:
+    """The owner of the home's `admin.token` (the server's user), when there is one."""
+    from argosy.core.home import default_home
+
+    try:
+        return {(default_home() / "admin.token").stat().st_uid}
+    except OSError:
+        return set()
 
 
 def _admin_token() -> str | None:

@@ -1,0 +1,74 @@
+"""The CLI sends no token to a port of this host held by a stranger (a job that took
+the server's port), and says which port and uid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from argosy.cli import client as client_mod
+from argosy.cli.client import Client
+from argosy.core.errors import ArgosyError
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def stranger_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that a process of uid 65534 listens on (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to listen as another uid")
+    code = (
+        "import os,socket,sys,time\n"
+        f"os.setgid({NOBODY}); os.setuid({NOBODY})\n"
+        "s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True)\n"
+        "c,_=s.accept(); sys.stderr.write(repr(c.recv(4096))); sys.stderr.flush()\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        yield int(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_no_token_goes_to_a_strangers_listener(stranger_port: int) -> None:
+    client = Client(f"http://127.0.0.1:{stranger_port}", "argosy_secret")
+    with pytest.raises(ArgosyError) as err:
+        client.call("GET", "/jobs")
+    assert f"127.0.0.1:{stranger_port}" in str(err.value)
+    assert f"uid {NOBODY}" in str(err.value)
+
+
+def test_the_cli_exits_2_naming_port_and_uid(stranger_port: int) -> None:
+    env = os.environ | {"ARGOSY_TOKEN": "argosy_secret", "PYTHONPATH": os.getcwd()}
+    r = subprocess.run(
+        [sys.executable, "-m", "argosy", "jobs", "--server", f"http://127.0.0.1:{stranger_port}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert f"uid {NOBODY}" in r.stderr and str(stranger_port) in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_root_this_user_and_the_admin_token_owner_are_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argosy.core.listeners as listeners
+
+    monkeypatch.setattr(listeners, "listener_uids", lambda h, p: {0, os.geteuid(), 4242, 777})
+    monkeypatch.setattr(client_mod, "_admin_token_owner", lambda: {4242})
+    assert client_mod.foreign_listeners("http://127.0.0.1:8275") == [777]
+    monkeypatch.setattr(client_mod, "_admin_token_owner", lambda: {777})
+    assert client_mod.foreign_listeners("http://127.0.0.1:8275") == [4242]
