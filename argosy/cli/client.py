@@ -1,12 +1,16 @@
 """The HTTP client the job commands share: server address, token, errors as one line.
 
 The server comes from `--server`, then `ARGOSY_SERVER`, then http://127.0.0.1:8275; the
-token from `--token`, then `ARGOSY_TOKEN`, then `$ARGOSY_HOME/admin.token`.
+token from `--token-file PATH` (or `--token`, which warns: a command line is visible to
+every user of the host), then `ARGOSY_TOKEN`, then the file `ARGOSY_TOKEN_FILE` names, then
+`$ARGOSY_HOME/admin.token`.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -17,7 +21,60 @@ from argosy.core.net import DEFAULT_PORT
 DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 ServerOption = typer.Option(None, "--server", help="Server URL (env ARGOSY_SERVER).")
-TokenOption = typer.Option(None, "--token", help="API token (env ARGOSY_TOKEN).")
+TOKEN_WARNING = (
+    "warning: a token given with --token is on this command line, which every user of"
+    " this host (jobs included) can read in /proc; prefer ARGOSY_TOKEN or --token-file"
+)
+
+
+def _token_flag(ctx: typer.Context, param: Any, value: str | None) -> str | None:  # noqa: ANN401
+    """The token of `--token T` (with a warning: command lines are visible to other
+    users) or read from the file of `--token-file PATH`."""
+    if value is None:
+        return None
+    if _last_token_flag(sys.argv[1:]) == "--token-file":
+        return read_token_file(Path(value))
+    typer.echo(TOKEN_WARNING, err=True)
+    return value
+
+
+def _last_token_flag(args: list[str]) -> str:
+    """Which of `--token` and `--token-file` the command line gave last (`--token` when
+    neither is there: the command was not started from this process's argv)."""
+    last = "--token"
+    for arg in args:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if name in ("--token", "--token-file"):
+            last = name
+    return last
+
+
+def read_token_file(path: Path) -> str:
+    """The token in `path` (its first line, stripped); `ArgosyError` when it cannot be
+    read or is empty."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ArgosyError(f"cannot read the token file '{path}': {err.strerror or err}") from err
+    token = (text.strip().splitlines() or [""])[0].strip()
+    if not token:
+        raise ArgosyError(f"the token file '{path}' is empty")
+    return token
+
+
+TokenOption = typer.Option(
+    None,
+    "--token",
+    "--token-file",
+    callback=_token_flag,
+    metavar="TOKEN|PATH",
+    help=(
+        "API token (--token: visible to every user in the process list; prefer env"
+        " ARGOSY_TOKEN), or --token-file PATH: a file holding it (env ARGOSY_TOKEN_FILE)."
+    ),
+)
 JsonOption = typer.Option(False, "--json", help="Print JSON.")
 
 
@@ -26,7 +83,7 @@ class Client:
 
     def __init__(self, server: str | None, token: str | None) -> None:
         self.base = (server or os.environ.get("ARGOSY_SERVER") or DEFAULT_SERVER).rstrip("/")
-        self.token = token or os.environ.get("ARGOSY_TOKEN") or _admin_token()
+        self.token = token or os.environ.get("ARGOSY_TOKEN") or _env_token_file() or _admin_token()
         self._checked = False
 
     def _check_listener(self) -> None:
@@ -97,6 +154,12 @@ def _admin_token_owner() -> set[int]:
         return {(default_home() / "admin.token").stat().st_uid}
     except OSError:
         return set()
+
+
+def _env_token_file() -> str | None:
+    """The token in the file `ARGOSY_TOKEN_FILE` names, when it is set."""
+    path = os.environ.get("ARGOSY_TOKEN_FILE")
+    return read_token_file(Path(path)) if path else None
 
 
 def _admin_token() -> str | None:
