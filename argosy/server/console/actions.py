@@ -120,7 +120,7 @@ def _job_from_yaml(text: str) -> JobSpec:
 @router.get("/submit", response_class=HTMLResponse)
 async def submit_form(request: Request, who: Viewer, ctl: Ctl) -> HTMLResponse:
     leaves = _queues_for(who, ctl)
-    return render(request, "submit.html", who, leaves=leaves, workdir=os.getcwd())
+    return render(request, "submit.html", who, leaves=leaves, workdir="")  # not the server's cwd
 
 
 @router.post("/submit")
@@ -143,7 +143,7 @@ async def submit(
         fields = {"name": name, "queue": queue, "script": script, "args": args.split()}
         spec = validate(JobSpec, load_yaml(json.dumps(fields), source="form"))
         spec = spec.model_copy(update={"nproc_per_node": nproc_per_node})
-    spec = _resolve(spec, workdir or spec.workdir or os.getcwd())
+    spec = _with_workdir(spec, workdir or spec.workdir or "")
     if not who.may_change(spec.queue):
         raise ConsoleError(f"this token may submit only to queue '{who.queue}'", 403)
     # the API's 422, shown on the form
@@ -153,13 +153,16 @@ async def submit(
     return _go(request, f"/jobs/{row['id']}")
 
 
-def _resolve(spec: JobSpec, workdir: str) -> JobSpec:
+def _with_workdir(spec: JobSpec, workdir: str) -> JobSpec:
+    """`spec` in `workdir` (absolute), its script as given: a relative one resolves
+    against the workdir when the job starts. Nothing is looked up here, as the server's
+    user: admission looks as the job's user does, so that the answer tells no one what
+    lies where that user cannot look (as the API does)."""
+    if not workdir:
+        raise ConfigError("give the job's working directory on the server", field="workdir")
     if not os.path.isabs(workdir):
         raise ConfigError("must be an absolute path on the server", field="workdir")
-    script = spec.script
-    if not os.path.isabs(script) and os.path.exists(os.path.join(workdir, script)):
-        script = os.path.join(workdir, script)
-    return spec.model_copy(update={"script": script, "workdir": workdir})
+    return spec.model_copy(update={"workdir": workdir})
 
 
 @router.post("/jobs/{job_id}/cancel")
