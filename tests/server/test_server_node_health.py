@@ -156,10 +156,8 @@ def test_a_runs_crashes_count_against_the_node_it_ran_on(
     evidence = [{"kind": "fault", "at_s": now - 3 + i, "detail": f"crash {i}"} for i in range(3)]
     _, node = _finish_with_node_health(api, fake, json.dumps({"evidence": evidence}))
     detail = api.get(f"/api/v1/nodes/{node}").json()
-    assert [h["kind"] for h in detail["history"]] == ["run fault"] * 3
-    assert not detail["in_service"] and detail["health"] in ("cordoned", "quarantined")
-    other = "n1" if node == "n0" else "n0"
-    assert placed_on(api, fake, 2) == other
+    assert [h["kind"] for h in detail["history"]] == ["run fault"]  # one entry an attempt
+    assert detail["score"] > 0 and detail["in_service"]  # one attempt alone cordons nothing
 
 
 def test_a_fault_the_run_injected_itself_does_not_count_against_the_node(
@@ -221,7 +219,7 @@ def test_each_node_rank_s_evidence_counts_against_its_own_node(
     """A 2-node gang: node rank 1 writes `node1/node_health.json`; its crashes count
     against the placement's second node only, node rank 0's against the first."""
     first, second = _gang_histories(api, fake, (["fault"], ["fault"] * 3))
-    assert first == ["run fault"] and second == ["run fault"] * 3
+    assert first == ["run fault"] and second == ["run fault"]  # one entry an attempt
 
 
 @pytest.mark.parametrize("lost", [(), (1,)])
@@ -233,7 +231,7 @@ def test_a_survivor_s_crashes_after_its_peer_node_was_lost_do_not_count_against_
     its straggler verdict, its own, does. Without a lost node rank, all of it counts."""
     kinds = (["fault", "fault", "straggler"], ["fault"])
     survivor, peer = _gang_histories(api, fake, kinds, lost)
-    assert survivor == (["run straggler"] if lost else ["run fault", "run fault", "run straggler"])
+    assert survivor == (["run straggler"] if lost else ["run fault"])  # one entry an attempt
     assert peer == ["run fault"]  # the lost node's own word
 
 
