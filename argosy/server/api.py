@@ -158,13 +158,26 @@ async def list_jobs(
     cursor: Cursor = 0,
     limit: Limit = 100,
 ) -> Response:
-    """Jobs in submit order, filtered by state (repeatable), queue and name."""
+    """Jobs in submit order, filtered by state (repeatable), queue and name; each a slim
+    row (`slim_row`: no `spec.args`, no `summary`), the whole job from GET /jobs/{id}."""
     rows, nxt = ctl.store.list_jobs(
         states=state or (), queue=queue, name=name, cursor=cursor, limit=limit, raw_json=True
     )
-    items = ",".join(job_json(r) for r in rows)  # JobPage, written out directly
+    items = ",".join(job_json(slim_row(r)) for r in rows)  # JobPage, written out directly
     body = f'{{"items":[{items}],"next_cursor":{json.dumps(nxt)}}}'
     return Response(body, media_type="application/json")
+
+
+def slim_row(row: dict) -> dict:
+    """A listed job's row: its spec without `args` and no `summary`, the two parts a job's
+    submitter or the job itself sizes (a page of them stays small whatever they hold)."""
+    try:
+        spec = json.loads(row["spec"]) if isinstance(row["spec"], str) else dict(row["spec"])
+    except ValueError:
+        return row
+    if isinstance(spec, dict):
+        spec.pop("args", None)
+    return {**row, "spec": json.dumps(spec), "summary": None}
 
 
 @router.get("/jobs/{job_id}", response_model=Job, responses={404: {}})

@@ -55,6 +55,14 @@ class ElasticSpec(BaseModel):
         return self
 
 
+MAX_ARG_CHARS = 16 * 1024
+"""The longest one argument of a job may be."""
+MAX_ARGS_CHARS = 64 * 1024
+"""The most all of a job's arguments together may be."""
+MAX_ENTRY_CHARS = 256
+"""The longest a `chips` or `inject` entry may be."""
+
+
 class JobSpec(BaseModel):
     """A training job: a script run as `nproc_per_node` ranks by `argosy launch`."""
 
@@ -123,6 +131,37 @@ class JobSpec(BaseModel):
                 str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
                 for v in value
             ]
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _args_fit(cls, value: list[str]) -> list[str]:
+        """Each argument at most `MAX_ARG_CHARS`, all of them `MAX_ARGS_CHARS`: a spec is
+        stored and shown, so its size is bounded (a file is the place for more)."""
+        for i, arg in enumerate(value):
+            if len(arg) > MAX_ARG_CHARS:
+                raise ValueError(
+                    f"argument {i} is {len(arg)} characters; at most {MAX_ARG_CHARS} each"
+                    " (pass a file for more)"
+                )
+        total = sum(len(a) for a in value)
+        if total > MAX_ARGS_CHARS:
+            raise ValueError(
+                f"the arguments are {total} characters in all; at most {MAX_ARGS_CHARS}"
+                " (pass a file for more)"
+            )
+        return value
+
+    @field_validator("chips", "inject")
+    @classmethod
+    def _entries_short(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """A chip name or an injection is at most `MAX_ENTRY_CHARS`."""
+        for i, entry in enumerate(value):
+            if len(entry) > MAX_ENTRY_CHARS:
+                raise ValueError(
+                    f"{info.field_name} entry {i} is {len(entry)} characters;"
+                    f" at most {MAX_ENTRY_CHARS}"
+                )
         return value
 
     @field_validator("inject")

@@ -81,7 +81,40 @@ def settle_summary(
     tmp.write_text(json.dumps(summary))
     os.replace(tmp, where / "summary.json")  # never half-written
     write_figures(where, summary, ended)  # what the job's account over attempts reads
-    return without_output(summary)
+    return capped(without_output(summary))
+
+
+STORED_LIMIT_BYTES = 64 << 10
+"""The most a summary the server stores (and shows every token) may be, as JSON: the
+job writes summary.json, and what it writes is bounded here; the whole file stays in the
+attempt directory."""
+DROPPED_KEY = "dropped"
+"""Marks a stored summary whose largest keys were left out to fit `STORED_LIMIT_BYTES`."""
+
+
+def capped(summary: dict[str, Any], limit: int = STORED_LIMIT_BYTES) -> dict[str, Any]:
+    """`summary` within `limit` bytes of JSON: whole when it fits; otherwise the server's
+    own keys and then the job's, smallest first, while they fit, with `dropped` naming
+    (the first 20 of) the keys left out."""
+    sizes = {k: len(json.dumps(v)) + len(json.dumps(k)) + 2 for k, v in summary.items()}
+    if sum(sizes.values()) + 2 <= limit:
+        return summary
+    room = limit - 4096  # for the marker
+    order = sorted(summary, key=lambda k: (k not in SERVER_KEYS, sizes[k]))
+    kept: dict[str, Any] = {}
+    left_out: list[str] = []
+    for key in order:
+        if sizes[key] <= room:
+            kept[key], room = summary[key], room - sizes[key]
+        else:
+            left_out.append(key)
+    names = [k[:100] for k in left_out[:20]]
+    kept[DROPPED_KEY] = {
+        "keys": names,
+        "more": len(left_out) - len(names),
+        "why": f"the summary is over {limit} bytes; the attempt's summary.json has it whole",
+    }
+    return kept
 
 
 OUTPUT_KEYS = ("last_lines",)
