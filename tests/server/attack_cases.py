@@ -207,7 +207,7 @@ OVERSIZED = [
     case("100k-args", post_job(json=job(args=["a"] * 100_000)),
          422, '"args"', "at most 1000 items"),
     case("arg-over-max-arg-strlen", post_job(json=job(args=["a" * 200_000])),
-         422, "argument 0 is 200000 bytes"),
+         422, '"args"', "argument 0 is 200000 characters"),
     case("100k-nested-arrays", post_raw_job(b'{"name":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
          422, "nested deeper than 32 levels"),
     case("500-nested-objects-in-elastic", post_raw_job(nested(500)),

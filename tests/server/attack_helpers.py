@@ -175,7 +175,10 @@ def snapshot(w: World) -> dict[str, Any]:
     admin's API reads) and the simulator reports' bytes and owners (on disk)."""
     c = w.admin
     assert c is not None
-    jobs = [(j["id"], j["queue"], j["state"], j["spec"]) for j in listing(c, "/api/v1/jobs")]
+    jobs = [  # the listing's rows are slim (no spec.args): each job's whole spec by id
+        (j["id"], j["queue"], j["state"], c.get(f"/api/v1/jobs/{j['id']}").json()["spec"])
+        for j in listing(c, "/api/v1/jobs")
+    ]
     services = [
         (s["id"], s["queue"], s["state"], s["spec"]) for s in listing(c, "/api/v1/services")
     ]
