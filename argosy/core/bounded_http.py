@@ -19,6 +19,10 @@ Slow and idle connections are bounded too (all before any application code or au
   paused reading, or waits to send `100 Continue`) does not count against the client;
 - an idle keep-alive connection is closed after `KEEP_ALIVE_S` (5 s, uvicorn's
   `timeout_keep_alive`);
+- one client holds at most `MAX_PER_CLIENT` (1024) open connections (503 past it): a
+  client is its address, but on loopback the uid owning the connecting socket (every
+  local user, each job, reaches the server from loopback, from any of 127.0.0.0/8); root
+  and the server's own user are not counted on loopback and not refused by the next cap;
 - past `LIMIT_CONCURRENCY` (2048) open connections or requests in flight, uvicorn answers
   new requests 503 (`limit_concurrency`; lowered to the open-files limit less
   `FD_RESERVE` where that is smaller);
@@ -32,7 +36,10 @@ every bound; `run(app, bounds=HttpBounds(head_timeout_s=...), ...)` changes them
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,14 +82,37 @@ def protocol_class(
     body_timeout_s: float = BODY_TIMEOUT_S,
     min_body_bytes_per_s: int = MIN_BODY_BYTES_PER_S,
     max_per_client: int = MAX_PER_CLIENT,
+    trusted_uids: frozenset[int] | None = None,
+    uid_of: Callable[[str, int, tuple[str, int] | None], int | None] | None = None,
 ) -> type | None:
     """uvicorn's httptools protocol with the head limit, the head and body timers and the
-    cap on one client address's open connections; None without httptools."""
+    cap on one client's open connections; None without httptools. A client is its
+    address, but on loopback (all of 127.0.0.0/8 and ::1: every local user reaches the
+    server from there) it is the uid owning the connecting socket (`uid_of`, default
+    `listeners.socket_uid`: one read of the kernel's socket table per connection), or one
+    shared "loopback, uid unknown" client when that cannot be told. Loopback connections
+    of `trusted_uids` (default root and this process's user) are neither counted nor
+    refused by `limit_concurrency`: other users' connections cannot lock them out."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # uvicorn without its [standard] extra
         return None
+    if uid_of is None:
+        from argosy.core.listeners import socket_uid as uid_of
+    trusted = frozenset({0, os.geteuid()}) if trusted_uids is None else trusted_uids
     open_by_client: dict[str, int] = {}  # the listener's, shared by its connections
+
+    def client_of(peer: Any, local: Any) -> tuple[str | None, bool]:  # noqa: ANN401
+        """(the key the connection counts under, whether it is a trusted local user's)."""
+        if not (isinstance(peer, tuple) and peer):
+            return None, False
+        if not _is_loopback(peer[0]):
+            return peer[0], False
+        to = (local[0], local[1]) if isinstance(local, tuple) and len(local) > 1 else None
+        uid = uid_of(peer[0], peer[1], to) if len(peer) > 1 else None
+        if uid is None:
+            return "loopback (uid unknown)", False
+        return f"loopback uid {uid}", uid in trusted
 
     class BoundedHeadProtocol(HttpToolsProtocol):
         """Counts the bytes fed while a request's head is incomplete, and times heads
@@ -100,7 +130,12 @@ def protocol_class(
         def connection_made(self, transport: Any) -> None:  # noqa: ANN401
             super().connection_made(transport)
             peer = transport.get_extra_info("peername")
-            client = peer[0] if isinstance(peer, tuple) and peer else None
+            client, is_trusted = (None, False)
+            if max_per_client or trusted:
+                client, is_trusted = client_of(peer, transport.get_extra_info("sockname"))
+            if is_trusted:
+                self.limit_concurrency = None  # uvicorn's 503 past it: not for root
+                client = None
             if client is not None and max_per_client:
                 if open_by_client.get(client, 0) >= max_per_client:
                     self._answer_503(f"{max_per_client} connections from {client} are open")
@@ -236,6 +271,16 @@ def protocol_class(
             self.transport.close()
 
     return BoundedHeadProtocol
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether `host` (a peer's address) is a loopback address, IPv4-mapped ones too."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
 
 
 def raise_open_files_limit() -> int | None:

@@ -169,3 +169,74 @@ def _bind(address: str, port: int, *, required: bool) -> socket.socket | None:
         return None  # EADDRNOTAVAIL, EAFNOSUPPORT: no such loopback here
     sock.set_inheritable(False)
     return sock
+
+
+def socket_uid(
+    ip: str, port: int, to: tuple[str, int] | None = None, tables: tuple[Path, ...] = TABLES
+) -> int | None:
+    """The uid owning the established TCP socket of this host whose local address is
+    `ip:port` (and whose remote one is `to`, when given): the client end of a loopback
+    connection, as the server sees its peer. None when no table has it or it cannot be
+    read. Each table of the family is read once and searched as text."""
+    try:
+        address = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return None
+    for table, needle, family in _needles(address, port, tables):
+        try:
+            text = table.read_text()
+        except OSError:
+            continue
+        remote = _remote_text(to, family)
+        at = text.find(needle)
+        while at >= 0:
+            end = text.find("\n", at)
+            fields = text[at : end if end >= 0 else len(text)].split()
+            # ":", local, remote, state, tx:rx, tr:when, retrnsmt, uid, ...
+            if len(fields) > 7 and fields[3] == ESTABLISHED and remote in (None, fields[2]):
+                try:
+                    return int(fields[7])
+                except ValueError:
+                    return None
+            at = text.find(needle, at + 1)
+    return None
+
+
+ESTABLISHED = "01"
+
+
+def _remote_text(to: tuple[str, int] | None, family: type) -> str | None:
+    """`to` in the kernel's hex form for a table of `family` (None: any remote)."""
+    if to is None:
+        return None
+    try:
+        address = ipaddress.ip_address(to[0].split("%", 1)[0])
+    except ValueError:
+        return None
+    if family is ipaddress.IPv6Address and isinstance(address, ipaddress.IPv4Address):
+        address = ipaddress.IPv6Address(f"::ffff:{address}")
+    if family is ipaddress.IPv4Address and isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is None:
+            return None
+        address = address.ipv4_mapped
+    return f"{_hex(address)}:{to[1]:04X}"
+
+
+def _needles(address: Address, port: int, tables: tuple[Path, ...]) -> list[tuple[Path, str, type]]:
+    """(table, text that starts the row of a socket bound at `address:port`, the
+    table's address family) for each table such a socket may be in."""
+    v4, v6 = tables[0], tables[-1]
+    out: list[tuple[Path, Address]] = []
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        out.append((v4, address.ipv4_mapped))
+    if isinstance(address, ipaddress.IPv4Address):
+        out.append((v4, address))
+        address = ipaddress.IPv6Address(f"::ffff:{address}")
+    out.append((v6, address))
+    return [(t, f": {_hex(a)}:{port:04X} ", type(a)) for t, a in out]
+
+
+def _hex(address: Address) -> str:
+    """The kernel's hex form of `address` (32-bit words in little-endian order)."""
+    raw = address.packed
+    return b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)).hex().upper()

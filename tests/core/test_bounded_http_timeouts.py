@@ -195,7 +195,7 @@ def test_without_httptools_the_listener_says_it_times_nothing(
 def test_one_client_holds_at_most_its_share_of_connections(cap: int) -> None:
     """Past `max_per_client` open connections from one address, a new one is answered
     503 and closed; once one of them closes, the next is served again."""
-    protocol = bounded_http.protocol_class(max_per_client=cap)
+    protocol = bounded_http.protocol_class(max_per_client=cap, trusted_uids=frozenset())
     if protocol is None:
         pytest.skip("uvicorn without httptools: no per-client cap")
     with serving(app, http=protocol, timeout_keep_alive=60) as free:
