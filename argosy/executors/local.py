@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
+import shutil
 import signal
 import socket
 import stat
@@ -91,6 +93,32 @@ sweep."""
 SWEEP_EVERY_S = 300.0
 LAUNCHER_START_S = 60
 """A launcher starts this soon after its wrapper, or the pid its file names is a stranger's."""
+
+
+JOB_MAX_PROCESSES = 32768
+"""RLIMIT_NPROC of a job's user (processes and threads of that uid, all its jobs on the
+host together): a fork bomb stops there, not at the host's limit."""
+JOB_MAX_OPEN_FILES = 65536
+"""RLIMIT_NOFILE (soft and hard) of a job's processes."""
+
+
+def with_job_limits(argv: list[str], user: object | None) -> list[str]:
+    """`argv` (the user switch and the job's command) run under `prlimit`, which sets the
+    job's RLIMIT_NPROC and RLIMIT_NOFILE before the switch (a job cannot raise them: it
+    runs without privileges); unchanged for a job that runs as the server's own user, or
+    where `prlimit` is not installed."""
+    prlimit = shutil.which("prlimit")
+    if user is None or prlimit is None:
+        return argv
+    nproc = _within_hard(resource.RLIMIT_NPROC, JOB_MAX_PROCESSES)
+    nofile = _within_hard(resource.RLIMIT_NOFILE, JOB_MAX_OPEN_FILES)
+    return [prlimit, f"--nproc={nproc}", f"--nofile={nofile}", "--", *argv]
+
+
+def _within_hard(which: int, wanted: int) -> int:
+    """`wanted`, or this process's hard limit where that is lower (one cannot raise it)."""
+    _, hard = resource.getrlimit(which)
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
 
 
 @dataclass(frozen=True)
@@ -177,6 +205,7 @@ class LocalExecutor:
             proc = warm.take(command[3:], env, request.workdir, where, adopt)
         if proc is None:  # no warm process, or one that could not be confined: cold
             argv, cwd = as_job_user(user, command, request.workdir)  # never root's cwd
+            argv = with_job_limits(argv, user)
             procs = self.cgroups.make(request.run_dir, part) if self.cgroups else None
             proc = subprocess.Popen(  # the wrapper joins the cgroup before it starts anything
                 ["sh", "-c", WRAPPER, str(where), str(procs or ""), *argv],
