@@ -89,7 +89,8 @@ def protocol_class(
     cap on one client's open connections; None without httptools. A client is its
     address, but on loopback (all of 127.0.0.0/8 and ::1: every local user reaches the
     server from there) it is the uid owning the connecting socket (`uid_of`, default
-    `listeners.socket_uid`: one read of the kernel's socket table per connection), or one
+    `listeners.SocketOwners`: one read of the kernel's socket tables per burst of
+    connections), or one
     shared "loopback, uid unknown" client when that cannot be told. Loopback connections
     of `trusted_uids` (default root and this process's user) are neither counted nor
     refused by `limit_concurrency`: other users' connections cannot lock them out."""
@@ -98,7 +99,9 @@ def protocol_class(
     except ImportError:  # uvicorn without its [standard] extra
         return None
     if uid_of is None:
-        from argosy.core.listeners import socket_uid as uid_of
+        from argosy.core.listeners import SocketOwners
+
+        uid_of = SocketOwners().uid  # one table read per burst of connections
     trusted = frozenset({0, os.geteuid()}) if trusted_uids is None else trusted_uids
     open_by_client: dict[str, int] = {}  # the listener's, shared by its connections
 

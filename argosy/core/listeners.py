@@ -16,6 +16,7 @@ import contextlib
 import errno
 import ipaddress
 import socket
+import time
 from pathlib import Path
 
 TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
@@ -177,63 +178,93 @@ def socket_uid(
     """The uid owning the established TCP socket of this host whose local address is
     `ip:port` (and whose remote one is `to`, when given): the client end of a loopback
     connection, as the server sees its peer. None when no table has it or it cannot be
-    read. Each table of the family is read once and searched as text."""
-    try:
-        address = ipaddress.ip_address(ip.split("%", 1)[0])
-    except ValueError:
-        return None
-    for table, needle, family in _needles(address, port, tables):
-        try:
-            text = table.read_text()
-        except OSError:
-            continue
-        remote = _remote_text(to, family)
-        at = text.find(needle)
-        while at >= 0:
-            end = text.find("\n", at)
-            fields = text[at : end if end >= 0 else len(text)].split()
-            # ":", local, remote, state, tx:rx, tr:when, retrnsmt, uid, ...
-            if len(fields) > 7 and fields[3] == ESTABLISHED and remote in (None, fields[2]):
-                try:
-                    return int(fields[7])
-                except ValueError:
-                    return None
-            at = text.find(needle, at + 1)
-    return None
+    read."""
+    return SocketOwners(tables).uid(ip, port, to)
 
 
 ESTABLISHED = "01"
 
 
-def _remote_text(to: tuple[str, int] | None, family: type) -> str | None:
-    """`to` in the kernel's hex form for a table of `family` (None: any remote)."""
-    if to is None:
-        return None
-    try:
-        address = ipaddress.ip_address(to[0].split("%", 1)[0])
-    except ValueError:
-        return None
-    if family is ipaddress.IPv6Address and isinstance(address, ipaddress.IPv4Address):
-        address = ipaddress.IPv6Address(f"::ffff:{address}")
-    if family is ipaddress.IPv4Address and isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is None:
+class SocketOwners:
+    """Owners of this host's established TCP sockets, from one read of the kernel's
+    tables, read again only when asked about a socket the last read did not hold (or
+    one older than `max_age_s`): a burst of connections accepted together costs one
+    read, not one each.
+
+        owners = SocketOwners()
+        owners.uid("127.0.0.2", 40312, ("127.0.0.1", 8275))   # 2001: a job's socket
+    """
+
+    def __init__(self, tables: tuple[Path, ...] = TABLES, max_age_s: float = 0.25) -> None:
+        self.tables = tables
+        self.max_age_s = max_age_s
+        self._owners: dict[str, int] = {}  # "local remote" (kernel hex) -> uid
+        self._read_at = float("-inf")
+
+    def uid(self, ip: str, port: int, to: tuple[str, int] | None = None) -> int | None:
+        """The uid of the socket bound at `ip:port` (connected to `to`); None: unknown."""
+        keys = _keys(ip, port, to)
+        if not keys:
             return None
-        address = address.ipv4_mapped
-    return f"{_hex(address)}:{to[1]:04X}"
+        fresh = time.monotonic() - self._read_at <= self.max_age_s
+        found = self._find(keys) if fresh else None
+        if found is None:
+            self._read()
+            found = self._find(keys)
+        return found
+
+    def _find(self, keys: list[str]) -> int | None:
+        for key in keys:
+            if key.endswith(" *"):  # any remote: the first row with that local address
+                local = key[:-1]
+                hits = [u for k, u in self._owners.items() if k.startswith(local)]
+                if hits:
+                    return hits[0]
+            elif key in self._owners:
+                return self._owners[key]
+        return None
+
+    def _read(self) -> None:
+        owners: dict[str, int] = {}
+        for table in self.tables:
+            try:
+                text = table.read_text()
+            except OSError:
+                continue
+            for line in text.splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 7 and fields[3] == ESTABLISHED:
+                    with contextlib.suppress(ValueError):
+                        owners[f"{fields[1]} {fields[2]}"] = int(fields[7])
+        self._owners, self._read_at = owners, time.monotonic()
 
 
-def _needles(address: Address, port: int, tables: tuple[Path, ...]) -> list[tuple[Path, str, type]]:
-    """(table, text that starts the row of a socket bound at `address:port`, the
-    table's address family) for each table such a socket may be in."""
-    v4, v6 = tables[0], tables[-1]
-    out: list[tuple[Path, Address]] = []
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        out.append((v4, address.ipv4_mapped))
+def _keys(ip: str, port: int, to: tuple[str, int] | None) -> list[str]:
+    """The table keys ("local remote", kernel hex) a socket at `ip:port` connected to
+    `to` may have: in the IPv4 table, and (as IPv4-mapped) in the IPv6 one."""
+    local = _forms(ip)
+    remote = _forms(to[0]) if to is not None else []
+    out = []
+    for family, address in local:
+        there = [a for f, a in remote if f == family]
+        if to is None:
+            out.append(f"{_hex(address)}:{port:04X} *")
+        for other in there:
+            out.append(f"{_hex(address)}:{port:04X} {_hex(other)}:{to[1]:04X}")
+    return out
+
+
+def _forms(host: str) -> list[tuple[int, Address]]:
+    """`host` as it may appear in the IPv4 table (4) and the IPv6 table (6)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return []
     if isinstance(address, ipaddress.IPv4Address):
-        out.append((v4, address))
-        address = ipaddress.IPv6Address(f"::ffff:{address}")
-    out.append((v6, address))
-    return [(t, f": {_hex(a)}:{port:04X} ", type(a)) for t, a in out]
+        return [(4, address), (6, ipaddress.IPv6Address(f"::ffff:{address}"))]
+    if address.ipv4_mapped is not None:
+        return [(4, address.ipv4_mapped), (6, address)]
+    return [(6, address)]
 
 
 def _hex(address: Address) -> str:

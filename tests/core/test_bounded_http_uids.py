@@ -107,3 +107,29 @@ def test_the_kernel_names_the_uid_of_a_connecting_socket() -> None:
         finally:
             proc.kill()
             proc.wait()
+
+
+HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+
+
+def _row(local: str, remote: str, state: str, uid: int) -> str:
+    return f"   0: {local} {remote} {state} 00000000:00000000 00:00000000 00000000 {uid} 0 1\n"
+
+
+def test_socket_owners_read_once_per_burst_and_again_for_a_new_socket(tmp_path) -> None:  # noqa: ANN001
+    from argosy.core.listeners import SocketOwners
+
+    v4, v6 = tmp_path / "tcp", tmp_path / "tcp6"
+    server = "0100007F:1F90"  # 127.0.0.1:8080
+    v4.write_text(HEADER + _row("0200007F:9C40", server, "01", 2001))  # 127.0.0.2:40000
+    v6.write_text(HEADER)
+    owners = SocketOwners((v4, v6), max_age_s=60)
+    assert owners.uid("127.0.0.2", 40000, ("127.0.0.1", 8080)) == 2001
+    v4.write_text(  # a TIME_WAIT row of the same address is no one's
+        HEADER
+        + _row("0200007F:9C40", server, "01", 2001)
+        + _row("0300007F:9C41", server, "06", 0)
+        + _row("0300007F:9C41", server, "01", 2002)
+    )
+    assert owners.uid("127.0.0.3", 40001, ("127.0.0.1", 8080)) == 2002  # read again
+    assert owners.uid("127.0.0.9", 1, ("127.0.0.1", 8080)) is None
