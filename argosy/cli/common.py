@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from argosy.config import PlatformConfig, load_config
 
@@ -45,7 +46,21 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
+def print_error(message: object) -> None:
+    """Print `error: MESSAGE` on stderr, the message shown exactly as given.
+
+    The message often quotes user input (paths, names, patterns): it is escaped, so a
+    `[/]` or `[red]` in it is printed as typed instead of read as Rich markup or emoji.
+    """
+    err_console.print(
+        f"[bold red]error:[/] {escape(str(message))}",
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+
+
 def usage_error(message: str) -> typer.Exit:
     """Print `message` as a usage error and return the Exit(2) to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    print_error(message)
     return typer.Exit(code=2)

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
@@ -90,7 +91,10 @@ def job(
     if as_json:
         print_json(data)
         return
-    console.print(f"[bold]{data['id']}[/] {data['name']} in {data['queue']}: {data['state']}")
+    console.print(
+        f"[bold]{data['id']}[/] {escape(data['name'])} in {data['queue']}: {data['state']}",
+        emoji=False,
+    )
     console.print(f"attempts {data['attempts']}; created {data['created_at']}")
     elastic = data["spec"].get("elastic")
     if elastic:
@@ -101,9 +105,9 @@ def job(
             highlight=False,
         )
     if data["reason"]:
-        console.print(f"reason: {data['reason']}", highlight=False)
+        console.print(f"reason: {data['reason']}", highlight=False, markup=False, emoji=False)
     if data.get("waiting"):
-        console.print(f"waiting: {data['waiting']}", highlight=False)
+        console.print(f"waiting: {data['waiting']}", highlight=False, markup=False, emoji=False)
     if data.get("error"):  # the whole line, for the job's queue and the admins
         console.print(f"error: {data['error']}", highlight=False, markup=False)
     account = (data.get("summary") or {}).get("job")
@@ -111,7 +115,8 @@ def job(
         console.print(goodput_line(account), highlight=False, markup=False)
     for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:
         by = f"  (by {e['actor']})" if e.get("actor", "system") != "system" else ""
-        console.print(f"  {e['created_at']}  {e['kind']:<12} {e['message']}{by}", highlight=False)
+        line = f"  {e['created_at']}  {e['kind']:<12} {e['message']}{by}"
+        console.print(line, highlight=False, markup=False, emoji=False)
 
 
 def goodput_line(account: dict) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from argosy.cli.common import config_of, console, err_console, print_json, usage_error
@@ -225,7 +226,9 @@ def _emit(emitter: str, result: dict, spec, seq: int, gbs: int) -> None:
             Parallel(**best["parallel"]), spec, seq_len=seq, global_batch=gbs
         )
     except EmitRefusedError as err:
-        console.print(f"[red]{emitter} cannot run this plan:[/] {err}", highlight=False)
+        console.print(
+            f"[red]{emitter} cannot run this plan:[/] {escape(str(err))}", highlight=False
+        )
         raise typer.Exit(1) from None
     typer.echo(text)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from argosy.cli.common import config_of, console, err_console, print_json
@@ -93,7 +94,7 @@ def run(
     else:
         reports, devices, skipped = _with_progress(cluster, queues, trace, names, kwargs)
     for line in skipped[:20]:
-        err_console.print(f"[yellow]skipped[/] {line}", highlight=False)
+        err_console.print(f"[yellow]skipped[/] {escape(line)}", highlight=False, emoji=False)
     if compare or plot:
         from argosy.sim.plot import plot_allocation
 
