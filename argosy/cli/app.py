@@ -60,6 +60,8 @@ def root(
         typer.echo(ctx.get_help())
         raise typer.Exit()
     ctx.obj = State(config, overrides)
+    if config is not None or overrides:  # checked on every command, read or not
+        ctx.obj.check()
 
 
 app.command("chips")(chips.chips)

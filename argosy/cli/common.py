@@ -23,6 +23,11 @@ class State:
         self.overrides = overrides
         self._config: PlatformConfig | None = None
 
+    def check(self) -> None:
+        """Load the config now: a missing --config file or an unknown --set key is a usage
+        error on every command, also on those that read no setting."""
+        _ = self.config
+
     @property
     def config(self) -> PlatformConfig:
         if self._config is None:
