@@ -49,3 +49,15 @@ def test_revoking_an_unnamed_token_prints_no_empty_parentheses(monkeypatch, caps
     monkeypatch.setattr("argosy.cli.tokens.Client", Answer)
     assert _run(monkeypatch, "token", "revoke", "t2130e4959adb") == 0
     assert capsys.readouterr().out.strip() == "revoked t2130e4959adb"
+
+
+def test_an_event_log_without_one_event_points_at_its_first_line(
+    monkeypatch, capsys, tmp_path
+) -> None:
+    (tmp_path / "events.jsonl").write_text("\nnot json\n")
+    assert _run(monkeypatch, "runs", "show", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "events.jsonl:2: not an event" in err and "'not json'" in err
+    (tmp_path / "events.jsonl").write_text("")
+    assert _run(monkeypatch, "runs", "show", str(tmp_path), "--json") == 2
+    assert "is empty" in capsys.readouterr().err
