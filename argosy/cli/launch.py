@@ -205,7 +205,15 @@ def _runtime_config(ctx, max_restarts, hang_timeout, straggler_policy, spares): 
     if straggler_policy not in (None, "warn", "restart"):
         raise ArgosyError(f"--straggler-policy '{straggler_policy}'; expected warn or restart")
     data = base.model_dump() | {k: v for k, v in update.items() if v is not None}
-    return RuntimeConfig.model_validate(data)
+    config = RuntimeConfig.model_validate(data)
+    if config.straggler_policy == "restart" and config.spares < 1:
+        err_console.print(
+            "note: --straggler-policy restart needs a spare device (--spares 1 or more); "
+            "with none, a straggler is only warned about",
+            highlight=False,
+            markup=False,
+        )
+    return config
 
 
 def _total_steps(command: list[str]) -> int | None:

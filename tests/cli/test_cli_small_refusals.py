@@ -61,3 +61,20 @@ def test_an_event_log_without_one_event_points_at_its_first_line(
     (tmp_path / "events.jsonl").write_text("")
     assert _run(monkeypatch, "runs", "show", str(tmp_path), "--json") == 2
     assert "is empty" in capsys.readouterr().err
+
+
+class _Ctx:
+    def find_root(self) -> _Ctx:
+        return self
+
+    obj = None
+
+
+def test_restart_policy_without_a_spare_says_it_only_warns(capsys) -> None:
+    from argosy.cli.launch import _runtime_config
+
+    config = _runtime_config(_Ctx(), None, None, "restart", 0)
+    assert config.straggler_policy == "restart"
+    assert "only warned about" in capsys.readouterr().err
+    _runtime_config(_Ctx(), None, None, "restart", 1)
+    assert capsys.readouterr().err == ""
