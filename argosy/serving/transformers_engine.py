@@ -95,6 +95,8 @@ class TransformersEngine:
                 model = AutoModelForCausalLM.from_pretrained(self.path, dtype=where.torch_dtype())
                 self._model = model.to(where.device).eval()
                 _warm_up_model(self._model)
+                self._proposer(None)  # its own proposer (a draft, a depth) fails the load,
+                # not every request after a ready
             self._stats.asleep = False
             if self._loop is None:
                 self._loop = self._make_loop()
