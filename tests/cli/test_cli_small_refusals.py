@@ -78,3 +78,14 @@ def test_restart_policy_without_a_spare_says_it_only_warns(capsys) -> None:
     assert "only warned about" in capsys.readouterr().err
     _runtime_config(_Ctx(), None, None, "restart", 1)
     assert capsys.readouterr().err == ""
+
+
+def test_the_two_slow_factors_each_name_the_other_meaning() -> None:
+    from argosy.core.errors import ArgosyError
+    from argosy.health.throttle import parse_slow
+    from argosy.runtime.inject import parse_injection
+
+    with pytest.raises(ArgosyError, match="a slowdown .*--emulate-slow takes the speed"):
+        parse_injection("slow:rank=1:factor=0.3:from_step=5", world_size=2)
+    with pytest.raises(ArgosyError, match="the speed kept .*--inject slow takes the slowdown"):
+        parse_slow(["1:2"])
