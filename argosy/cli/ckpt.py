@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from argosy.cli.common import console, err_console, print_error, print_json
@@ -219,7 +220,7 @@ def verify(
     table.add_column("step")
     table.add_column("result")
     for name, found in problems.items():
-        table.add_row(name, "ok" if not found else "[red]" + "; ".join(found))
+        table.add_row(name, "ok" if not found else "[red]" + escape("; ".join(found)))
     console.print(table)
     if any(problems.values()):
         raise typer.Exit(code=1)

@@ -120,3 +120,13 @@ def test_verify_reports_torn_manifests_and_exits_1(ckpt_dir: Path) -> None:
     assert "unreadable manifest" in result.output
     one = run("verify", str(ckpt_dir), "--step", "20")
     assert one.exit_code == 1 and "unreadable manifest" in one.output
+
+
+def test_verify_prints_file_names_as_they_are(ckpt_dir: Path) -> None:
+    manifest_path = step_dir(ckpt_dir, 30) / ckdisk.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["[/]x"] = {"bytes": 1, "crc32": 0}
+    manifest_path.write_text(json.dumps(manifest))
+    result = run("verify", str(ckpt_dir), "--step", "30")
+    assert result.exit_code == 1, result.output
+    assert "[/]x: missing" in result.output
