@@ -33,8 +33,9 @@ def submit(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Submit a job or service YAML to its queue (a `kind: service` or a `model` key
-    marks a service)."""
+    """Submit a job or service YAML to its queue.
+
+    A `kind: service` or a `model` key marks a service."""
     from argosy.cli.services import submit_service
     from argosy.core.documents import load_yaml
     from argosy.server.service_spec import document_kind
@@ -282,9 +283,10 @@ def forget_node(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Forget a lost node for good (admin token): it leaves `argosy nodes` and the
-    cluster's capacity; refused while it is up or holds work. It joins as new if it
-    comes back."""
+    """Forget a lost node for good (admin token).
+
+    It leaves `argosy nodes` and the cluster's capacity; refused while it is up or holds
+    work. It joins as new if it comes back."""
     data = Client(server, token).call("DELETE", f"/nodes/{node}")
     if as_json:
         print_json(data)
@@ -299,8 +301,9 @@ def repair(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Report a node repaired (admin token): a node its health record cordoned or
-    quarantined returns to service, on probation."""
+    """Report a node repaired (admin token).
+
+    A node its health record cordoned or quarantined returns to service, on probation."""
     body = {"verdict": "repair", "detail": detail}
     data = Client(server, token).call("POST", f"/nodes/{node}/health", json=body)
     if as_json:

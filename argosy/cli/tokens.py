@@ -59,8 +59,10 @@ def list_tokens(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """List tokens: id, name, queue, state, when created and when it ends (expiry or
-    revocation); --json adds exact times and who created each. Never a secret."""
+    """List tokens (never a secret).
+
+    Id, name, queue, state, when created and when it ends (expiry or revocation); --json
+    adds exact times and who created each."""
     data = Client(server, token).call("GET", "/tokens")
     if as_json:
         print_json(data)
