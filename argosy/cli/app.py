@@ -30,7 +30,7 @@ from argosy.cli import (
     tokens,
     zygote,
 )
-from argosy.cli.common import State, err_console
+from argosy.cli.common import State, print_error
 from argosy.core.errors import ArgosyError
 
 app = typer.Typer(
@@ -60,6 +60,8 @@ def root(
         typer.echo(ctx.get_help())
         raise typer.Exit()
     ctx.obj = State(config, overrides)
+    if config is not None or overrides:  # checked on every command, read or not
+        ctx.obj.check()
 
 
 app.command("chips")(chips.chips)
@@ -90,7 +92,7 @@ def main() -> None:
     try:
         app()
     except ArgosyError as err:
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        print_error(err)
         sys.exit(2)
 
 

@@ -26,11 +26,15 @@ def _table(entries: list[Chip]) -> Table:
         title="argosy chip catalog (dense peak TFLOPs)",
         caption="aliases and each entry's source: argosy chips --json",
         header_style="bold",
+        box=None,  # no borders, one space between columns: every value fits 80 columns
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
     )
-    for column in ("chip", "vendor", "bf16", "fp16", "fp8", "GiB", "TB/s"):
-        table.add_column(column, no_wrap=True)
-    for column in ("link", "GB/s", "dom", "NIC Gb/s", "W"):
-        table.add_column(column, no_wrap=True)
+    for column in ("chip", "vendor"):  # never cut; the rest may wrap (pipes, CI: 80 columns)
+        table.add_column(column, no_wrap=True, min_width=_widest(entries, column))
+    for column in ("bf16", "fp16", "fp8", "GiB", "TB/s", "link", "GB/s", "dom", "NIC Gb/s", "W"):
+        link = column == "link"
+        table.add_column(column, justify="left" if link else "right", overflow="fold")
     for chip in entries:
         table.add_row(
             chip.id,
@@ -47,6 +51,11 @@ def _table(entries: list[Chip]) -> Table:
             _num(chip.tdp_w),
         )
     return table
+
+
+def _widest(entries: list[Chip], column: str) -> int:
+    texts = [c.id if column == "chip" else c.vendor for c in entries]
+    return max(len(t) for t in [column, *texts])
 
 
 def _num(value: float | None) -> str:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from argosy.cli.common import console, print_json
+from argosy.cli.common import console, err_console, print_error, print_json
 from argosy.core.errors import ArgosyError
 
 app = typer.Typer(help="Inspect flash checkpoints.", no_args_is_help=True)
@@ -27,29 +29,58 @@ def _directory(path: Path) -> Path:
     return path
 
 
+def _step_number(name: str) -> int | None:
+    """The step of a `step_<digits>` folder name; None for any other name."""
+    from argosy.checkpoint import disk
+
+    digits = name[len(disk.STEP_PREFIX) :]
+    if not name.startswith(disk.STEP_PREFIX) or not digits.isdigit():
+        return None
+    return int(digits)
+
+
+def _step_state(step_dir: Path) -> tuple[str, str | None, dict | None]:
+    """(status, problem, manifest) of a committed step folder, by its manifest and the
+    sizes of its files (cheap: no checksums; `ckpt verify` reads every byte)."""
+    from argosy.checkpoint import disk
+
+    if not (step_dir / disk.MANIFEST).exists():
+        return "torn (no manifest)", f"{step_dir.name}: no {disk.MANIFEST}", None
+    try:
+        manifest = disk.read_manifest(step_dir)
+        files = manifest["files"]
+        problems = [disk.check_file(step_dir, n, want, full=False) for n, want in files.items()]
+    except disk.TornCheckpointError as err:
+        return "torn (unreadable manifest)", str(err), None
+    except (AttributeError, KeyError, TypeError) as err:  # a manifest of the wrong shape
+        return "torn (unreadable manifest)", f"{step_dir.name}: bad manifest ({err!r})", None
+    problem = next((p for p in problems if p), None)
+    if problem is None:
+        return "complete", None, manifest
+    kind = "missing file" if problem.endswith(": missing") else "truncated file"
+    return f"torn ({kind})", problem, manifest
+
+
 def _rows(directory: Path) -> list[dict]:
-    from argosy.checkpoint import commit, disk
+    """One row per step folder (committed or unfinished); other names are left out."""
+    from argosy.checkpoint import commit
 
     rows = []
     for child in sorted(directory.iterdir()):
-        epoch = None
-        if child.name.startswith(disk.STEP_PREFIX):
-            status, manifest = "complete", None
-            try:
-                manifest = disk.read_manifest(child)
-                epoch = manifest.get("epoch")
-            except disk.TornCheckpointError:
-                status = "torn (no manifest)"
-        elif commit.parse_tmp(child.name) is not None:
-            status, manifest = "unfinished", None
-            epoch = commit.parse_tmp(child.name)[1]
+        step, problem, manifest = _step_number(child.name), None, None
+        if step is not None and child.is_dir():
+            status, problem, manifest = _step_state(child)
+            epoch = (manifest or {}).get("epoch")
+        elif (staged := commit.parse_tmp(child.name)) is not None:
+            status, (step, epoch) = "unfinished", staged
         else:
             continue
         files = (manifest or {}).get("files", {})
         rows.append(
             {
-                "step": int(child.name.rsplit("_", 1)[-1]),
+                "step": step,
                 "status": status,
+                "problem": problem,
                 "world_size": (manifest or {}).get("world_size"),
                 "epoch": epoch,
                 "bytes": sum(f["bytes"] for f in files.values()),
@@ -57,7 +88,7 @@ def _rows(directory: Path) -> list[dict]:
                 "path": str(child),
             }
         )
-    return rows
+    return sorted(rows, key=lambda r: r["step"])
 
 
 def _memory_steps(directory: Path) -> dict[int, list[str]]:
@@ -91,7 +122,10 @@ def ls(
     if as_json:
         print_json(rows)
         return
-    table = Table(title=str(directory))
+    table = Table(
+        title=str(directory),
+        caption="complete: manifest read, file sizes match; verify checks every checksum",
+    )
     for col in ("step", "status", "ranks", "size", "created (UTC)", "in memory"):
         table.add_column(col, justify="right" if col in ("step", "ranks", "size") else "left")
     for row in rows:
@@ -116,18 +150,14 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """The manifest of one step and the tensors and objects of one rank."""
-    import pickle
-
-    from argosy.checkpoint import disk
-
-    step_dir = _step_dir(_directory(directory), step)
-    manifest = disk.read_manifest(step_dir)
+    row = _pick_step(_directory(directory), step)
+    step_dir, manifest = Path(row["path"]), _manifest_of(row)
     index = step_dir / f"rank{rank}.meta"
     if not index.exists():
         raise ArgosyError(
             f"{step_dir.name} has no rank {rank} (world size {manifest['world_size']})"
         )
-    meta, _ = pickle.loads(index.read_bytes())
+    meta = _rank_meta(step_dir, rank)
     tensors = [
         {
             "name": e.fqn,
@@ -169,11 +199,12 @@ def verify(
     from argosy.checkpoint import disk
 
     directory = _directory(directory)
-    steps = (
-        [_step_dir(directory, step)]
-        if step is not None
-        else [Path(r["path"]) for r in _rows(directory) if r["status"] != "unfinished"]
-    )
+    rows = [r for r in _rows(directory) if r["status"] != "unfinished"]
+    if step is not None:
+        rows = [r for r in rows if r["step"] == step]
+        if not rows:
+            raise ArgosyError(f"no step {step} in {directory}; {_complete_list(directory)}")
+    steps = [Path(r["path"]) for r in rows]
     if not steps:
         raise ArgosyError(f"{directory} holds no checkpoint steps")
     problems: dict[str, list[str]] = {}
@@ -189,7 +220,7 @@ def verify(
     table.add_column("step")
     table.add_column("result")
     for name, found in problems.items():
-        table.add_row(name, "ok" if not found else "[red]" + "; ".join(found))
+        table.add_row(name, "ok" if not found else "[red]" + escape("; ".join(found)))
     console.print(table)
     if any(problems.values()):
         raise typer.Exit(code=1)
@@ -204,18 +235,50 @@ def _manifest_bytes(step_dir: Path) -> int:
         return 0
 
 
-def _step_dir(directory: Path, step: int | None) -> Path:
+def _complete_list(directory: Path) -> str:
+    steps = [str(r["step"]) for r in _rows(directory) if r["status"] == "complete"]
+    return f"complete steps: {', '.join(steps) or 'none'}"
+
+
+def _pick_step(directory: Path, step: int | None) -> dict:
+    """The row of `step`, or of the newest complete step; a torn one is refused (exit 1)."""
+    rows = [r for r in _rows(directory) if r["status"] != "unfinished"]
+    if step is None:
+        complete = [r for r in rows if r["status"] == "complete"]
+        newest = complete[-1]["step"] if complete else -1
+        for row in rows:
+            if row["status"] != "complete" and row["step"] > newest:
+                err_console.print(f"note: skipped {row['problem']}", markup=False, soft_wrap=True)
+        if not complete:
+            raise ArgosyError(f"{directory} holds no complete checkpoint step")
+        return complete[-1]
+    row = next((r for r in rows if r["step"] == step), None)
+    if row is None:
+        raise ArgosyError(f"no complete step {step} in {directory}; {_complete_list(directory)}")
+    if row["status"] != "complete":
+        print_error(f"step {step} is {row['status']}: {row['problem']}; run argosy ckpt verify")
+        raise typer.Exit(1)
+    return row
+
+
+def _manifest_of(row: dict) -> dict:
     from argosy.checkpoint import disk
 
-    steps = disk.committed_steps(directory)
-    if step is None:
-        if not steps:
-            raise ArgosyError(f"{directory} holds no complete checkpoint step")
-        step = steps[-1]
-    elif step not in steps:
-        known = ", ".join(str(s) for s in steps) or "none"
-        raise ArgosyError(f"no complete step {step} in {directory}; complete steps: {known}")
-    return directory / disk.step_dir_name(step)
+    return disk.read_manifest(Path(row["path"]))  # read and checked by _step_state
+
+
+def _rank_meta(step_dir: Path, rank: int) -> Any:
+    """One rank's index, checked against the manifest's checksum; a bad one exits 1."""
+    import pickle
+
+    from argosy.checkpoint import disk
+
+    try:
+        meta, _ = disk.read_index(step_dir, rank)
+    except (disk.TornCheckpointError, OSError, pickle.UnpicklingError, ValueError) as err:
+        print_error(f"rank {rank} of {step_dir.name} is unreadable: {err}; see argosy ckpt verify")
+        raise typer.Exit(1) from None
+    return meta
 
 
 def _size(n: int) -> str:

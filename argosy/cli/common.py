@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from argosy.config import PlatformConfig, load_config
 
@@ -21,6 +22,11 @@ class State:
         self.config_path = config_path
         self.overrides = overrides
         self._config: PlatformConfig | None = None
+
+    def check(self) -> None:
+        """Load the config now: a missing --config file or an unknown --set key is a usage
+        error on every command, also on those that read no setting."""
+        _ = self.config
 
     @property
     def config(self) -> PlatformConfig:
@@ -45,7 +51,21 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
+def print_error(message: object) -> None:
+    """Print `error: MESSAGE` on stderr, the message shown exactly as given.
+
+    The message often quotes user input (paths, names, patterns): it is escaped, so a
+    `[/]` or `[red]` in it is printed as typed instead of read as Rich markup or emoji.
+    """
+    err_console.print(
+        f"[bold red]error:[/] {escape(str(message))}",
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+
+
 def usage_error(message: str) -> typer.Exit:
     """Print `message` as a usage error and return the Exit(2) to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    print_error(message)
     return typer.Exit(code=2)

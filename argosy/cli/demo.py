@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -176,7 +177,7 @@ def _submit_service(client: _Client) -> None:
     try:
         client.call("POST", "/api/v1/services", json=body)
     except ArgosyError as err:
-        err_console.print(f"[yellow]no inference service:[/] {err}")
+        err_console.print(f"[yellow]no inference service:[/] {escape(str(err))}", emoji=False)
 
 
 def _follow(

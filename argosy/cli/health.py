@@ -32,7 +32,9 @@ def check(
         help="Emulation: throttle a rank to FACTOR of its speed, e.g. 1:0.5 (repeatable).",
     ),
     ranks: int | None = typer.Option(
-        None, "--ranks", help="Ranks to check (CPU node: default min(cores, 4), >= 2)."
+        None,
+        "--ranks",
+        help="Ranks to check (default: every device; CPU node: min(cores, 4), at least 2).",
     ),
 ) -> None:
     """Measure GEMM, memory, host-device copy and collective bandwidth; read vendor signals."""

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
@@ -32,8 +33,9 @@ def submit(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Submit a job or service YAML to its queue (a `kind: service` or a `model` key
-    marks a service)."""
+    """Submit a job or service YAML to its queue.
+
+    A `kind: service` or a `model` key marks a service."""
     from argosy.cli.services import submit_service
     from argosy.core.documents import load_yaml
     from argosy.server.service_spec import document_kind
@@ -90,7 +92,10 @@ def job(
     if as_json:
         print_json(data)
         return
-    console.print(f"[bold]{data['id']}[/] {data['name']} in {data['queue']}: {data['state']}")
+    console.print(
+        f"[bold]{data['id']}[/] {escape(data['name'])} in {data['queue']}: {data['state']}",
+        emoji=False,
+    )
     console.print(f"attempts {data['attempts']}; created {data['created_at']}")
     elastic = data["spec"].get("elastic")
     if elastic:
@@ -101,9 +106,9 @@ def job(
             highlight=False,
         )
     if data["reason"]:
-        console.print(f"reason: {data['reason']}", highlight=False)
+        console.print(f"reason: {data['reason']}", highlight=False, markup=False, emoji=False)
     if data.get("waiting"):
-        console.print(f"waiting: {data['waiting']}", highlight=False)
+        console.print(f"waiting: {data['waiting']}", highlight=False, markup=False, emoji=False)
     if data.get("error"):  # the whole line, for the job's queue and the admins
         console.print(f"error: {data['error']}", highlight=False, markup=False)
     account = (data.get("summary") or {}).get("job")
@@ -111,7 +116,8 @@ def job(
         console.print(goodput_line(account), highlight=False, markup=False)
     for e in client.call("GET", f"/jobs/{job_id}/events")["items"]:
         by = f"  (by {e['actor']})" if e.get("actor", "system") != "system" else ""
-        console.print(f"  {e['created_at']}  {e['kind']:<12} {e['message']}{by}", highlight=False)
+        line = f"  {e['created_at']}  {e['kind']:<12} {e['message']}{by}"
+        console.print(line, highlight=False, markup=False, emoji=False)
 
 
 def goodput_line(account: dict) -> str:
@@ -277,9 +283,10 @@ def forget_node(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Forget a lost node for good (admin token): it leaves `argosy nodes` and the
-    cluster's capacity; refused while it is up or holds work. It joins as new if it
-    comes back."""
+    """Forget a lost node for good (admin token).
+
+    It leaves `argosy nodes` and the cluster's capacity; refused while it is up or holds
+    work. It joins as new if it comes back."""
     data = Client(server, token).call("DELETE", f"/nodes/{node}")
     if as_json:
         print_json(data)
@@ -294,8 +301,9 @@ def repair(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Report a node repaired (admin token): a node its health record cordoned or
-    quarantined returns to service, on probation."""
+    """Report a node repaired (admin token).
+
+    A node its health record cordoned or quarantined returns to service, on probation."""
     body = {"verdict": "repair", "detail": detail}
     data = Client(server, token).call("POST", f"/nodes/{node}/health", json=body)
     if as_json:

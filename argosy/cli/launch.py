@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from argosy.cli.common import config_of, console, err_console
 from argosy.cli.paths import writable_dir
@@ -72,7 +73,7 @@ def launch(
     rebalance: bool = typer.Option(
         True, "--rebalance/--no-rebalance", help="Mixed plans: batch shares follow measured speeds."
     ),
-    tee: bool = typer.Option(False, "--tee", help="Print the ranks' output as [rankN]: ..."),
+    tee: bool = typer.Option(False, "--tee", help="Print the ranks' output as \\[rankN]: ..."),
     preflight: bool = typer.Option(
         False, "--preflight", help="Health-check the devices first; leave out or refuse bad ones."
     ),
@@ -84,7 +85,7 @@ def launch(
     from argosy.runtime.board import default_board_path
     from argosy.runtime.inject import parse_injection
 
-    if nnodes > 1 and node_rank >= nnodes:
+    if node_rank >= nnodes:
         raise ArgosyError(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
     sizes = _node_sizes(node_sizes, nnodes, node_rank, nproc_per_node)
     world = sum(sizes) if sizes else nnodes * nproc_per_node
@@ -204,7 +205,15 @@ def _runtime_config(ctx, max_restarts, hang_timeout, straggler_policy, spares): 
     if straggler_policy not in (None, "warn", "restart"):
         raise ArgosyError(f"--straggler-policy '{straggler_policy}'; expected warn or restart")
     data = base.model_dump() | {k: v for k, v in update.items() if v is not None}
-    return RuntimeConfig.model_validate(data)
+    config = RuntimeConfig.model_validate(data)
+    if config.straggler_policy == "restart" and config.spares < 1:
+        err_console.print(
+            "note: --straggler-policy restart needs a spare device (--spares 1 or more); "
+            "with none, a straggler is only warned about",
+            highlight=False,
+            markup=False,
+        )
+    return config
 
 
 def _total_steps(command: list[str]) -> int | None:
@@ -261,7 +270,9 @@ def _report(summary: dict, run_dir: Path) -> None:
     )
     cause = summary.get("cause")
     if cause:
-        err_console.print(f"[bold red]cause:[/] {cause['detail']}", highlight=False)
+        err_console.print(
+            f"[bold red]cause:[/] {escape(str(cause['detail']))}", highlight=False, emoji=False
+        )
         for rank, lines in cause.get("last_lines", {}).items():
             _quote_rank_lines(rank, lines)
 

@@ -2,7 +2,7 @@
 
 argosy plan            # planner.default_model on hardware.default_cluster
 argosy plan --model llama3-405b --cluster h100:16384 --seq-len 8192 --global-batch 2048 --json
-argosy plan --model llama3-70b --cluster a100:512+h100:512 --emit megatron
+argosy plan --model llama3-70b --cluster a100:512+h100:512 --emit auto
 argosy estimate --model gpt3-175b --cluster a100:1536 --parallel tp=8,pp=16,dp=12,mbs=1 --json
 argosy estimate -m llama3-8b -c h100:64 -p tp=1,pp=1,dp=64,mbs=2,zero=3,compile=1 -f torchtitan
 
@@ -22,7 +22,14 @@ import typer
 from rich import box
 from rich.table import Table
 
-from argosy.cli.common import config_of, console, err_console, print_json, usage_error
+from argosy.cli.common import (
+    config_of,
+    console,
+    err_console,
+    print_error,
+    print_json,
+    usage_error,
+)
 
 MODEL_HELP = "Preset, HF config.json, YAML file, or layers=..,hidden=..,heads=..[,..]."
 FRAMEWORK_HELP = "megatron-core (default) | megatron-lm | deepspeed | torchtitan | pytorch"
@@ -67,6 +74,11 @@ def plan(
     from argosy.planner.api import plan as run_plan
 
     fw, emitter = _framework_and_emitter(framework, emit)
+    if emitter and as_json:
+        raise usage_error(
+            "--emit prints the framework's own format (the argosy bundle is JSON already); "
+            "leave out --json, or leave out --emit for the plans as JSON"
+        )
     spec, clus, seq, gbs, default_top = _inputs(
         ctx, model, cluster, nic_gbps, seq_len, global_batch
     )
@@ -76,14 +88,16 @@ def plan(
         result = _with_progress(run_plan, spec, clus, seq, gbs, top or default_top, fw)
     if emitter:
         if not result["plans"]:
-            console.print(f"no plan fits: {result.get('fix', '')}", highlight=False)
+            print_error(f"no plan fits: {result.get('fix', '')}")
             raise typer.Exit(1)
-        _emit(emitter, result, spec, seq, gbs)
+        _emit(emitter, result, spec, seq, gbs, clus, explicit=emit.strip().lower() != "auto")
         return
     if as_json:
         print_json(result)
-        return
-    _print_plans(result, spec.describe(), clus.describe())
+    else:
+        _print_plans(result, spec.describe(), clus.describe())
+    if not result["plans"]:  # the same exit code with or without --json
+        raise typer.Exit(1)
 
 
 def estimate(
@@ -204,13 +218,20 @@ def _framework_and_emitter(framework: str | None, emit: str | None):
     return fw, name
 
 
-def _emit(emitter: str, result: dict, spec, seq: int, gbs: int) -> None:
-    """Print the best plan for `emitter`; mixed-chip plans as an `argosy launch` bundle."""
+def _emit(emitter: str, result: dict, spec, seq: int, gbs: int, clus, explicit: bool) -> None:
+    """Print the best plan for `emitter`. A mixed-chip plan runs only under `argosy launch
+    --plan`: `--emit auto` prints its bundle, an explicit framework exits 1 saying why."""
     from argosy.planner.emit import BUNDLE, bundle, emitters
     from argosy.planner.parallel import Parallel
     from argosy.planner.readback import EmitRefusedError
 
     best = result["plans"][0]
+    if best.get("groups") and emitter != BUNDLE and explicit:
+        print_error(
+            f"{emitter} cannot run this plan: a mixed-chip plan runs only under `argosy "
+            "launch --plan`; use --emit argosy (or auto) for its bundle"
+        )
+        raise typer.Exit(1)
     if best.get("groups") or emitter == BUNDLE:
         if best.get("groups") and emitter != BUNDLE:
             err_console.print(
@@ -218,14 +239,14 @@ def _emit(emitter: str, result: dict, spec, seq: int, gbs: int) -> None:
                 f"{emitter} cannot run it, so the bundle is printed",
                 highlight=False,
             )
-        typer.echo(bundle(result))
+        typer.echo(bundle(result, cluster=clus))
         return
     try:
         text = emitters.get(emitter)(
             Parallel(**best["parallel"]), spec, seq_len=seq, global_batch=gbs
         )
     except EmitRefusedError as err:
-        console.print(f"[red]{emitter} cannot run this plan:[/] {err}", highlight=False)
+        print_error(f"{emitter} cannot run this plan: {err}")
         raise typer.Exit(1) from None
     typer.echo(text)
 

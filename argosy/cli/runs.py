@@ -42,6 +42,8 @@ def show(
     if plot and not as_json:
         writable_file(run_dir / "timeline.png", "--plot (use --no-plot to skip it)")
     events = read_events(events_path)
+    if not events and not (run_dir / SUMMARY_FILE).exists():
+        raise ArgosyError(_no_events(events_path))
     summary = _load_summary(run_dir / SUMMARY_FILE, events) or summarize(events)
     summary.setdefault("status", _status_without_summary(events))
     earlier = list_history(run_dir)
@@ -55,6 +57,17 @@ def show(
 
         path = plot_timeline(events, summary, run_dir / "timeline.png")
         console.print(f"timeline: {path}")
+
+
+def _no_events(path: Path) -> str:
+    """Why a run's event log gave no event: empty, or its first line is not one."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    first = next(((n, line) for n, line in enumerate(lines, 1) if line.strip()), None)
+    if first is None:
+        return f"{path} is empty: the run logged no event"
+    number, line = first
+    shown = line if len(line) <= 60 else line[:57] + "..."
+    return f"{path}:{number}: not an event (a JSON object with 'event'): {shown!r}; no run to show"
 
 
 def _status_without_summary(events: list[dict]) -> str:

@@ -73,7 +73,11 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="TCP port."),
     engine: str = typer.Option("transformers", "--engine", help="Serving engine."),
-    speculative: str = typer.Option("auto", "--speculative", help="off, ngram or auto."),
+    speculative: str = typer.Option(
+        "auto",
+        "--speculative",
+        help="off, auto (adaptive), ngram (prompt-lookup), self[:K] (early-exit) or draft:PATH.",
+    ),
     threads: int = typer.Option(0, "--threads", min=0, help="torch threads; 0: default."),
     admin_token: str = typer.Option(
         "", "--admin-token", envvar="ARGOSY_ADMIN_TOKEN", help="Enables /admin/sleep, /wake."
@@ -117,10 +121,10 @@ def serve(
 ) -> None:
     """Serve a model: /v1/models, /v1/completions, /v1/chat/completions, /metrics."""
     from argosy.serving import ENGINES, EngineConfig, placement
-    from argosy.serving.speculative import check_name
+    from argosy.serving.speculative import check_spec
 
     ENGINES.canonical(engine)  # unknown names exit 2 listing the known ones
-    check_name(speculative)
+    check_spec(speculative)  # and a draft:PATH without a checkpoint, before any load
     if memory_fraction is not None:  # the ledger and the engine agree on the device
         device = placement.resolve_device(device, placement.visible_cuda_count())
     try:
@@ -246,10 +250,21 @@ def _run(
         sock.close()
         instance.close()  # after a load in progress (it holds the engine's state lock)
     if failed:
-        if isinstance(failed[0], ImportError):
-            message = f"engine '{config.engine}' needs the 'serve' extra: {failed[0]}"
-            raise ArgosyError(message) from failed[0]
-        raise failed[0]
+        raise _load_failure(config, failed[0])
+
+
+def _load_failure(config: EngineConfig, err: BaseException) -> BaseException:
+    """What a failed load raises: one `error:` line and exit 2 (the model, device or
+    engine given cannot be served), or the interrupt itself."""
+    if not isinstance(err, Exception):
+        return err  # KeyboardInterrupt, SystemExit: as they are
+    if isinstance(err, ImportError):
+        return ArgosyError(f"engine '{config.engine}' needs the 'serve' extra: {err}")
+    if isinstance(err, ArgosyError):
+        return err
+    reason = " ".join(str(err).split())  # one line, whatever the library wrote
+    reason = reason.removeprefix("PlacementError: ").removeprefix("ConfigError: ")
+    return ArgosyError(f"cannot serve {config.model}: {reason or type(err).__name__}")
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
@@ -84,8 +85,15 @@ def service(
         print_json(data)
         return
     spec = data["spec"]
-    console.print(f"[bold]{data['id']}[/] {data['name']} in {data['queue']}: {data['state']}")
-    console.print(f"model {spec['model']} ({spec['engine']}), {spec['replicas']} replica(s)")
+    console.print(
+        f"[bold]{data['id']}[/] {escape(data['name'])} in {data['queue']}: {data['state']}",
+        emoji=False,
+    )
+    console.print(
+        f"model {spec['model']} ({spec['engine']}), {spec['replicas']} replica(s)",
+        markup=False,
+        emoji=False,
+    )
     if spec.get("tidal"):
         t = spec["tidal"]
         awake = sum(r["state"] == "ready" for r in data["replicas"])
@@ -95,7 +103,7 @@ def service(
             highlight=False,
         )
     if data["reason"]:
-        console.print(f"reason: {data['reason']}", highlight=False)
+        console.print(f"reason: {data['reason']}", highlight=False, markup=False, emoji=False)
     table = Table("replica", "node", "state", "url", "attempt", "restarts")
     for r in data["replicas"]:
         table.add_row(
@@ -110,4 +118,5 @@ def service(
     if delete:
         return
     for e in client.call("GET", f"/services/{service_id}/events")["items"]:
-        console.print(f"  {e['created_at']}  {e['kind']:<16} {e['message']}", highlight=False)
+        line = f"  {e['created_at']}  {e['kind']:<16} {e['message']}"
+        console.print(line, highlight=False, markup=False, emoji=False)

@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from argosy.cli.common import config_of, console, err_console, print_json
+from argosy.cli.common import config_of, console, err_console, print_json, usage_error
 from argosy.cli.paths import writable_dir, writable_file
 
 app = typer.Typer(help="Cluster simulator: calibrated traces, policies side by side.",
@@ -59,7 +60,9 @@ def run(
     cluster: str = typer.Option(..., "--cluster", help="CHIP:COUNT[+...] or a YAML file."),
     queues: Path = typer.Option(..., "--queues", help="Queue tree YAML."),
     trace: Path = typer.Option(..., "--trace", help="Trace JSONL."),
-    policy: str = typer.Option("argosy", "--policy", help="fifo, quota or argosy."),
+    policy: str | None = typer.Option(
+        None, "--policy", help="fifo, quota or argosy (default); not with --compare."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the fault model."),
     compare: bool = typer.Option(False, "--compare", help="Run fifo, quota and argosy."),
     plot: Path | None = typer.Option(None, "--plot", help="PNG path (default with --compare)."),
@@ -81,7 +84,9 @@ def run(
         raise typer.BadParameter("must be planner or stock", param_hint="--plans")
     if compare or plot:  # checked before minutes of replay, not after
         writable_file(plot or trace.with_name("sim_compare.png"), "--plot")
-    names = list(COMPARED) if compare else [policy]
+    if compare and policy is not None:
+        raise usage_error(f"--compare runs {', '.join(COMPARED)}; leave out --policy {policy}")
+    names = list(COMPARED) if compare else [policy or "argosy"]
     config = config_of(ctx)
     kwargs = {"seed": seed, "on_error": on_error, "scheduler": config.scheduler}
     from argosy.sim.isolation import HealthPolicyIsolation
@@ -93,7 +98,7 @@ def run(
     else:
         reports, devices, skipped = _with_progress(cluster, queues, trace, names, kwargs)
     for line in skipped[:20]:
-        err_console.print(f"[yellow]skipped[/] {line}", highlight=False)
+        err_console.print(f"[yellow]skipped[/] {escape(line)}", highlight=False, emoji=False)
     if compare or plot:
         from argosy.sim.plot import plot_allocation
 

@@ -36,6 +36,8 @@ def create(
     token: str | None = TokenOption,
 ) -> None:
     """Create a token; it is printed once (only a salted hash is kept)."""
+    if expires is not None and re.fullmatch(r"0+[smhdw]", expires):
+        raise usage_error(f"--expires '{expires}': the lifetime must be more than 0 (e.g. 30d)")
     if expires is not None and not EXPIRES.fullmatch(expires):
         raise usage_error(f"--expires '{expires}': give a number and s, m, h, d or w (e.g. 30d)")
     body: dict = {"queue": queue, "name": name}
@@ -57,8 +59,10 @@ def list_tokens(
     server: str | None = ServerOption,
     token: str | None = TokenOption,
 ) -> None:
-    """List tokens: id, name, queue, state, when created and when it ends (expiry or
-    revocation); --json adds exact times and who created each. Never a secret."""
+    """List tokens (never a secret).
+
+    Id, name, queue, state, when created and when it ends (expiry or revocation); --json
+    adds exact times and who created each."""
     data = Client(server, token).call("GET", "/tokens")
     if as_json:
         print_json(data)
@@ -101,4 +105,5 @@ def revoke(
     if as_json:
         print_json(data)
         return
-    console.print(f"revoked {data['id']} ({data['name']})", highlight=False)
+    label = f" ({data['name']})" if data.get("name") else ""
+    console.print(f"revoked {data['id']}{label}", highlight=False, markup=False)

@@ -68,8 +68,9 @@ class HealthConfig(BaseModel):
     """Timed rounds per probe; every rank runs each round at the same time."""
     round_s: float = Field(0.12, gt=0)
     """Target seconds of work per rank in one round (the iteration count is sized to it)."""
-    cpu_ranks: int | None = Field(None, ge=1)
-    """Ranks on a node without accelerators; None uses min(cores, 4), at least 2."""
+    cpu_ranks: int | None = Field(None, ge=2)
+    """Ranks on a node without accelerators, at least 2 (one rank has no peer); None uses
+    min(cores, 4)."""
     gemm_n: int = Field(768, ge=64)
     """Matrix size of the GEMM probe on a CPU (fp32)."""
     gpu_gemm_n: int = Field(8192, ge=256)

@@ -69,6 +69,11 @@ def plan_node(
     devices = discover(registry)
     backend = devices[0].backend
     if backend == "cpu":
+        if ranks is not None and ranks < 2:
+            raise ConfigError(
+                f"--ranks {ranks}: a CPU node is checked with at least 2 ranks (the collective "
+                "and peer checks need two)"
+            )
         num = ranks or config.cpu_ranks or max(2, min(os.cpu_count() or 1, 4))
     else:
         num = len([d for d in devices if d.backend == backend])

@@ -48,7 +48,10 @@ def parse_slow(specs: list[str], num_ranks: int | None = None) -> dict[int, floa
         if not sep or rank < 0:
             raise ConfigError(f"--emulate-slow '{spec}': expected RANK:FACTOR, e.g. 1:0.5")
         if not 0 < factor <= 1:
-            raise ConfigError(f"--emulate-slow '{spec}': factor must be in (0, 1]")
+            raise ConfigError(
+                f"--emulate-slow '{spec}': factor must be in (0, 1], the speed kept (0.5: half "
+                "speed; --inject slow takes the slowdown instead, 2)"
+            )
         if num_ranks is not None and rank >= num_ranks:
             raise ConfigError(f"--emulate-slow '{spec}': rank {rank} of {num_ranks} ranks")
         if rank in slow:

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from argosy.planner.emit_deepspeed import deepspeed, read_deepspeed
 from argosy.planner.emit_megatron import megatron, read_megatron
 from argosy.planner.emit_torchtitan import read_torchtitan, torchtitan
 from argosy.plugins.registry import Registry
+
+if TYPE_CHECKING:
+    from argosy.hardware.cluster import Cluster
 
 Emitter = Callable[..., str]
 emitters: Registry[Emitter] = Registry("emitter")
@@ -57,13 +61,25 @@ def emitter_of(framework: str) -> str:
     return _EMITTER[framework]
 
 
-def bundle(result: dict, command: str = "train.py") -> str:
+ONE_HOST = 8
+"""Most devices a bundle's one-host command covers (the docs' CPU-emulated examples)."""
+
+
+def bundle(result: dict, command: str = "train.py", cluster: Cluster | None = None) -> str:
     """An `argosy launch --plan` bundle: the plan document with only its best plan, the
-    launch command, and for mixed-chip plans the note that no other framework runs it."""
+    launch command (with the ranks the cluster needs), for a small cluster the same on one
+    host with its chips emulated, and for mixed-chip plans the note that no other
+    framework runs it."""
     best = result["plans"][0]
     doc = {k: v for k, v in result.items() if k not in ("plans", "alternatives")}
     doc["plans"] = [best]
-    doc["launch"] = f"argosy launch --plan plan.json {command}"
+    doc["launch"] = launch_command(cluster, command)
+    if cluster is not None and cluster.num_devices <= ONE_HOST:
+        chips = ",".join(f"{g.chip.id}:{g.num_devices}" for g in cluster.groups)
+        doc["launch_emulated"] = (
+            f"argosy launch --plan plan.json --nproc-per-node {cluster.num_devices} "
+            f"--emulate-chips {chips} {command}"
+        )
     if best.get("groups"):
         doc["note"] = (
             "a mixed-chip plan: each chip group has its own layout and batch share, joined by "
@@ -71,3 +87,20 @@ def bundle(result: dict, command: str = "train.py") -> str:
             "runs it, so it is emitted for `argosy launch --plan` (docs/mixed.md)"
         )
     return json.dumps(doc, indent=2, default=str)
+
+
+def launch_command(cluster: Cluster | None, command: str = "train.py") -> str:
+    """The `argosy launch --plan` line for `cluster`: one host (`--nproc-per-node` all
+    its devices) when it has one node or at most ONE_HOST devices, else the line each node
+    runs, with its node rank and rank 0's host to fill in."""
+    head = "argosy launch --plan plan.json"
+    if cluster is None:
+        return f"{head} {command}"
+    if cluster.num_nodes == 1 or cluster.num_devices <= ONE_HOST:
+        return f"{head} --nproc-per-node {cluster.num_devices} {command}"
+    sizes = [g.devices_per_node for g in cluster.groups for _ in range(g.num_nodes)]
+    nodes = f"--nnodes {len(sizes)} --node-rank <this node's index> --master-addr <node 0 host>"
+    if len(set(sizes)) == 1:
+        return f"{head} {nodes} --nproc-per-node {sizes[0]} {command}"
+    layout = ",".join(str(n) for n in sizes)
+    return f"{head} {nodes} --node-sizes {layout} --nproc-per-node <this node's size> {command}"

@@ -97,6 +97,8 @@ def parse_parallel(text: str) -> Parallel:
                 f"'{part}' is not one of {', '.join(sorted(known))}; expected {PARALLEL_FORM}",
                 source=text,
             )
+        if key in values:
+            raise ConfigError(f"'{key}' is given twice; give each key once", source=text, field=key)
         values[key] = _value(key, raw.strip(), text)
     if "sp" not in values:
         values["sp"] = int(values.get("tp", 1)) > 1

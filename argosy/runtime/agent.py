@@ -487,6 +487,8 @@ class Agent:
         at = self._injected(snap, verdict.rank, {"straggler"})
         restart = self.config.straggler_policy == "restart" and self.spares_left > 0
         detail = f"rank {verdict.rank} computes {verdict.slowdown:.2f}x slower than its peers"
+        if self.config.straggler_policy == "restart" and not restart:
+            detail += " (no spare left to restart onto: --spares)"
         fields = {
             "injected_at": at,
             "slowdown": verdict.slowdown,

@@ -113,7 +113,10 @@ def _check_ranges(spec: str, inj: Injection, world_size: int | None, form: str) 
     if inj.at_s is not None and inj.at_s < 0:
         raise ArgosyError(f"--inject '{spec}': at_s must be >= 0; expected {form}")
     if inj.kind == "slow" and inj.factor <= 1.0:
-        raise ArgosyError(f"--inject '{spec}': factor must be > 1; expected {form}")
+        raise ArgosyError(
+            f"--inject '{spec}': factor must be > 1, a slowdown (3: each step takes 3x as "
+            f"long; --emulate-slow takes the speed instead, 1/3); expected {form}"
+        )
 
 
 def encode(injections: dict[int, Injection]) -> str:

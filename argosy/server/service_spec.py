@@ -17,6 +17,7 @@ of the peak, and the replicas are awake again `lead_s` before the forecast rises
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Literal
 
@@ -26,7 +27,7 @@ from argosy.core.documents import Document
 from argosy.core.errors import ConfigError, UnknownNameError
 from argosy.server.spec import NAME_PATTERN, STRICT
 
-SPECULATIVE_PATTERN = r"^[a-z0-9_-]{1,32}$"
+SPECULATIVE_NAME = re.compile(r"[a-z0-9_-]{1,32}")
 Level = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -79,13 +80,15 @@ class ServiceSpec(BaseModel):
     queue: str = Field(default="default", min_length=1, max_length=100)
     """Leaf queue whose quota the replicas use."""
     model: str = Field(default="smollm2-135m", min_length=1, max_length=4096)
-    """Model served (`argosy serve --model`): a catalog name or a checkpoint directory."""
+    """Model served (`argosy serve --model`): a catalog name or the path (with a `/`) of a
+    checkpoint directory on the replicas' nodes; an unknown name is refused."""
     engine: str = Field(default="transformers", min_length=1, max_length=64)
     """Serving engine (`argosy serve --engine`): transformers (alias hf) or vllm; an
     unknown name is refused with the known ones."""
-    speculative: str = Field(default="auto", pattern=SPECULATIVE_PATTERN)
+    speculative: str = Field(default="auto", min_length=1, max_length=4200)
     """Speculative decoding (`argosy serve --speculative`): off or a registered method
-    (ngram, auto, self, draft and their aliases); an unknown name is refused."""
+    (ngram, auto, self[:K], draft:PATH and their aliases); an unknown name is refused, and
+    `draft` needs the absolute path of its checkpoint on the replicas' nodes."""
     threads: int = Field(default=0, ge=0, le=1024)
     """torch threads per replica (`argosy serve --threads`); 0: the engine's default."""
     replicas: int = Field(default=1, ge=1, le=256)
@@ -112,7 +115,7 @@ class ServiceSpec(BaseModel):
         """The model is one argument of `argosy serve`, which no NUL byte can be part of."""
         if "\0" in value:
             raise ValueError("holds a NUL byte, which no path or argument can hold")
-        return value
+        return _known_model(value)
 
     @field_validator("engine")
     @classmethod
@@ -125,10 +128,15 @@ class ServiceSpec(BaseModel):
     @field_validator("speculative")
     @classmethod
     def _known_method(cls, value: str) -> str:
-        """`off` or a registered speculative proposer."""
-        from argosy.serving.speculative import check_name
+        """`off` or a registered speculative proposer, with the argument it needs."""
+        from argosy.serving.speculative import PROPOSERS, check_name, split_spec
 
-        return _known(value, check_name)
+        name, arg = value.partition(":")[0], split_spec(value)[1]
+        if not SPECULATIVE_NAME.fullmatch(name):
+            raise ValueError(f"'{name}' is not a method name (lowercase letters, digits, _ -)")
+        _known(value, check_name)
+        _speculative_arg(PROPOSERS.canonical(name) if name != "off" else name, arg)
+        return value
 
     @field_validator("tidal")
     @classmethod
@@ -140,6 +148,38 @@ class ServiceSpec(BaseModel):
                 f"min_replicas ({value.min_replicas}) is more than replicas ({replicas})"
             )
         return value
+
+
+def _known_model(value: str) -> str:
+    """A catalog name, or a path (with a `/`) of a checkpoint directory on the replicas'
+    nodes, which `argosy serve` checks there; a bare name the catalog lacks is refused at
+    submit, listing the catalog."""
+    from argosy.serving.models import CATALOG
+
+    if value in CATALOG or "/" in value or value.startswith("~"):
+        return value
+    known = ", ".join(sorted(CATALOG))
+    raise ValueError(
+        f"unknown model '{value}': use one of {known} or the path of a checkpoint "
+        "directory on the replicas' nodes (with a '/')"
+    )
+
+
+def _speculative_arg(method: str, arg: str | None) -> None:
+    """The text after the colon: `draft` needs an absolute checkpoint path (read on the
+    replica's node, where `argosy serve` checks it before loading), `self` an optional
+    depth; the other methods take none."""
+    if method == "draft":
+        if not arg or not arg.startswith("/") or "\0" in arg:
+            raise ValueError(
+                "'draft' needs the absolute path of a checkpoint on the replicas' nodes: "
+                "draft:/PATH"
+            )
+    elif method == "self":
+        if arg is not None and not (arg.isdigit() and 0 < int(arg) < 10_000):
+            raise ValueError(f"'self:{arg}': the depth is a whole number of layers, self:K")
+    elif arg is not None:
+        raise ValueError(f"'{method}' takes no argument (got ':{arg}')")
 
 
 def _known(value: str, check: Callable[[str], object]) -> str:

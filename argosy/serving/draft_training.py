@@ -175,8 +175,9 @@ def _fit(
         loss.backward()
         optimizer.step()
         steps += 1
-        loss_value = float(loss)
-        report("train", int(time.perf_counter() - started), int(budget))
+        loss_value = float(loss.detach())
+        elapsed = min(int(time.perf_counter() - started), int(budget))  # the last step overruns
+        report("train", elapsed, int(budget))
     return steps, loss_value
 
 

@@ -44,7 +44,7 @@ from argosy.serving.errors import EngineAsleepError
 from argosy.serving.placement import Placement
 from argosy.serving.prefill import ChunkSizer
 from argosy.serving.prefix_cache import PrefixCache
-from argosy.serving.speculative import PROPOSERS, check_name, split_spec
+from argosy.serving.speculative import PROPOSERS, check_spec, split_spec
 from argosy.serving.speculative.base import OFF, Proposer, ProposerContext
 from argosy.serving.speculative.costs import AcceptanceTracker, StepCosts
 from argosy.serving.types import (
@@ -75,7 +75,7 @@ class TransformersEngine:
         self.budget: MemoryBudget | None = None
         self.placement: Placement | None = None
         """Where and in which dtype the weights live; resolved by `load`."""
-        check_name(config.speculative)  # unknown names fail at construction
+        check_spec(config.speculative)  # unknown names, a missing draft: at construction
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -95,6 +95,8 @@ class TransformersEngine:
                 model = AutoModelForCausalLM.from_pretrained(self.path, dtype=where.torch_dtype())
                 self._model = model.to(where.device).eval()
                 _warm_up_model(self._model)
+                self._proposer(None)  # its own proposer (a draft, a depth) fails the load,
+                # not every request after a ready
             self._stats.asleep = False
             if self._loop is None:
                 self._loop = self._make_loop()

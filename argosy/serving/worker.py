@@ -57,6 +57,7 @@ _ERRORS: dict[str, type[Exception]] = {
     "ConfigError": ConfigError,
     "UnknownNameError": ConfigError,
     "ShareError": ConfigError,
+    "PlacementError": ConfigError,
     "EngineAsleepError": EngineAsleepError,
 }
 

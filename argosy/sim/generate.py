@@ -49,6 +49,7 @@ def generate(cluster: Cluster, days: float, seed: int = 0, load: float = 1.0) ->
     capacity = sum(n * speeds[c] for c, n in cluster.devices_by_chip().items()) * horizon
     services, infer_work = _services(cluster, rng, horizon, speeds)
     jobs = _batch_jobs(cluster, rng, horizon, speeds, infer_work, load)
+    jobs = _within_reach(jobs, _reach(cluster, services))
     records = sorted(services + jobs, key=lambda r: r.submit_s)
     offered = (infer_work.sum() + sum(r.work_device_s for r in jobs)) / capacity
     return GeneratedTrace(records, _queues(cluster, services), offered, capacity)
@@ -77,6 +78,35 @@ def diurnal_profile(peak_hour: float, steps: int = 144) -> list[float]:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if float(np.mean(base**mid)) > want else (lo, mid)
     return [round(float(x), 4) for x in trough + (1 - trough) * base**hi]
+
+
+def _reach(cluster: Cluster, services: list[TraceRecord]) -> dict[str, int]:
+    """Most devices of each chip a gang of fixed size can ever hold: its largest node
+    group, less the peak replicas of the services pinned to the chip (fifo and quota keep
+    them; `argosy.scheduler.fit.never_fits`)."""
+    reserved: dict[str, int] = {}
+    for s in services:
+        reserved[s.chips[0]] = reserved.get(s.chips[0], 0) + int(s.devices or 0)
+    largest: dict[str, int] = {}
+    for g in cluster.groups:
+        largest[g.chip.id] = max(largest.get(g.chip.id, 0), g.num_devices)
+    have = cluster.devices_by_chip()
+    return {c: max(1, min(largest[c], n - reserved.get(c, 0))) for c, n in have.items()}
+
+
+def _within_reach(jobs: list[TraceRecord], reach: dict[str, int]) -> list[TraceRecord]:
+    """Pretraining jobs whose `max_devices` no policy without elasticity could ever place
+    (it starts them at that size) get the most the chips they accept can give; their work
+    is the same, so only the gang is smaller. A fifo or quota replay then runs them
+    instead of refusing them, which would inflate a `--compare` ratio."""
+    out = []
+    for job in jobs:
+        most = max((reach.get(c, 0) for c in job.chips), default=0)
+        if job.max_devices is not None and most and job.max_devices > most:
+            least = min(job.min_devices or most, most)
+            job = job.model_copy(update={"max_devices": most, "min_devices": least})
+        out.append(job)
+    return out
 
 
 def _services(

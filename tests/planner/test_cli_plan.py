@@ -117,7 +117,7 @@ def test_plan_that_cannot_fit_says_the_smallest_fix() -> None:
         "8",
         "--json",
     )
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # as in table mode
     out = json.loads(result.stdout)
     assert out["feasible"] is False and out["plans"] == []
     assert "fits on" in out["fix"] and "h100-sxm" in out["fix"]
@@ -231,7 +231,7 @@ def test_nic_override_slows_data_parallel_traffic() -> None:
 
 def test_mixed_plan_that_cannot_fit_names_each_short_group() -> None:
     result = invoke("plan", "--model", "llama3-405b", "--cluster", "a100:8+h100:8", "--json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
     assert out["feasible"] is False and out["plans"] == []
     assert "a100-80g:" in out["fix"] and "h100-sxm:" in out["fix"] and "fits on" in out["fix"]
@@ -294,7 +294,7 @@ def test_mixed_plan_emits_a_launch_bundle_and_says_no_framework_runs_it() -> Non
 
     result = invoke(
         "plan", "-m", "layers=2,hidden=128,heads=4,vocab=512", "-c", "h100:1+a100-80g:2",
-        "--seq-len", "128", "--global-batch", "12", "--emit", "megatron",
+        "--seq-len", "128", "--global-batch", "12", "--emit", "auto",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

@@ -113,13 +113,13 @@ def test_a_failed_job_says_why_and_serves_its_launcher_output(client: TestClient
 
 
 def test_a_service_that_fails_the_same_way_twice_stops_with_the_error(client: TestClient) -> None:
-    body = {"name": "bad-model", "model": "no-such-model", "max_restarts": 10}
+    body = {"name": "bad-model", "model": "/no/such-model", "max_restarts": 10}
     service = client.post("/api/v1/services", json=body).json()
     deadline = time.monotonic() + 90
     while (row := client.get(f"/api/v1/services/{service['id']}").json())["state"] != "failed":
         assert time.monotonic() < deadline, row
         time.sleep(0.1)
-    assert "unknown model 'no-such-model'" in row["reason"], row["reason"]
+    assert "unknown model '/no/such-model'" in row["reason"], row["reason"]
     assert "the same way twice" in row["reason"]
     events = client.get(f"/api/v1/services/{service['id']}/events").json()["items"]
     starts = [e for e in events if e["kind"] == "replica_started"]

@@ -135,7 +135,7 @@ def test_queue_tokens_may_not_touch_other_queues_and_unknown_ids_are_404(api: Te
     ("text", "want_line", "want_field"),
     [
         ("kind: service\nname: s\nreplicas: 0\n", 3, "replicas"),
-        ("name: s\nmodel: m\nport: 70000\n", 3, "port"),
+        ("name: s\nmodel: smollm2-135m\nport: 70000\n", 3, "port"),
         ("kind: sevrice\nname: s\n", 1, "kind"),
     ],
     ids=["zero-replicas", "port-out-of-range", "unknown-kind"],

@@ -8,6 +8,9 @@ changes greedy output. Proposers are built per request (they may keep per-reques
     draft = proposer.propose(context_ids, 8)
 """
 
+from pathlib import Path
+
+from argosy.core.errors import ConfigError
 from argosy.serving.speculative.base import (
     OFF,
     PROPOSERS,
@@ -42,6 +45,24 @@ def check_name(spec: str) -> None:
         PROPOSERS.canonical(name)
 
 
+def check_spec(spec: str) -> None:
+    """`check_name`, and the argument a server setting needs, checked before anything
+    loads (without torch): `draft:PATH` names a checkpoint directory (with config.json),
+    `self:K` a whole number of layers. Raises `ConfigError` (exit 2 from the CLI)."""
+    name, arg = split_spec(spec)
+    if name == OFF:
+        return
+    canonical = PROPOSERS.canonical(name)
+    if canonical == "draft":
+        if not arg:
+            raise ConfigError("speculative 'draft' needs a checkpoint: draft:PATH")
+        where = Path(arg).expanduser()
+        if not (where / "config.json").is_file():
+            raise ConfigError(f"draft checkpoint not found: {where} has no config.json")
+    elif canonical == "self" and arg and not arg.isdigit():
+        raise ConfigError(f"speculative 'self:{arg}': the depth is a whole number of layers")
+
+
 __all__ = [
     "OFF",
     "PROPOSERS",
@@ -50,5 +71,6 @@ __all__ = [
     "ProposerContext",
     "StepRecord",
     "check_name",
+    "check_spec",
     "split_spec",
 ]
