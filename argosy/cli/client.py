@@ -9,7 +9,6 @@ every user of the host), then `ARGOSY_TOKEN`, then the file `ARGOSY_TOKEN_FILE` 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +26,11 @@ TOKEN_WARNING = (
 )
 
 
-def _token_flag(ctx: typer.Context, param: Any, value: str | None) -> str | None:  # noqa: ANN401
-    """The token of `--token T` (with a warning: command lines are visible to other
-    users) or read from the file of `--token-file PATH`."""
-    if value is None:
-        return None
-    if _last_token_flag(sys.argv[1:]) == "--token-file":
-        return read_token_file(Path(value))
-    typer.echo(TOKEN_WARNING, err=True)
+def _token_flag(value: str | None) -> str | None:
+    """The token of `--token T`, with a warning: command lines are visible to other users."""
+    if value is not None:
+        typer.echo(TOKEN_WARNING, err=True)
     return value
-
-
-def _last_token_flag(args: list[str]) -> str:
-    """Which of `--token` and `--token-file` the command line gave last (`--token` when
-    neither is there: the command was not started from this process's argv)."""
-    last = "--token"
-    for arg in args:
-        if arg == "--":
-            break
-        name = arg.split("=", 1)[0]
-        if name in ("--token", "--token-file"):
-            last = name
-    return last
 
 
 def read_token_file(path: Path) -> str:
@@ -67,13 +49,16 @@ def read_token_file(path: Path) -> str:
 TokenOption = typer.Option(
     None,
     "--token",
-    "--token-file",
     callback=_token_flag,
-    metavar="TOKEN|PATH",
     help=(
-        "API token (--token: visible to every user in the process list; prefer env"
-        " ARGOSY_TOKEN), or --token-file PATH: a file holding it (env ARGOSY_TOKEN_FILE)."
+        "API token (visible to every user in the process list: prefer env ARGOSY_TOKEN"
+        " or --token-file)."
     ),
+)
+TokenFileOption = typer.Option(
+    None,
+    "--token-file",
+    help="A file holding the API token (env ARGOSY_TOKEN_FILE); kept off the command line.",
 )
 JsonOption = typer.Option(False, "--json", help="Print JSON.")
 
@@ -81,9 +66,17 @@ JsonOption = typer.Option(False, "--json", help="Print JSON.")
 class Client:
     """Calls /api/v1 of one server with one token."""
 
-    def __init__(self, server: str | None, token: str | None) -> None:
+    def __init__(
+        self, server: str | None, token: str | None, token_file: Path | None = None
+    ) -> None:
         self.base = (server or os.environ.get("ARGOSY_SERVER") or DEFAULT_SERVER).rstrip("/")
-        self.token = token or os.environ.get("ARGOSY_TOKEN") or _env_token_file() or _admin_token()
+        self.token = (
+            token
+            or (read_token_file(token_file) if token_file else None)
+            or os.environ.get("ARGOSY_TOKEN")
+            or _env_token_file()
+            or _admin_token()
+        )
         self._checked = False
 
     def _check_listener(self) -> None:

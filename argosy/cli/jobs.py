@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
+from argosy.cli.client import Client, JsonOption, ServerOption, TokenFileOption, TokenOption
 from argosy.cli.common import console, print_json
 from argosy.core.errors import ArgosyError
 
@@ -32,6 +32,7 @@ def submit(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Submit a job or service YAML to its queue.
 
@@ -44,12 +45,14 @@ def submit(
     if not file.exists():
         raise ArgosyError(f"job file '{file}' not found")
     if document_kind(load_yaml(file)) == "service":
-        submit_service(file, Client(server, token), as_json)
+        submit_service(file, Client(server, token, token_file), as_json)
         return
     spec = load_job_file(file, Path.cwd())
     key = str(uuid.uuid4())  # a retried request cannot submit twice
     body = spec.model_dump()
-    job = Client(server, token).call("POST", "/jobs", json=body, headers={"Idempotency-Key": key})
+    job = Client(server, token, token_file).call(
+        "POST", "/jobs", json=body, headers={"Idempotency-Key": key}
+    )
     if as_json:
         print_json(job)
         return
@@ -63,12 +66,13 @@ def jobs(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """List jobs, oldest first."""
     params: dict = {"limit": limit, "state": state}
     if queue:
         params["queue"] = queue
-    page = Client(server, token).call("GET", "/jobs", params=params)
+    page = Client(server, token, token_file).call("GET", "/jobs", params=params)
     if as_json:
         print_json(page["items"])
         return
@@ -85,9 +89,10 @@ def job(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Show one job and its event log."""
-    client = Client(server, token)
+    client = Client(server, token, token_file)
     data = client.call("GET", f"/jobs/{job_id}")
     if as_json:
         print_json(data)
@@ -154,13 +159,14 @@ def logs(
     ),
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Print the output of a job's latest attempt."""
     if rank != "launcher" and not rank.isdigit():
         raise typer.BadParameter(
             f"'{rank}' is neither a rank number nor 'launcher'", param_hint="--rank"
         )
-    client, offset, file = Client(server, token), 0, None
+    client, offset, file = Client(server, token, token_file), 0, None
     while True:
         params = {"offset": offset, "rank": rank} | ({"file": file} if file is not None else {})
         r = client.raw("GET", f"/jobs/{job_id}/logs", params=params)
@@ -183,9 +189,10 @@ def cancel(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Cancel a job (a running one stops its attempt first)."""
-    data = Client(server, token).call("POST", f"/jobs/{job_id}/cancel")
+    data = Client(server, token, token_file).call("POST", f"/jobs/{job_id}/cancel")
     if as_json:
         print_json(data)
         return
@@ -198,9 +205,10 @@ def queues(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Show the queue tree: quota, use, pending and running jobs."""
-    data = Client(server, token).call("GET", "/queues")
+    data = Client(server, token, token_file).call("GET", "/queues")
     if as_json:
         print_json(data)
         return
@@ -221,9 +229,10 @@ def nodes(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Show the executor's nodes and what runs on them."""
-    data = Client(server, token).call("GET", "/nodes")
+    data = Client(server, token, token_file).call("GET", "/nodes")
     if as_json:
         print_json(data)
         return
@@ -266,10 +275,11 @@ def cordon(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Keep new work off a node (admin token); what runs there keeps running."""
     verb = "uncordon" if undo else "cordon"
-    data = Client(server, token).call("POST", f"/nodes/{node}/{verb}")
+    data = Client(server, token, token_file).call("POST", f"/nodes/{node}/{verb}")
     if as_json:
         print_json(data)
         return
@@ -282,12 +292,13 @@ def forget_node(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Forget a lost node for good (admin token).
 
     It leaves `argosy nodes` and the cluster's capacity; refused while it is up or holds
     work. It joins as new if it comes back."""
-    data = Client(server, token).call("DELETE", f"/nodes/{node}")
+    data = Client(server, token, token_file).call("DELETE", f"/nodes/{node}")
     if as_json:
         print_json(data)
         return
@@ -300,12 +311,13 @@ def repair(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Report a node repaired (admin token).
 
     A node its health record cordoned or quarantined returns to service, on probation."""
     body = {"verdict": "repair", "detail": detail}
-    data = Client(server, token).call("POST", f"/nodes/{node}/health", json=body)
+    data = Client(server, token, token_file).call("POST", f"/nodes/{node}/health", json=body)
     if as_json:
         print_json(data)
         return

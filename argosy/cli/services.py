@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
+from argosy.cli.client import Client, JsonOption, ServerOption, TokenFileOption, TokenOption
 from argosy.cli.common import console, print_json
 
 
@@ -39,12 +39,13 @@ def services(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """List services, oldest first."""
     params: dict = {"state": state, "limit": 500}
     if queue:
         params["queue"] = queue
-    page = Client(server, token).call("GET", "/services", params=params)
+    page = Client(server, token, token_file).call("GET", "/services", params=params)
     if as_json:
         print_json(page["items"])
         return
@@ -71,9 +72,10 @@ def service(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Show one service: replicas, endpoints and its event log (or delete it)."""
-    client = Client(server, token)
+    client = Client(server, token, token_file)
     if key:
         print(client.call("GET", f"/services/{service_id}/key")["api_key"])
         return

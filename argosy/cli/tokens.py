@@ -11,12 +11,13 @@ its id and expiry on stderr. httpx is imported when a command calls the server.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import quote
 
 import typer
 from rich.table import Column, Table
 
-from argosy.cli.client import Client, JsonOption, ServerOption, TokenOption
+from argosy.cli.client import Client, JsonOption, ServerOption, TokenFileOption, TokenOption
 from argosy.cli.common import console, err_console, print_json, usage_error
 
 EXPIRES = re.compile(r"[1-9][0-9]{0,8}[smhdw]")
@@ -34,6 +35,7 @@ def create(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Create a token; it is printed once (only a salted hash is kept)."""
     if expires is not None and re.fullmatch(r"0+[smhdw]", expires):
@@ -43,7 +45,7 @@ def create(
     body: dict = {"queue": queue, "name": name}
     if expires is not None:
         body["expires"] = expires
-    data = Client(server, token).call("POST", "/tokens", json=body)
+    data = Client(server, token, token_file).call("POST", "/tokens", json=body)
     if as_json:
         print_json(data)
         return
@@ -58,12 +60,13 @@ def list_tokens(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """List tokens (never a secret).
 
     Id, name, queue, state, when created and when it ends (expiry or revocation); --json
     adds exact times and who created each."""
-    data = Client(server, token).call("GET", "/tokens")
+    data = Client(server, token, token_file).call("GET", "/tokens")
     if as_json:
         print_json(data)
         return
@@ -99,9 +102,10 @@ def revoke(
     as_json: bool = JsonOption,
     server: str | None = ServerOption,
     token: str | None = TokenOption,
+    token_file: Path | None = TokenFileOption,
 ) -> None:
     """Revoke a token at once; its console sessions end too."""
-    data = Client(server, token).call("DELETE", f"/tokens/{quote(token_id, safe='')}")
+    data = Client(server, token, token_file).call("DELETE", f"/tokens/{quote(token_id, safe='')}")
     if as_json:
         print_json(data)
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from argosy.cli.client import TOKEN_WARNING, _last_token_flag, read_token_file
+from argosy.cli.client import TOKEN_WARNING, read_token_file
 from argosy.core.errors import ArgosyError
 
 
@@ -80,7 +80,31 @@ def test_a_missing_or_empty_token_file_is_one_clear_error(tmp_path: Path) -> Non
         read_token_file(tmp_path / "empty")
 
 
-def test_the_last_token_flag_wins() -> None:
-    assert _last_token_flag(["jobs", "--token-file", "p"]) == "--token-file"
-    assert _last_token_flag(["jobs", "--token-file=p", "--token", "t"]) == "--token"
-    assert _last_token_flag(["jobs"]) == "--token"
+def test_a_token_file_given_after_the_command_name_is_read_as_a_file(tmp_path: Path) -> None:
+    """Every job command takes --token-file itself: `argosy services --token-file P`
+    sends the file's token, not the path."""
+    path = tmp_path / "token"
+    path.write_text("argosy_services_file\n")
+    listener, seen = _recording_server()
+    with listener:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ARGOSY_TOKEN")}
+        env |= {"PYTHONPATH": os.getcwd(), "ARGOSY_HOME": "/nonexistent-argosy-home"}
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "argosy",
+                "services",
+                "--server",
+                url,
+                "--token-file",
+                str(path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert b"Bearer argosy_services_file" in seen[0], (r.stderr, seen)
+    assert str(path).encode() not in seen[0]
