@@ -186,12 +186,12 @@ def test_groups_of_one_chip_merge_into_one_layout() -> None:
 
 def test_mixed_batch_shares_are_multiples_of_each_groups_dp() -> None:
     out = _plan_json("-m", "llama3-70b", "-c", "a100:1000+h100:512", "--seq-len", "4096",
-                     "--global-batch", "512", "--top", "3")  # fmt: skip
-    for entry in out["plans"]:
-        if entry.get("split") != "batch":
-            continue
+                     "--global-batch", "2048", "--top", "3")  # fmt: skip
+    splits = [entry for entry in out["plans"] if entry.get("split") == "batch"]
+    assert splits, out  # 1,512 devices: a batch of 2048 gives each a sequence
+    for entry in splits:
         shares = [g["batch_share"] for g in entry["groups"]]
-        assert sum(shares) == 512
+        assert sum(shares) == 2048
         for group in entry["groups"]:
             if group["batch_share"]:
                 assert group["batch_share"] % group["parallel"]["dp"] == 0, group
