@@ -69,6 +69,9 @@ class Scheduler:
         """Services' need per forecast horizon (`backfill.need_curve`), by step and counts."""
         self.bound: tuple = ()
         """The last start refused for its run time: (chip, group, devices, lent, limit)."""
+        self.fresh: set[str] = set()
+        """Workloads started in this cycle: never evicted in it (their start and their
+        preemption would both be decisions of one cycle)."""
 
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
@@ -115,6 +118,7 @@ class Scheduler:
         """Decide what starts, stops, shrinks or grows now."""
         now = self.clock.now_s()
         self.out = []
+        self.fresh = set()
         self._demand = None
         self.reservations = {}
         elastic.scale_services(self, now)
@@ -168,6 +172,7 @@ class Scheduler:
             w.started_s = now
         w.segment_s = now
         self.running[w.id] = w
+        self.fresh.add(w.id)
         if w.elastic:
             self.elastic_running[w.id] = w
             w.last_resize_s = now  # no resize right after a start: it would stall at once

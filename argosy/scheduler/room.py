@@ -159,13 +159,13 @@ def _shrink_order(sched, v: Workload, d: int, missing: int, memo: dict | None = 
 
 
 def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:
-    cfg = sched.config
+    cfg, fresh = sched.config, sched.fresh  # started in this cycle: not evicted in it
     if urgent:
         out = [
             v
             for v in sched.running.values()
             if v.alloc is not None and v.alloc.group == g and v.kind != "infer"
-            and _evictable(v, w, now, cfg, urgent, entitled)
+            and v.id not in fresh and _evictable(v, w, now, cfg, urgent, entitled)
         ]  # fmt: skip
     else:  # `_evictable` inlined: this scan of every running job is a hot path
         p, q, runtime, most = w.priority, w.queue, cfg.min_runtime_s, cfg.max_preemptions_per_job
@@ -177,6 +177,7 @@ def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:
             and not (shrink_only and v.elastic)
             and (v.priority < p or (entitled and v.borrowed > 0 and v.queue != q))
             and v.preemptions < most and now - v.segment_s >= runtime
+            and v.id not in fresh
         ]  # fmt: skip
     out.sort(key=lambda v: (v.borrowed == 0, v.priority, -v.segment_s, v.id))
     return out

@@ -139,6 +139,11 @@ class Control(NodeControl):
             if row["state"] == "pending":
                 self._queue(row["id"], spec, row["created_at"])
                 continue
+            if row["state"] == "admitted" and row["reason"] == "resizing":
+                # stopped for a resize, not relaunched: the relaunch's plan is gone
+                self._queue(row["id"], spec, row["created_at"])
+                self._back_to_pending(row["id"], {}, row["attempts"])
+                continue
             ended = self.executor.adopt(row["id"], row["attempts"], self.run_dir(row["id"]))
             placement = Placement.model_validate(row["placement"]) if row["placement"] else None
             if ended is None and placement is not None:
@@ -312,7 +317,7 @@ class Control(NodeControl):
             decisions = self.scheduling.cycle()
             self.cycle_s = time.monotonic() - now
             for d in decisions:
-                self._apply(d)
+                self._apply_safely(d)
                 yield None
         self.services.step(now)
         if self.lease.resizes:
@@ -335,11 +340,32 @@ class Control(NodeControl):
 
         return read
 
+    def _apply_safely(self, d: Decision) -> None:
+        """Apply one decision; should that fail, the loop goes on with the cycle's other
+        decisions (the scheduler already counts them) and a job whose start failed goes
+        back to pending in the scheduler too, so it is started again, not orphaned."""
+        try:
+            self._apply(d)
+        except Exception:
+            job_id = d.workload.id
+            log.exception("applying %s of %s failed", d.action, job_id)
+            if d.action != "start":
+                return
+            try:
+                row = self.store.get_job(job_id)
+                if row is not None and row["state"] == "pending":
+                    self.scheduling.requeue(job_id)
+                    self.poke()
+            except Exception:
+                log.exception("queueing %s again failed", job_id)
+
     def _apply(self, d: Decision) -> None:
         job_id = d.workload.id
         if d.action in ("start", "preempt") and self._ended(job_id):
             return  # cancelled since the cycle decided (requests run between decisions)
         if d.action == "start":
+            if not self.scheduling.is_running(job_id):
+                return  # stopped again later in the same cycle: it is pending there
             self._start(job_id)
         elif d.action == "replicas":
             self.services.placed(job_id)
@@ -378,6 +404,9 @@ class Control(NodeControl):
         held: set[str] | None = None
         for job_id in list(self.lease.resizes):
             if not self.lease.waiting(job_id):
+                continue
+            if not self.scheduling.is_running(job_id):  # it went back to pending meanwhile
+                self.lease.forget(job_id)
                 continue
             held = self.services.held_nodes() if held is None else held
             nodes = set(self.scheduling.placement(job_id).nodes)
@@ -508,6 +537,9 @@ class Control(NodeControl):
                 ended,
                 actor=who,
             )
+        elif stop == "resize" and e.exit_code != 0 and e.job_id not in self.lease.resizes:
+            self.scheduling.requeue(e.job_id)  # the server restarted since it asked the stop
+            self._back_to_pending(e.job_id, base, n)
         elif stop == "resize" and e.exit_code != 0:
             self.lease.stopped(e.job_id, self.run_dir(e.job_id))
             why = f"attempt {n} stopped to resize; starts again when its devices are free"
@@ -537,6 +569,14 @@ class Control(NodeControl):
             if e.lost:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), ended)
+
+    def _back_to_pending(self, job_id: str, values: Row, attempt: int) -> None:
+        """A resize that a server restart interrupted: the job waits again, as pending (the
+        scheduler sizes it anew), its attempt not counted as lost."""
+        why = "resizing interrupted by a server restart"
+        values = values | {"state": "pending", "reason": why, "stop_requested": None}
+        event = ("pending", f"attempt {attempt} stopped to resize; {why}; queued again")
+        self.store.update_job(job_id, values, event=event)
 
     def _finish(
         self,

@@ -39,7 +39,7 @@ from argosy.scheduler.core import Scheduler
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.policies import policies
 from argosy.scheduler.queues import QueuesFile, QueueSpec, QuotaSpec, build_tree, load_queues
-from argosy.scheduler.workload import Allocation, Workload
+from argosy.scheduler.workload import Allocation, State, Workload
 from argosy.server.schemas import Placement
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import JobSpec
@@ -273,6 +273,11 @@ class Scheduling:
     # ---- the cycle and what ends -----------------------------------------------------
     def cycle(self) -> list[Decision]:
         return self.sched.cycle()
+
+    def is_running(self, job_id: str) -> bool:
+        """Whether the scheduler holds devices for the job now."""
+        w = self.workloads.get(job_id)
+        return w is not None and w.state == State.RUNNING and w.alloc is not None
 
     def placement(self, job_id: str) -> Placement:
         w = self.workloads[job_id]
