@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import func, select
+
 from argosy.core.clock import Clock
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest
@@ -58,6 +60,7 @@ from argosy.server.summaries import (
     settle_summary,
     stamp_attempt,
 )
+from argosy.server.tables import events
 from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
 from argosy.server.views import public_launcher_error
 
@@ -556,7 +559,7 @@ class Control(NodeControl):
             self.scheduling.finished(e.job_id)
             event = ("succeeded", f"attempt {n} {e.reason}")
             self._finish(e.job_id, "succeeded", "", event, ended)
-        elif e.lost and n <= spec.max_restarts:
+        elif e.lost and self._losses(e.job_id) < spec.max_restarts:
             self.scheduling.requeue(e.job_id)
             why = f"attempt {n} lost: {e.reason}; queued again to resume from its checkpoint"
             self.store.update_job(
@@ -569,6 +572,15 @@ class Control(NodeControl):
             if e.lost:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), ended)
+
+    def _losses(self, job_id: str) -> int:
+        """Attempts of the job lost and queued again so far: what `max_restarts` bounds
+        (an attempt stopped for a resize or a preemption is no loss)."""
+        query = select(func.count()).where(
+            events.c.job_id == job_id, events.c.kind == "attempt_lost"
+        )
+        with self.store.engine.connect() as c:
+            return int(c.execute(query).scalar() or 0)
 
     def _back_to_pending(self, job_id: str, values: Row, attempt: int) -> None:
         """A resize that a server restart interrupted: the job waits again, as pending (the

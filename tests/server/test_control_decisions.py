@@ -220,3 +220,28 @@ def test_restart_while_a_resized_job_waits_for_its_relaunch(
         loop.consistent()
     row = loop.store.get_job(el)
     assert row["state"] == "running" and row["attempts"] == 2
+
+
+# ---- max_restarts counts lost attempts, not attempts ------------------------------------
+
+
+def test_resizes_do_not_use_up_max_restarts(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)])
+    fixed = loop.submit(spec())
+    loop.step()
+    el = loop.submit(spec(elastic_to=2, max_restarts=1))
+    loop.step()
+    loop.clock.advance(20)
+    loop.fake.finish(fixed, 0)
+    for _ in range(4):
+        loop.step()
+    assert loop.store.get_job(el)["attempts"] == 2  # grown: attempt 2 on both nodes
+    loop.fake.finish(el, None)  # the one loss max_restarts=1 allows
+    for _ in range(2):
+        loop.step()
+    row = loop.store.get_job(el)
+    assert row["state"] == "running" and row["attempts"] == 3, row["reason"]
+    loop.fake.finish(el, None)  # the second loss: past max_restarts
+    loop.step()
+    row = loop.store.get_job(el)
+    assert row["state"] == "failed" and "max_restarts=1 used up" in row["reason"]
