@@ -145,14 +145,14 @@ class Scheduler:
             limit = min(self.tree.headroom(w.queue, chip), free_for_q)
         if not (self.policy.elastic and w.elastic):
             return want if want <= limit and self.cap.fits(g, want, w.per_node) else 0
-        d = self.cap.dpn[g]
+        d = fit.node_unit(w, self.cap.dpn[g])
         whole = self.cap.whole_free_nodes(g) * d
         spare = int(self.cap.free_devices[g]) - room.buffer_devices(self, g)
         n = min(want, limit, whole, max(spare, w.min_devices))
         if self._may_start_overgrown(w, chip):  # idle nobody asks for: no resize later
             ahead = growth.service_need(self, chip, self.clock.now_s(), growth.SERVICE_LOOKAHEAD_S)
             n = max(n, min(growth.max_size(self, w), limit, whole, spare - ahead))
-        return fit.elastic_size(n, d, w.min_devices)
+        return fit.elastic_size(n, d, w.min_devices, w.min_node)
 
     def _may_start_overgrown(self, w: Workload, chip: str) -> bool:
         """An elastic job may start above its nominal size (as it could grow there, but
