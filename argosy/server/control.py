@@ -413,9 +413,28 @@ class Control(NodeControl):
                 continue
             held = self.services.held_nodes() if held is None else held
             nodes = set(self.scheduling.placement(job_id).nodes)
+            if self._gone_out(job_id, nodes):
+                continue
             if self.lease.ready_to_relaunch(job_id, nodes, held):
                 self._start(job_id)
                 self.lease.launched(job_id)
+
+    def _gone_out(self, job_id: str, nodes: set[str]) -> bool:
+        """Whether a node of the resized job's new placement went out of service while its
+        ranks stopped (lost; or cordoned or unhealthy, and not held by the stopped attempt):
+        it then goes back to pending, sized anew, instead of starting there (no loss)."""
+        row = self.job(job_id)
+        gained = nodes - set(_placed_nodes(row))
+        out = (nodes & self.lost) | (gained & self.scheduling.out_of_service)
+        if not out:
+            return False
+        self.scheduling.requeue(job_id)
+        self.lease.forget(job_id)
+        why = f"nodes of its resize went out of service ({', '.join(sorted(out))}); queued again"
+        values = {"state": "pending", "reason": "resizing onto nodes out of service"}
+        self.store.update_job(job_id, values, event=("pending", why))
+        self.poke()
+        return True
 
     def training_nodes(self) -> set[str]:
         """Nodes whose devices training ranks hold now: the placement of every job whose

@@ -245,3 +245,36 @@ def test_resizes_do_not_use_up_max_restarts(tmp_path: Path) -> None:
     loop.step()
     row = loop.store.get_job(el)
     assert row["state"] == "failed" and "max_restarts=1 used up" in row["reason"]
+
+
+# ---- a resize's new node goes out of service before the relaunch ------------------------
+
+
+@pytest.mark.parametrize("how", ["cordon", "lost"])
+def test_a_resize_relaunch_never_starts_on_a_node_gone_out_of_service(
+    tmp_path: Path, how: str
+) -> None:
+    nodes = [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)]
+    loop = Loop(tmp_path, nodes, FakeExecutor(list(nodes)))
+    fixed = loop.submit(spec())
+    loop.step()
+    el = loop.submit(spec(elastic_to=2))
+    loop.step()
+    first = set(loop.fake.running[el].nodes)
+    loop.clock.advance(20)
+    loop.fake.finish(fixed, 0)
+    loop.step()  # grown onto both nodes; the attempt is asked to stop
+    (gained,) = set(loop.ctl.scheduling.placement(el).nodes) - first
+    if how == "cordon":
+        loop.ctl.set_cordon(gained, True)
+    else:
+        loop.fake.nodes.remove(next(n for n in nodes if n.name == gained))
+        loop.ctl._check_nodes()
+    for _ in range(3):
+        loop.step()
+        loop.consistent()
+        if el in loop.fake.running:
+            assert gained not in loop.fake.running[el].nodes
+    row = loop.store.get_job(el)
+    assert row["state"] == "running" and set(row["placement"]["nodes"]) == first
+    assert "attempt_lost" not in [e["kind"] for e in loop.store.list_events(job_id=el)[0]]
