@@ -257,6 +257,11 @@ class Scheduling:
                 out += [self.nodes[int(node)].name] * int(count)
         return out
 
+    def free_on(self, name: str) -> int:
+        """Devices of node `name` the scheduler counts free (0 out of service)."""
+        node = self.index.get(name)
+        return 0 if node is None else int(self.sched.cap.avail[node])
+
     def remove_service(self, service_id: str) -> None:
         """The service is gone: its replicas' devices go back to the pool."""
         w = self.workloads.pop(service_id, None)

@@ -170,7 +170,7 @@ class Services:
         spec = ServiceSpec.model_validate(row["spec"])
         nodes = self.scheduling.replica_nodes(service_id)
         records = {r["index"]: r for r in row["replicas"]}
-        busy = self.training() if spec.tidal is not None else set()
+        room = self._room(spec)
         for i, node in enumerate(nodes):
             rec = records.get(i) or _new_record(i)
             records[i] = rec
@@ -181,8 +181,9 @@ class Services:
                 rec["node"] = node
             elif rec.get("state") not in ("starting", "ready"):
                 rec["node"] = node
-                rec["waiting"] = node in busy  # started once the training ranks are gone
+                rec["waiting"] = room.get(node, 1) <= 0  # started once its device is free
                 if not rec["waiting"]:
+                    room[node] = room.get(node, 1) - 1
                     self._start(service_id, spec, rec)
         row["replicas"] = [records[i] for i in sorted(records)]
         self._save(row)
@@ -261,8 +262,8 @@ class Services:
         else:
             self.store.add_event(service_id, "replica_exited", message + "; restarting")
             rec["node"] = nodes[rec["index"]]
-            rec["waiting"] = spec.tidal is not None and rec["node"] in self.training()
-            if not rec["waiting"]:  # else: started once the training ranks are gone
+            rec["waiting"] = self._room(spec).get(rec["node"], 1) <= 0
+            if not rec["waiting"]:  # else: started once its device is free
                 self._start(service_id, spec, rec)
         self._save(row)
 
@@ -299,7 +300,11 @@ class Services:
 
     def _reconcile_tidal(self) -> None:
         for service_id, row in list(self.active.items()):
-            if row["stop_requested"] or not row["spec"].get("tidal"):
+            if row["stop_requested"]:
+                continue
+            if not row["spec"].get("tidal"):
+                if any(r.get("waiting") for r in row["replicas"]):
+                    self.placed(service_id)  # its device was held by a yielding replica
                 continue
             wanted = self.scheduling.replica_nodes(service_id)
             if _missing(row, len(wanted)):
@@ -308,6 +313,26 @@ class Services:
                 row, wanted, self.training(), row["spec"]["model"]
             ):
                 self._save(row)
+
+    def _room(self, spec: ServiceSpec) -> dict[str, int]:
+        """Devices a replica of `spec` may start on now, per node the scheduler placed
+        replicas on: what it counts free there plus its replica slots, less the replicas
+        (of any service) that hold a device there now; a yielding replica holds one the
+        scheduler has given out again until it is asleep. 0 where training ranks of a
+        tidal service's node still stop for a resize."""
+        slots: dict[str, int] = {}
+        for service_id in self.active:
+            for node in self.scheduling.replica_nodes(service_id):
+                slots[node] = slots.get(node, 0) + 1
+        room = {n: self.scheduling.free_on(n) + k for n, k in slots.items()}
+        for row in self.active.values():
+            for r in row["replicas"]:
+                if r["state"] in HOLDING and r.get("node") in room:
+                    room[r["node"]] -= 1
+        if spec.tidal is not None:
+            for node in self.training() & room.keys():
+                room[node] = 0
+        return room
 
     def held_nodes(self) -> set[str]:
         """Nodes a replica holds now (starting, ready, yielding or waking)."""
