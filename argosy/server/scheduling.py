@@ -227,24 +227,53 @@ class Scheduling:
         return ""
 
     def adopt_service(
-        self, service_id: str, spec: ServiceSpec, submit_s: float, nodes: list[str]
+        self, service_id: str, spec: ServiceSpec, submit_s: float, nodes: list[str | None]
     ) -> str:
-        """After a restart: the service again, its replicas on `nodes` (the ones still
-        known); the scheduler places the rest in its next cycles."""
+        """After a restart: the service again, replica slot i on `nodes[i]` (None: no
+        device held there). Slot i is replica i's, so a slot whose node cannot be taken
+        (full) gets a device elsewhere, or, with none free, the slots from it on are
+        left to the scheduler's next cycles (never shifted onto the next replica's node).
+        A node out of service (cordoned) keeps the replica that still runs there."""
         reason = self.submit_service(service_id, spec, submit_s)
         if reason:
             return reason
         w, cap = self.workloads[service_id], self.sched.cap
+        slots: list[Allocation | None] = []
         for name in nodes[: spec.replicas]:
-            node = self.index.get(name)
-            if node is None or cap.avail[node] < 1:
+            node = self.index.get(name) if name else None
+            if node is None or (cap.avail[node] < 1 and name not in self.out_of_service):
+                slots.append(None)
                 continue
             alloc = Allocation(int(cap.group[node]), np.array([node]), np.array([1], np.int32))
             cap.take(alloc)
+            slots.append(alloc)
+        while slots and slots[-1] is None:
+            slots.pop()
+        for i, alloc in enumerate(slots):
+            if alloc is None and (alloc := self._one_device(w)) is not None:
+                cap.take(alloc)
+                slots[i] = alloc
+            if alloc is None:  # no device: the slots after it are not kept either
+                for later in slots[i + 1 :]:
+                    if later is not None:
+                        cap.give(later)
+                del slots[i:]
+                break
+        for alloc in slots:
+            assert alloc is not None
             self.sched.tree.add(w.queue, cap.chips[alloc.group], 1)
             w.replicas.append(alloc)
         w.recount()
         return ""
+
+    def _one_device(self, w: Workload) -> Allocation | None:
+        cap = self.sched.cap
+        for chip in w.chips:
+            for g in cap.groups_of_chip.get(chip, []):
+                alloc = cap.place(g, 1)
+                if alloc is not None:
+                    return alloc
+        return None
 
     def replica_nodes(self, service_id: str) -> list[str]:
         """The node of each placed replica, in placement order."""

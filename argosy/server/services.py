@@ -151,7 +151,18 @@ class Services:
     def hand_over(self, row: Row, scheduling: Scheduling) -> None:
         """Give a (new) scheduler the service with its replicas where they are placed."""
         spec = ServiceSpec.model_validate(row["spec"])
-        nodes = [r["node"] for r in row["replicas"] if r.get("node")]
+        records = {r["index"]: r for r in row["replicas"]}
+        out = scheduling.out_of_service
+        # slot i is replica i's; an asleep replica's device is lent, not held; one that
+        # exited on a node out of service starts again elsewhere
+        nodes = [
+            None
+            if r is None
+            or r["state"] == "asleep"
+            or (r["state"] not in HOLDING and r.get("node") in out)
+            else r.get("node")
+            for r in (records.get(i) for i in range(max(records, default=-1) + 1))
+        ]
         scheduling.adopt_service(row["id"], spec, row["created_at"], nodes)
 
     def rebuild(self, scheduling: Scheduling) -> None:
@@ -185,6 +196,10 @@ class Services:
                 if not rec["waiting"]:
                     room[node] = room.get(node, 1) - 1
                     self._start(service_id, spec, rec)
+        if spec.tidal is None:  # a replica beyond the scheduler's slots holds no device
+            for rec in records.values():
+                if rec["index"] >= len(nodes) and rec["state"] in ("starting", "ready"):
+                    self.executor.stop(replica_key(service_id, rec["index"]))
         row["replicas"] = [records[i] for i in sorted(records)]
         self._save(row)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from argosy.executors.base import NodeInfo
+from argosy.executors.fake import FakeExecutor
 from argosy.server.service_spec import ServiceSpec, TidalSpec
 from argosy.server.tidal import HOLDING
 from tests.server.test_control_decisions import FakeAdmin, Loop
@@ -68,3 +69,93 @@ def test_a_replica_waits_for_the_device_another_service_yields(tmp_path: Path) -
         for row in loop.ctl.services.active.values()
     }
     assert states == {"A": ["asleep"], "B": ["ready"]}, states
+
+
+def _restart_after_node_loss(tmp_path: Path, sizes: list[int]) -> Loop:
+    nodes = [NodeInfo(f"n{i}", "cpu", d) for i, d in enumerate(sizes)]
+    loop = Loop(tmp_path, nodes, FakeExecutor(list(nodes)))
+    loop.ctl.services.health_interval_s = 0.0
+    sid = loop.ctl.submit_service(ServiceSpec(name="chat", replicas=2))["id"]
+    for _ in range(4):
+        _step(loop)
+    recs = loop.ctl.services.active[sid]["replicas"]
+    assert [(r["node"], r["state"]) for r in recs] == [("n0", "ready"), ("n1", "ready")]
+    loop.fake.nodes.remove(nodes[0])
+    loop.fake.finish(f"{sid}.r0", None, (0,))  # n0 lost, replica 0 with it
+    loop.ctl._check_nodes()
+    loop.ctl.services.close()
+    loop.restart()
+    loop.ctl.services.health_interval_s = 0.0
+    return loop
+
+
+def _within_devices(loop: Loop, sizes: dict[str, int]) -> None:
+    running: dict[str, int] = {}
+    for request in loop.fake.running.values():
+        for node, k in request.nodes.items():
+            running[node] = running.get(node, 0) + k
+    assert all(running[n] <= sizes[n] for n in running), running
+    held = _holders(loop)
+    assert all(held[n] <= sizes[n] for n in held), held
+
+
+def test_a_restart_after_a_node_loss_keeps_replicas_in_their_slots(tmp_path: Path) -> None:
+    loop = _restart_after_node_loss(tmp_path, [1, 1, 1])  # n2: room for replica 0
+    sizes = {"n0": 1, "n1": 1, "n2": 1}
+    for _ in range(4):
+        _step(loop)
+        _within_devices(loop, sizes)
+    (row,) = loop.ctl.services.active.values()
+    got = sorted((r["node"], r["state"]) for r in row["replicas"])
+    assert got == [("n1", "ready"), ("n2", "ready")], got
+    kept = next(r for r in row["replicas"] if r["index"] == 1)
+    assert (kept["node"], kept["attempt"]) == ("n1", 1)  # never moved nor restarted
+
+
+def test_a_restart_after_a_node_loss_without_room_never_doubles_a_device(
+    tmp_path: Path,
+) -> None:
+    loop = _restart_after_node_loss(tmp_path, [1, 1])
+    for _ in range(5):
+        _step(loop)
+        _within_devices(loop, {"n0": 1, "n1": 1})
+    (row,) = loop.ctl.services.active.values()
+    assert [r["state"] for r in row["replicas"]].count("ready") == 1
+
+
+def test_a_restart_keeps_a_replica_on_a_cordoned_node(tmp_path: Path) -> None:
+    nodes = [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)]
+    loop = Loop(tmp_path, nodes)
+    loop.ctl.services.health_interval_s = 0.0
+    sid = loop.ctl.submit_service(ServiceSpec(name="chat", replicas=1))["id"]
+    for _ in range(3):
+        _step(loop)
+    (rec,) = loop.ctl.services.active[sid]["replicas"]
+    loop.ctl.set_cordon(rec["node"], True)
+    before = loop.ctl.scheduling.replica_nodes(sid)
+    loop.ctl.services.close()
+    loop.restart()
+    assert loop.ctl.scheduling.replica_nodes(sid) == before
+    for _ in range(3):
+        _step(loop)
+    (after,) = loop.ctl.services.active[sid]["replicas"]
+    assert (after["node"], after["attempt"], after["state"]) == (rec["node"], 1, "ready")
+
+
+def test_a_restart_does_not_book_an_asleep_replica_device(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)])
+    loop.ctl.services.health_interval_s = 0.0
+    tidal = TidalSpec(levels=[0.5, 0.0, 0.0], period_s=120.0, lead_s=0.0)
+    sid = loop.ctl.submit_service(ServiceSpec(name="A", replicas=1, tidal=tidal))["id"]
+    for _ in range(3):
+        _step(loop)
+    loop.clock.advance(40)
+    for _ in range(3):
+        for c in list(loop.ctl.lease.calls.values()):
+            c.future.result(timeout=10)
+        _step(loop)
+    assert [r["state"] for r in loop.ctl.services.active[sid]["replicas"]] == ["asleep"]
+    assert loop.ctl.scheduling.replica_nodes(sid) == []
+    loop.ctl.services.close()
+    loop.restart()
+    assert loop.ctl.scheduling.replica_nodes(sid) == []
