@@ -266,6 +266,33 @@ class Scheduling:
         w.recount()
         return ""
 
+    def move_replica(self, service_id: str, index: int) -> str | None:
+        """Give replica slot `index` of the service a device on a node in service instead
+        of its own (out of service: cordoned or lost); returns its new node, or None
+        (no device free: it keeps its slot)."""
+        w = self.workloads.get(service_id)
+        if w is None or index >= w.replica_count:
+            return None
+        moved = self._one_device(w)
+        if moved is None:
+            return None
+        cap, tree = self.sched.cap, self.sched.tree
+        singles = [  # one chunk per device: slot i is chunk i
+            Allocation(c.group, np.array([node]), np.array([1], np.int32))
+            for c in w.replicas
+            for node, k in zip(c.nodes.tolist(), c.counts.tolist(), strict=True)
+            for _ in range(int(k))
+        ]
+        old = singles[index]
+        cap.give(old)  # nothing there while the node is out of service
+        tree.add(w.queue, cap.chips[old.group], -1)
+        cap.take(moved)
+        tree.add(w.queue, cap.chips[moved.group], 1)
+        singles[index] = moved
+        w.replicas = singles
+        w.recount()
+        return self.nodes[int(moved.nodes[0])].name
+
     def _one_device(self, w: Workload) -> Allocation | None:
         cap = self.sched.cap
         for chip in w.chips:

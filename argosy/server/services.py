@@ -191,8 +191,10 @@ class Services:
                 self.executor.stop(replica_key(service_id, i))  # moved: restarts there
                 rec["node"] = node
             elif rec.get("state") not in ("starting", "ready"):
+                node = self._in_service(service_id, i, node)
                 rec["node"] = node
-                rec["waiting"] = room.get(node, 1) <= 0  # started once its device is free
+                out = node in self.scheduling.out_of_service  # no device elsewhere yet
+                rec["waiting"] = out or room.get(node, 1) <= 0  # started once one is free
                 if not rec["waiting"]:
                     room[node] = room.get(node, 1) - 1
                     self._start(service_id, spec, rec)
@@ -260,7 +262,10 @@ class Services:
             self.store.add_event(service_id, "replica_stopped", message)
             self._finish_if_stopped(row)
             return
-        rec["restarts"] += 1
+        if e.lost_node_ranks or rec.get("node") in self.scheduling.out_of_service:
+            message += "; its node is out of service"  # not the replica's failure
+        else:
+            rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
         counts = before_ready and (e.exit_code or stopped_why)
         if _fails_again(rec, error if counts else ""):
@@ -276,8 +281,9 @@ class Services:
             self.store.add_event(service_id, "replica_exited", message + "; its device is lent")
         else:
             self.store.add_event(service_id, "replica_exited", message + "; restarting")
-            rec["node"] = nodes[rec["index"]]
-            rec["waiting"] = self._room(spec).get(rec["node"], 1) <= 0
+            rec["node"] = self._in_service(service_id, rec["index"], nodes[rec["index"]])
+            out = rec["node"] in self.scheduling.out_of_service  # no device elsewhere yet
+            rec["waiting"] = out or self._room(spec).get(rec["node"], 1) <= 0
             if not rec["waiting"]:  # else: started once its device is free
                 self._start(service_id, spec, rec)
         self._save(row)
@@ -328,6 +334,13 @@ class Services:
                 row, wanted, self.training(), row["spec"]["model"]
             ):
                 self._save(row)
+
+    def _in_service(self, service_id: str, index: int, node: str) -> str:
+        """The node replica `index` (not running) starts on: its slot's, or, that node
+        being out of service (cordoned, lost), a device the scheduler moves it to."""
+        if node not in self.scheduling.out_of_service:
+            return node
+        return self.scheduling.move_replica(service_id, index) or node
 
     def _room(self, spec: ServiceSpec) -> dict[str, int]:
         """Devices a replica of `spec` may start on now, per node the scheduler placed

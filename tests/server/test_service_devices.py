@@ -159,3 +159,33 @@ def test_a_restart_does_not_book_an_asleep_replica_device(tmp_path: Path) -> Non
     loop.ctl.services.close()
     loop.restart()
     assert loop.ctl.scheduling.replica_nodes(sid) == []
+
+
+class DeadNodeExecutor(FakeExecutor):
+    """A start pinned to a node that is gone is lost at once (as on Ray)."""
+
+    def start(self, request: Any) -> None:
+        super().start(request)
+        if not set(request.nodes) <= {n.name for n in self.nodes}:
+            self.finish(request.job_id, None)
+
+
+def test_a_replica_on_a_lost_node_starts_again_elsewhere(tmp_path: Path) -> None:
+    nodes = [NodeInfo(f"n{i}", "cpu", 1) for i in range(3)]
+    loop = Loop(tmp_path, nodes, DeadNodeExecutor(list(nodes)))
+    loop.ctl.services.health_interval_s = 0.0
+    sid = loop.ctl.submit_service(ServiceSpec(name="chat", replicas=1, max_restarts=0))["id"]
+    for _ in range(3):
+        _step(loop)
+    (rec,) = loop.ctl.services.active[sid]["replicas"]
+    gone = rec["node"]
+    loop.fake.nodes.remove(next(n for n in nodes if n.name == gone))
+    loop.fake.finish(f"{sid}.r0", None, (0,))
+    loop.ctl._check_nodes()
+    for _ in range(6):
+        _step(loop)
+    row = loop.store.get_service(sid)
+    assert row["state"] == "running", row["reason"]
+    (rec,) = row["replicas"]
+    assert rec["node"] != gone and rec["state"] == "ready" and rec["restarts"] == 0
+    assert loop.ctl.scheduling.replica_nodes(sid) == [rec["node"]]
