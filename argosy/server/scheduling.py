@@ -233,7 +233,9 @@ class Scheduling:
         device held there). Slot i is replica i's, so a slot whose node cannot be taken
         (full) gets a device elsewhere, or, with none free, the slots from it on are
         left to the scheduler's next cycles (never shifted onto the next replica's node).
-        A node out of service (cordoned) keeps the replica that still runs there."""
+        A slot on a node out of service (cordoned, lost) stays there, as before the
+        restart: a replica still running there keeps it, one to start moves
+        (`move_replica`)."""
         reason = self.submit_service(service_id, spec, submit_s)
         if reason:
             return reason

@@ -152,15 +152,10 @@ class Services:
         """Give a (new) scheduler the service with its replicas where they are placed."""
         spec = ServiceSpec.model_validate(row["spec"])
         records = {r["index"]: r for r in row["replicas"]}
-        out = scheduling.out_of_service
-        # slot i is replica i's; an asleep replica's device is lent, not held; one that
-        # exited on a node out of service starts again elsewhere
+        # slot i is replica i's; an asleep replica's device is lent, not held (one that
+        # exited on a node out of service keeps its slot, and moves when it starts)
         nodes = [
-            None
-            if r is None
-            or r["state"] == "asleep"
-            or (r["state"] not in HOLDING and r.get("node") in out)
-            else r.get("node")
+            r.get("node") if r is not None and r["state"] != "asleep" else None
             for r in (records.get(i) for i in range(max(records, default=-1) + 1))
         ]
         scheduling.adopt_service(row["id"], spec, row["created_at"], nodes)

@@ -189,3 +189,22 @@ def test_a_replica_on_a_lost_node_starts_again_elsewhere(tmp_path: Path) -> None
     (rec,) = row["replicas"]
     assert rec["node"] != gone and rec["state"] == "ready" and rec["restarts"] == 0
     assert loop.ctl.scheduling.replica_nodes(sid) == [rec["node"]]
+
+
+def test_a_restart_keeps_the_slot_of_a_replica_lost_with_its_node(tmp_path: Path) -> None:
+    nodes = [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 2)]
+    loop = Loop(tmp_path, nodes, FakeExecutor(list(nodes)))
+    loop.ctl.services.health_interval_s = 0.0
+    tidal = TidalSpec(levels=[0.0, 0.5, 0.0], period_s=120.0, lead_s=0.0)
+    sid = loop.ctl.submit_service(ServiceSpec(name="A", replicas=3, tidal=tidal))["id"]
+    _step(loop)
+    assert loop.ctl.scheduling.replica_nodes(sid) == ["n0", "n1"]
+    loop.fake.nodes.remove(nodes[1])
+    loop.fake.finish(f"{sid}.r1", None, (0,))
+    loop.ctl._check_nodes()
+    for _ in range(3):
+        _step(loop)
+    before = loop.ctl.scheduling.replica_nodes(sid)
+    loop.ctl.services.close()
+    loop.restart()
+    assert loop.ctl.scheduling.replica_nodes(sid) == before
