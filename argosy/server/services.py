@@ -135,27 +135,31 @@ class Services:
         for row in self.store.list_services(
             states=["pending", "starting", "running", "stopping"], limit=10**6
         )[0]:
+            yielding = {r["index"] for r in row["replicas"] if r["state"] == "yielding"}
             for rec in row["replicas"]:
                 rec["state"] = AFTER_RESTART.get(rec["state"], rec["state"])
                 if rec["state"] in (*HOLDING, "asleep") and rec["attempt"] > 0:
                     key = replica_key(row["id"], rec["index"])
                     if self.executor.adopt(key, rec["attempt"], self.run_dir(key)) is not None:
                         rec["state"] = "exited"  # restarts on its node below
-            self.hand_over(row, self.scheduling)
+            self.hand_over(row, self.scheduling, lent=yielding)
             self.active[row["id"]] = row
             if row["stop_requested"]:
                 self._stop_all(row, row["stop_requested"], row["reason"])
             else:
                 self.placed(row["id"])
 
-    def hand_over(self, row: Row, scheduling: Scheduling) -> None:
-        """Give a (new) scheduler the service with its replicas where they are placed."""
+    def hand_over(self, row: Row, scheduling: Scheduling, lent: set[int] | None = None) -> None:
+        """Give a (new) scheduler the service with its replicas where they are placed
+        (`lent`: replicas that were yielding, whose devices the scheduler gave back)."""
         spec = ServiceSpec.model_validate(row["spec"])
         records = {r["index"]: r for r in row["replicas"]}
         # slot i is replica i's; an asleep replica's device is lent, not held (one that
         # exited on a node out of service keeps its slot, and moves when it starts)
         nodes = [
-            r.get("node") if r is not None and r["state"] != "asleep" else None
+            r.get("node")
+            if r is not None and r["state"] != "asleep" and r["index"] not in (lent or ())
+            else None
             for r in (records.get(i) for i in range(max(records, default=-1) + 1))
         ]
         scheduling.adopt_service(row["id"], spec, row["created_at"], nodes)

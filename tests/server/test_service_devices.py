@@ -208,3 +208,23 @@ def test_a_restart_keeps_the_slot_of_a_replica_lost_with_its_node(tmp_path: Path
     loop.ctl.services.close()
     loop.restart()
     assert loop.ctl.scheduling.replica_nodes(sid) == before
+
+
+def test_a_restart_while_a_replica_yields_does_not_book_its_device(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)])
+    admin = SlowSleep()
+    loop.ctl.lease.admin = admin
+    loop.ctl.services.health_interval_s = 0.0
+    tidal = TidalSpec(levels=[0.5, 0.0, 0.0], period_s=120.0, lead_s=0.0)
+    sid = loop.ctl.submit_service(ServiceSpec(name="A", replicas=1, tidal=tidal))["id"]
+    for _ in range(3):
+        _step(loop)
+    loop.clock.advance(40)
+    _step(loop)
+    assert [r["state"] for r in loop.ctl.services.active[sid]["replicas"]] == ["yielding"]
+    before = loop.ctl.scheduling.replica_nodes(sid)
+    assert before == []
+    loop.ctl.services.close()
+    admin.gate.set()
+    loop.restart()
+    assert loop.ctl.scheduling.replica_nodes(sid) == before
