@@ -131,7 +131,8 @@ class Services:
 
     # ---- start-up --------------------------------------------------------------------
     def recover(self) -> None:
-        """Adopt the replicas that still run; the others start again at the next step."""
+        """Adopt the replicas that still run; the others start again (once every
+        service's replicas are handed over: none starts on another's device)."""
         for row in self.store.list_services(
             states=["pending", "starting", "running", "stopping"], limit=10**6
         )[0]:
@@ -144,6 +145,7 @@ class Services:
                         rec["state"] = "exited"  # restarts on its node below
             self.hand_over(row, self.scheduling, lent=yielding)
             self.active[row["id"]] = row
+        for row in list(self.active.values()):  # once every service has its devices back
             if row["stop_requested"]:
                 self._stop_all(row, row["stop_requested"], row["reason"])
             else:
@@ -190,7 +192,9 @@ class Services:
                 self.executor.stop(replica_key(service_id, i))  # moved: restarts there
                 rec["node"] = node
             elif rec.get("state") not in ("starting", "ready"):
-                node = self._in_service(service_id, i, node)
+                moved = self._in_service(service_id, i, node)
+                if moved != node:  # a device the scheduler just gave: count it afresh
+                    node, room = moved, self._room(spec)
                 rec["node"] = node
                 out = node in self.scheduling.out_of_service  # no device elsewhere yet
                 rec["waiting"] = out or room.get(node, 1) <= 0  # started once one is free

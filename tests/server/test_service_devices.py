@@ -228,3 +228,28 @@ def test_a_restart_while_a_replica_yields_does_not_book_its_device(tmp_path: Pat
     admin.gate.set()
     loop.restart()
     assert loop.ctl.scheduling.replica_nodes(sid) == before
+
+
+def test_a_restart_hands_every_service_over_before_moving_a_replica(tmp_path: Path) -> None:
+    nodes = [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)]
+    loop = Loop(tmp_path, nodes, FakeExecutor(list(nodes)))
+    loop.ctl.services.health_interval_s = 0.0
+    a = loop.ctl.submit_service(ServiceSpec(name="A", replicas=1))["id"]
+    b = loop.ctl.submit_service(ServiceSpec(name="B", replicas=1))["id"]
+    for _ in range(3):
+        _step(loop)
+    (rec,) = loop.ctl.services.active[a]["replicas"]
+    lost = next(n for n in nodes if n.name == rec["node"])
+    loop.fake.nodes.remove(lost)
+    loop.fake.finish(f"{a}.r0", None, (0,))
+    loop.ctl._check_nodes()
+    loop.ctl.services.close()
+    loop.restart()
+    loop.ctl.services.health_interval_s = 0.0
+    sizes = {"n0": 1, "n1": 1}
+    _within_devices(loop, sizes)
+    for _ in range(3):
+        _step(loop)
+        _within_devices(loop, sizes)
+    (kept,) = loop.ctl.services.active[b]["replicas"]
+    assert (kept["state"], kept["attempt"]) == ("ready", 1)
