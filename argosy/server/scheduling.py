@@ -33,7 +33,7 @@ from argosy.core.errors import UnknownNameError
 from argosy.executors.base import NodeInfo
 from argosy.hardware.catalog import default_catalog
 from argosy.hardware.cluster import ClusterSpec, NodeGroupSpec, resolve
-from argosy.scheduler import fit
+from argosy.scheduler import elastic, fit
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.decisions import Decision
@@ -240,8 +240,12 @@ class Scheduling:
         if reason:
             return reason
         w, cap = self.workloads[service_id], self.sched.cap
+        keep = spec.replicas
+        if w.profile is not None:  # a tidal service: the replicas it wants awake now
+            now = self.sched.clock.now_s()
+            keep = min(keep, max(w.min_devices, elastic.target_replicas(self.sched, w, now)))
         slots: list[Allocation | None] = []
-        for name in nodes[: spec.replicas]:
+        for name in nodes[:keep]:
             node = self.index.get(name) if name else None
             if node is None or (cap.avail[node] < 1 and name not in self.out_of_service):
                 slots.append(None)

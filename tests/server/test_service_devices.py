@@ -253,3 +253,18 @@ def test_a_restart_hands_every_service_over_before_moving_a_replica(tmp_path: Pa
         _within_devices(loop, sizes)
     (kept,) = loop.ctl.services.active[b]["replicas"]
     assert (kept["state"], kept["attempt"]) == ("ready", 1)
+
+
+def test_a_restart_books_only_the_replicas_a_tidal_service_wants_now(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, [NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)])
+    loop.ctl.services.health_interval_s = 0.0
+    tidal = TidalSpec(levels=[0.5, 0.0, 0.0], period_s=120.0, lead_s=0.0)
+    sid = loop.ctl.submit_service(ServiceSpec(name="A", replicas=1, tidal=tidal))["id"]
+    _step(loop)
+    loop.clock.advance(40)  # the trough: the scheduler drops the slot before it is ready
+    _step(loop, 0.0)  # it turns ready after the lease looked: not yet yielding
+    (rec,) = loop.ctl.services.active[sid]["replicas"]
+    assert loop.ctl.scheduling.replica_nodes(sid) == [] and rec["state"] == "ready"
+    loop.ctl.services.close()
+    loop.restart()
+    assert loop.ctl.scheduling.replica_nodes(sid) == []
