@@ -138,7 +138,8 @@ def _start_on(sched, w, chip: str, g: int, n: int, lent: int, now: float, allow_
     borrowed = sched.tree.borrowed_if(w.queue, chip, n) if sched.policy.quotas else 0
     if borrowed and not allow_borrow:
         return DEFER
-    alloc = sched.cap.place(g, n, per_node=w.per_node)
+    unit = fit.node_unit(w, sched.cap.dpn[g]) if w.elastic else 0
+    alloc = sched.cap.place(g, n, per_node=w.per_node, unit=unit)
     if alloc is None:
         return BLOCKED
     _count(sched, w, g, n, lent)
@@ -163,8 +164,8 @@ def _beside_reservations(sched, w, chip: str, g: int, n: int, now: float):
     res = sched.reservations.get(g)
     if res is not None and res.workload is not w:
         room = min(room, res.extra)
-    d = sched.cap.dpn[g]
-    smaller = min(n, fit.elastic_size(room, d, w.min_devices))
+    d = fit.node_unit(w, sched.cap.dpn[g])
+    smaller = min(n, fit.elastic_size(room, d, w.min_devices, w.min_node))
     if smaller < w.min_devices:
         return False, n, 0
     return True, smaller, 0

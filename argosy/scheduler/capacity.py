@@ -102,15 +102,21 @@ class Capacity:
 
     # ---- placement --------------------------------------------------------------------
     def place(
-        self, g: int, devices: int, prefer_leaves: np.ndarray | None = None, per_node: int = 0
+        self,
+        g: int,
+        devices: int,
+        prefer_leaves: np.ndarray | None = None,
+        per_node: int = 0,
+        unit: int = 0,
     ) -> Allocation | None:
         """Where `devices` would go on group `g`, or None; changes nothing. `per_node`:
-        exactly that many devices on each of `devices / per_node` distinct nodes."""
+        exactly that many devices on each of `devices / per_node` distinct nodes. `unit`:
+        packed at most that many on a node (an elastic job's `fit.node_unit`; 0: all)."""
         if devices <= 0 or not self.fits(g, devices, per_node):
             return None
         if per_node:
             return self._spread(g, devices // per_node, per_node)
-        d = self.dpn[g]
+        d = unit or self.dpn[g]
         if devices < d:
             node = self._best_fit(g, devices)
             return Allocation(g, np.array([node]), np.array([devices], dtype=np.int32), devices)

@@ -69,6 +69,9 @@ class Scheduler:
         """Services' need per forecast horizon (`backfill.need_curve`), by step and counts."""
         self.bound: tuple = ()
         """The last start refused for its run time: (chip, group, devices, lent, limit)."""
+        self.fresh: set[str] = set()
+        """Workloads started in this cycle: never evicted in it (their start and their
+        preemption would both be decisions of one cycle)."""
 
     # ---- submission -------------------------------------------------------------------
     def submit(self, w: Workload) -> Decision | None:
@@ -115,6 +118,7 @@ class Scheduler:
         """Decide what starts, stops, shrinks or grows now."""
         now = self.clock.now_s()
         self.out = []
+        self.fresh = set()
         self._demand = None
         self.reservations = {}
         elastic.scale_services(self, now)
@@ -141,14 +145,14 @@ class Scheduler:
             limit = min(self.tree.headroom(w.queue, chip), free_for_q)
         if not (self.policy.elastic and w.elastic):
             return want if want <= limit and self.cap.fits(g, want, w.per_node) else 0
-        d = self.cap.dpn[g]
+        d = fit.node_unit(w, self.cap.dpn[g])
         whole = self.cap.whole_free_nodes(g) * d
         spare = int(self.cap.free_devices[g]) - room.buffer_devices(self, g)
         n = min(want, limit, whole, max(spare, w.min_devices))
         if self._may_start_overgrown(w, chip):  # idle nobody asks for: no resize later
             ahead = growth.service_need(self, chip, self.clock.now_s(), growth.SERVICE_LOOKAHEAD_S)
             n = max(n, min(growth.max_size(self, w), limit, whole, spare - ahead))
-        return fit.elastic_size(n, d, w.min_devices)
+        return fit.elastic_size(n, d, w.min_devices, w.min_node)
 
     def _may_start_overgrown(self, w: Workload, chip: str) -> bool:
         """An elastic job may start above its nominal size (as it could grow there, but
@@ -168,6 +172,7 @@ class Scheduler:
             w.started_s = now
         w.segment_s = now
         self.running[w.id] = w
+        self.fresh.add(w.id)
         if w.elastic:
             self.elastic_running[w.id] = w
             w.last_resize_s = now  # no resize right after a start: it would stall at once

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from argosy.scheduler import growth, room
+from argosy.scheduler import fit, growth, room
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.workload import Allocation, Workload
 
@@ -231,8 +231,9 @@ def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
     expected to be held `hold` seconds; the largest increment that pays is taken."""
     cap, tree = sched.cap, sched.tree
     g, chip, size = w.alloc.group, w.chip, w.alloc.devices
-    d = cap.dpn[g]
+    d = fit.node_unit(w, cap.dpn[g])
     whole, free = _room(sched, g)
+    whole = whole // cap.dpn[g] * d
     most = min(limit - size, whole)
     if sched.policy.quotas:
         most = min(most, tree.headroom(w.queue, chip))
@@ -249,7 +250,7 @@ def _grow_one(sched, w: Workload, now: float, limit: int, options) -> None:
         return
     lent = max(0, add - max(0, sched.free_for(w.queue, chip)))
     borrowed = tree.borrowed_if(w.queue, chip, add)
-    placed = cap.place(g, add, prefer_leaves=cap.leaf[w.alloc.nodes])  # repeats do no harm
+    placed = cap.place(g, add, prefer_leaves=cap.leaf[w.alloc.nodes], unit=d)  # repeats: no harm
     if placed is None:
         return
     cap.take(placed)

@@ -2,6 +2,7 @@
 
     reason = never_fits(sched, w)    # "" or why it can never start (then it is rejected)
     n = elastic_size(12, d=8, least=10)  # 12: whole nodes (8) would fall below its min
+    u = node_unit(w, d=4)                 # 3 for a job of 3 ranks per node: sizes step by 3
 
 A workload is rejected at submission when no chip type it accepts could ever hold its
 smallest gang (its largest under a policy without elasticity): unknown or absent chips,
@@ -84,8 +85,22 @@ def pinned(sched, chip: str, w: Workload) -> int:
     return max(guaranteed, replicas)
 
 
-def elastic_size(n: int, d: int, least: int) -> int:
-    """The devices an elastic job takes of `n` it may have, on nodes of `d`: whole nodes,
-    unless whole nodes fall below its `least` devices (then `n` itself)."""
+def elastic_size(n: int, d: int, least: int, step: int = 0) -> int:
+    """The devices an elastic job takes of `n` it may have, on nodes of `d` (its
+    `node_unit`): whole nodes, unless whole nodes fall below its `least` devices (then
+    `n` itself, in whole multiples of `step`, its ranks per node)."""
     whole = (n // d) * d
-    return whole if whole >= max(least, 1) else n
+    if whole >= max(least, 1):
+        return whole
+    return n - n % step if step > 1 else n
+
+
+def node_unit(w: Workload, d: int) -> int:
+    """Devices an elastic job holds on a whole node of `d` devices: `d`, or the most
+    whole multiples of its ranks per node (`min_node`, its nproc_per_node) where those do
+    not divide `d` (ranks 3 per node on 4-device nodes: 3 each). Its sizes and resizes
+    step in these units, so it always holds a multiple of its ranks per node."""
+    p = w.min_node
+    if p <= 1 or d % p == 0 or p > d:
+        return d
+    return d - d % p

@@ -20,7 +20,7 @@ by id.
 
 from __future__ import annotations
 
-from argosy.scheduler import growth
+from argosy.scheduler import fit, growth
 from argosy.scheduler.workload import TRAINING_KINDS, Allocation, Workload
 
 
@@ -59,9 +59,11 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Alloc
     elif sched.policy.batch_reclaim:  # the service's whole shortfall in one stall
         missing = max(missing, want - int(sched.cap.free_devices[g]))
     memo: dict[tuple, float] = {}  # many jobs share a state, size and floor
-    shrink.sort(key=lambda v: _shrink_order(sched, v, d, missing, memo))
+    shrink.sort(key=lambda v: _shrink_order(sched, v, fit.node_unit(v, d), missing, memo))
+    unit = fit.node_unit(w, d) if w.elastic else 0
     for v in shrink:
-        nodes = min((v.devices - v.min_devices) // d, max(1, -(-missing // d)))
+        u = fit.node_unit(v, d)  # its nodes hold at most u each: dropping these keeps its min
+        nodes = min((v.devices - v.min_devices) // u, max(1, -(-missing // u)))
         if nodes <= 0:
             continue
         keep, drop = _split(v.alloc, len(v.alloc.nodes) - nodes)
@@ -69,7 +71,7 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Alloc
         undo.append((v, v.alloc, keep))
         v.alloc = keep
         missing -= drop.devices
-        placed = sched.cap.place(g, n, per_node=w.per_node)
+        placed = sched.cap.place(g, n, per_node=w.per_node, unit=unit)
         if placed is not None:
             return _settle(sched, w, n, undo, placed, now, urgent or owed)
     if evict is None:
@@ -77,7 +79,7 @@ def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Alloc
     for v in evict[: sched.config.max_victims]:
         sched.cap.give(v.alloc)
         undo.append((v, v.alloc, None))
-        placed = sched.cap.place(g, n, per_node=w.per_node)
+        placed = sched.cap.place(g, n, per_node=w.per_node, unit=unit)
         if placed is not None:
             return _settle(sched, w, n, undo, placed, now, urgent or owed)
     _undo(sched, undo)  # it did not fit: put everything back
@@ -146,7 +148,7 @@ def _shrink_order(sched, v: Workload, d: int, missing: int, memo: dict | None = 
     times what it keeps, over what it gives: `missing` at most). `memo` keeps that cost
     per (state bytes, size, minimum size) over one sort."""
     devices = v.alloc.devices  # an elastic training job: what its allocation holds
-    key = (v.state_bytes, devices, v.min_devices)
+    key = (v.state_bytes, devices, v.min_devices, d)
     per_device = memo.get(key) if memo is not None else None
     if per_device is None:
         nodes = min((devices - v.min_devices) // d, max(1, -(-missing // d)))
@@ -159,13 +161,13 @@ def _shrink_order(sched, v: Workload, d: int, missing: int, memo: dict | None = 
 
 
 def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:
-    cfg = sched.config
+    cfg, fresh = sched.config, sched.fresh  # started in this cycle: not evicted in it
     if urgent:
         out = [
             v
             for v in sched.running.values()
             if v.alloc is not None and v.alloc.group == g and v.kind != "infer"
-            and _evictable(v, w, now, cfg, urgent, entitled)
+            and v.id not in fresh and _evictable(v, w, now, cfg, urgent, entitled)
         ]  # fmt: skip
     else:  # `_evictable` inlined: this scan of every running job is a hot path
         p, q, runtime, most = w.priority, w.queue, cfg.min_runtime_s, cfg.max_preemptions_per_job
@@ -177,6 +179,7 @@ def _victims(sched, w, g, now, urgent, entitled) -> list[Workload]:
             and not (shrink_only and v.elastic)
             and (v.priority < p or (entitled and v.borrowed > 0 and v.queue != q))
             and v.preemptions < most and now - v.segment_s >= runtime
+            and v.id not in fresh
         ]  # fmt: skip
     out.sort(key=lambda v: (v.borrowed == 0, v.priority, -v.segment_s, v.id))
     return out

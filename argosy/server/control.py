@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import func, select
+
 from argosy.core.clock import Clock
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest
@@ -58,6 +60,7 @@ from argosy.server.summaries import (
     settle_summary,
     stamp_attempt,
 )
+from argosy.server.tables import events
 from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
 from argosy.server.views import public_launcher_error
 
@@ -138,6 +141,11 @@ class Control(NodeControl):
             spec = JobSpec.model_validate(row["spec"])
             if row["state"] == "pending":
                 self._queue(row["id"], spec, row["created_at"])
+                continue
+            if row["state"] == "admitted" and row["reason"] == "resizing":
+                # stopped for a resize, not relaunched: the relaunch's plan is gone
+                self._queue(row["id"], spec, row["created_at"])
+                self._back_to_pending(row["id"], {}, row["attempts"])
                 continue
             ended = self.executor.adopt(row["id"], row["attempts"], self.run_dir(row["id"]))
             placement = Placement.model_validate(row["placement"]) if row["placement"] else None
@@ -312,7 +320,7 @@ class Control(NodeControl):
             decisions = self.scheduling.cycle()
             self.cycle_s = time.monotonic() - now
             for d in decisions:
-                self._apply(d)
+                self._apply_safely(d)
                 yield None
         self.services.step(now)
         if self.lease.resizes:
@@ -335,11 +343,32 @@ class Control(NodeControl):
 
         return read
 
+    def _apply_safely(self, d: Decision) -> None:
+        """Apply one decision; should that fail, the loop goes on with the cycle's other
+        decisions (the scheduler already counts them) and a job whose start failed goes
+        back to pending in the scheduler too, so it is started again, not orphaned."""
+        try:
+            self._apply(d)
+        except Exception:
+            job_id = d.workload.id
+            log.exception("applying %s of %s failed", d.action, job_id)
+            if d.action != "start":
+                return
+            try:
+                row = self.store.get_job(job_id)
+                if row is not None and row["state"] == "pending":
+                    self.scheduling.requeue(job_id)
+                    self.poke()
+            except Exception:
+                log.exception("queueing %s again failed", job_id)
+
     def _apply(self, d: Decision) -> None:
         job_id = d.workload.id
         if d.action in ("start", "preempt") and self._ended(job_id):
             return  # cancelled since the cycle decided (requests run between decisions)
         if d.action == "start":
+            if not self.scheduling.is_running(job_id):
+                return  # stopped again later in the same cycle: it is pending there
             self._start(job_id)
         elif d.action == "replicas":
             self.services.placed(job_id)
@@ -379,11 +408,33 @@ class Control(NodeControl):
         for job_id in list(self.lease.resizes):
             if not self.lease.waiting(job_id):
                 continue
+            if not self.scheduling.is_running(job_id):  # it went back to pending meanwhile
+                self.lease.forget(job_id)
+                continue
             held = self.services.held_nodes() if held is None else held
             nodes = set(self.scheduling.placement(job_id).nodes)
+            if self._gone_out(job_id, nodes):
+                continue
             if self.lease.ready_to_relaunch(job_id, nodes, held):
                 self._start(job_id)
                 self.lease.launched(job_id)
+
+    def _gone_out(self, job_id: str, nodes: set[str]) -> bool:
+        """Whether a node of the resized job's new placement went out of service while its
+        ranks stopped (lost; or cordoned or unhealthy, and not held by the stopped attempt):
+        it then goes back to pending, sized anew, instead of starting there (no loss)."""
+        row = self.job(job_id)
+        gained = nodes - set(_placed_nodes(row))
+        out = (nodes & self.lost) | (gained & self.scheduling.out_of_service)
+        if not out:
+            return False
+        self.scheduling.requeue(job_id)
+        self.lease.forget(job_id)
+        why = f"nodes of its resize went out of service ({', '.join(sorted(out))}); queued again"
+        values = {"state": "pending", "reason": "resizing onto nodes out of service"}
+        self.store.update_job(job_id, values, event=("pending", why))
+        self.poke()
+        return True
 
     def training_nodes(self) -> set[str]:
         """Nodes whose devices training ranks hold now: the placement of every job whose
@@ -508,6 +559,9 @@ class Control(NodeControl):
                 ended,
                 actor=who,
             )
+        elif stop == "resize" and e.exit_code != 0 and e.job_id not in self.lease.resizes:
+            self.scheduling.requeue(e.job_id)  # the server restarted since it asked the stop
+            self._back_to_pending(e.job_id, base, n)
         elif stop == "resize" and e.exit_code != 0:
             self.lease.stopped(e.job_id, self.run_dir(e.job_id))
             why = f"attempt {n} stopped to resize; starts again when its devices are free"
@@ -524,7 +578,7 @@ class Control(NodeControl):
             self.scheduling.finished(e.job_id)
             event = ("succeeded", f"attempt {n} {e.reason}")
             self._finish(e.job_id, "succeeded", "", event, ended)
-        elif e.lost and n <= spec.max_restarts:
+        elif e.lost and self._losses(e.job_id) < spec.max_restarts:
             self.scheduling.requeue(e.job_id)
             why = f"attempt {n} lost: {e.reason}; queued again to resume from its checkpoint"
             self.store.update_job(
@@ -537,6 +591,23 @@ class Control(NodeControl):
             if e.lost:
                 why += f" (max_restarts={spec.max_restarts} used up)"
             self._finish(e.job_id, "failed", why, ("failed", why), ended)
+
+    def _losses(self, job_id: str) -> int:
+        """Attempts of the job lost and queued again so far: what `max_restarts` bounds
+        (an attempt stopped for a resize or a preemption is no loss)."""
+        query = select(func.count()).where(
+            events.c.job_id == job_id, events.c.kind == "attempt_lost"
+        )
+        with self.store.engine.connect() as c:
+            return int(c.execute(query).scalar() or 0)
+
+    def _back_to_pending(self, job_id: str, values: Row, attempt: int) -> None:
+        """A resize that a server restart interrupted: the job waits again, as pending (the
+        scheduler sizes it anew), its attempt not counted as lost."""
+        why = "resizing interrupted by a server restart"
+        values = values | {"state": "pending", "reason": why, "stop_requested": None}
+        event = ("pending", f"attempt {attempt} stopped to resize; {why}; queued again")
+        self.store.update_job(job_id, values, event=event)
 
     def _finish(
         self,

@@ -33,13 +33,13 @@ from argosy.core.errors import UnknownNameError
 from argosy.executors.base import NodeInfo
 from argosy.hardware.catalog import default_catalog
 from argosy.hardware.cluster import ClusterSpec, NodeGroupSpec, resolve
-from argosy.scheduler import fit
+from argosy.scheduler import elastic, fit
 from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.core import Scheduler
 from argosy.scheduler.decisions import Decision
 from argosy.scheduler.policies import policies
 from argosy.scheduler.queues import QueuesFile, QueueSpec, QuotaSpec, build_tree, load_queues
-from argosy.scheduler.workload import Allocation, Workload
+from argosy.scheduler.workload import Allocation, State, Workload
 from argosy.server.schemas import Placement
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.spec import JobSpec
@@ -227,24 +227,86 @@ class Scheduling:
         return ""
 
     def adopt_service(
-        self, service_id: str, spec: ServiceSpec, submit_s: float, nodes: list[str]
+        self, service_id: str, spec: ServiceSpec, submit_s: float, nodes: list[str | None]
     ) -> str:
-        """After a restart: the service again, its replicas on `nodes` (the ones still
-        known); the scheduler places the rest in its next cycles."""
+        """After a restart: the service again, replica slot i on `nodes[i]` (None: no
+        device held there). Slot i is replica i's, so a slot whose node cannot be taken
+        (full) gets a device elsewhere, or, with none free, the slots from it on are
+        left to the scheduler's next cycles (never shifted onto the next replica's node).
+        A slot on a node out of service (cordoned, lost) stays there, as before the
+        restart: a replica still running there keeps it, one to start moves
+        (`move_replica`)."""
         reason = self.submit_service(service_id, spec, submit_s)
         if reason:
             return reason
         w, cap = self.workloads[service_id], self.sched.cap
-        for name in nodes[: spec.replicas]:
-            node = self.index.get(name)
-            if node is None or cap.avail[node] < 1:
+        keep = spec.replicas
+        if w.profile is not None:  # a tidal service: the replicas it wants awake now
+            now = self.sched.clock.now_s()
+            keep = min(keep, max(w.min_devices, elastic.target_replicas(self.sched, w, now)))
+        slots: list[Allocation | None] = []
+        for name in nodes[:keep]:
+            node = self.index.get(name) if name else None
+            if node is None or (cap.avail[node] < 1 and name not in self.out_of_service):
+                slots.append(None)
                 continue
             alloc = Allocation(int(cap.group[node]), np.array([node]), np.array([1], np.int32))
             cap.take(alloc)
+            slots.append(alloc)
+        while slots and slots[-1] is None:
+            slots.pop()
+        for i, alloc in enumerate(slots):
+            if alloc is None and (alloc := self._one_device(w)) is not None:
+                cap.take(alloc)
+                slots[i] = alloc
+            if alloc is None:  # no device: the slots after it are not kept either
+                for later in slots[i + 1 :]:
+                    if later is not None:
+                        cap.give(later)
+                del slots[i:]
+                break
+        for alloc in slots:
+            assert alloc is not None
             self.sched.tree.add(w.queue, cap.chips[alloc.group], 1)
             w.replicas.append(alloc)
         w.recount()
         return ""
+
+    def move_replica(self, service_id: str, index: int) -> str | None:
+        """Give replica slot `index` of the service a device on a node in service instead
+        of its own (out of service: cordoned or lost); returns its new node, or None
+        (no device free: it keeps its slot)."""
+        w = self.workloads.get(service_id)
+        if w is None or index >= w.replica_count:
+            return None
+        moved = self._one_device(w)
+        if moved is None:
+            return None
+        cap, tree = self.sched.cap, self.sched.tree
+        singles = [  # one chunk per device: slot i is chunk i
+            Allocation(c.group, np.array([node]), np.array([1], np.int32))
+            for c in w.replicas
+            for node, k in zip(c.nodes.tolist(), c.counts.tolist(), strict=True)
+            for _ in range(int(k))
+        ]
+        old = singles[index]
+        cap.give(old)  # nothing there while the node is out of service
+        tree.add(w.queue, cap.chips[old.group], -1)
+        cap.take(moved)
+        tree.add(w.queue, cap.chips[moved.group], 1)
+        singles[index] = moved
+        w.replicas = singles
+        w.recount()
+        return self.nodes[int(moved.nodes[0])].name
+
+    def _one_device(self, w: Workload) -> Allocation | None:
+        cap = self.sched.cap
+        for chip in w.chips:
+            for g in cap.groups_of_chip.get(chip, []):
+                alloc = cap.place(g, 1)
+                if alloc is not None:
+                    return alloc
+        return None
 
     def replica_nodes(self, service_id: str) -> list[str]:
         """The node of each placed replica, in placement order."""
@@ -256,6 +318,11 @@ class Scheduling:
             for node, count in zip(chunk.nodes, chunk.counts, strict=True):
                 out += [self.nodes[int(node)].name] * int(count)
         return out
+
+    def free_on(self, name: str) -> int:
+        """Devices of node `name` the scheduler counts free (0 out of service)."""
+        node = self.index.get(name)
+        return 0 if node is None else int(self.sched.cap.avail[node])
 
     def remove_service(self, service_id: str) -> None:
         """The service is gone: its replicas' devices go back to the pool."""
@@ -273,6 +340,11 @@ class Scheduling:
     # ---- the cycle and what ends -----------------------------------------------------
     def cycle(self) -> list[Decision]:
         return self.sched.cycle()
+
+    def is_running(self, job_id: str) -> bool:
+        """Whether the scheduler holds devices for the job now."""
+        w = self.workloads.get(job_id)
+        return w is not None and w.state == State.RUNNING and w.alloc is not None
 
     def placement(self, job_id: str) -> Placement:
         w = self.workloads[job_id]

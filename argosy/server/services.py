@@ -131,27 +131,39 @@ class Services:
 
     # ---- start-up --------------------------------------------------------------------
     def recover(self) -> None:
-        """Adopt the replicas that still run; the others start again at the next step."""
+        """Adopt the replicas that still run; the others start again (once every
+        service's replicas are handed over: none starts on another's device)."""
         for row in self.store.list_services(
             states=["pending", "starting", "running", "stopping"], limit=10**6
         )[0]:
+            yielding = {r["index"] for r in row["replicas"] if r["state"] == "yielding"}
             for rec in row["replicas"]:
                 rec["state"] = AFTER_RESTART.get(rec["state"], rec["state"])
                 if rec["state"] in (*HOLDING, "asleep") and rec["attempt"] > 0:
                     key = replica_key(row["id"], rec["index"])
                     if self.executor.adopt(key, rec["attempt"], self.run_dir(key)) is not None:
                         rec["state"] = "exited"  # restarts on its node below
-            self.hand_over(row, self.scheduling)
+            self.hand_over(row, self.scheduling, lent=yielding)
             self.active[row["id"]] = row
+        for row in list(self.active.values()):  # once every service has its devices back
             if row["stop_requested"]:
                 self._stop_all(row, row["stop_requested"], row["reason"])
             else:
                 self.placed(row["id"])
 
-    def hand_over(self, row: Row, scheduling: Scheduling) -> None:
-        """Give a (new) scheduler the service with its replicas where they are placed."""
+    def hand_over(self, row: Row, scheduling: Scheduling, lent: set[int] | None = None) -> None:
+        """Give a (new) scheduler the service with its replicas where they are placed
+        (`lent`: replicas that were yielding, whose devices the scheduler gave back)."""
         spec = ServiceSpec.model_validate(row["spec"])
-        nodes = [r["node"] for r in row["replicas"] if r.get("node")]
+        records = {r["index"]: r for r in row["replicas"]}
+        # slot i is replica i's; an asleep replica's device is lent, not held (one that
+        # exited on a node out of service keeps its slot, and moves when it starts)
+        nodes = [
+            r.get("node")
+            if r is not None and r["state"] != "asleep" and r["index"] not in (lent or ())
+            else None
+            for r in (records.get(i) for i in range(max(records, default=-1) + 1))
+        ]
         scheduling.adopt_service(row["id"], spec, row["created_at"], nodes)
 
     def rebuild(self, scheduling: Scheduling) -> None:
@@ -170,7 +182,7 @@ class Services:
         spec = ServiceSpec.model_validate(row["spec"])
         nodes = self.scheduling.replica_nodes(service_id)
         records = {r["index"]: r for r in row["replicas"]}
-        busy = self.training() if spec.tidal is not None else set()
+        room = self._room(spec)
         for i, node in enumerate(nodes):
             rec = records.get(i) or _new_record(i)
             records[i] = rec
@@ -180,10 +192,19 @@ class Services:
                 self.executor.stop(replica_key(service_id, i))  # moved: restarts there
                 rec["node"] = node
             elif rec.get("state") not in ("starting", "ready"):
+                moved = self._in_service(service_id, i, node)
+                if moved != node:  # a device the scheduler just gave: count it afresh
+                    node, room = moved, self._room(spec)
                 rec["node"] = node
-                rec["waiting"] = node in busy  # started once the training ranks are gone
+                out = node in self.scheduling.out_of_service  # no device elsewhere yet
+                rec["waiting"] = out or room.get(node, 1) <= 0  # started once one is free
                 if not rec["waiting"]:
+                    room[node] = room.get(node, 1) - 1
                     self._start(service_id, spec, rec)
+        if spec.tidal is None:  # a replica beyond the scheduler's slots holds no device
+            for rec in records.values():
+                if rec["index"] >= len(nodes) and rec["state"] in ("starting", "ready"):
+                    self.executor.stop(replica_key(service_id, rec["index"]))
         row["replicas"] = [records[i] for i in sorted(records)]
         self._save(row)
 
@@ -244,7 +265,10 @@ class Services:
             self.store.add_event(service_id, "replica_stopped", message)
             self._finish_if_stopped(row)
             return
-        rec["restarts"] += 1
+        if e.lost_node_ranks or rec.get("node") in self.scheduling.out_of_service:
+            message += "; its node is out of service"  # not the replica's failure
+        else:
+            rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
         counts = before_ready and (e.exit_code or stopped_why)
         if _fails_again(rec, error if counts else ""):
@@ -260,9 +284,10 @@ class Services:
             self.store.add_event(service_id, "replica_exited", message + "; its device is lent")
         else:
             self.store.add_event(service_id, "replica_exited", message + "; restarting")
-            rec["node"] = nodes[rec["index"]]
-            rec["waiting"] = spec.tidal is not None and rec["node"] in self.training()
-            if not rec["waiting"]:  # else: started once the training ranks are gone
+            rec["node"] = self._in_service(service_id, rec["index"], nodes[rec["index"]])
+            out = rec["node"] in self.scheduling.out_of_service  # no device elsewhere yet
+            rec["waiting"] = out or self._room(spec).get(rec["node"], 1) <= 0
+            if not rec["waiting"]:  # else: started once its device is free
                 self._start(service_id, spec, rec)
         self._save(row)
 
@@ -299,7 +324,11 @@ class Services:
 
     def _reconcile_tidal(self) -> None:
         for service_id, row in list(self.active.items()):
-            if row["stop_requested"] or not row["spec"].get("tidal"):
+            if row["stop_requested"]:
+                continue
+            if not row["spec"].get("tidal"):
+                if any(r.get("waiting") for r in row["replicas"]):
+                    self.placed(service_id)  # its device was held by a yielding replica
                 continue
             wanted = self.scheduling.replica_nodes(service_id)
             if _missing(row, len(wanted)):
@@ -308,6 +337,33 @@ class Services:
                 row, wanted, self.training(), row["spec"]["model"]
             ):
                 self._save(row)
+
+    def _in_service(self, service_id: str, index: int, node: str) -> str:
+        """The node replica `index` (not running) starts on: its slot's, or, that node
+        being out of service (cordoned, lost), a device the scheduler moves it to."""
+        if node not in self.scheduling.out_of_service:
+            return node
+        return self.scheduling.move_replica(service_id, index) or node
+
+    def _room(self, spec: ServiceSpec) -> dict[str, int]:
+        """Devices a replica of `spec` may start on now, per node the scheduler placed
+        replicas on: what it counts free there plus its replica slots, less the replicas
+        (of any service) that hold a device there now; a yielding replica holds one the
+        scheduler has given out again until it is asleep. 0 where training ranks of a
+        tidal service's node still stop for a resize."""
+        slots: dict[str, int] = {}
+        for service_id in self.active:
+            for node in self.scheduling.replica_nodes(service_id):
+                slots[node] = slots.get(node, 0) + 1
+        room = {n: self.scheduling.free_on(n) + k for n, k in slots.items()}
+        for row in self.active.values():
+            for r in row["replicas"]:
+                if r["state"] in HOLDING and r.get("node") in room:
+                    room[r["node"]] -= 1
+        if spec.tidal is not None:
+            for node in self.training() & room.keys():
+                room[node] = 0
+        return room
 
     def held_nodes(self) -> set[str]:
         """Nodes a replica holds now (starting, ready, yielding or waking)."""
