@@ -369,6 +369,10 @@ class Control(NodeControl):
         if d.action == "start":
             if not self.scheduling.is_running(job_id):
                 return  # stopped again later in the same cycle: it is pending there
+            if self._on_replica_device(job_id):
+                self.scheduling.requeue(job_id)  # placed again once the replica sleeps
+                self.poke()
+                return
             self._start(job_id)
         elif d.action == "replicas":
             self.services.placed(job_id)
@@ -385,6 +389,13 @@ class Control(NodeControl):
             self._resize(job_id, d)
         else:
             self.store.add_event(job_id, d.action, d.reason or "scheduler decision")
+
+    def _on_replica_device(self, job_id: str) -> bool:
+        """Whether the job was placed on a device a replica still holds: a tidal
+        service's shrink gives it out at once, its replica holds it until it is asleep."""
+        held = self.services.held_beyond_slots()
+        nodes = self.scheduling.placement(job_id).nodes
+        return any(self.scheduling.free_on(n) < held.get(n, 0) for n in nodes)
 
     def _ended(self, job_id: str) -> bool:
         row = self.store.get_job(job_id)

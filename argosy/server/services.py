@@ -365,6 +365,21 @@ class Services:
                 room[node] = 0
         return room
 
+    def held_beyond_slots(self) -> dict[str, int]:
+        """Per node, replicas that hold a device there (starting, ready, yielding or
+        waking) beyond the replica slots the scheduler keeps there: devices it has
+        already given out again (a tidal service shrunk: its replica holds the device
+        until it is asleep)."""
+        extra: dict[str, int] = {}
+        for service_id in self.active:
+            for node in self.scheduling.replica_nodes(service_id):
+                extra[node] = extra.get(node, 0) - 1
+        for row in self.active.values():
+            for r in row["replicas"]:
+                if r["state"] in HOLDING and r.get("node"):
+                    extra[r["node"]] = extra.get(r["node"], 0) + 1
+        return {n: k for n, k in extra.items() if k > 0}
+
     def held_nodes(self) -> set[str]:
         """Nodes a replica holds now (starting, ready, yielding or waking)."""
         return {
