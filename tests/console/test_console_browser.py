@@ -69,6 +69,7 @@ def test_a_submitted_job_runs_through_an_injected_fault_and_resumes(page, server
         f"name: console-gpt\nscript: {TRAIN}\n"
         "args: [--steps, 24, --ckpt-every, 4, --step-sleep, 0.2]\n",
     )
+    page.fill("#submit-yaml input[name=workdir]", str(TRAIN.parent))
     page.click("#submit-yaml button[type=submit]")
     job_id = job_id_of(page)
     page.evaluate("window.stayedOnPage = 42")
@@ -99,6 +100,7 @@ def test_a_running_job_is_cancelled_from_its_page(page, server):
     page.fill("#submit-fields input[name=name]", "to-cancel")
     page.fill("#submit-fields input[name=script]", str(STEPS_SCRIPT))
     page.fill("#submit-fields input[name=args]", "--steps 3000 --step-s 0.2")
+    page.fill("#submit-fields input[name=workdir]", str(STEPS_SCRIPT.parent))
     page.click("#submit-fields button[type=submit]")
     job_id_of(page)
     wait_state(page, "running", 60_000)
@@ -149,6 +151,7 @@ def test_a_queue_token_sees_an_error_message_when_submitting_elsewhere(
     assert "queue default" in pg.inner_text("nav .who")
     pg.goto(url + "/submit")
     pg.fill("textarea[name=yaml]", f"name: x\nqueue: other\nscript: {STEPS_SCRIPT}\n")
+    pg.fill("#submit-yaml input[name=workdir]", str(STEPS_SCRIPT.parent))
     pg.click("#submit-yaml button[type=submit]")
     message = pg.wait_for_selector("#flash .flash.error").inner_text()
     assert "may submit only to queue 'default'" in message
