@@ -40,14 +40,14 @@ def _recording_server() -> tuple[socket.socket, list[bytes]]:
     return listener, seen
 
 
-def _jobs(*args: str) -> tuple[subprocess.CompletedProcess, list[bytes]]:
+def _jobs(*args: str, command: str = "jobs") -> tuple[subprocess.CompletedProcess, list[bytes]]:
     listener, seen = _recording_server()
     with listener:
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("ARGOSY_TOKEN")}
         env |= {"PYTHONPATH": os.getcwd(), "ARGOSY_HOME": "/nonexistent-argosy-home"}
         r = subprocess.run(
-            [sys.executable, "-m", "argosy", "jobs", "--server", url, *args],
+            [sys.executable, "-m", "argosy", command, "--server", url, *args],
             env=env,
             capture_output=True,
             text=True,
@@ -85,26 +85,6 @@ def test_a_token_file_given_after_the_command_name_is_read_as_a_file(tmp_path: P
     sends the file's token, not the path."""
     path = tmp_path / "token"
     path.write_text("argosy_services_file\n")
-    listener, seen = _recording_server()
-    with listener:
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ARGOSY_TOKEN")}
-        env |= {"PYTHONPATH": os.getcwd(), "ARGOSY_HOME": "/nonexistent-argosy-home"}
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "argosy",
-                "services",
-                "--server",
-                url,
-                "--token-file",
-                str(path),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    r, seen = _jobs("--token-file", str(path), command="services")
     assert b"Bearer argosy_services_file" in seen[0], (r.stderr, seen)
     assert str(path).encode() not in seen[0]

@@ -29,12 +29,13 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tidal_fakes import FAST
+from tidal_fakes import InstantAdmin as FakeAdmin
 
 from argosy.core.clock import FakeClock
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
-from argosy.scheduler.config import SchedulerConfig
 from argosy.server.config import ServerConfig
 from argosy.server.control import Control
 from argosy.server.schemas import ACTIVE, TERMINAL
@@ -47,30 +48,6 @@ from argosy.server.tidal import HOLDING
 SIZES = [1, 2, 4]
 PER_NODE = [1, 2, 3, 4]
 PERIOD_S = 120.0
-FAST = SchedulerConfig(
-    resize_cost_s=1.0,
-    resize_payback=1.0,
-    initial_hold_s=10.0,
-    min_resize_interval_s=0.0,
-    resize_budget_fraction=1.0,
-    min_runtime_s=0.0,
-)
-
-
-class FakeAdmin:
-    """Replicas that sleep and wake at once."""
-
-    def sleep(self, url: str, token: str, level: int) -> dict[str, Any]:
-        return {"state": "asleep", "level": level, "seconds": 0.0, "resident_bytes": 1}
-
-    def wake(self, url: str, token: str) -> dict[str, Any]:
-        return {"state": "awake", "level": 0, "seconds": 0.0, "resident_bytes": 2}
-
-    def prove(self, url: str, key: bytes, where: str) -> None:
-        return None
-
-    def first_token(self, url: str, model: str, api_key: str) -> float:
-        return 0.0
 
 
 class ElasticControlMachine(RuleBasedStateMachine):

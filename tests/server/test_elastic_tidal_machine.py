@@ -23,10 +23,10 @@ import os
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tidal_fakes import FAST
 
 from argosy.core.clock import FakeClock
 from argosy.executors.base import NodeInfo
-from argosy.scheduler.config import SchedulerConfig
 from argosy.scheduler.workload import State
 from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec, TidalSpec
@@ -36,14 +36,6 @@ SIZES = [1, 2, 4, 8]
 PER_NODE = [1, 2, 3, 4, 8]
 CHIPS = ["cpu", "h100-sxm"]
 PERIOD_S = 120.0
-FAST = SchedulerConfig(
-    resize_cost_s=1.0,
-    resize_payback=1.0,
-    initial_hold_s=10.0,
-    min_resize_interval_s=0.0,
-    resize_budget_fraction=1.0,
-    min_runtime_s=0.0,
-)
 
 
 def job_spec(nnodes: int, per_node: int, exact: bool, elastic_to: int, chip: str | None,

@@ -21,11 +21,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
+from tidal_fakes import FAST
 
 from argosy.core.clock import FakeClock
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
-from argosy.scheduler.config import SchedulerConfig
 from argosy.server.config import ServerConfig
 from argosy.server.control import Control
 from argosy.server.service_spec import ServiceSpec, TidalSpec
@@ -88,15 +88,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _control(home: Path, fake: FakeExecutor, clock: FakeClock, admin: FakeAdmin) -> Control:
-    scheduler = SchedulerConfig(
-        resize_cost_s=1.0,
-        resize_payback=1.0,
-        initial_hold_s=10.0,
-        min_resize_interval_s=0.0,
-        resize_budget_fraction=1.0,
-        min_runtime_s=0.0,
-    )
-    config = ServerConfig(home=home, min_cycle_gap_s=0.0, nodes_interval_s=1e9, scheduler=scheduler)
+    config = ServerConfig(home=home, min_cycle_gap_s=0.0, nodes_interval_s=1e9, scheduler=FAST)
     ctl = Control(config, Store(config.database_url), fake, clock=clock, admin=admin,
                   probe=lambda url: True)  # fmt: skip
     ctl.services.health_interval_s = 0.0
