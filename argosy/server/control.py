@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from argosy.core.clock import Clock
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, Executor, LaunchRequest
@@ -60,7 +58,6 @@ from argosy.server.summaries import (
     settle_summary,
     stamp_attempt,
 )
-from argosy.server.tables import events
 from argosy.server.tidal import GRACE_ENV, RESIZE_GRACE_S, HttpReplicaAdmin, Lease, ReplicaAdmin
 from argosy.server.views import public_launcher_error
 
@@ -606,11 +603,7 @@ class Control(NodeControl):
     def _losses(self, job_id: str) -> int:
         """Attempts of the job lost and queued again so far: what `max_restarts` bounds
         (an attempt stopped for a resize or a preemption is no loss)."""
-        query = select(func.count()).where(
-            events.c.job_id == job_id, events.c.kind == "attempt_lost"
-        )
-        with self.store.engine.connect() as c:
-            return int(c.execute(query).scalar() or 0)
+        return self.store.count_events(job_id, "attempt_lost")
 
     def _back_to_pending(self, job_id: str, values: Row, attempt: int) -> None:
         """A resize that a server restart interrupted: the job waits again, as pending (the

@@ -351,15 +351,9 @@ class Services:
         (of any service) that hold a device there now; a yielding replica holds one the
         scheduler has given out again until it is asleep. 0 where training ranks of a
         tidal service's node still stop for a resize."""
-        slots: dict[str, int] = {}
-        for service_id in self.active:
-            for node in self.scheduling.replica_nodes(service_id):
-                slots[node] = slots.get(node, 0) + 1
-        room = {n: self.scheduling.free_on(n) + k for n, k in slots.items()}
-        for row in self.active.values():
-            for r in row["replicas"]:
-                if r["state"] in HOLDING and r.get("node") in room:
-                    room[r["node"]] -= 1
+        slots = self._slots()
+        held = self._holding_less_slots(slots)
+        room = {n: self.scheduling.free_on(n) - held[n] for n in slots}
         if spec.tidal is not None:
             for node in self.training() & room.keys():
                 room[node] = 0
@@ -370,15 +364,25 @@ class Services:
         waking) beyond the replica slots the scheduler keeps there: devices it has
         already given out again (a tidal service shrunk: its replica holds the device
         until it is asleep)."""
-        extra: dict[str, int] = {}
+        return {n: k for n, k in self._holding_less_slots(self._slots()).items() if k > 0}
+
+    def _slots(self) -> dict[str, int]:
+        """Replica slots the scheduler keeps per node, over every service."""
+        slots: dict[str, int] = {}
         for service_id in self.active:
             for node in self.scheduling.replica_nodes(service_id):
-                extra[node] = extra.get(node, 0) - 1
+                slots[node] = slots.get(node, 0) + 1
+        return slots
+
+    def _holding_less_slots(self, slots: dict[str, int]) -> dict[str, int]:
+        """Per node (of a slot or a holding replica), replicas holding a device there
+        less the slots there."""
+        count = {n: -k for n, k in slots.items()}
         for row in self.active.values():
             for r in row["replicas"]:
                 if r["state"] in HOLDING and r.get("node"):
-                    extra[r["node"]] = extra.get(r["node"], 0) + 1
-        return {n: k for n, k in extra.items() if k > 0}
+                    count[r["node"]] = count.get(r["node"], 0) + 1
+        return count
 
     def held_nodes(self) -> set[str]:
         """Nodes a replica holds now (starting, ready, yielding or waking)."""

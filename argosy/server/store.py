@@ -392,6 +392,12 @@ class Store:
         with self.engine.connect() as c:
             return c.execute(query).scalar() or SYSTEM_ACTOR
 
+    def count_events(self, job_id: str, kind: str) -> int:
+        """Events of `kind` the job has had."""
+        query = select(func.count()).where(events.c.job_id == job_id, events.c.kind == kind)
+        with self.engine.connect() as c:
+            return int(c.execute(query).scalar() or 0)
+
     def list_events(
         self, *, job_id: str | None = None, cursor: int = 0, limit: int = 100
     ) -> tuple[list[Row], int | None]:
