@@ -45,6 +45,7 @@ from argosy.server.job_goodput import job_account, kept_figures
 from argosy.server.node_control import NodeControl, NotFoundError, known_inventory
 from argosy.server.node_health import NodeHealth
 from argosy.server.queue_limits import refuse_services_past, refuse_waiting_past
+from argosy.server.resize_control import ResizeControl, placed_nodes
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
 from argosy.server.service_spec import ServiceSpec
@@ -79,7 +80,7 @@ class WallClock:
         return time.time()
 
 
-class Control(NodeControl):
+class Control(ResizeControl, NodeControl):
     """Applies the scheduler's decisions and the executor's exits to the store."""
 
     def __init__(
@@ -329,7 +330,7 @@ class Control(NodeControl):
         """What parses the files `_take_exit(e)` will read (`summaries.read_exit_ahead`),
         for a worker thread; a failure there only leaves the reading to the loop."""
         row = self.store.get_job(e.job_id)
-        ranks = max(1, len(_placed_nodes(row))) if row else 1
+        ranks = max(1, len(placed_nodes(row))) if row else 1
         run_dir = self.run_dir(e.job_id)
 
         def read() -> None:
@@ -397,61 +398,6 @@ class Control(NodeControl):
     def _ended(self, job_id: str) -> bool:
         row = self.store.get_job(job_id)
         return row is None or row["state"] in TERMINAL
-
-    # ---- elastic resizes (the tidal lease) ---------------------------------------------
-    def _resize(self, job_id: str, d: Decision) -> None:
-        row = self.job(job_id)
-        if row["state"] not in ACTIVE:
-            return
-        old = set(_placed_nodes(row))
-        new = set(self.scheduling.placement(job_id).nodes)
-        lenders = {n: who for n in sorted(new - old) if (who := self.services.lender(n))}
-        if self.lease.resize(row, d.before, d.after, d.reason, lenders):
-            self.executor.stop(job_id)
-
-    def _relaunch_resized(self) -> None:
-        """Start each resized job whose old ranks are gone once no awake replica holds a
-        device of its new placement."""
-        held: set[str] | None = None
-        for job_id in list(self.lease.resizes):
-            if not self.lease.waiting(job_id):
-                continue
-            if not self.scheduling.is_running(job_id):  # it went back to pending meanwhile
-                self.lease.forget(job_id)
-                continue
-            held = self.services.held_nodes() if held is None else held
-            nodes = set(self.scheduling.placement(job_id).nodes)
-            if self._gone_out(job_id, nodes):
-                continue
-            if self.lease.ready_to_relaunch(job_id, nodes, held):
-                self._start(job_id)
-                self.lease.launched(job_id)
-
-    def _gone_out(self, job_id: str, nodes: set[str]) -> bool:
-        """Whether a node of the resized job's new placement went out of service while its
-        ranks stopped (lost; or cordoned or unhealthy, and not held by the stopped attempt):
-        it then goes back to pending, sized anew, instead of starting there (no loss)."""
-        row = self.job(job_id)
-        gained = nodes - set(_placed_nodes(row))
-        out = (nodes & self.lost) | (gained & self.scheduling.out_of_service)
-        if not out:
-            return False
-        self.scheduling.requeue(job_id)
-        self.lease.forget(job_id)
-        why = f"nodes of its resize went out of service ({', '.join(sorted(out))}); queued again"
-        values = {"state": "pending", "reason": "resizing onto nodes out of service"}
-        self.store.update_job(job_id, values, event=("pending", why))
-        self.poke()
-        return True
-
-    def training_nodes(self) -> set[str]:
-        """Nodes whose devices training ranks hold now: the placement of every job whose
-        attempt runs (a job between a resize's stop and its relaunch holds none)."""
-        out: set[str] = set()
-        for row in self.store.jobs_in(ACTIVE):
-            if not self.lease.waiting(row["id"]):
-                out |= set(_placed_nodes(row))
-        return out
 
     def _devices_of(self, job_id: str) -> int:
         w = self.scheduling.workloads.get(job_id)
@@ -542,7 +488,7 @@ class Control(NodeControl):
         self.poke()
         if e.lost:
             self._check_nodes()  # a lost node goes out of placement before the requeue
-        nodes, n, run_dir = _placed_nodes(row), e.attempt, self.run_dir(e.job_id)
+        nodes, n, run_dir = placed_nodes(row), e.attempt, self.run_dir(e.job_id)
         ended_s = exit_time(run_dir, n, self.clock.now_s())
         started_s = attempt_started(run_dir, n) or row["started_at"] or ended_s
         span = (min(started_s, ended_s), ended_s)
@@ -567,15 +513,8 @@ class Control(NodeControl):
                 ended,
                 actor=who,
             )
-        elif stop == "resize" and e.exit_code != 0 and e.job_id not in self.lease.resizes:
-            self.scheduling.requeue(e.job_id)  # the server restarted since it asked the stop
-            self._back_to_pending(e.job_id, base, n)
         elif stop == "resize" and e.exit_code != 0:
-            self.lease.stopped(e.job_id, self.run_dir(e.job_id))
-            why = f"attempt {n} stopped to resize; starts again when its devices are free"
-            self.store.update_job(
-                e.job_id, base | {"state": "admitted", "reason": "resizing"}, event=("stopped", why)
-            )
+            self._resize_stopped(e.job_id, base, n)
         elif stop == "preempt":
             self.store.update_job(
                 e.job_id,
@@ -605,14 +544,6 @@ class Control(NodeControl):
         (an attempt stopped for a resize or a preemption is no loss)."""
         return self.store.count_events(job_id, "attempt_lost")
 
-    def _back_to_pending(self, job_id: str, values: Row, attempt: int) -> None:
-        """A resize that a server restart interrupted: the job waits again, as pending (the
-        scheduler sizes it anew), its attempt not counted as lost."""
-        why = "resizing interrupted by a server restart"
-        values = values | {"state": "pending", "reason": why, "stop_requested": None}
-        event = ("pending", f"attempt {attempt} stopped to resize; {why}; queued again")
-        self.store.update_job(job_id, values, event=event)
-
     def _finish(
         self,
         job_id: str,
@@ -634,11 +565,6 @@ def _secret(home: Path) -> bytes:
         return (home / "admin.token").read_bytes().strip() or secrets.token_bytes(32)
     except OSError:
         return secrets.token_bytes(32)
-
-
-def _placed_nodes(row: Row) -> list[str]:
-    """The nodes of the job's placement, by node rank (none before it is placed)."""
-    return list((row["placement"] or {}).get("nodes") or {})
 
 
 def _lost(row: Row, reason: str) -> AttemptExit:
