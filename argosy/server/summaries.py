@@ -90,31 +90,57 @@ job writes summary.json, and what it writes is bounded here; the whole file stay
 attempt directory."""
 DROPPED_KEY = "dropped"
 """Marks a stored summary whose largest keys were left out to fit `STORED_LIMIT_BYTES`."""
+NAMES, NAME_CHARS, MARKER_BYTES = 10, 60, 8192
+"""The marker names at most `NAMES` keys of each kind, each cut to `NAME_CHARS`
+characters (at most 6 bytes each in JSON): it fits in `MARKER_BYTES`."""
 
 
 def capped(summary: dict[str, Any], limit: int = STORED_LIMIT_BYTES) -> dict[str, Any]:
     """`summary` within `limit` bytes of JSON: whole when it fits; otherwise the server's
-    own keys and then the job's, smallest first, while they fit, with `dropped` naming
-    (the first 20 of) the keys left out."""
-    sizes = {k: len(json.dumps(v)) + len(json.dumps(k)) + 2 for k, v in summary.items()}
+    own keys and then the job's, smallest first, while they fit. A list that does not fit
+    whole (a long run's `faults`) keeps its newest items that do; `dropped` names (the
+    first 10 of) the keys left out and, under `shortened`, each list's kept and whole
+    lengths (names cut to 60 characters: the marker fits its reserve however escaped)."""
+    sizes = {k: len(json.dumps(v)) + _key_bytes(k) for k, v in summary.items()}
     if sum(sizes.values()) + 2 <= limit:
         return summary
-    room = limit - 4096  # for the marker
+    room = limit - MARKER_BYTES
     order = sorted(summary, key=lambda k: (k not in SERVER_KEYS, sizes[k]))
     kept: dict[str, Any] = {}
     left_out: list[str] = []
+    shortened: dict[str, dict[str, int]] = {}
     for key in order:
+        value = summary[key]
         if sizes[key] <= room:
-            kept[key], room = summary[key], room - sizes[key]
+            kept[key], room = value, room - sizes[key]
+        elif isinstance(value, list) and (tail := _newest_within(value, room - _key_bytes(key))):
+            kept[key], room = tail, room - len(json.dumps(tail)) - _key_bytes(key)
+            shortened[key[:NAME_CHARS]] = {"kept": len(tail), "of": len(value)}
         else:
             left_out.append(key)
-    names = [k[:100] for k in left_out[:20]]
+    names = [k[:NAME_CHARS] for k in left_out[:NAMES]]
     kept[DROPPED_KEY] = {
         "keys": names,
         "more": len(left_out) - len(names),
+        "shortened": dict(list(shortened.items())[:NAMES]),
         "why": f"the summary is over {limit} bytes; the attempt's summary.json has it whole",
     }
     return kept
+
+
+def _key_bytes(key: str) -> int:
+    return len(json.dumps(key)) + 2
+
+
+def _newest_within(items: list[Any], room: int) -> list[Any]:
+    """The longest tail of `items` whose JSON takes at most `room` bytes (maybe empty)."""
+    used, start = 2, len(items)
+    while start > 0:
+        size = len(json.dumps(items[start - 1])) + 2
+        if used + size > room:
+            break
+        used, start = used + size, start - 1
+    return items[start:]
 
 
 OUTPUT_KEYS = ("last_lines",)

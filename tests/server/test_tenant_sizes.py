@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argosy.server.spec import MAX_ARG_CHARS, MAX_ARGS_CHARS
 from argosy.server.summaries import (
@@ -40,6 +42,43 @@ def test_many_keys_are_capped_too() -> None:
     out = capped(summary)
     assert len(json.dumps(out)) <= STORED_LIMIT_BYTES
     assert out["attempt"] == 1 and out[DROPPED_KEY]["more"] > 0
+
+
+def test_a_long_faults_list_keeps_its_newest_faults() -> None:
+    faults = [{"step": i, "kind": "rank_lost", "detail": "d" * 150} for i in range(1000)]
+    out = capped({"status": "completed", "attempt": 1, "faults": faults})
+    assert len(json.dumps(out)) <= STORED_LIMIT_BYTES
+    kept = out["faults"]
+    assert 100 < len(kept) < 1000 and kept == faults[-len(kept) :]
+    assert out[DROPPED_KEY]["shortened"] == {"faults": {"kept": len(kept), "of": 1000}}
+    assert out[DROPPED_KEY]["keys"] == []
+
+
+_VALUES = st.one_of(
+    st.integers(),
+    st.text(max_size=30_000),
+    st.lists(st.text(max_size=3_000), max_size=60),
+    st.lists(st.dictionaries(st.text(max_size=5), st.integers(), max_size=30), max_size=400),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=80), _VALUES, max_size=14), st.integers(1, 9))
+def test_a_capped_summary_fits_and_keeps_only_whole_keys_or_list_tails(
+    summary: dict, attempt: int
+) -> None:
+    summary = summary | {"attempt": attempt}
+    out = capped(summary, limit=32 << 10)
+    assert len(json.dumps(out)) <= 32 << 10
+    assert out["attempt"] == attempt
+    said = out.get(DROPPED_KEY, {"keys": [], "more": 0, "shortened": {}})
+    for key, value in summary.items():
+        if key not in out:
+            assert key[:60] in said["keys"] or said["more"] > 0
+        elif out[key] != value:
+            assert isinstance(value, list) and out[key] == value[len(value) - len(out[key]) :]
+            if sum(k[:60] == key[:60] for k in summary) == 1:  # names are cut to 60
+                assert said["shortened"][key[:60]] == {"kept": len(out[key]), "of": len(value)}
 
 
 def test_a_jobs_own_15_mib_summary_is_stored_capped(tmp_path: Path) -> None:
