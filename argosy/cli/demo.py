@@ -40,6 +40,13 @@ from argosy.executors.local import JOB_ENV
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 TERMINAL = ("succeeded", "failed", "cancelled")
+WATCH_EVERY_S = 0.05
+"""How often the demo reads the run's event log: the fault lands on the step it names."""
+ASK_EVERY_S = 0.5
+"""How often it asks the server for the job's state."""
+SERVICE_WAIT_S = 120.0
+"""How long the demo waits, once the job ended, for its service's model to load."""
+DEMO_PROMPT = "What is a GPU good for?"
 
 
 def demo(
@@ -195,21 +202,23 @@ def _follow(
     )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("pending", total=steps)
+        job, asked_s = client.call("GET", f"/api/v1/jobs/{job_id}"), time.monotonic()
         while True:
-            job = client.call("GET", f"/api/v1/jobs/{job_id}")
             step, events = read_progress(run_dir / "events.jsonl")
             for line in (_describe(e) for e in events):
                 if line and line not in seen:
                     seen.add(line)
                     bar.console.print(line)
-            bar.update(task, completed=step, description=job["state"])
             if injector is not None and injector.maybe_fire(step):
                 bar.console.print(f"[red]injected:[/] SIGKILL to rank 0 after step {step}")
+            if time.monotonic() - asked_s >= ASK_EVERY_S:
+                job, asked_s = client.call("GET", f"/api/v1/jobs/{job_id}"), time.monotonic()
+            bar.update(task, completed=step, description=job["state"])
             if job["state"] in TERMINAL:
                 return job
             if time.monotonic() > deadline:
                 raise ArgosyError(f"job {job_id} still {job['state']} after {timeout_s:.0f} s")
-            time.sleep(0.5)
+            time.sleep(WATCH_EVERY_S)
 
 
 def read_progress(path: Path) -> tuple[int, list[dict]]:
@@ -240,7 +249,7 @@ class FaultInjector:
         self.fired = False
 
     def maybe_fire(self, step: int) -> bool:
-        if self.fired or step <= self.after_step:
+        if self.fired or step < self.after_step:
             return False
         pid = self._rank_pid()
         if pid is None or not env_holds(pid, JOB_ENV, self.job_id):
@@ -292,15 +301,60 @@ def _report(job: dict) -> None:
     )
 
 
-def _service_line(client: _Client) -> None:
-    page = client.call("GET", "/api/v1/services")
-    for svc in page.get("items", []):
+def _service_line(client: _Client, timeout_s: float = SERVICE_WAIT_S) -> None:
+    """Each service once it is ready (waiting up to `timeout_s` for its model to load),
+    with one chat reply from it; or its state and last event when it is not."""
+    deadline = time.monotonic() + timeout_s
+    with console.status("waiting for the inference service to answer ..."):
+        while True:
+            items = client.call("GET", "/api/v1/services").get("items", [])
+            ready = all(svc.get("endpoints") for svc in items)
+            if ready or time.monotonic() > deadline or any(s["state"] == "failed" for s in items):
+                break
+            time.sleep(0.5)
+    for svc in items:
         where = ", ".join(svc.get("endpoints", [])) or "no endpoint ready yet"
-        console.print(f"service {svc['name']}: {svc['state']} ({where})")
+        console.print(f"service {svc['name']}: {svc['state']} ({where})", highlight=False)
+        if svc.get("endpoints"):
+            _ask_once(client, svc)
+        else:
+            _last_event(client, svc)
         console.print(
             f"  its API key, while the server runs: argosy service {svc['id']} --key",
             highlight=False,
         )
+
+
+def _ask_once(client: _Client, svc: dict) -> None:
+    """One greedy chat request to the service's first endpoint (its `/v1` base URL), its
+    reply and speed shown."""
+    import httpx
+
+    key = client.call("GET", f"/api/v1/services/{svc['id']}/key")["api_key"]
+    url, headers = svc["endpoints"][0], {"Authorization": f"Bearer {key}"}
+    try:
+        model = httpx.get(f"{url}/models", headers=headers, timeout=30).json()["data"][0]["id"]
+        body = {"model": model, "messages": [{"role": "user", "content": DEMO_PROMPT}],
+                "max_tokens": 24, "temperature": 0}  # fmt: skip
+        began = time.monotonic()
+        r = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=120)
+        r.raise_for_status()
+        took, answer = time.monotonic() - began, r.json()
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as err:
+        console.print(f"  [yellow]asking it failed:[/] {escape(str(err))}", emoji=False)
+        return
+    reply = " ".join(answer["choices"][0]["message"]["content"].split())
+    tokens = answer.get("usage", {}).get("completion_tokens", 0)
+    console.print(f"  asked {DEMO_PROMPT!r}; it answered in {took:.1f} s ({tokens} tokens):",
+                  highlight=False)  # fmt: skip
+    console.print(f"  {escape(reply)!r}", highlight=False, emoji=False)
+
+
+def _last_event(client: _Client, svc: dict) -> None:
+    items = client.call("GET", f"/api/v1/services/{svc['id']}/events?limit=500")["items"]
+    if items:
+        last = f"{items[-1]['kind']} {items[-1]['detail']}"
+        console.print(f"  last event: {escape(last)}", highlight=False, emoji=False)
 
 
 def _delete_services(client: _Client, timeout_s: float = 60.0) -> None:

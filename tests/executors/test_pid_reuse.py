@@ -116,7 +116,7 @@ def test_the_demo_fault_spares_a_stranger_and_kills_the_jobs_rank(
             time.sleep(0.02)
         spawn_event(tmp_path / "run", rank.pid)
         injector = FaultInjector(tmp_path / "run", "job-1", rank=0, after_step=1)
-        assert not injector.maybe_fire(1)  # not past its step yet
+        assert not injector.maybe_fire(0)  # its step not reached yet
         assert injector.maybe_fire(5)
         assert rank.wait(timeout=10) == -9
     finally:
