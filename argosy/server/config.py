@@ -144,6 +144,17 @@ class ServerConfig(BaseModel):
     """Size at which `<home>/logs/access.log` is rotated (one line per HTTP request)."""
     access_log_backups: int = Field(default=3, ge=1, le=100)
     """Rotated access logs kept (`access.log.1` ... `.N`); older ones are deleted."""
+    keep_finished_per_queue: int = Field(default=10_000, ge=0)
+    """Finished jobs (and ended services) the store keeps per queue, the newest by end
+    (0: all). Older ones are removed with their events, so a tenant that loops over submit
+    and cancel cannot grow the store without end. One that held devices is removed only
+    once it ended `PAST_USE_HALF_LIVES` usage half-lives ago: the queues' fair-share
+    use is rebuilt from what held devices."""
+    keep_finished_days: float = Field(default=0.0, ge=0)
+    """Finished jobs and ended services older than this are removed too (0: kept)."""
+    prune_run_dirs: bool = False
+    """Also remove a removed job's run directory (its logs and checkpoints); by default
+    it stays under `runs_dir`, for you to archive."""
 
     @property
     def database_url(self) -> str:

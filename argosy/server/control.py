@@ -46,6 +46,7 @@ from argosy.server.node_control import NodeControl, NotFoundError, known_invento
 from argosy.server.node_health import NodeHealth
 from argosy.server.queue_limits import refuse_services_past, refuse_waiting_past
 from argosy.server.resize_control import ResizeControl, placed_nodes
+from argosy.server.retention import Retention
 from argosy.server.scheduling import Scheduling
 from argosy.server.schemas import ACTIVE, TERMINAL, Placement
 from argosy.server.service_spec import ServiceSpec
@@ -67,6 +68,9 @@ PAUSE_AFTER_S = 0.005
 PAUSE_S = 0.002
 """The control loop's pass pauses `PAUSE_S` for requests after each of its parts (an exit
 taken in, a decision applied) once `PAUSE_AFTER_S` went by since its last pause."""
+RETENTION_EVERY_S = 60.0
+"""How often ended jobs and services past the retention policy are removed (at most
+`retention.BATCH` of each a pass)."""
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
 costs tens of milliseconds, which lands on some request (the API's p99). Freezing them
@@ -116,6 +120,8 @@ class Control(ResizeControl, NodeControl):
             probe=probe,
         )
         self.health = NodeHealth(store, config.node_policy)
+        self.retention = Retention.of(config, store, self.clock.now_s, self.run_dir)
+        self.last_retention_s = time.monotonic()
         self.cordoned: set[str] = set()
         self.lost: set[str] = set()
         self.last_nodes_s = time.monotonic()
@@ -325,6 +331,11 @@ class Control(ResizeControl, NodeControl):
             yield None
             self._relaunch_resized()
             self.lease.watch(self.run_dir, self._devices_of)
+        if self.retention.policy.on and now - self.last_retention_s >= RETENTION_EVERY_S:
+            self.last_retention_s = now
+            yield self.retention.choose  # reads only: off the event loop
+            if self.retention.apply():
+                yield self.retention.sweep
 
     def _reader_of(self, e: AttemptExit) -> Callable[[], None]:
         """What parses the files `_take_exit(e)` will read (`summaries.read_exit_ahead`),

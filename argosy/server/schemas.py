@@ -12,6 +12,7 @@ from argosy.server.spec import JobSpec
 JobState = Literal["pending", "admitted", "running", "succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE: frozenset[str] = frozenset({"admitted", "running"})
+SERVICE_TERMINAL: frozenset[str] = frozenset({"deleted", "failed"})
 
 
 class Placement(BaseModel):

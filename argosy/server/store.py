@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import Engine, Text, cast, create_engine, event, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from argosy.server.schemas import SERVICE_TERMINAL, TERMINAL
 from argosy.server.tables import (
     events,
     jobs,
@@ -296,6 +297,19 @@ class Store:
             counts = {(q, s): int(n) for q, s, n in c.execute(query)}
         self._counts = (version, counts)
         return dict(counts)
+
+    def remove_ended(self, job_ids: list[str], service_ids: list[str]) -> None:
+        """Remove ended jobs and services with their events, in one transaction (what
+        `argosy.server.retention` chose: never a job or service still active)."""
+        self._jobs_version += 1
+        ended = sorted(TERMINAL)
+        with self.engine.begin() as c:
+            if job_ids:
+                c.execute(jobs.delete().where(jobs.c.id.in_(job_ids), jobs.c.state.in_(ended)))
+            if service_ids:
+                gone = services.c.state.in_(sorted(SERVICE_TERMINAL))
+                c.execute(services.delete().where(services.c.id.in_(service_ids), gone))
+            c.execute(events.delete().where(events.c.job_id.in_([*job_ids, *service_ids])))
 
     # ---- services --------------------------------------------------------------------
     def insert_service(self, spec: Row, *, now: float, actor: str = SYSTEM_ACTOR) -> Row:
