@@ -19,7 +19,7 @@ Slow and idle connections are bounded too (all before any application code or au
   paused reading, or waits to send `100 Continue`) does not count against the client;
 - an idle keep-alive connection is closed after `KEEP_ALIVE_S` (5 s, uvicorn's
   `timeout_keep_alive`);
-- one client holds at most `MAX_PER_CLIENT` (1024) open connections (503 past it): a
+- one client holds at most `MAX_PER_CLIENT` (256) open connections (503 past it): a
   client is its address, but on loopback the uid owning the connecting socket (every
   local user, each job, reaches the server from loopback, from any of 127.0.0.0/8); root
   and the server's own user are not counted on loopback and not refused by the next cap;
@@ -55,9 +55,10 @@ KEEP_ALIVE_S = 5
 """Seconds an idle keep-alive connection is kept open (uvicorn's `timeout_keep_alive`)."""
 LIMIT_CONCURRENCY = 2048
 """Open connections or requests in flight past which uvicorn answers 503."""
-MAX_PER_CLIENT = 1024
+MAX_PER_CLIENT = 256
 """Open connections one client address may hold (503 and closed past it): one client
-cannot take every connection the server has; 0 for none."""
+cannot take every connection the server has, nor can fewer than
+LIMIT_CONCURRENCY / MAX_PER_CLIENT (8) tenants together; 0 for none."""
 FD_RESERVE = 128
 """File descriptors kept free of connections: logs, the database, pipes, model files."""
 
