@@ -36,7 +36,9 @@ running as that queue's user.
 Limits (`argosy.executors.limits`): an attempt's cgroup gets its devices' share of this
 machine (memory, CPU time, tasks) where the server may enable those controllers, and a
 job user's processes start, cold or warm, under one set of rlimits. An attempt killed
-over its memory limit fails with a reason that names the limit.
+over its memory limit fails with a reason that names the limit. Once a job user's last
+attempt here has ended, what it left in /dev/shm, /tmp and SysV IPC goes
+(`argosy.executors.leftovers`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from argosy.executors.isolation import (
     launch_environment,
     prepare_run_dir,
 )
+from argosy.executors.leftovers import remove_leftovers
 from argosy.executors.limits import JOB_MAX_OPEN_FILES as JOB_MAX_OPEN_FILES  # (theirs now)
 from argosy.executors.limits import JOB_MAX_PROCESSES as JOB_MAX_PROCESSES
 from argosy.executors.limits import (
@@ -114,6 +117,10 @@ sweep."""
 SWEEP_EVERY_S = 300.0
 LAUNCHER_START_S = 60
 """A launcher starts this soon after its wrapper, or the pid its file names is a stranger's."""
+
+
+JOB_UID = "job.uid"
+"""The file in an attempt's record directory naming the uid its job runs as (a job user's)."""
 
 
 def with_job_limits(
@@ -237,6 +244,8 @@ class LocalExecutor:
         limits = self._part_limits(request)
         if self.cgroups is not None and limits:  # limited before anything joins, cold or warm
             self.cgroups.make(request.run_dir, part, limits)
+        if user is not None:  # whose leftovers go when its last attempt here has ended
+            (where / JOB_UID).write_text(str(user.uid))
         proc = None
         if warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
             self._warm.move_to_end(user)
@@ -307,13 +316,32 @@ class LocalExecutor:
             ended = self._ended(current)
             if ended is not None:
                 del self._running[job_id]
+                self._remove_leftovers(current.uid)
                 out.append(ended)
         return out
+
+    def _remove_leftovers(self, uid: int | None) -> None:
+        """What a job user left in /dev/shm, /tmp and SysV IPC, once none of its attempts
+        runs here any more (`argosy.executors.leftovers`)."""
+        if uid is None or not self.options.limits.remove_leftovers:
+            return
+        if any(a.uid == uid for a in self._running.values()):
+            return
+        identity = self.options.identity
+        known = identity.known_uids() if identity is not None else frozenset()
+        removed = remove_leftovers(uid, known)
+        if removed.files or removed.ipc:
+            log.info(
+                "removed what uid %d left: %d files in /dev/shm and /tmp, %d SysV IPC objects",
+                uid,
+                len(removed.files),
+                len(removed.ipc),
+            )
 
     def adopt(self, job_id: str, attempt: int, run_dir: Path) -> AttemptExit | None:
         where = attempt_dir(run_dir, attempt)
         pid = _read_int(where / "wrapper.pid")
-        current = _Attempt(job_id, attempt, where, pid or -1, None)
+        current = _Attempt(job_id, attempt, where, pid or -1, None, _read_int(where / JOB_UID))
         ended = self._ended(current)
         if ended is None:
             self._running[job_id] = current
