@@ -7,7 +7,9 @@ argosy serve --zygote ~/.cache/argosy/zygote/zygote.sock --admin-token T
 One zygote per node serves every `argosy serve` there: a service forks its worker from it
 (well under a second instead of a fresh Python's torch import), so sleep level 2 can end the
 worker and still wake fast. The zygote runs in the foreground until SIGTERM or Ctrl-C;
-workers it forked keep serving their services after it stops.
+workers it forked keep serving their services after it stops. It lowers its own rlimits to
+a job's (`argosy.executors.limits.job_rlimits`: processes, open files, file size) before
+it preloads, so every worker it forks starts under them, as a server-started attempt does.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ def zygote(
     """Run the node zygote: preload torch and transformers, fork workers for argosy serve."""
     import logging
 
+    from argosy.executors.limits import JobLimitsConfig, job_rlimits, lower_own_rlimits
     from argosy.serving.worker import worker_main
     from argosy.serving.zygote import ZygoteServer, default_socket_path
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    lower_own_rlimits(job_rlimits(JobLimitsConfig()))  # the workers' limits, inherited
     path = Path(socket_path).expanduser() if socket_path else default_socket_path()
     if warm_model:
         from argosy.serving.models import resolve_name_only

@@ -16,10 +16,19 @@ member until none is left).
 
 Cgroups live under this process's own cgroup, in `argosy-jobs/`, named after the run
 directory (its name and a hash of its path: two servers on one machine never share
-one) and the part (an attempt, a node rank). No controller is enabled: they group and
-kill, they do not limit. Where there is no cgroup2 mount, or this process may not
-create cgroups in its own (not root, no delegation, a read-only mount), `here()` is
-None and the environment scan alone remains.
+one) and the part (an attempt, a node rank). A server that moved into its leaf
+`argosy-server/` (`cgroup_controllers`) keeps `argosy-jobs/` beside it, in the cgroup
+it came from. Where there is no cgroup2 mount, or this process may not create cgroups
+in its own (not root, no delegation, a read-only mount), `here()` is None and the
+environment scan alone remains.
+
+Limits: `limit(folder)` enables the `pids`, `memory` and `cpu` controllers down to the
+parts where the hierarchy allows (`cgroup_controllers.enable_controllers`) and caps the
+whole folder; `make(..., limits)` then writes a part's `pids.max`, `memory.max`,
+`memory.swap.max` and `cpu.max` before anything joins it, and `part_end` reads what the
+kernel did (OOM kills, refused forks) before the part is killed and removed. Without
+those controllers (a hybrid v1/v2 host, a cgroup not delegated) the cgroups group and
+kill; they do not limit.
 """
 
 from __future__ import annotations
@@ -28,15 +37,27 @@ import contextlib
 import errno
 import hashlib
 import itertools
+import logging
 import os
 import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from argosy.core.procs import pid_alive
+from argosy.executors.cgroup_controllers import (
+    CONTROLLERS,
+    SERVER_LEAF,
+    Enabled,
+    enable_controllers,
+    read_end,
+    write_limits,
+)
+from argosy.executors.limits import PartEnd
+
+log = logging.getLogger(__name__)
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 OWN_CGROUP = Path("/proc/self/cgroup")
@@ -86,6 +107,8 @@ class JobCgroups:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.controllers: frozenset[str] = frozenset()
+        """The controllers the parts have (`limit`); none: parts are not limited."""
 
     @classmethod
     def here(cls) -> JobCgroups | None:
@@ -98,7 +121,8 @@ class JobCgroups:
             return None
         if mount is None or own is None:
             return None
-        root = mount / own.lstrip("/") / FOLDER
+        base = own.rstrip("/").removesuffix(f"/{SERVER_LEAF}")  # moved into its leaf
+        root = mount / base.lstrip("/") / FOLDER
         try:
             root.mkdir(exist_ok=True)
         except OSError:
@@ -110,19 +134,40 @@ class JobCgroups:
         found.sweep()
         return found
 
+    def limit(self, folder: Mapping[str, str], enable: bool = True) -> Enabled:
+        """Enable the `pids`, `memory` and `cpu` controllers for the parts where the
+        hierarchy allows, and cap the whole folder with `folder` (file -> value): what
+        every job here together may use. Which controllers the parts have, and why the
+        others are missing (said once in the log by the caller). Without `enable`, the
+        parts get no limits, and `folder` (`limits.UNLIMITED`) lifts an earlier cap."""
+        enabled = enable_controllers(self.root) if enable else Enabled(frozenset())
+        self.controllers = enabled.controllers
+        for failed in write_limits(self.root, folder, CONTROLLERS):  # (files it has)
+            log.warning("job limits: cannot cap %s: %s", self.root, failed)
+        return enabled
+
     def path(self, run_dir: Path, part: str) -> Path:
         return self.root / f"{group_key(run_dir)}.{part}"
 
-    def make(self, run_dir: Path, part: str) -> Path:
-        """The part's cgroup, made when missing: its `cgroup.procs`, where a process that
-        writes its own pid joins it. Raises OSError (naming the cgroup) when it cannot be
-        made: a job never starts outside its cgroup where there are cgroups."""
+    def make(self, run_dir: Path, part: str, limits: Mapping[str, str] | None = None) -> Path:
+        """The part's cgroup, made when missing, with `limits` (file -> value) written
+        for the controllers it has: its `cgroup.procs`, where a process that writes its
+        own pid joins it. Raises OSError (naming the cgroup) when it cannot be made: a
+        job never starts outside its cgroup where there are cgroups. A limit that cannot
+        be written is logged, and the part runs without it."""
         group = self.path(run_dir, part)
         try:
             group.mkdir(exist_ok=True)
         except OSError as err:
             raise OSError(err.errno, f"cannot make the cgroup {group}: {err.strerror}") from err
+        for failed in write_limits(group, limits or {}, self.controllers):
+            log.warning("job limits: cannot limit %s: %s", group, failed)
         return group / "cgroup.procs"
+
+    def part_end(self, run_dir: Path, part: str) -> PartEnd:
+        """What the kernel did to the part (OOM kills, refused forks) and its limits:
+        read before `kill` removes it."""
+        return read_end(self.path(run_dir, part))
 
     def enter(self, run_dir: Path, part: str) -> Entry:
         """A `preexec_fn` that puts the child into the part's cgroup (made here, before

@@ -32,14 +32,20 @@ directory is root's with the job's group and the sticky bit, so the job cannot r
 them away and plant its own pid files. Warm processes are kept per job user (the last
 `WARM_USERS`): a queue's first attempt starts cold, its next ones warm, each already
 running as that queue's user.
+
+Limits (`argosy.executors.limits`): an attempt's cgroup gets its devices' share of this
+machine (memory, CPU time, tasks) where the server may enable those controllers, and a
+job user's processes start, cold or warm, under one set of rlimits. An attempt killed
+over its memory limit fails with a reason that names the limit. Once a job user's last
+attempt here has ended, what it left in /dev/shm, /tmp and SysV IPC goes
+(`argosy.executors.leftovers`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import resource
-import shutil
 import signal
 import socket
 import stat
@@ -47,7 +53,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -63,8 +69,26 @@ from argosy.executors.isolation import (
     launch_environment,
     prepare_run_dir,
 )
+from argosy.executors.leftovers import remove_leftovers
+from argosy.executors.limits import JOB_MAX_OPEN_FILES as JOB_MAX_OPEN_FILES  # (theirs now)
+from argosy.executors.limits import JOB_MAX_PROCESSES as JOB_MAX_PROCESSES
+from argosy.executors.limits import (
+    UNLIMITED,
+    HostSize,
+    JobLimitsConfig,
+    PartEnd,
+    Rlimits,
+    explain_exit,
+    folder_limits,
+    job_rlimits,
+    part_limits,
+    share_of,
+    with_rlimits,
+)
 from argosy.executors.warm_launcher import WarmLauncher
 from argosy.hardware.discovery import discover
+
+log = logging.getLogger(__name__)
 
 NOT_JOINED = "cgroup.failed"
 """The file in an attempt's record directory (root's, `$0` of its wrapper) where a cold
@@ -95,30 +119,21 @@ LAUNCHER_START_S = 60
 """A launcher starts this soon after its wrapper, or the pid its file names is a stranger's."""
 
 
-JOB_MAX_PROCESSES = 32768
-"""RLIMIT_NPROC of a job's user (processes and threads of that uid, all its jobs on the
-host together): a fork bomb stops there, not at the host's limit."""
-JOB_MAX_OPEN_FILES = 65536
-"""RLIMIT_NOFILE (soft and hard) of a job's processes."""
+JOB_UID = "job.uid"
+"""The file in an attempt's record directory naming the uid its job runs as (a job user's)."""
 
 
-def with_job_limits(argv: list[str], user: object | None) -> list[str]:
+def with_job_limits(
+    argv: list[str], user: object | None, rlimits: Rlimits | None = None
+) -> list[str]:
     """`argv` (the user switch and the job's command) run under `prlimit`, which sets the
-    job's RLIMIT_NPROC and RLIMIT_NOFILE before the switch (a job cannot raise them: it
-    runs without privileges); unchanged for a job that runs as the server's own user, or
-    where `prlimit` is not installed."""
-    prlimit = shutil.which("prlimit")
-    if user is None or prlimit is None:
+    job's RLIMIT_NPROC, RLIMIT_NOFILE and RLIMIT_FSIZE (`limits.job_rlimits`; default: the
+    default config's) before the switch (a job cannot raise them: it runs without
+    privileges); unchanged for a job that runs as the server's own user, or where
+    `prlimit` is not installed. A warm launcher's process starts under the same."""
+    if user is None:
         return argv
-    nproc = _within_hard(resource.RLIMIT_NPROC, JOB_MAX_PROCESSES)
-    nofile = _within_hard(resource.RLIMIT_NOFILE, JOB_MAX_OPEN_FILES)
-    return [prlimit, f"--nproc={nproc}", f"--nofile={nofile}", "--", *argv]
-
-
-def _within_hard(which: int, wanted: int) -> int:
-    """`wanted`, or this process's hard limit where that is lower (one cannot raise it)."""
-    _, hard = resource.getrlimit(which)
-    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    return with_rlimits(argv, rlimits or job_rlimits(JobLimitsConfig()))
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,8 @@ class LocalOptions:
     """Which user each queue's jobs run as; None: the server's own user."""
     env_allow: tuple[str, ...] = ()
     """Extra environment names (fnmatch patterns) jobs inherit from the server."""
+    limits: JobLimitsConfig = field(default_factory=JobLimitsConfig)
+    """What each attempt may use of this machine, and whether a job user's leftovers go."""
 
 
 @dataclass
@@ -145,6 +162,7 @@ class _Attempt:
     dir: Path
     pid: int
     proc: subprocess.Popen | None  # None when adopted after a restart
+    uid: int | None = None  # the job user's; None: the server's own user
 
 
 def attempt_dir(run_dir: Path, attempt: int) -> Path:
@@ -167,9 +185,34 @@ class LocalExecutor:
         self._warm: OrderedDict[JobUser | None, WarmLauncher] = OrderedDict()
         self.cgroups = JobCgroups.here()  # None: the environment scan alone ends a job
         self._swept_s = time.monotonic()
+        self.rlimits = job_rlimits(self.options.limits)
+        self._host = HostSize.here()
+        self._host_devices: int | None = None
+        if self.cgroups is not None:
+            self._set_up_limits(self.cgroups)
         identity = self.options.identity
         if self.options.warm and (identity is None or not identity.active):
             self._warm[None] = WarmLauncher(self._warm_env(None), None, self.cgroups)
+
+    def _set_up_limits(self, cgroups: JobCgroups) -> None:
+        """Controllers enabled and the jobs' folder capped (or, with limits off, a cap an
+        earlier start left lifted); a controller that cannot be had is said once here."""
+        config = self.options.limits
+        if not config.enabled:
+            cgroups.limit(UNLIMITED, enable=False)
+            return
+        note = cgroups.limit(folder_limits(self._host, config).files()).note()
+        if note is not None:
+            log.warning(note)
+
+    def _part_limits(self, request: LaunchRequest) -> dict[str, str] | None:
+        """The attempt's cgroup limits: its devices' share of this machine."""
+        if self.cgroups is None or not self.cgroups.controllers:
+            return None
+        if self._host_devices is None:  # (a fixed inventory: read once)
+            self._host_devices = sum(n.devices for n in self.inventory())
+        share = share_of(sum(request.nodes.values()) or 1, self._host_devices)
+        return part_limits(share, self._host, self.options.limits).files()
 
     def inventory(self) -> list[NodeInfo]:
         found = [d for d in discover() if d.catalog_id and d.backend != "cpu"]
@@ -198,6 +241,11 @@ class LocalExecutor:
         command = launch_command(request)
         warm = self._warm.get(user)
         part = f"a{request.attempt}"  # the attempt's cgroup: all it starts ends with it
+        limits = self._part_limits(request)
+        if self.cgroups is not None and limits:  # limited before anything joins, cold or warm
+            self.cgroups.make(request.run_dir, part, limits)
+        if user is not None:  # whose leftovers go when its last attempt here has ended
+            (where / JOB_UID).write_text(str(user.uid))
         proc = None
         if warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
             self._warm.move_to_end(user)
@@ -205,7 +253,7 @@ class LocalExecutor:
             proc = warm.take(command[3:], env, request.workdir, where, adopt)
         if proc is None:  # no warm process, or one that could not be confined: cold
             argv, cwd = as_job_user(user, command, request.workdir)  # never root's cwd
-            argv = with_job_limits(argv, user)
+            argv = with_job_limits(argv, user, self.rlimits)
             procs = self.cgroups.make(request.run_dir, part) if self.cgroups else None
             proc = subprocess.Popen(  # the wrapper joins the cgroup before it starts anything
                 ["sh", "-c", WRAPPER, str(where), str(procs or ""), *argv],
@@ -220,7 +268,7 @@ class LocalExecutor:
         (where / "wrapper.pid").write_text(str(proc.pid))
         (where / "wrapper.start").write_text(str(start_ticks(proc.pid)))
         self._running[request.job_id] = _Attempt(
-            request.job_id, request.attempt, where, proc.pid, proc
+            request.job_id, request.attempt, where, proc.pid, proc, user.uid if user else None
         )
         if self.options.warm and user is not None and user not in self._warm:
             self._keep_warm(user)  # this queue's next attempt starts warm
@@ -230,7 +278,7 @@ class LocalExecutor:
 
     def _keep_warm(self, user: JobUser) -> None:
         """A warm process for `user`; the least recently used one goes past WARM_USERS."""
-        self._warm[user] = WarmLauncher(self._warm_env(user), user, self.cgroups)
+        self._warm[user] = WarmLauncher(self._warm_env(user), user, self.cgroups, self.rlimits)
         while len(self._warm) > WARM_USERS:
             _, oldest = self._warm.popitem(last=False)
             oldest.close()
@@ -268,13 +316,32 @@ class LocalExecutor:
             ended = self._ended(current)
             if ended is not None:
                 del self._running[job_id]
+                self._remove_leftovers(current.uid)
                 out.append(ended)
         return out
+
+    def _remove_leftovers(self, uid: int | None) -> None:
+        """What a job user left in /dev/shm, /tmp and SysV IPC, once none of its attempts
+        runs here any more (`argosy.executors.leftovers`)."""
+        if uid is None or not self.options.limits.remove_leftovers:
+            return
+        if any(a.uid == uid for a in self._running.values()):
+            return
+        identity = self.options.identity
+        known = identity.known_uids() if identity is not None else frozenset()
+        removed = remove_leftovers(uid, known)
+        if removed.files or removed.ipc:
+            log.info(
+                "removed what uid %d left: %d files in /dev/shm and /tmp, %d SysV IPC objects",
+                uid,
+                len(removed.files),
+                len(removed.ipc),
+            )
 
     def adopt(self, job_id: str, attempt: int, run_dir: Path) -> AttemptExit | None:
         where = attempt_dir(run_dir, attempt)
         pid = _read_int(where / "wrapper.pid")
-        current = _Attempt(job_id, attempt, where, pid or -1, None)
+        current = _Attempt(job_id, attempt, where, pid or -1, None, _read_int(where / JOB_UID))
         ended = self._ended(current)
         if ended is None:
             self._running[job_id] = current
@@ -288,15 +355,19 @@ class LocalExecutor:
             return None
         code = _read_int(a.dir / "exit.code")
         lost = is_lost(code)
+        run_dir, wait_s = a.dir.parent.parent, IN_LOOP_KILL_WAIT_S
+        # what the limits did to it, read before its cgroup goes
+        end = self.cgroups.part_end(run_dir, f"a{a.attempt}") if self.cgroups else PartEnd()
         # whatever the attempt left running ends with it (after a success too: a process
         # that left the job's session would keep the machine's CPU and memory)
-        run_dir, wait_s = a.dir.parent.parent, IN_LOOP_KILL_WAIT_S
         end_job(a.job_id, run_dir, self.cgroups, scan=code != 0, wait_s=wait_s)
         unjoined = _read_text(a.dir / NOT_JOINED)
         if unjoined:  # its wrapper started nothing
             why = f"could not start: its wrapper could not join the cgroup {unjoined}"
             return AttemptExit(a.job_id, a.attempt, None, True, why)
-        return AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
+        fsize = self.rlimits.fsize if a.uid is not None else None
+        told = AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
+        return explain_exit(told, end, fsize)
 
     def close(self) -> None:
         """End the warm processes that wait (running attempts are left alone)."""

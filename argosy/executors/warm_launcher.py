@@ -1,7 +1,7 @@
 """Warm launchers: an `argosy.executors.warm` process per job user, importing ahead of
 time, that becomes an attempt's `argosy launch` when the local executor hands it one.
 
-    warm = WarmLauncher(env, user, cgroups)       # starts waiting at once
+    warm = WarmLauncher(env, user, cgroups, rlimits)   # starts waiting at once
     proc = warm.take(argv, env, workdir, where, adopt)   # its wrapper, or None: start cold
     warm.close()
 
@@ -9,6 +9,8 @@ Each waits under a small shell wrapper (`WARM_WRAPPER`) that records, like a col
 attempt's, the launcher's pid and exit status in the attempt's record directory. With
 cgroups, it waits in a holding cgroup of its own, joined by its wrapper before anything
 starts (a wrapper that cannot join ends at once, and `take` then says to start cold).
+A job user's waiting process starts under `prlimit` with the job's rlimits, as a cold
+start's launcher does (`limits.job_rlimits`), so the attempt it becomes runs under them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from argosy.executors.cgroups import JobCgroups, join_cgroup, kill_group
 from argosy.executors.isolation import JobUser
+from argosy.executors.limits import JobLimitsConfig, Rlimits, job_rlimits, with_rlimits
 
 END_WAIT_S = 0.25
 """How long ending a waiting process waits for its wrapper, then for its holding cgroup
@@ -58,10 +61,17 @@ class WarmLauncher:
     attempt's, and `close` kills it."""
 
     def __init__(
-        self, env: dict[str, str], user: JobUser | None = None, cgroups: JobCgroups | None = None
+        self,
+        env: dict[str, str],
+        user: JobUser | None = None,
+        cgroups: JobCgroups | None = None,
+        rlimits: Rlimits | None = None,
     ) -> None:
         self._env = env  # what the process starts with: already a job's allowed environment
-        self._prefix = user.setpriv() if user is not None else []  # it runs as the job's user
+        self._prefix: list[str] = []
+        if user is not None:  # it runs as the job's user, under the job's rlimits
+            limits = rlimits or job_rlimits(JobLimitsConfig())
+            self._prefix = with_rlimits(user.setpriv(), limits)
         self._cgroups = cgroups
         self._proc, self._pipe, self._held = self._spawn()
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.core import bounded_http
 from argosy.core.net import DEFAULT_PORT
+from argosy.executors.limits import JobLimitsConfig
 from argosy.health.config import NodePolicyConfig
 from argosy.scheduler.config import SchedulerConfig
 
@@ -103,6 +104,11 @@ class ServerConfig(BaseModel):
     warm_launcher: bool = True
     """Local executor: keep one `argosy` process warm (its imports done), so a job's
     `argosy launch` starts without them."""
+    job_limits: JobLimitsConfig = Field(default_factory=JobLimitsConfig)
+    """Local executor: what each attempt may use of the machine (memory, CPU time and
+    tasks from its devices' share, cgroup v2; rlimits of job users' processes) and
+    whether a job user's files in /dev/shm and /tmp and its SysV IPC objects go when
+    its last attempt there ends (docs/server.md, Isolation)."""
     pue: float | None = Field(default=None, ge=1.0, le=5.0)
     """The facility's power usage effectiveness (facility energy / IT energy), a figure
     from the data-centre operator: the energy factor is productive IT energy / (IT energy x
