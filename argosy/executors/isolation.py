@@ -391,10 +391,6 @@ class JobIdentity:
             self._users[key] = found
         return found
 
-    def known_uids(self) -> frozenset[int]:
-        """The uids of the job users this process has looked up or made so far."""
-        return frozenset(u.uid for u in self._users.values())
-
     def legacy_for(self, queue: str | None) -> JobUser | None:
         """The queue's user under the names of releases up to `d3f3cf7`, where that user
         exists here and is not today's (its run directories are handed over), else None."""

@@ -11,12 +11,13 @@ attempt of a job user runs on this machine any more, `remove_leftovers` removes
   that user, as `/proc/sysvipc/*` lists them; `IPC_RMID` through libc: a segment still
   attached goes once its last process detaches).
 
-Only for dedicated job users (`cleanable`): never root, the server's own user or
-`nobody`, and an id below 1000 only when it is a configured job user. Nothing of it is
+Only for job users the server created (`cleanable`: their ids lie in
+`isolation.JOB_IDS`); never root, the server's own user, or an account that existed
+before (a `run_as` naming a person's account keeps that person's files). Nothing of it is
 needed by a later attempt: a launch frees what a killed one left in its own folder
 (`argosy.checkpoint.segment.stale_run_segments`) and restores from disk instead.
 
-    removed = remove_leftovers(user.uid, job_uids={user.uid})
+    removed = remove_leftovers(user.uid)
     removed.files, removed.ipc       # what went
 """
 
@@ -28,17 +29,17 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from argosy.executors.isolation import JOB_IDS
 
 SHARED_FOLDERS = (Path("/dev/shm"), Path("/tmp"))
 SYSVIPC = Path("/proc/sysvipc")
 IPC_KINDS = {"shm": "shmid", "sem": "semid", "msg": "msqid"}
 """The files of /proc/sysvipc and the name of their id column."""
 IPC_RMID = 0
-NOBODY = 65534
-FIRST_USER_ID = 1000
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,11 @@ class Removed:
     ipc: list[IpcObject] = field(default_factory=list)
 
 
-def cleanable(uid: int, job_uids: Collection[int]) -> bool:
-    """Whether `uid` is a dedicated job user whose leftovers may go: not root, not this
-    process's user, not `nobody` (every daemon's), and below 1000 only when configured."""
-    if uid in (0, os.geteuid(), NOBODY):
-        return False
-    return uid >= FIRST_USER_ID or uid in job_uids
+def cleanable(uid: int) -> bool:
+    """Whether `uid` is a job user the server created, whose leftovers may go: its ids
+    lie in `isolation.JOB_IDS`. An account that existed before (`run_as: alice`, a
+    person's own uid) keeps its files: its /tmp is not argosy's to empty."""
+    return uid in JOB_IDS and uid != os.geteuid()
 
 
 def parse_sysvipc(kind: str, text: str) -> list[IpcObject]:
@@ -145,14 +145,13 @@ def remove_entry(path: Path, uid: int) -> bool:
 
 def remove_leftovers(
     uid: int,
-    job_uids: Collection[int],
     folders: Iterable[Path] = SHARED_FOLDERS,
     sysvipc: Path = SYSVIPC,
 ) -> Removed:
     """Remove what `uid` left in `folders` and its SysV IPC objects (nothing at all when
     `uid` is not `cleanable`). Call it only once no process of `uid` runs here."""
     removed = Removed()
-    if not cleanable(uid, job_uids):
+    if not cleanable(uid):
         return removed
     for folder in folders:
         removed.files += [p for p in owned_entries(folder, uid) if remove_entry(p, uid)]

@@ -327,9 +327,7 @@ class LocalExecutor:
             return
         if any(a.uid == uid for a in self._running.values()):
             return
-        identity = self.options.identity
-        known = identity.known_uids() if identity is not None else frozenset()
-        removed = remove_leftovers(uid, known)
+        removed = remove_leftovers(uid)
         if removed.files or removed.ipc:
             log.info(
                 "removed what uid %d left: %d files in /dev/shm and /tmp, %d SysV IPC objects",

@@ -68,6 +68,7 @@ def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> 
         node_devices=config.local_node_devices,
         identity=identity,
         env_allow=tuple(config.job_env_allow),
+        limits=config.job_limits,
     )
     return cls(options)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from argosy.executors.base import LaunchRequest
-from argosy.executors.isolation import JobIdentity, id_taken, planned_id
+from argosy.executors.isolation import JOB_IDS, JobIdentity, id_taken, planned_id
 from argosy.executors.leftovers import (
     IpcObject,
     cleanable,
@@ -64,19 +64,34 @@ def test_the_objects_of_a_user_are_those_it_owns_or_made(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("uid", "job_uids", "want"),
+    ("uid", "want"),
     [
-        (0, {0}, False),
-        (os.geteuid(), {os.geteuid()}, False),
-        (65534, {65534}, False),
-        (999, set(), False),
-        (999, {999}, True),
-        (20031, set(), True),
+        (0, False),
+        (os.geteuid(), False),
+        (65534, False),
+        (999, False),
+        (1000, False),
+        (JOB_IDS.start - 1, False),
+        (JOB_IDS.start, True),
+        (20031, True),
+        (JOB_IDS.stop - 1, True),
+        (JOB_IDS.stop, False),
     ],
-    ids=["root", "server-user", "nobody", "system-uid", "configured-system-uid", "job-uid"],
+    ids=[
+        "root",
+        "server-user",
+        "nobody",
+        "system",
+        "person",
+        "below",
+        "first",
+        "job",
+        "last",
+        "past",
+    ],
 )
-def test_only_dedicated_job_users_are_cleaned(uid: int, job_uids: set[int], want: bool) -> None:
-    assert cleanable(uid, job_uids) == want
+def test_only_job_users_the_server_created_are_cleaned(uid: int, want: bool) -> None:
+    assert cleanable(uid) == want
 
 
 def _free_uid() -> int:
@@ -117,7 +132,7 @@ def test_a_user_s_top_level_entries_go_and_nothing_else(tmp_path: Path) -> None:
     os.lchown(roots / "under-root", uid, uid)  # the job's file in root's folder: not top level
 
     assert sorted(owned_entries(shared, uid)) == sorted(made.values())
-    removed = remove_leftovers(uid, {uid}, folders=[shared], sysvipc=tmp_path / "none")
+    removed = remove_leftovers(uid, folders=[shared], sysvipc=tmp_path / "none")
     assert sorted(removed.files) == sorted(made.values())
     assert sorted(p.name for p in shared.iterdir()) == ["other", "roots"]
     assert target.read_text() == "root's" and sorted(p.name for p in keep.iterdir()) == [
@@ -129,7 +144,7 @@ def test_a_user_s_top_level_entries_go_and_nothing_else(tmp_path: Path) -> None:
 @ROOT_ONLY
 def test_root_s_and_the_server_s_entries_are_never_touched(tmp_path: Path) -> None:
     (tmp_path / "mine").write_text("x")
-    removed = remove_leftovers(os.geteuid(), {os.geteuid()}, folders=[tmp_path])
+    removed = remove_leftovers(os.geteuid(), folders=[tmp_path])
     assert removed.files == [] and (tmp_path / "mine").exists()
 
 
@@ -165,7 +180,7 @@ def test_a_user_s_sysv_objects_are_removed(tmp_path: Path) -> None:
     assert roots >= 0
     try:
         assert shm in _ipc_ids("shm") and sem in _ipc_ids("sem") and msg in _ipc_ids("msg")
-        removed = remove_leftovers(uid, {uid}, folders=[tmp_path])
+        removed = remove_leftovers(uid, folders=[tmp_path])
         assert {(o.kind, o.id) for o in removed.ipc} == {("shm", shm), ("sem", sem), ("msg", msg)}
         assert shm not in _ipc_ids("shm") and sem not in _ipc_ids("sem")
         assert msg not in _ipc_ids("msg")
