@@ -3,14 +3,16 @@
 A job holds devices on a node; its share of the machine is its devices over the node's
 (all the local executor's nodes are this machine). An attempt's part of the host is
 that share of what is left once `headroom_fraction` is kept for the control plane and
-the host: memory (`memory.max`, no swap), CPU time (`cpu.max`) and tasks (`pids.max`:
-processes and threads). Floors let a tiny share still start Python and torch; the
+the host: memory (`memory.max`, no swap), CPU (`cpu.weight`: a weight, not a cap, so an
+attempt uses idle CPUs freely and gets its share under contention) and tasks
+(`pids.max`: processes and threads). Floors let a tiny share still start Python and torch; the
 kernel holds the sum of every attempt to what is left through the same limits on the
-`argosy-jobs` folder (`folder_limits`), so floors never reach the control plane's part.
+`argosy-jobs` folder (`folder_limits`, with a hard `cpu.max`), so neither floors nor idle
+CPUs lent to a busy job ever reach the control plane's part.
 
     host = HostSize.here()
     part = part_limits(share_of(1, 8), host, JobLimitsConfig())   # one device of eight
-    part.files()     # {"pids.max": "...", "memory.max": "...", "cpu.max": "... 100000", ...}
+    part.files()     # {"pids.max": "...", "memory.max": "...", "cpu.weight": "1250", ...}
     argv = with_rlimits(argv, job_rlimits(JobLimitsConfig()))      # prlimit ... -- argv
 
 The rlimits (`job_rlimits`) are one set for every start of a job user's process, cold
@@ -57,8 +59,9 @@ class JobLimitsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     enabled: bool = True
-    """Limit each attempt's memory, CPU time and tasks to its devices' share of the
-    machine (cgroup v2 `memory.max`, `cpu.max`, `pids.max`) where the server may enable
+    """Limit each attempt's memory and tasks to its devices' share of the machine, and
+    weigh its CPU by that share (cgroup v2 `memory.max`, `pids.max`, `cpu.weight`; the
+    jobs together capped by `cpu.max`) where the server may enable
     those controllers; off: attempts are grouped and killed, not limited."""
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
     """Part of the machine's memory, CPUs and tasks kept for the control plane and the
@@ -99,23 +102,32 @@ def _proc_int(name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class PartLimits:
-    """One cgroup's limits: memory in bytes (no swap), CPUs (fractional) and tasks."""
+    """One cgroup's limits: memory in bytes (no swap), CPUs (fractional) and tasks. With
+    a `cpu_weight` (an attempt's), its CPUs are a weight, not a cap: an attempt uses idle
+    CPUs freely and gets its share under contention; the folder of all jobs is capped."""
 
     memory_bytes: int
     cpus: float
     tasks: int
+    cpu_weight: int | None = None
 
     def files(self) -> dict[str, str]:
         """The cgroup files and the values that set these limits."""
-        quota = max(1000, math.floor(self.cpus * CPU_PERIOD_US))
-        return {
+        out = {
             "pids.max": str(self.tasks),
             "memory.max": str(self.memory_bytes),
             "memory.swap.max": "0",  # over its memory a job is killed, not swapped
-            "cpu.max": f"{quota} {CPU_PERIOD_US}",
         }
+        if self.cpu_weight is not None:
+            out["cpu.weight"] = str(self.cpu_weight)
+        else:
+            out["cpu.max"] = f"{max(1000, math.floor(self.cpus * CPU_PERIOD_US))} {CPU_PERIOD_US}"
+        return out
 
 
+MAX_CPU_WEIGHT = 10_000
+"""cgroup v2's largest `cpu.weight` (the default is 100): an attempt's is its CPUs'
+share of the jobs' folder times this."""
 UNLIMITED = {"pids.max": "max", "memory.max": "max", "memory.swap.max": "max", "cpu.max": "max"}
 """The limit files' values that lift every limit (`job_limits.enabled: false`)."""
 
@@ -143,10 +155,12 @@ def part_limits(share: float, host: HostSize, config: JobLimitsConfig) -> PartLi
     whole = folder_limits(host, config)
     floor_bytes = max(MIN_MEMORY_BYTES, math.floor(config.min_memory_gib * GIB))
     memory = math.floor(share * whole.memory_bytes)
+    cpus = _clamp(share * whole.cpus, MIN_CPUS, whole.cpus)
     return PartLimits(
         memory_bytes=_clamp(memory, floor_bytes, whole.memory_bytes),
-        cpus=_clamp(share * whole.cpus, MIN_CPUS, whole.cpus),
+        cpus=cpus,
         tasks=_clamp(math.floor(share * whole.tasks), MIN_TASKS, whole.tasks),
+        cpu_weight=_clamp(round(cpus / whole.cpus * MAX_CPU_WEIGHT), 1, MAX_CPU_WEIGHT),
     )
 
 

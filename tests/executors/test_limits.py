@@ -16,6 +16,7 @@ from argosy.executors.cgroup_controllers import Enabled, parse_counters
 from argosy.executors.limits import (
     CPU_PERIOD_US,
     GIB,
+    MAX_CPU_WEIGHT,
     MIN_CPUS,
     MIN_MEMORY_BYTES,
     MIN_TASKS,
@@ -80,9 +81,15 @@ def test_a_full_node_never_gets_more_than_the_host_less_its_headroom(
         assert sum(g.memory_bytes for g in got) <= whole.memory_bytes
     cpus_floored = sum(1 for d in parts if d / devices * whole.cpus < MIN_CPUS)
     assert sum(g.cpus for g in got) <= whole.cpus + cpus_floored * MIN_CPUS + 1e-6
-    quotas = [int(g.files()["cpu.max"].split()[0]) for g in got]
-    if not cpus_floored and min(quotas) > 1000:
-        assert sum(quotas) <= whole.cpus * CPU_PERIOD_US + 1e-6
+    weights = [int(g.files()["cpu.weight"]) for g in got]  # a weight each, never a cap
+    assert all(1 <= w <= MAX_CPU_WEIGHT for w in weights)
+    assert not any("cpu.max" in g.files() for g in got)
+    if not cpus_floored:  # under contention the CPUs go as the devices do
+        assert all(
+            abs(w / sum(weights) - d / sum(parts)) <= len(parts) / sum(weights) + 1e-9
+            for w, d in zip(weights, parts, strict=True)
+        )
+    assert "cpu.max" in whole.files()  # the jobs together are capped
     tasks_floored = sum(1 for d in parts if d / devices * whole.tasks < MIN_TASKS)
     assert sum(g.tasks for g in got) <= whole.tasks + tasks_floored * MIN_TASKS
 
@@ -101,7 +108,9 @@ def test_an_attempt_s_limits_on_a_known_host(
     assert got.cpus == pytest.approx(want_cpus)
     files = got.files()
     assert files["memory.swap.max"] == "0" and files["pids.max"] == str(got.tasks)
-    assert files["cpu.max"] == f"{int(want_cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}"
+    assert files["cpu.weight"] == str(round(want_cpus / (128 * 0.9) * MAX_CPU_WEIGHT))
+    whole = folder_limits(host, JobLimitsConfig()).files()
+    assert whole["cpu.max"] == f"{int(128 * 0.9 * CPU_PERIOD_US)} {CPU_PERIOD_US}"
 
 
 def test_a_floor_never_exceeds_what_jobs_may_have_together() -> None:
