@@ -64,7 +64,8 @@ JsonOption = typer.Option(False, "--json", help="Print JSON.")
 
 
 class Client:
-    """Calls /api/v1 of one server with one token."""
+    """Calls /api/v1 of one server with one token; over plain HTTP, only over connections
+    whose server end root, this user or the argosy server's user owns (`owner_checked`)."""
 
     def __init__(
         self, server: str | None, token: str | None, token_file: Path | None = None
@@ -77,23 +78,6 @@ class Client:
             or _env_token_file()
             or _admin_token()
         )
-        self._checked = False
-
-    def _check_listener(self) -> None:
-        """Refuse (ArgosyError) to send the token to a port of this host held by a user
-        other than root, this user or the owner of the home's admin token: with the
-        server down (or beside it, on the other loopback family), a job may hold it."""
-        if self._checked:
-            return
-        strangers = foreign_listeners(self.base)
-        if strangers:
-            uid, where = strangers[0], _host_port(self.base)
-            raise ArgosyError(
-                f"the process listening at {where[0]}:{where[1]} runs as uid {uid}, neither"
-                " root, this user nor the argosy server's: not the argosy server (perhaps a"
-                " job that took its port); no token is sent to it"
-            )
-        self._checked = True
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.raw(method, path, **kwargs)
@@ -102,14 +86,19 @@ class Client:
     def raw(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
 
+        from argosy.cli.owner_checked import owner_checked
+
         headers = kwargs.pop("headers", {})
-        if self.token:
-            self._check_listener()
+        transport = None
+        if self.token:  # over a connection whose server end no stranger owns
             headers["Authorization"] = f"Bearer {self.token}"
+            transport = owner_checked(trusted_uids()) if self.base.startswith("http:") else None
         try:
-            response = httpx.request(
-                method, f"{self.base}/api/v1{path}", headers=headers, timeout=30.0, **kwargs
-            )
+            with httpx.Client(transport=transport, timeout=30.0) as http:
+                url = f"{self.base}/api/v1{path}"
+                response = http.request(method, url, headers=headers, **kwargs)
+        except httpx.InvalidURL as err:
+            raise ArgosyError(f"bad server URL '{self.base}': {err}") from err
         except httpx.HTTPError as err:
             raise ArgosyError(f"cannot reach the argosy server at {self.base}: {err}") from err
         if response.status_code >= 400:
@@ -117,26 +106,11 @@ class Client:
         return response
 
 
-def foreign_listeners(base: str) -> list[int]:
-    """The uids, other than root's, this process's and the admin token's owner's, that
-    hold the listening port of `base` on this host (empty for another host's)."""
-    from argosy.core.listeners import listener_uids
-
-    host, port = _host_port(base)
-    trusted = {0, os.geteuid(), *_admin_token_owner()}
-    return sorted(listener_uids(host, port) - trusted)
-
-
-def _host_port(base: str) -> tuple[str, int]:
-    """(host, port) of a server URL; the scheme's default port when none is given."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(base)
-    try:
-        port = parts.port
-    except ValueError as err:
-        raise ArgosyError(f"bad server URL '{base}': {err}") from err
-    return parts.hostname or "", port or (443 if parts.scheme == "https" else 80)
+def trusted_uids() -> set[int]:
+    """Whose process may receive the token: root, this user and the owner of the home's
+    admin token (the server's user); a port of this host held by anyone else (a job that
+    took the server's port) gets no token (`owner_checked`)."""
+    return {0, os.geteuid(), *_admin_token_owner()}
 
 
 def _admin_token_owner() -> set[int]:

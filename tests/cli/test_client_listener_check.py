@@ -1,5 +1,6 @@
 """The CLI sends no token to a port of this host held by a stranger (a job that took
-the server's port), and says which port and uid."""
+the server's port), and says which port and uid: checked on the connection itself, so a
+port taken between a look at the listeners and the connect is caught too."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def stranger_port() -> Iterator[int]:
         yield int(proc.stdout.readline())
     finally:
         proc.kill()
-        proc.wait()
+        _, received = proc.communicate()  # what it read before the connection closed
+    assert "secret" not in received, received
 
 
 def test_no_token_goes_to_a_strangers_listener(stranger_port: int) -> None:
@@ -62,13 +64,35 @@ def test_the_cli_exits_2_naming_port_and_uid(stranger_port: int) -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_the_connection_itself_is_checked_not_a_look_before_it(
+    stranger_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port looked free when a check before the connect looked (nobody listened),
+    then a job took it: the connection's own server end is its."""
+    import argosy.core.listeners as listeners
+
+    monkeypatch.setattr(listeners, "listener_uids", lambda *a, **k: set())
+    with pytest.raises(ArgosyError, match=f"uid {NOBODY}"):
+        Client(f"http://127.0.0.1:{stranger_port}", "argosy_secret").call("GET", "/jobs")
+
+
 def test_root_this_user_and_the_admin_token_owner_are_trusted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import argosy.core.listeners as listeners
-
-    monkeypatch.setattr(listeners, "listener_uids", lambda h, p: {0, os.geteuid(), 4242, 777})
     monkeypatch.setattr(client_mod, "_admin_token_owner", lambda: {4242})
-    assert client_mod.foreign_listeners("http://127.0.0.1:8275") == [777]
-    monkeypatch.setattr(client_mod, "_admin_token_owner", lambda: {777})
-    assert client_mod.foreign_listeners("http://127.0.0.1:8275") == [4242]
+    assert client_mod.trusted_uids() == {0, os.geteuid(), 4242}
+
+
+def test_a_connection_to_a_trusted_owner_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listener of this process's user: the request goes through (the server's 404)."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = Client(f"http://127.0.0.1:{server.server_address[1]}", "argosy_secret")
+        with pytest.raises(ArgosyError, match="^501"):  # answered: no handler for GET
+            client.call("GET", "/jobs")
+    finally:
+        server.shutdown()
