@@ -24,13 +24,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from argosy.cli.client import Client
 from argosy.cli.common import console, err_console
 from argosy.cli.paths import writable_dir
 from argosy.core.errors import ArgosyError
@@ -80,7 +80,7 @@ def demo(
         console.print(f"console:     [bold]{url}/[/]  (log in with the admin token)")
         console.print(f"admin token: {token}")
         console.print(f"home:        {home}")
-        client = _Client(url, token)
+        client = Client(url, token)
         if service:
             _submit_service(client)
         job = _submit_job(client, steps, ranks)
@@ -101,21 +101,6 @@ def demo(
             _delete_services(client)
     if final["state"] != "succeeded":
         raise typer.Exit(1)
-
-
-class _Client:
-    """Just enough of the REST API (httpx, bearer token)."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.url, self.headers = url, {"Authorization": f"Bearer {token}"}
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
-
-        r = httpx.request(method, self.url + path, headers=self.headers, timeout=30, **kwargs)
-        if r.status_code >= 400:
-            raise ArgosyError(f"{method} {path}: {r.status_code} {r.text[:300]}")
-        return r.json()
 
 
 def _wait_run_dir(home: Path, job_id: str, timeout_s: float = 60.0) -> Path:
@@ -168,7 +153,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, home: Path, timeout_s: float
     raise ArgosyError(f"the server did not answer at {url} within {timeout_s:.0f} s")
 
 
-def _submit_job(client: _Client, steps: int, ranks: int) -> dict:
+def _submit_job(client: Client, steps: int, ranks: int) -> dict:
     body = {
         "name": "demo-gpt",
         "script": str(EXAMPLE),
@@ -176,19 +161,19 @@ def _submit_job(client: _Client, steps: int, ranks: int) -> dict:
         "nproc_per_node": ranks,
         "workdir": str(EXAMPLE.parents[1]),
     }
-    return client.call("POST", "/api/v1/jobs", json=body)
+    return client.call("POST", "/jobs", json=body)
 
 
-def _submit_service(client: _Client) -> None:
+def _submit_service(client: Client) -> None:
     body = {"name": "demo-chat", "replicas": 1, "threads": 1}
     try:
-        client.call("POST", "/api/v1/services", json=body)
+        client.call("POST", "/services", json=body)
     except ArgosyError as err:
         err_console.print(f"[yellow]no inference service:[/] {escape(str(err))}", emoji=False)
 
 
 def _follow(
-    client: _Client, job_id: str, run_dir: Path, steps: int, fault_step: int, timeout_s: float
+    client: Client, job_id: str, run_dir: Path, steps: int, fault_step: int, timeout_s: float
 ) -> dict:
     """Show steps and runtime events until the job ends; inject the fault on the way."""
     injector = FaultInjector(run_dir, job_id, rank=0, after_step=fault_step) if fault_step else None
@@ -202,7 +187,7 @@ def _follow(
     )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("pending", total=steps)
-        job, asked_s = client.call("GET", f"/api/v1/jobs/{job_id}"), time.monotonic()
+        job, asked_s = client.call("GET", f"/jobs/{job_id}"), time.monotonic()
         while True:
             step, events = read_progress(run_dir / "events.jsonl")
             for line in (_describe(e) for e in events):
@@ -212,7 +197,7 @@ def _follow(
             if injector is not None and injector.maybe_fire(step):
                 bar.console.print(f"[red]injected:[/] SIGKILL to rank 0 after step {step}")
             if time.monotonic() - asked_s >= ASK_EVERY_S:
-                job, asked_s = client.call("GET", f"/api/v1/jobs/{job_id}"), time.monotonic()
+                job, asked_s = client.call("GET", f"/jobs/{job_id}"), time.monotonic()
             bar.update(task, completed=step, description=job["state"])
             if job["state"] in TERMINAL:
                 return job
@@ -301,13 +286,13 @@ def _report(job: dict) -> None:
     )
 
 
-def _service_line(client: _Client, timeout_s: float = SERVICE_WAIT_S) -> None:
+def _service_line(client: Client, timeout_s: float = SERVICE_WAIT_S) -> None:
     """Each service once it is ready (waiting up to `timeout_s` for its model to load),
     with one chat reply from it; or its state and last event when it is not."""
     deadline = time.monotonic() + timeout_s
     with console.status("waiting for the inference service to answer ..."):
         while True:
-            items = client.call("GET", "/api/v1/services").get("items", [])
+            items = client.call("GET", "/services").get("items", [])
             ready = all(svc.get("endpoints") for svc in items)
             if ready or time.monotonic() > deadline or any(s["state"] == "failed" for s in items):
                 break
@@ -325,12 +310,12 @@ def _service_line(client: _Client, timeout_s: float = SERVICE_WAIT_S) -> None:
         )
 
 
-def _ask_once(client: _Client, svc: dict) -> None:
+def _ask_once(client: Client, svc: dict) -> None:
     """One greedy chat request to the service's first endpoint (its `/v1` base URL), its
     reply and speed shown."""
     import httpx
 
-    key = client.call("GET", f"/api/v1/services/{svc['id']}/key")["api_key"]
+    key = client.call("GET", f"/services/{svc['id']}/key")["api_key"]
     url, headers = svc["endpoints"][0], {"Authorization": f"Bearer {key}"}
     try:
         model = httpx.get(f"{url}/models", headers=headers, timeout=30).json()["data"][0]["id"]
@@ -350,23 +335,23 @@ def _ask_once(client: _Client, svc: dict) -> None:
     console.print(f"  {escape(reply)!r}", highlight=False, emoji=False)
 
 
-def _last_event(client: _Client, svc: dict) -> None:
-    items = client.call("GET", f"/api/v1/services/{svc['id']}/events?limit=500")["items"]
+def _last_event(client: Client, svc: dict) -> None:
+    items = client.call("GET", f"/services/{svc['id']}/events?limit=500")["items"]
     if items:
         last = f"{items[-1]['kind']} {items[-1]['detail']}"
         console.print(f"  last event: {escape(last)}", highlight=False, emoji=False)
 
 
-def _delete_services(client: _Client, timeout_s: float = 60.0) -> None:
+def _delete_services(client: Client, timeout_s: float = 60.0) -> None:
     """Delete the demo's services and wait until their replicas stopped (a server keeps
     replicas running across its own restarts, so stopping the server alone leaves them)."""
-    items = client.call("GET", "/api/v1/services").get("items", [])
+    items = client.call("GET", "/services").get("items", [])
     for svc in items:
-        client.call("DELETE", f"/api/v1/services/{svc['id']}")
+        client.call("DELETE", f"/services/{svc['id']}")
     deadline = time.monotonic() + timeout_s
     for svc in items:
         while time.monotonic() < deadline:
-            state = client.call("GET", f"/api/v1/services/{svc['id']}")["state"]
+            state = client.call("GET", f"/services/{svc['id']}")["state"]
             if state in ("deleted", "failed"):
                 break
             time.sleep(0.2)
