@@ -92,7 +92,10 @@ class Client:
         transport = None
         if self.token:  # over a connection whose server end no stranger owns
             headers["Authorization"] = f"Bearer {self.token}"
-            transport = owner_checked(trusted_uids()) if self.base.startswith("http:") else None
+            scheme = self.base.split("://", 1)[0].lower() if "://" in self.base else ""
+            if scheme not in ("http", "https"):
+                raise ArgosyError(f"bad server URL '{self.base}': give http:// or https://")
+            transport = owner_checked(trusted_uids()) if scheme == "http" else None
         try:
             with httpx.Client(transport=transport, timeout=30.0) as http:
                 url = f"{self.base}/api/v1{path}"

@@ -7,7 +7,9 @@ listens before connecting leaves a window between the look and the connect. This
 transport checks the connection itself, once it is made and before a byte of the
 request goes: the kernel's socket tables name the owner of the server end of this very
 connection (a socket the listener accepted, or one waiting in its queue, is the
-listener's owner's). A connection to another host is not checked: only its kernel knows.
+listener's owner's, also once it half-closed). A connection to this host whose server end
+the tables do not name is refused too (fail closed). A connection to another host is not
+checked: only its kernel knows.
 
     with httpx.Client(transport=owner_checked({0, os.geteuid()})) as http:
         http.get("http://127.0.0.1:8275/api/v1/jobs", headers=...)   # ArgosyError: a stranger
@@ -22,7 +24,7 @@ import httpcore
 import httpx
 
 from argosy.core.errors import ArgosyError
-from argosy.core.listeners import socket_uid
+from argosy.core.listeners import CONNECTED, SocketOwners, is_this_host
 
 
 class StrangerError(ArgosyError):
@@ -39,12 +41,16 @@ class OwnerCheckedBackend(httpcore.SyncBackend):
         stream = super().connect_tcp(host, port, *args, **kwargs)
         sock = stream.get_extra_info("socket")
         peer, mine = sock.getpeername(), sock.getsockname()
-        uid = socket_uid(peer[0], peer[1], (mine[0], mine[1]))
-        if uid is not None and uid not in self.trusted:
+        if not is_this_host(peer[0]):
+            return stream  # another host's: only its kernel knows
+        owners = SocketOwners(states=CONNECTED)  # half-closed server ends too
+        uid = owners.uid(peer[0], peer[1], (mine[0], mine[1]))
+        if uid is None or uid not in self.trusted:
             stream.close()
             where = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+            who = "an owner the kernel's tables do not name" if uid is None else f"uid {uid}"
             raise StrangerError(
-                f"the process listening at {where} runs as uid {uid}, neither root, this user"
+                f"the process listening at {where} runs as {who}, neither root, this user"
                 " nor the argosy server's: not the argosy server (perhaps a job that took its"
                 " port); no token is sent to it"
             )

@@ -83,6 +83,16 @@ def anyone_may_bind(host: str, port: int, sysctl: Path = UNPRIVILEGED_START) -> 
     return port >= start
 
 
+def is_this_host(ip: str) -> bool:
+    """Whether `ip` is one of this host's addresses (loopback, or one it may bind)."""
+    try:
+        if ipaddress.ip_address(ip.split("%", 1)[0]).is_loopback:
+            return True
+    except ValueError:
+        return False
+    return bool(_local_addresses(ip))
+
+
 def _local_addresses(host: str) -> set[Address]:
     """The addresses `host` resolves to that belong to this host (one can bind them)."""
     try:
@@ -183,6 +193,10 @@ def socket_uid(
 
 
 ESTABLISHED = "01"
+CONNECTED = frozenset({"01", "02", "03", "04", "05", "08", "09", "0B", "0C"})
+"""Every state of a connection's full socket, half-closed ones included (FIN_WAIT, a
+peer that shut its writing down): not LISTEN, CLOSE, nor TIME_WAIT, whose rows name
+uid 0 whoever owned the socket."""
 
 
 class SocketOwners:
@@ -195,9 +209,15 @@ class SocketOwners:
         owners.uid("127.0.0.2", 40312, ("127.0.0.1", 8275))   # 2001: a job's socket
     """
 
-    def __init__(self, tables: tuple[Path, ...] = TABLES, max_age_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        tables: tuple[Path, ...] = TABLES,
+        max_age_s: float = 0.25,
+        states: frozenset[str] = frozenset({ESTABLISHED}),
+    ) -> None:
         self.tables = tables
         self.max_age_s = max_age_s
+        self.states = states
         self._owners: dict[str, int] = {}  # "local remote" (kernel hex) -> uid
         self._read_at = float("-inf")
 
@@ -233,7 +253,7 @@ class SocketOwners:
                 continue
             for line in text.splitlines()[1:]:
                 fields = line.split()
-                if len(fields) > 7 and fields[3] == ESTABLISHED:
+                if len(fields) > 7 and fields[3] in self.states:
                     with contextlib.suppress(ValueError):
                         owners[f"{fields[1]} {fields[2]}"] = int(fields[7])
         self._owners, self._read_at = owners, time.monotonic()

@@ -18,9 +18,10 @@ from argosy.core.errors import ArgosyError
 NOBODY = 65534
 
 
-@pytest.fixture
-def stranger_port() -> Iterator[int]:
-    """A port of 127.0.0.1 that a process of uid 65534 listens on (root only)."""
+def _stranger(half_close: bool) -> Iterator[int]:
+    """A port of 127.0.0.1 that a process of uid 65534 listens on (root only); with
+    `half_close` it shuts its writing down on each connection at once (its socket then
+    leaves ESTABLISHED) and reads on. Fails the test if any token reached it."""
     if os.geteuid() != 0:
         pytest.skip("needs root to listen as another uid")
     code = (
@@ -28,8 +29,12 @@ def stranger_port() -> Iterator[int]:
         f"os.setgid({NOBODY}); os.setuid({NOBODY})\n"
         "s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen()\n"
         "print(s.getsockname()[1], flush=True)\n"
-        "c,_=s.accept(); sys.stderr.write(repr(c.recv(4096))); sys.stderr.flush()\n"
-        "time.sleep(30)\n"
+        "while True:\n"
+        "    c,_=s.accept()\n"
+        f"    if {half_close}: c.shutdown(socket.SHUT_WR)\n"
+        "    c.settimeout(2)\n"
+        "    try: sys.stderr.write(repr(c.recv(4096))); sys.stderr.flush()\n"
+        "    except OSError: pass\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -38,8 +43,18 @@ def stranger_port() -> Iterator[int]:
         yield int(proc.stdout.readline())
     finally:
         proc.kill()
-        _, received = proc.communicate()  # what it read before the connection closed
+        _, received = proc.communicate()  # what it read before the connections closed
     assert "secret" not in received, received
+
+
+@pytest.fixture
+def stranger_port() -> Iterator[int]:
+    yield from _stranger(half_close=False)
+
+
+@pytest.fixture
+def half_closing_port() -> Iterator[int]:
+    yield from _stranger(half_close=True)
 
 
 def test_no_token_goes_to_a_strangers_listener(stranger_port: int) -> None:
@@ -74,6 +89,23 @@ def test_the_connection_itself_is_checked_not_a_look_before_it(
     monkeypatch.setattr(listeners, "listener_uids", lambda *a, **k: set())
     with pytest.raises(ArgosyError, match=f"uid {NOBODY}"):
         Client(f"http://127.0.0.1:{stranger_port}", "argosy_secret").call("GET", "/jobs")
+
+
+@pytest.mark.parametrize("scheme", ["http", "HTTP", "Http"])
+def test_a_half_closing_stranger_gets_no_token_whatever_the_schemes_case(
+    half_closing_port: int, scheme: str
+) -> None:
+    """Its server end is FIN_WAIT, not ESTABLISHED: still named, still refused; and the
+    scheme's case does not skip the check."""
+    for _ in range(5):
+        client = Client(f"{scheme}://127.0.0.1:{half_closing_port}", "argosy_secret")
+        with pytest.raises(ArgosyError, match=f"uid {NOBODY}|do not name"):
+            client.call("GET", "/jobs")
+
+
+def test_a_server_url_of_another_scheme_is_refused() -> None:
+    with pytest.raises(ArgosyError, match="bad server URL"):
+        Client("ftp://127.0.0.1:1", "argosy_secret").call("GET", "/jobs")
 
 
 def test_root_this_user_and_the_admin_token_owner_are_trusted(
