@@ -69,8 +69,8 @@ PAUSE_S = 0.002
 """The control loop's pass pauses `PAUSE_S` for requests after each of its parts (an exit
 taken in, a decision applied) once `PAUSE_AFTER_S` went by since its last pause."""
 RETENTION_EVERY_S = 60.0
-"""How often ended jobs and services past the retention policy are removed (at most
-`retention.BATCH` of each a pass)."""
+"""How often ended jobs and services past the retention policy are removed (in batches of
+`retention.BATCH`, the loop answering requests between them)."""
 FREEZE_EVERY_S = 10.0
 """Jobs, workloads and rows pile up as long-lived objects; a full collection over them
 costs tens of milliseconds, which lands on some request (the API's p99). Freezing them
@@ -333,9 +333,7 @@ class Control(ResizeControl, NodeControl):
             self.lease.watch(self.run_dir, self._devices_of)
         if self.retention.policy.on and now - self.last_retention_s >= RETENTION_EVERY_S:
             self.last_retention_s = now
-            yield self.retention.choose  # reads only: off the event loop
-            if self.retention.apply():
-                yield self.retention.sweep
+            yield from self.retention.parts()
 
     def _reader_of(self, e: AttemptExit) -> Callable[[], None]:
         """What parses the files `_take_exit(e)` will read (`summaries.read_exit_ahead`),

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,8 +42,11 @@ log = logging.getLogger(__name__)
 
 PAST_USE_HALF_LIVES = 5
 """A job that held devices is kept at least this many usage half-lives after it ended."""
+RM_TIMEOUT_S = 600
+"""The longest one removal of run directories may take (off the event loop)."""
 BATCH = 500
-"""The most jobs (and services) one pass removes: the control loop's step stays short."""
+"""The most jobs (and services) one removal takes: the control loop pauses between them
+(a pass goes on, batch after batch, while batches come full)."""
 
 
 @dataclass(frozen=True)
@@ -131,13 +134,14 @@ def _beyond(
 
 
 def remove_run_dirs(run_dirs: list[Path]) -> None:
-    """Remove the run directories of removed jobs (`prune_run_dirs`). A job's files may be
-    its own user's: `shutil.rmtree` works through directory descriptors and never follows
-    a link the job left."""
-    for target in run_dirs:
-        if target.is_dir() and not target.is_symlink():
-            with contextlib.suppress(OSError):
-                shutil.rmtree(target)
+    """Remove the run directories of removed jobs (`prune_run_dirs`) with `rm -rf
+    --one-file-system`: a job's tree may be deep (no recursion limit there) and hold links
+    (never followed) or mounts (never crossed)."""
+    targets = [str(t) for t in run_dirs if t.is_dir() and not t.is_symlink()]
+    if targets:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            command = ["rm", "-rf", "--one-file-system", "--", *targets]
+            subprocess.run(command, capture_output=True, timeout=RM_TIMEOUT_S)
 
 
 class Retention:
@@ -172,15 +176,28 @@ class Retention:
         self.chosen = ended_to_remove(self.store.engine, self.policy, self.now_s())
 
     def apply(self) -> int:
-        """Remove what `choose` chose; the jobs and services removed."""
+        """Remove what `choose` chose (those still ended); how many it had chosen: a full
+        `BATCH` means more may be waiting."""
         chosen, self.chosen = self.chosen, Chosen()
         if not chosen:
             return 0
-        self.store.remove_ended(chosen.jobs, chosen.services)
+        gone = set(self.store.remove_ended(chosen.jobs, chosen.services))
+        jobs_gone = [j for j in chosen.jobs if j in gone]
         if self.run_dir_of is not None:
-            self.swept = [self.run_dir_of(j) for j in chosen.jobs]
-        log.info("removed %d ended jobs, %d services", len(chosen.jobs), len(chosen.services))
-        return len(chosen.jobs) + len(chosen.services)
+            self.swept += [self.run_dir_of(j) for j in jobs_gone]
+        log.info("removed %d ended jobs, %d services", len(jobs_gone), len(gone) - len(jobs_gone))
+        return max(len(chosen.jobs), len(chosen.services))
+
+    def parts(self) -> Iterator[Callable[[], None] | None]:
+        """One pass, as the control loop's parts (`Control._step_parts`): batch after
+        batch while they come full (a flood goes as fast as it comes), the reading and the
+        removal of run directories off the event loop."""
+        full = True
+        while full:
+            yield self.choose
+            full = self.apply() >= BATCH
+        if self.swept:
+            yield self.sweep
 
     def sweep(self) -> None:
         swept, self.swept = self.swept, []

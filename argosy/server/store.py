@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, Text, cast, create_engine, event, func, or_, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.schema import Table
 
 from argosy.server.schemas import SERVICE_TERMINAL, TERMINAL
 from argosy.server.tables import (
@@ -298,18 +300,19 @@ class Store:
         self._counts = (version, counts)
         return dict(counts)
 
-    def remove_ended(self, job_ids: list[str], service_ids: list[str]) -> None:
-        """Remove ended jobs and services with their events, in one transaction (what
-        `argosy.server.retention` chose: never a job or service still active)."""
+    def remove_ended(self, job_ids: list[str], service_ids: list[str]) -> list[str]:
+        """Remove those of these jobs and services that have ended, with their events, in
+        one transaction (what `argosy.server.retention` chose: an active one is never
+        removed, nor are its events). The ids removed."""
         self._jobs_version += 1
-        ended = sorted(TERMINAL)
         with self.engine.begin() as c:
-            if job_ids:
-                c.execute(jobs.delete().where(jobs.c.id.in_(job_ids), jobs.c.state.in_(ended)))
-            if service_ids:
-                gone = services.c.state.in_(sorted(SERVICE_TERMINAL))
-                c.execute(services.delete().where(services.c.id.in_(service_ids), gone))
-            c.execute(events.delete().where(events.c.job_id.in_([*job_ids, *service_ids])))
+            gone = _ended_ids(c, jobs, job_ids, TERMINAL)
+            gone += _ended_ids(c, services, service_ids, SERVICE_TERMINAL)
+            if gone:
+                c.execute(jobs.delete().where(jobs.c.id.in_(gone)))
+                c.execute(services.delete().where(services.c.id.in_(gone)))
+                c.execute(events.delete().where(events.c.job_id.in_(gone)))
+        return gone
 
     # ---- services --------------------------------------------------------------------
     def insert_service(self, spec: Row, *, now: float, actor: str = SYSTEM_ACTOR) -> Row:
@@ -553,6 +556,14 @@ def _put_node(c: Any, name: str, **values: Any) -> None:
     done = c.execute(update(nodes).where(nodes.c.name == name).values(**values))
     if not done.rowcount:
         c.execute(nodes.insert().values(name=name, **({"cordoned": False} | values)))
+
+
+def _ended_ids(c: Connection, table: Table, ids: list[str], ended: frozenset[str]) -> list[str]:
+    """Those of `ids` whose row in `table` is in one of the `ended` states."""
+    if not ids:
+        return []
+    query = select(table.c.id).where(table.c.id.in_(ids), table.c.state.in_(sorted(ended)))
+    return [row[0] for row in c.execute(query)]
 
 
 def _event(job_id: str | None, event: Event, now: float, actor: str = SYSTEM_ACTOR) -> Row:

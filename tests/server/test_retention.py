@@ -4,6 +4,7 @@ the API of a real server."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -189,3 +190,57 @@ def test_a_server_keeps_the_newest_ended_jobs_of_each_queue(
         assert [j["id"] for j in client.get("/api/v1/jobs").json()["items"]] == ids[-2:]
         assert client.get(f"/api/v1/jobs/{ids[0]}").status_code == 404
         assert client.get(f"/api/v1/jobs/{ids[0]}/events").status_code == 404
+
+
+def _deep_tree(top: Path, levels: int) -> None:
+    """`top` with `levels` nested folders in it (made by descriptor: no path that long)."""
+    top.mkdir(parents=True)
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+
+
+def _run(retention: Retention) -> None:
+    """One pass, its parts run as `Control.step` runs them."""
+    for part in retention.parts():
+        if part is not None:
+            part()
+
+
+def test_one_pass_removes_a_flood_batch_after_batch_with_its_run_dirs(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    try:
+        specs = [{"queue": "a", "state": "cancelled", "age_days": 0.0, "held": False}]
+        rows = _fill(store, specs * (2 * BATCH + 10))
+        runs = tmp_path / "runs"
+        deep = runs / rows[0]["id"]
+        _deep_tree(deep, 3000)  # past Python's recursion limit
+        (runs / rows[-1]["id"]).mkdir()  # kept: the newest
+        policy = RetentionPolicy(5, 0.0, HALF_LIFE)
+        _run(Retention(store, policy, lambda: NOW, lambda job_id: runs / job_id))
+        left = [r["id"] for r in store.list_jobs(limit=10_000)[0]]
+        assert len(left) == 5
+        assert not deep.exists() and (runs / rows[-1]["id"]).exists()
+    finally:
+        store.close()
+
+
+def test_an_active_job_chosen_by_mistake_keeps_its_row_and_events(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    try:
+        running, ended = _fill(
+            store,
+            [
+                {"queue": "a", "state": "running", "age_days": 1.0, "held": True},
+                {"queue": "a", "state": "failed", "age_days": 1.0, "held": False},
+            ],
+        )
+        assert store.remove_ended([running["id"], ended["id"]], []) == [ended["id"]]
+        assert store.get_job(running["id"]) is not None and store.get_job(ended["id"]) is None
+        assert len(store.list_events(job_id=running["id"])[0]) == 2
+    finally:
+        store.close()
