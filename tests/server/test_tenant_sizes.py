@@ -17,6 +17,7 @@ from argosy.server.summaries import (
     DROPPED_KEY,
     STORED_LIMIT_BYTES,
     capped,
+    marker_name,
     settle_summary,
     stamp_attempt,
 )
@@ -42,6 +43,20 @@ def test_many_keys_are_capped_too() -> None:
     out = capped(summary)
     assert len(json.dumps(out)) <= STORED_LIMIT_BYTES
     assert out["attempt"] == 1 and out[DROPPED_KEY]["more"] > 0
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        {f"k{i}": 0 for i in range(6904)},  # tiny entries: their separators count
+        {("\U0001f600" * 60) + str(i): list(range(3000)) for i in range(22)},  # escaped names
+    ],
+    ids=["many-tiny-keys", "astral-names"],
+)
+def test_a_capped_summary_never_passes_the_cap(summary: dict) -> None:
+    out = capped(summary | {"attempt": 1})
+    assert len(json.dumps(out)) <= STORED_LIMIT_BYTES
+    assert out["attempt"] == 1
 
 
 def test_a_long_faults_list_keeps_its_newest_faults() -> None:
@@ -74,11 +89,12 @@ def test_a_capped_summary_fits_and_keeps_only_whole_keys_or_list_tails(
     said = out.get(DROPPED_KEY, {"keys": [], "more": 0, "shortened": {}})
     for key, value in summary.items():
         if key not in out:
-            assert key[:60] in said["keys"] or said["more"] > 0
+            assert marker_name(key) in said["keys"] or said["more"] > 0
         elif out[key] != value:
             assert isinstance(value, list) and out[key] == value[len(value) - len(out[key]) :]
-            if sum(k[:60] == key[:60] for k in summary) == 1:  # names are cut to 60
-                assert said["shortened"][key[:60]] == {"kept": len(out[key]), "of": len(value)}
+            if sum(marker_name(k) == marker_name(key) for k in summary) == 1:  # names are cut
+                shown = said["shortened"][marker_name(key)]
+                assert shown == {"kept": len(out[key]), "of": len(value)}
 
 
 def test_a_jobs_own_15_mib_summary_is_stored_capped(tmp_path: Path) -> None:
