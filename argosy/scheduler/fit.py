@@ -36,7 +36,7 @@ def never_fits(sched, w: Workload) -> str:
     if not usable:
         return f"accepts chip types {chips}; the cluster has {list(have)}"
     if w.queue not in sched.tree.leaves:
-        return str(UnknownNameError("leaf queue", w.queue, sched.tree.leaves))
+        return sched.tree.leaf_error(w.queue)
     biggest = {c: _largest_group(sched, c, w.min_node) for c in usable}
     fits = [c for c in usable if biggest[c] >= need]
     if not fits:

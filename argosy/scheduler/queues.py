@@ -100,6 +100,18 @@ class QueueTree:
         """Half-life of `used` (SchedulerConfig.usage_half_life_s)."""
         self._used_at: float | None = None
 
+    def leaf_error(self, name: str) -> str:
+        """Why `name` is not a queue jobs may name: a parent queue (its leaves listed), or
+        unknown (the leaves listed, closest first)."""
+        if name in self.index:
+            i = self.index[name]
+            under = [n for n in self.leaves if i in self.chain[n][1:]]
+            return (
+                f"'{name}' is a parent queue; jobs and tokens name a leaf queue under it:"
+                f" {', '.join(under)}"
+            )
+        return str(UnknownNameError("leaf queue", name, self.leaves))
+
     def _chain(self, i: int) -> list[int]:
         out = []
         while i >= 0:

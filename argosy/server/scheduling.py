@@ -131,7 +131,7 @@ class Scheduling:
         or no chip the request accepts."""
         tree = self.sched.tree
         if queue not in tree.leaves:
-            return "queue", str(UnknownNameError("leaf queue", queue, tree.leaves)), []
+            return "queue", tree.leaf_error(queue), []
         have = self.cluster.devices_by_chip()
         chips = []
         for name in accepted or list(have):

@@ -36,9 +36,9 @@ def tokens(request: Request) -> Tokens:
 async def create_token(body: TokenRequest, ctl: Ctl, who: Admin, request: Request) -> TokenCreated:
     """A new token: admin (no queue) or scoped to one leaf queue, optionally expiring.
     The token itself is in this answer only."""
-    leaves = ctl.scheduling.sched.tree.leaves
-    if body.queue is not None and body.queue not in leaves:
-        why = f"unknown leaf queue '{body.queue}'; known: {', '.join(leaves)}"
+    tree = ctl.scheduling.sched.tree
+    if body.queue is not None and body.queue not in tree.leaves:
+        why = tree.leaf_error(body.queue)
         raise HTTPException(422, field_errors(RefusedError(why, "queue")))
     lifetime_s = body.lifetime_s()
     expires_at = None if lifetime_s is None else time.time() + lifetime_s

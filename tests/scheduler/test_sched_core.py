@@ -13,8 +13,12 @@ from argosy.scheduler import growth, recovery
         (job("nochip", chips=("h200",)), "the cluster has ['h100-sxm']"),
         (job("typo", chips=("h1000",)), "unknown chip 'h1000'"),
         (job("noq", queue="nope"), "unknown leaf queue 'nope'"),
+        (
+            job("parent", queue="org"),
+            "'org' is a parent queue; jobs and tokens name a leaf queue under it: a, b, svc",
+        ),
     ],
-    ids=["more-than-exist", "chip-nobody-has", "unknown-chip", "unknown-queue"],
+    ids=["more-than-exist", "chip-nobody-has", "unknown-chip", "unknown-queue", "parent-queue"],
 )
 def test_never_fitting_workloads_are_rejected_at_submission(workload, needle):
     sched, _ = make()
