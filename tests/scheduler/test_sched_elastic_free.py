@@ -22,7 +22,6 @@ def _beside_fixed(fixed_devices: int, low: int, high: int, priority: int, queue:
     return sched, out
 
 
-@pytest.mark.xfail(strict=True, reason="an elastic job starts only on whole free nodes")
 @pytest.mark.parametrize("priority", [0, 1], ids=["same-priority", "higher-priority"])
 @pytest.mark.parametrize(
     ("fixed", "low", "want"),
@@ -44,7 +43,6 @@ def test_room_is_made_for_the_minimum_only_when_it_does_not_fit_free():
     assert out == [("preempt", "fixed", 0), ("start", "el", 2)]
 
 
-@pytest.mark.xfail(strict=True, reason="an elastic job starts only on whole free nodes")
 def test_a_borrower_beside_the_free_minimum_is_not_evicted():
     sched, out = _beside_fixed(4, 2, 8, priority=0, queue="b")
     assert out == [("start", "el", 4)]

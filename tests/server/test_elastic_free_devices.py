@@ -12,7 +12,6 @@ from argosy.executors.base import NodeInfo
 from argosy.server.scheduling import Scheduling
 
 
-@pytest.mark.xfail(strict=True, reason="an elastic job starts only on whole free nodes")
 @pytest.mark.parametrize("priority", [0, 1], ids=["same-priority", "higher-priority"])
 @pytest.mark.parametrize(
     ("fixed", "per_node", "low", "high", "want"),
