@@ -234,6 +234,8 @@ class Scheduler:
                 break
             if w.next_room_s > now or w.state != State.PENDING:
                 continue
+            if self.policy.elastic and w.elastic and room.fits_free(self, w):
+                continue  # its minimum fits in free devices: it waits for no room
             tries -= 1
             found = room.make_room(
                 self, w, w.min_devices if self.policy.elastic else w.max_devices, now, urgent=False
