@@ -94,6 +94,11 @@ class Capacity:
     def whole_free_nodes(self, g: int) -> int:
         return int(self.hist[g, self.dpn[g]])
 
+    def most_free(self, g: int) -> int:
+        """Free devices of the freest node of group `g`."""
+        row = self.hist[g].tolist()  # a few counts: a scalar scan
+        return next((k for k in range(self.dpn[g], 0, -1) if row[k]), 0)
+
     def chip_free(self, chip: str) -> int:
         groups = self.groups_of_chip.get(chip, ())
         if len(groups) == 1:  # the usual case: one group per chip type
@@ -117,7 +122,7 @@ class Capacity:
         if per_node:
             return self._spread(g, devices // per_node, per_node)
         d = unit or self.dpn[g]
-        if devices < d:
+        if devices < d or devices == d < self.dpn[g]:  # on one node (a unit may be less)
             node = self._best_fit(g, devices)
             return Allocation(g, np.array([node]), np.array([devices], dtype=np.int32), devices)
         whole, rest = divmod(devices, d)

@@ -135,7 +135,10 @@ class Scheduler:
     def size_for(self, w: Workload, chip: str, g: int) -> int:
         """Devices `w` would start with on group `g`: its max, or for an elastic job the
         most whole nodes that are free now, within quota (its exact size where whole
-        nodes would fall below its min: 10..14 devices on 8-device nodes start at 14)."""
+        nodes would fall below its min: 10..14 devices on 8-device nodes start at 14);
+        where those fall below its min, the most the free part of one node holds (2..8
+        beside a 4-device job on an 8-device node: 4), so nothing is preempted for it
+        while its minimum fits in free devices."""
         want = w.max_devices
         limit = 1 << 40
         if self.policy.quotas:
@@ -152,7 +155,11 @@ class Scheduler:
         if self._may_start_overgrown(w, chip):  # idle nobody asks for: no resize later
             ahead = growth.service_need(self, chip, self.clock.now_s(), growth.SERVICE_LOOKAHEAD_S)
             n = max(n, min(growth.max_size(self, w), limit, whole, spare - ahead))
-        return fit.elastic_size(n, d, w.min_devices, w.min_node)
+        size = fit.elastic_size(n, d, w.min_devices, w.min_node)
+        if size < w.min_devices <= d:  # not its minimum on whole nodes: on one node's part
+            part = min(want, limit, self.cap.most_free(g), d, max(spare, w.min_devices))
+            size = part - part % w.min_node if w.min_node > 1 else part
+        return size
 
     def _may_start_overgrown(self, w: Workload, chip: str) -> bool:
         """An elastic job may start above its nominal size (as it could grow there, but
@@ -227,6 +234,8 @@ class Scheduler:
                 break
             if w.next_room_s > now or w.state != State.PENDING:
                 continue
+            if self.policy.elastic and w.elastic and room.fits_free(self, w):
+                continue  # its minimum fits in free devices: it waits for no room
             tries -= 1
             found = room.make_room(
                 self, w, w.min_devices if self.policy.elastic else w.max_devices, now, urgent=False

@@ -40,6 +40,20 @@ def make_room(sched, w: Workload, n: int, now: float, *, urgent: bool, want: int
     return None
 
 
+def fits_free(sched, w: Workload) -> bool:
+    """Whether `w`'s minimum has a place in the free devices its queue may take now (an
+    elastic job blocked then waits for a reservation or its quota, not for room: nothing
+    is shrunk or evicted for it)."""
+    for chip in w.chips:
+        if sched.policy.quotas and sched.free_for(w.queue, chip) < w.min_devices:
+            continue
+        for g in sched.cap.groups(chip, w.min_node):
+            unit = fit.node_unit(w, sched.cap.dpn[g])
+            if sched.cap.place(g, w.min_devices, per_node=w.per_node, unit=unit) is not None:
+                return True
+    return False
+
+
 def _room_on_group(sched, w, chip, g, n, now, urgent, entitled, want=0) -> Allocation | None:
     free, d = int(sched.cap.free_devices[g]), sched.cap.dpn[g]
     # a training queue taking back its share is not gated (evaluation waits for it to pay)

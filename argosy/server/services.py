@@ -142,7 +142,9 @@ class Services:
                 if rec["state"] in (*HOLDING, "asleep") and rec["attempt"] > 0:
                     key = replica_key(row["id"], rec["index"])
                     if self.executor.adopt(key, rec["attempt"], self.run_dir(key)) is not None:
-                        rec["state"] = "exited"  # restarts on its node below
+                        # restarts on its node below; an asleep one's device was lent
+                        rec["waiting"] = rec["state"] != "asleep"
+                        rec["state"] = "exited"
             self.hand_over(row, self.scheduling, lent=yielding)
             self.active[row["id"]] = row
         for row in list(self.active.values()):  # once every service has its devices back
@@ -156,12 +158,9 @@ class Services:
         (`lent`: replicas that were yielding, whose devices the scheduler gave back)."""
         spec = ServiceSpec.model_validate(row["spec"])
         records = {r["index"]: r for r in row["replicas"]}
-        # slot i is replica i's; an asleep replica's device is lent, not held (one that
-        # exited on a node out of service keeps its slot, and moves when it starts)
+        # slot i is replica i's, on its node where it held one (`_held_slot`)
         nodes = [
-            r.get("node")
-            if r is not None and r["state"] != "asleep" and r["index"] not in (lent or ())
-            else None
+            r.get("node") if r is not None and _held_slot(r, lent or set()) else None
             for r in (records.get(i) for i in range(max(records, default=-1) + 1))
         ]
         scheduling.adopt_service(row["id"], spec, row["created_at"], nodes)
@@ -201,10 +200,12 @@ class Services:
                 if not rec["waiting"]:
                     room[node] = room.get(node, 1) - 1
                     self._start(service_id, spec, rec)
-        if spec.tidal is None:  # a replica beyond the scheduler's slots holds no device
-            for rec in records.values():
-                if rec["index"] >= len(nodes) and rec["state"] in ("starting", "ready"):
-                    self.executor.stop(replica_key(service_id, rec["index"]))
+        for rec in records.values():  # a replica beyond the scheduler's slots holds no device
+            if rec["index"] < len(nodes):
+                continue
+            rec["waiting"] = False  # nor waits for one (a restart gives it no slot)
+            if spec.tidal is None and rec["state"] in ("starting", "ready"):
+                self.executor.stop(replica_key(service_id, rec["index"]))
         row["replicas"] = [records[i] for i in sorted(records)]
         self._save(row)
 
@@ -281,6 +282,7 @@ class Services:
             return
         nodes = self.scheduling.replica_nodes(service_id)
         if rec["index"] >= len(nodes):  # not wanted awake now: started again when it is
+            rec["waiting"] = False  # it holds no slot
             self.store.add_event(service_id, "replica_exited", message + "; its device is lent")
         else:
             self.store.add_event(service_id, "replica_exited", message + "; restarting")
@@ -502,6 +504,18 @@ class Services:
 
 AFTER_RESTART = {"yielding": "ready", "waking": "asleep"}
 """A sleep or wake call cut off by a server restart is made again (both are idempotent)."""
+
+
+def _held_slot(rec: dict[str, Any], lent: set[int]) -> bool:
+    """Whether the replica of `rec` held a scheduler slot: it holds its device (an
+    asleep replica's is lent, as is a yielding one's in `lent`), or it is to start
+    (pending or exited) and waits for its slot's device (one on a node out of service
+    keeps its slot, and moves when it starts). One that exited while its device was
+    lent (tidal) held none: on a node lost since, a slot there would hold no device and
+    count as a replica."""
+    if rec["index"] in lent or rec["state"] == "asleep":
+        return False
+    return rec["state"] in HOLDING or bool(rec.get("waiting"))
 
 
 def _new_record(index: int) -> dict[str, Any]:

@@ -184,3 +184,25 @@ def test_a_service_without_a_forecast_lends_nothing_it_may_want():
     sched.cycle()
     assert fill.alloc is not None and usable(sched) == 63  # only the unused guarantee
     assert short.alloc is None and sched.backfill.lent_starts == 0
+
+
+def test_an_elastic_job_held_by_a_reservation_evicts_nobody_while_its_minimum_fits_free():
+    """32 devices free, reserved with r1's 64 for the blocked head at 5000 s: an elastic
+    job of higher priority whose minimum fits in them but whose run would cross the
+    reservation waits; room-making does not evict a lower-priority job to start it."""
+    runs = {"r1": 5000.0, "victim": 1e6, "r2": 1e6, "head": 1000.0, "el": 1e5}
+    sched, clock = make("h100:128", runs, a_nominal=128)
+    free = usable(sched)
+    sizes = (("r1", 64), ("victim", 16), ("r2", free - 64 - 16 - 32))
+    for name, n in sizes:
+        sched.submit(job(name, devices=n))
+    sched.cycle()
+    assert usable(sched) == 32
+    clock.set(2000.0)  # the victim has run past min_runtime_s
+    sched.submit(job("head", devices=96, priority=1, submit=1999.0))
+    el = job("el", devices=16, max_devices=32, priority=1, submit=2000.0)
+    sched.submit(el)
+    out = [(d.action, d.workload.id) for d in sched.cycle()]
+    assert out == [] and el.alloc is None, out
+    assert sched.reservations[0].workload.id == "head"
+    check_invariants(sched)

@@ -16,7 +16,10 @@ executor, `recover()`). Checked after every control step:
 - a service's awake replicas sit where the scheduler placed them, within its count;
 - a terminal state is final; a job fails for used-up restarts only after more losses
   than `max_restarts`;
-- a restart recovers what the scheduler held (running placements, pending, replicas).
+- a restart recovers what the scheduler held (running placements, pending, replicas;
+  a replica slot on a lost node may move to a node in service, and none is placed onto
+  a lost node), and leaves no slot on a lost node while a device in service is free
+  (also after a node lost while the server was down).
 """
 
 from __future__ import annotations
@@ -219,6 +222,24 @@ class ElasticControlMachine(RuleBasedStateMachine):
                 self.fake.finish(key, None, (rank,))
         self.ctl._check_nodes()  # noqa: SLF001  (the loop's inventory read)
 
+    @rule(data=st.data())
+    def node_lost_while_down(self, data: st.DataObject) -> None:
+        """A node is lost while the server is down: the new one finds its attempts ended
+        and the node gone from the inventory."""
+        self.ctl.services.close()
+        alive = [n for n in self.nodes if n in self.fake.nodes]
+        if len(alive) > 1:
+            node = data.draw(st.sampled_from(alive))
+            self.fake.nodes.remove(node)
+            for key, req in list(self.fake.running.items()):
+                if node.name in req.nodes:
+                    if not is_replica(key):
+                        self.losses[key] = self.losses.get(key, 0) + 1
+                    self.fake.finish(key, None, (list(req.nodes).index(node.name),))
+        self.ctl = self._control()
+        self._no_replica_slot_on_lost_beside_free()
+        self._check_step()
+
     @precondition(lambda self: len(self.fake.nodes) < len(self.nodes))
     @rule(data=st.data())
     def node_back(self, data: st.DataObject) -> None:
@@ -235,12 +256,36 @@ class ElasticControlMachine(RuleBasedStateMachine):
         self.ctl.services.close()
         self.ctl = self._control()
         after = self._held()
-        if self.ctl.lost:  # a replica slot on a lost node may be re-placed by a restart
-            before.pop("replicas")
-            after.pop("replicas")
+        self._no_replica_slot_on_lost_beside_free()
+        if quiet and self.ctl.lost:  # a slot on a lost node may move to one in service
+            self._replicas_kept_or_moved_off_lost(before.pop("replicas"), after.pop("replicas"))
         if quiet:
             assert after == before, f"restart changed what the scheduler holds:\n{before}\n{after}"
         self._check_step()
+
+    def _no_replica_slot_on_lost_beside_free(self) -> None:
+        """After a restart no replica slot is on a lost node while a device in service is
+        free (the replicas there ended with their node: they start again elsewhere)."""
+        s = self.ctl.scheduling
+        free = {n: s.free_on(n) for n in s.index if n not in s.out_of_service and s.free_on(n)}
+        for sid in self.ctl.services.active:
+            on_lost = [n for n in s.replica_nodes(sid) if n in self.ctl.lost]
+            assert not (on_lost and free), (
+                f"{sid}: replica slots on lost {on_lost} after a restart; free in service {free}"
+            )
+
+    def _replicas_kept_or_moved_off_lost(self, before: dict, after: dict) -> None:
+        """After a quiet restart each replica slot is where it was, but one on a lost node
+        may be on a node in service now; no slot is placed onto a lost node."""
+        lost = self.ctl.lost
+        assert before.keys() == after.keys(), (before, after)
+        for sid, was in before.items():
+            now = after[sid]
+            assert len(now) == len(was), f"{sid}: slots {was} -> {now} (lost {lost})"
+            for i, (old, new) in enumerate(zip(was, now, strict=True)):
+                assert new == old or (old in lost and new not in lost), (
+                    f"{sid} slot {i}: {old} -> {new} (lost {lost})"
+                )
 
     # ---- checks -----------------------------------------------------------------------
     def _held(self) -> dict[str, Any]:
@@ -371,5 +416,40 @@ def test_a_job_waits_for_a_replica_still_holding_a_device_the_scheduler_gave_out
         machine.submit_elastic(extra=1, low=1, per_node=1, restarts=0)  # checks every step
         machine.settle()
         assert machine.ctl.scheduling.sched.running, "the job starts once the replica sleeps"
+    finally:
+        machine.teardown()
+
+
+class _Pick:
+    """A stand-in for hypothesis' `data` that draws the named node."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def draw(self, strategy: Any) -> Any:
+        return next(n for n in strategy.elements if n.name == self.name)
+
+
+def test_a_restart_gives_no_slot_on_a_lost_node_to_a_replica_that_held_none() -> None:
+    """At the trough replica 1 sleeps on n1, its device lent; n1 is lost (the asleep
+    replica with it). When the forecast wants it again no device is free, so the
+    scheduler holds one slot. A restart handed replica 1 its record's node, the lost n1:
+    a slot there holds no device, yet counts as a replica."""
+    machine = ElasticControlMachine()
+    try:
+        machine.cluster(sizes=[1, 1])
+        machine.submit_service(floor=0, lead=0.0, levels=[1.0, 0.5, 0.0], replicas=2)
+        machine.settle()
+        machine.tick(seconds=40.0)
+        (sid,) = machine.services
+        asleep = [r["node"] for r in machine.ctl.services.active[sid]["replicas"]
+                  if r["state"] == "asleep"]  # fmt: skip
+        assert len(asleep) == 1
+        machine.node_lost(_Pick(asleep[0]))
+        machine.tick(seconds=40.0)  # the forecast wants two again; one device is left
+        assert len(machine.ctl.scheduling.replica_nodes(sid)) == 1
+        machine.server_restarts()  # checks the slots against those before the restart
+        assert machine.ctl.scheduling.replica_nodes(sid) == [n for n in ("n0", "n1")
+                                                             if n != asleep[0]]  # fmt: skip
     finally:
         machine.teardown()

@@ -13,7 +13,9 @@ services' troughs and peaks). After every step:
   `nnodes x nproc_per_node` devices on nodes of at least `nproc_per_node`;
 - a start, grow or replica never lands on a node out of service;
 - a job the scheduler holds is pending or placed, never both;
-- a service's replicas are placed and within its replicas count.
+- a service's replicas are placed and within its replicas count;
+- an elastic job is never started by evicting or shrinking work while its minimum fits
+  in free devices, and room is made for its minimum only.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from tidal_fakes import FAST
 
 from argosy.core.clock import FakeClock
 from argosy.executors.base import NodeInfo
-from argosy.scheduler.workload import State
+from argosy.scheduler import fit
+from argosy.scheduler.decisions import Decision
+from argosy.scheduler.workload import State, Workload
 from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec, TidalSpec
 from argosy.server.spec import JobSpec
@@ -127,7 +131,11 @@ class ElasticTidalMachine(RuleBasedStateMachine):
 
     @rule()
     def cycle(self) -> None:
-        for d in self.scheduling.cycle():
+        free = self.scheduling.sched.cap.avail.copy()
+        replicas = {sid: self.scheduling.replica_nodes(sid) for sid in self.services}
+        decisions = self.scheduling.cycle()
+        self._room_only_when_needed(decisions, free, replicas)
+        for d in decisions:
             wid = d.workload.id
             if d.action == "replicas":
                 nodes = self.scheduling.replica_nodes(wid)
@@ -146,6 +154,63 @@ class ElasticTidalMachine(RuleBasedStateMachine):
                 self.placed[wid] = placed
             elif d.action == "preempt":
                 self.placed.pop(wid, None)
+
+    def _room_only_when_needed(self, decisions: list[Decision], free, replicas) -> None:
+        """A start right after a victim of room-making is the start room was made for:
+        for an elastic job, its minimum, which did not fit in the devices free before the
+        cycle less all the cycle's other starts and new replicas (what was free when room
+        was made is at least that)."""
+        for i, d in enumerate(decisions):
+            w = d.workload
+            if d.action != "start" or not w.elastic or i == 0:
+                continue
+            if not decisions[i - 1].reason.endswith("to make room"):
+                continue
+            assert d.after == w.min_devices, f"{w.id}: room made for {d.after}, min {w.min_devices}"
+            left = self._left_free(decisions[:i], free, replicas)
+            if left is not None:
+                assert not self._fits(w, left), (
+                    f"{w.id} (min {w.min_devices}) started by room-making; it fit in {left}"
+                )
+
+    def _left_free(self, earlier: list[Decision], free, replicas):
+        """`free` less what `earlier` starts took and the replicas added in the cycle;
+        None where a start's devices are no longer known (shrunk in the same cycle)."""
+        s = self.scheduling
+        left = free.copy()
+        for d in earlier:
+            if d.action != "start":
+                continue
+            a = d.workload.alloc
+            if a is None or a.devices < d.after:
+                return None
+            taken = 0
+            for node, k in zip(a.nodes.tolist(), a.counts.tolist(), strict=True):
+                if taken >= d.after:
+                    break
+                left[node] -= k
+                taken += k
+        for sid, before in replicas.items():
+            now = s.replica_nodes(sid)
+            for name in set(now):
+                left[s.index[name]] -= max(0, now.count(name) - before.count(name))
+        return left.clip(min=0)
+
+    def _fits(self, w: Workload, left) -> bool:
+        """Whether `w`'s minimum has a place (`Capacity.place` with its node unit) in
+        `left` free devices per node."""
+        cap = self.scheduling.sched.cap
+        for chip in w.chips:
+            for g in cap.groups(chip, w.min_node):
+                s, e = cap.ranges[g]
+                avail, d = left[s:e], cap.dpn[g]
+                u = fit.node_unit(w, d)
+                if w.min_devices < u or w.min_devices == u < d:
+                    if (avail >= w.min_devices).any():
+                        return True
+                elif int((avail == d).sum()) >= -(-w.min_devices // u):
+                    return True
+        return False
 
     @rule(seconds=st.sampled_from([1.0, 7.0, 15.0, 30.0, 60.0]))
     def advance(self, seconds: float) -> None:
