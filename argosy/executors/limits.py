@@ -79,7 +79,10 @@ class JobLimitsConfig(BaseModel):
 
 @dataclass(frozen=True)
 class HostSize:
-    """What this machine has: memory, CPUs and tasks (processes and threads)."""
+    """What this machine gives this server: memory, CPUs and tasks (processes and
+    threads), the least of the hardware's and of the limits of every cgroup above the
+    server (a container's, a systemd unit's `MemoryMax=`): the jobs' folder and their
+    shares are sized from what is really there."""
 
     memory_bytes: int
     cpus: float
@@ -90,7 +93,50 @@ class HostSize:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
         tasks = min(_proc_int("pid_max", 32768), _proc_int("threads-max", 32768))
-        return cls(memory, float(cpus or os.cpu_count() or 1), tasks)
+        host = cls(memory, float(cpus or os.cpu_count() or 1), tasks)
+        return host.within(_own_cgroups())
+
+    def within(self, groups: list[Path]) -> HostSize:
+        """This size, less where a cgroup of `groups` allows less (`memory.max`,
+        `cpu.max`, `pids.max`; "max" or a missing file: no limit)."""
+        memory, cpus, tasks = self.memory_bytes, self.cpus, self.tasks
+        for group in groups:
+            memory = min(memory, _cgroup_int(group / "memory.max") or memory)
+            tasks = min(tasks, _cgroup_int(group / "pids.max") or tasks)
+            cpus = min(cpus, _cgroup_cpus(group / "cpu.max") or cpus)
+        return HostSize(memory, cpus, tasks)
+
+
+def _own_cgroups() -> list[Path]:
+    """This process's cgroup (v2) and every one above it, up to the mount's root."""
+    from argosy.executors.cgroups import MOUNTINFO, OWN_CGROUP, cgroup2_mount, own_cgroup
+
+    try:
+        mount = cgroup2_mount(MOUNTINFO.read_text())
+        own = own_cgroup(OWN_CGROUP.read_text())
+    except OSError:
+        return []
+    if mount is None or own is None:
+        return []
+    here = mount / own.lstrip("/")
+    return [here, *[p for p in here.parents if p.is_relative_to(mount) and p != mount]]
+
+
+def _cgroup_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_cpus(path: Path) -> float | None:
+    """CPUs a `cpu.max` ("quota period", or "max period") allows; None: no limit."""
+    try:
+        quota, period = path.read_text().split()[:2]
+        return int(quota) / int(period) if quota != "max" and int(period) > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 def _proc_int(name: str, default: int) -> int:
