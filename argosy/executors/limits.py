@@ -26,7 +26,6 @@ import math
 import os
 import resource
 import shutil
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -242,10 +241,12 @@ class PartEnd:
     pids_max: int | None = None
 
 
-def explain_exit(e: AttemptExit, end: PartEnd, fsize: int | None = None) -> AttemptExit:
-    """`e` told as the limits ended it: over its memory limit or its file size limit, the
-    attempt failed (the job's doing, not lost: a new attempt would do the same); short
-    of tasks, or of the host's memory, the reason says so. A success stays as it is."""
+def explain_exit(e: AttemptExit, end: PartEnd) -> AttemptExit:
+    """`e` told as the limits ended it: over its memory limit, the attempt failed (the
+    job's doing, not lost: a new attempt would do the same); short of tasks, or of the
+    host's memory, the reason says so. A success stays as it is. (A file over
+    RLIMIT_FSIZE is not told from the exit: Python ignores SIGXFSZ, so the write fails
+    with EFBIG in the job's own traceback, and an exit 153 is the job's own.)"""
     if e.exit_code == 0:
         return e
     if end.oom_kill and end.oom and end.memory_max is not None:
@@ -253,9 +254,6 @@ def explain_exit(e: AttemptExit, end: PartEnd, fsize: int | None = None) -> Atte
             f"killed: over its memory limit of {_size(end.memory_max)} (the kernel ended"
             f" {end.oom_kill} of its processes; {e.reason})"
         )
-        return replace(e, lost=False, reason=why)
-    if e.exit_code == 128 + signal.SIGXFSZ and fsize is not None:
-        why = f"killed: a file over its size limit of {_size(fsize)} ({e.reason})"
         return replace(e, lost=False, reason=why)
     why = e.reason
     if end.oom_kill:

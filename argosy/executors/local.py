@@ -363,9 +363,8 @@ class LocalExecutor:
         if unjoined:  # its wrapper started nothing
             why = f"could not start: its wrapper could not join the cgroup {unjoined}"
             return AttemptExit(a.job_id, a.attempt, None, True, why)
-        fsize = self.rlimits.fsize if a.uid is not None else None
         told = AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
-        return explain_exit(told, end, fsize)
+        return explain_exit(told, end)
 
     def close(self) -> None:
         """End the warm processes that wait (running attempts are left alone)."""
