@@ -72,8 +72,9 @@ class JobLimitsConfig(BaseModel):
     """RLIMIT_FSIZE of a job user's processes: the largest file a job may write (a
     checkpoint shard, a /dev/shm snapshot slot); 0: no limit."""
     remove_leftovers: bool = True
-    """When a job user's last attempt on this machine ends, remove what it left in
-    /dev/shm and /tmp (its top-level entries) and its SysV IPC objects."""
+    """Once a job user the server created has had no attempt on this machine for a minute,
+    remove what it left in /dev/shm and /tmp (its top-level entries) and its SysV IPC
+    objects, by a process of that user (`argosy.executors.leftovers`)."""
 
 
 @dataclass(frozen=True)
