@@ -25,7 +25,7 @@ environment scan alone remains.
 Limits: `limit(folder)` enables the `pids`, `memory` and `cpu` controllers down to the
 parts where the hierarchy allows (`cgroup_controllers.enable_controllers`) and caps the
 whole folder; `make(..., limits)` then writes a part's `pids.max`, `memory.max`,
-`memory.swap.max` and `cpu.max` before anything joins it, and `part_end` reads what the
+`memory.swap.max` and `cpu.weight` before anything joins it, and `part_end` reads what the
 kernel did (OOM kills, refused forks) before the part is killed and removed. Without
 those controllers (a hybrid v1/v2 host, a cgroup not delegated) the cgroups group and
 kill; they do not limit.

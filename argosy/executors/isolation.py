@@ -97,6 +97,9 @@ DIGEST_SHAPE = re.compile(f"[0-9a-f]{{{DIGEST_CHARS}}}")
 JOB_IDS = range(20000, 60000)
 """Where created job users' uids and gids lie: above the usual people's, below systemd's
 dynamic users (61184), inside a 65,536-id user namespace."""
+JOB_USER_COMMENT = "argosy job user"
+"""The comment (gecos) of every account `ensure_user` creates: what tells a job user the
+server made from an account that existed before, whatever its uid."""
 
 
 def job_environment(
@@ -288,7 +291,8 @@ def id_taken(number: int) -> bool:
 
 
 def _create_user(name: str, ids: tuple[int, int] | None = None) -> None:
-    """Make `name` with `ids` (uid, gid), else with its planned id for both."""
+    """Make `name` with `ids` (uid, gid), else with its planned id for both, its comment
+    `JOB_USER_COMMENT` (the server made it: `leftovers.cleanable`)."""
     if ids is None:
         number = planned_id(name, id_taken)
         ids = (number, number)
@@ -302,6 +306,7 @@ def _create_user(name: str, ids: tuple[int, int] | None = None) -> None:
     shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
     groupadd = shutil.which("groupadd") or "/usr/sbin/groupadd"
     command = [useradd, "--system", "--uid", str(ids[0]), "--gid", name, "--no-create-home"]
+    command += ["--comment", JOB_USER_COMMENT]
     command += ["--no-log-init", "--home-dir", "/nonexistent", "--shell", shell, name]
     try:  # the group first, with its number (it may exist already: then it is used)
         group = [groupadd, "--system", "--gid", str(ids[1]), name]

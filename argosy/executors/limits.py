@@ -26,7 +26,6 @@ import math
 import os
 import resource
 import shutil
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -73,8 +72,9 @@ class JobLimitsConfig(BaseModel):
     """RLIMIT_FSIZE of a job user's processes: the largest file a job may write (a
     checkpoint shard, a /dev/shm snapshot slot); 0: no limit."""
     remove_leftovers: bool = True
-    """When a job user's last attempt on this machine ends, remove what it left in
-    /dev/shm and /tmp (its top-level entries) and its SysV IPC objects."""
+    """Once a job user the server created has had no attempt on this machine for a minute,
+    remove what it left in /dev/shm and /tmp (its top-level entries) and its SysV IPC
+    objects, by a process of that user (`argosy.executors.leftovers`)."""
 
 
 @dataclass(frozen=True)
@@ -288,10 +288,12 @@ class PartEnd:
     pids_max: int | None = None
 
 
-def explain_exit(e: AttemptExit, end: PartEnd, fsize: int | None = None) -> AttemptExit:
-    """`e` told as the limits ended it: over its memory limit or its file size limit, the
-    attempt failed (the job's doing, not lost: a new attempt would do the same); short
-    of tasks, or of the host's memory, the reason says so. A success stays as it is."""
+def explain_exit(e: AttemptExit, end: PartEnd) -> AttemptExit:
+    """`e` told as the limits ended it: over its memory limit, the attempt failed (the
+    job's doing, not lost: a new attempt would do the same); short of tasks, or of the
+    host's memory, the reason says so. A success stays as it is. (A file over
+    RLIMIT_FSIZE is not told from the exit: Python ignores SIGXFSZ, so the write fails
+    with EFBIG in the job's own traceback, and an exit 153 is the job's own.)"""
     if e.exit_code == 0:
         return e
     if end.oom_kill and end.oom and end.memory_max is not None:
@@ -299,9 +301,6 @@ def explain_exit(e: AttemptExit, end: PartEnd, fsize: int | None = None) -> Atte
             f"killed: over its memory limit of {_size(end.memory_max)} (the kernel ended"
             f" {end.oom_kill} of its processes; {e.reason})"
         )
-        return replace(e, lost=False, reason=why)
-    if e.exit_code == 128 + signal.SIGXFSZ and fsize is not None:
-        why = f"killed: a file over its size limit of {_size(fsize)} ({e.reason})"
         return replace(e, lost=False, reason=why)
     why = e.reason
     if end.oom_kill:

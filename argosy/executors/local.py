@@ -36,9 +36,10 @@ running as that queue's user.
 Limits (`argosy.executors.limits`): an attempt's cgroup gets its devices' share of this
 machine (memory, CPU time, tasks) where the server may enable those controllers, and a
 job user's processes start, cold or warm, under one set of rlimits. An attempt killed
-over its memory limit fails with a reason that names the limit. Once a job user's last
-attempt here has ended, what it left in /dev/shm, /tmp and SysV IPC goes
-(`argosy.executors.leftovers`).
+over its memory limit fails with a reason that names the limit. Once a job user has had
+no attempt here for a grace period, its warm process ends and what it left in /dev/shm,
+/tmp and SysV IPC goes, removed by a process of that user (`argosy.executors.leftovers`),
+started at a poll after the exits are read and never waited for.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from argosy.executors.isolation import (
     launch_environment,
     prepare_run_dir,
 )
-from argosy.executors.leftovers import remove_leftovers
+from argosy.executors.leftovers import LeftoverRemoval
 from argosy.executors.limits import JOB_MAX_OPEN_FILES as JOB_MAX_OPEN_FILES  # (theirs now)
 from argosy.executors.limits import JOB_MAX_PROCESSES as JOB_MAX_PROCESSES
 from argosy.executors.limits import (
@@ -178,8 +179,11 @@ class LocalExecutor:
     """Its nodes are this machine's slots as configured: none is ever lost, and a node
     of an earlier configuration is gone, not down (the server does not keep it)."""
 
-    def __init__(self, options: LocalOptions | None = None) -> None:
+    def __init__(
+        self, options: LocalOptions | None = None, *, leftovers: LeftoverRemoval | None = None
+    ) -> None:
         self.options = options or LocalOptions()
+        self._leftovers = leftovers or LeftoverRemoval()
         self.host = socket.gethostname()
         self._running: dict[str, _Attempt] = {}
         self._warm: OrderedDict[JobUser | None, WarmLauncher] = OrderedDict()
@@ -233,6 +237,7 @@ class LocalExecutor:
                     os.killpg(older.pid, signal.SIGKILL)  # wrapper and launcher (one group)
             end_job(request.job_id, request.run_dir, self.cgroups, wait_s=IN_LOOP_KILL_WAIT_S)
         user = self.user_for(request.queue)
+        self._leftovers.started(user.uid if user else None)  # none of its files go meanwhile
         prepare_run_dir(request.run_dir, user, self.legacy_for(request.queue))
         where = attempt_dir(request.run_dir, request.attempt)
         attempt_records(where, user)
@@ -244,7 +249,7 @@ class LocalExecutor:
         limits = self._part_limits(request)
         if self.cgroups is not None and limits:  # limited before anything joins, cold or warm
             self.cgroups.make(request.run_dir, part, limits)
-        if user is not None:  # whose leftovers go when its last attempt here has ended
+        if user is not None:  # whose leftovers go once it is idle here (read after a restart)
             (where / JOB_UID).write_text(str(user.uid))
         proc = None
         if warm is not None and command[:3] == [sys.executable, "-m", "argosy"]:
@@ -311,38 +316,55 @@ class LocalExecutor:
         if self.cgroups is not None and time.monotonic() - self._swept_s > SWEEP_EVERY_S:
             self._swept_s = time.monotonic()
             self.cgroups.sweep()  # what an end left behind, still busy, once empty
-        out = []
+        out, ended_uids = [], []
         for job_id, current in list(self._running.items()):
             ended = self._ended(current)
             if ended is not None:
                 del self._running[job_id]
-                self._remove_leftovers(current.uid)
+                ended_uids.append(current.uid)
                 out.append(ended)
+        self._tend_leftovers(ended_uids)
         return out
 
-    def _remove_leftovers(self, uid: int | None) -> None:
-        """What a job user left in /dev/shm, /tmp and SysV IPC, once none of its attempts
-        runs here any more (`argosy.executors.leftovers`)."""
-        if uid is None or not self.options.limits.remove_leftovers:
+    def _tend_leftovers(self, ended_uids: list[int | None]) -> None:
+        """What job users left in /dev/shm, /tmp and SysV IPC (`argosy.executors.leftovers`):
+        removals that ended are read, and one starts for each job user idle here for the
+        grace period, once its warm process has ended (at an earlier poll: that process
+        must be gone when the removal looks for its user's processes). Never raises: the
+        exits of this poll are reported whatever happens here."""
+        if not self.options.limits.remove_leftovers:
             return
-        if any(a.uid == uid for a in self._running.values()):
-            return
-        removed = remove_leftovers(uid)
-        if removed.files or removed.ipc:
-            log.info(
-                "removed what uid %d left: %d files in /dev/shm and /tmp, %d SysV IPC objects",
-                uid,
-                len(removed.files),
-                len(removed.ipc),
-            )
+        try:
+            for uid in ended_uids:
+                self._leftovers.ended(uid)
+            self._leftovers.reap()
+            busy = {a.uid for a in self._running.values()}
+            for uid in self._leftovers.due(busy):
+                if not self._close_warm(uid):
+                    self._leftovers.start(uid)
+        except Exception:  # a bug here must not cost the exits this poll read
+            log.exception("tending job users' leftovers failed; tried again at the next poll")
+
+    def _close_warm(self, uid: int) -> bool:
+        """End the job user `uid`'s warm process and its holding cgroup; False: it had none."""
+        user = next((u for u in self._warm if u is not None and u.uid == uid), None)
+        if user is None:
+            return False
+        self._warm.pop(user).close()
+        return True
 
     def adopt(self, job_id: str, attempt: int, run_dir: Path) -> AttemptExit | None:
         where = attempt_dir(run_dir, attempt)
         pid = _read_int(where / "wrapper.pid")
-        current = _Attempt(job_id, attempt, where, pid or -1, None, _read_int(where / JOB_UID))
+        uid = _read_int(where / JOB_UID)
+        if uid is None:  # an attempt started before `job.uid` was written
+            uid = _log_owner(where)
+        current = _Attempt(job_id, attempt, where, pid or -1, None, uid)
         ended = self._ended(current)
         if ended is None:
             self._running[job_id] = current
+        else:  # ended while the server was down: its user's leftovers count too
+            self._tend_leftovers([uid])
         return ended
 
     def _ended(self, a: _Attempt) -> AttemptExit | None:
@@ -363,15 +385,16 @@ class LocalExecutor:
         if unjoined:  # its wrapper started nothing
             why = f"could not start: its wrapper could not join the cgroup {unjoined}"
             return AttemptExit(a.job_id, a.attempt, None, True, why)
-        fsize = self.rlimits.fsize if a.uid is not None else None
         told = AttemptExit(a.job_id, a.attempt, code, lost, describe_exit(code))
-        return explain_exit(told, end, fsize)
+        return explain_exit(told, end)
 
     def close(self) -> None:
-        """End the warm processes that wait (running attempts are left alone)."""
+        """End the warm processes that wait and the leftover removals under way (running
+        attempts are left alone)."""
         for warm in self._warm.values():
             warm.close()
         self._warm.clear()
+        self._leftovers.close()
 
 
 def launch_command(request: LaunchRequest) -> list[str]:
@@ -467,6 +490,16 @@ def _ours(attempt: Path) -> bool:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             return False
     return True
+
+
+def _log_owner(where: Path) -> int | None:
+    """The owner of the attempt's output log where it is not this process: its job user
+    (`attempt_records` hands the log over; the job cannot re-own it), else None."""
+    try:
+        owner = os.lstat(where / "output.log").st_uid
+    except OSError:
+        return None
+    return None if owner == os.geteuid() else owner
 
 
 def _read_int(path: Path) -> int | None:

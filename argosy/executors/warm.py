@@ -6,7 +6,8 @@ JSON line to the pipe: the argv after `argosy`, the job's whole environment, the
 directory and the output file. The process applies them and runs the command in place,
 so the attempt skips the imports (a second or more on a loaded machine). EOF on the pipe
 (the executor closed or died) ends it quietly. It is not dumpable: a job of the same
-user cannot attach to it while it waits.
+user cannot attach to it while it waits (the executor hands an attempt only to one that
+has made itself so and has no tracer: one could attach before that first step).
 
     python -m argosy.executors.warm --fd 7    # the executor's side: warm_launcher.WarmLauncher
 """
