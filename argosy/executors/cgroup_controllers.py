@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from argosy.executors.limits import PartEnd
+from argosy.executors.limits import PartEnd, cgroup_int
 
 CONTROLLERS = ("pids", "memory", "cpu")
 SERVER_LEAF = "argosy-server"
@@ -153,8 +153,8 @@ def read_end(group: Path) -> PartEnd:
         oom=memory.get("oom", 0),
         oom_kill=memory.get("oom_kill", 0),
         pids_max_hits=_counters(group / "pids.events").get("max", 0),
-        memory_max=_limit(group / "memory.max"),
-        pids_max=_limit(group / "pids.max"),
+        memory_max=cgroup_int(group / "memory.max"),
+        pids_max=cgroup_int(group / "pids.max"),
     )
 
 
@@ -173,14 +173,6 @@ def _counters(path: Path) -> dict[str, int]:
         return parse_counters(path.read_text())
     except OSError:
         return {}
-
-
-def _limit(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
 
 
 def _words(path: Path) -> list[str]:

@@ -101,8 +101,8 @@ class HostSize:
         `cpu.max`, `pids.max`; "max" or a missing file: no limit)."""
         memory, cpus, tasks = self.memory_bytes, self.cpus, self.tasks
         for group in groups:
-            memory = min(memory, _cgroup_int(group / "memory.max") or memory)
-            tasks = min(tasks, _cgroup_int(group / "pids.max") or tasks)
+            memory = min(memory, cgroup_int(group / "memory.max") or memory)
+            tasks = min(tasks, cgroup_int(group / "pids.max") or tasks)
             cpus = min(cpus, _cgroup_cpus(group / "cpu.max") or cpus)
         return HostSize(memory, cpus, tasks)
 
@@ -122,7 +122,8 @@ def _own_cgroups() -> list[Path]:
     return [here, *[p for p in here.parents if p.is_relative_to(mount) and p != mount]]
 
 
-def _cgroup_int(path: Path) -> int | None:
+def cgroup_int(path: Path) -> int | None:
+    """A cgroup file's one number (`memory.max`); None when it says "max" or is missing."""
     try:
         text = path.read_text().strip()
     except OSError:

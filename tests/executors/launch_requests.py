@@ -1,4 +1,5 @@
-"""A one-node, one-rank attempt of a script written into the test's folder."""
+"""One-node, one-rank attempts: of a script written into the test's folder, or of a
+command run as the attempt's launch."""
 
 from __future__ import annotations
 
@@ -21,4 +22,22 @@ def script_request(tmp_path: Path, job_id: str, text: str, args: tuple[str, ...]
         nodes={"h": 1},
         chip="cpu",
         max_restarts=0,
+    )
+
+
+def command_request(
+    base: Path, job_id: str, command: tuple[str, ...], queue: str | None = None
+) -> LaunchRequest:
+    """Attempt 1 of `job_id` (of `queue`): `command` itself run as its launch."""
+    return LaunchRequest(
+        job_id=job_id,
+        attempt=1,
+        script="",
+        args=(),
+        nproc_per_node=1,
+        run_dir=base / "runs" / job_id,
+        nodes={"h": 1},
+        chip="cpu",
+        command=command,
+        queue=queue,
     )

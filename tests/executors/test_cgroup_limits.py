@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_requests import command_request
 
-from argosy.executors.base import LaunchRequest
 from argosy.executors.cgroup_controllers import SERVER_LEAF, enable_controllers, read_end
 from argosy.executors.cgroups import JobCgroups
 from argosy.executors.limits import GIB, JobLimitsConfig, PartLimits
@@ -42,20 +42,6 @@ def needs(groups: JobCgroups, *controllers: str) -> None:
     missing = set(controllers) - groups.controllers
     if missing:
         pytest.skip(f"the {', '.join(sorted(missing))} controller cannot be enabled here")
-
-
-def command_request(tmp_path: Path, job_id: str, command: tuple[str, ...]) -> LaunchRequest:
-    return LaunchRequest(
-        job_id=job_id,
-        attempt=1,
-        script="",
-        args=(),
-        nproc_per_node=1,
-        run_dir=tmp_path / "runs" / job_id,
-        nodes={"h": 1},
-        chip="cpu",
-        command=command,
-    )
 
 
 def wait_exit(executor: LocalExecutor, timeout_s: float = 60):  # noqa: ANN201

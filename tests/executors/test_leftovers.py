@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from launch_requests import command_request
 
-from argosy.executors.base import LaunchRequest
 from argosy.executors.isolation import (
     JOB_IDS,
     JOB_USER_COMMENT,
@@ -444,8 +444,8 @@ def test_what_a_job_user_left_goes_once_it_is_idle(open_base: Path) -> None:
     executor = LocalExecutor(LocalOptions(identity=identity), leftovers=removal)
     tag = f"argosy-left-{uuid.uuid4().hex[:8]}"
     try:
-        leave = leftover_request(open_base, "jleave", (sys.executable, "-c", LEAVE, tag))
-        stay = leftover_request(open_base, "jstay", ("sleep", "60"))
+        leave = command_request(open_base, "jleave", (sys.executable, "-c", LEAVE, tag), queue="qa")
+        stay = command_request(open_base, "jstay", ("sleep", "60"), queue="qa")
         executor.start(stay)
         executor.start(leave)
         _wait_exits(executor, {"jleave"})
@@ -494,10 +494,10 @@ def test_a_deep_tree_and_many_files_cost_no_exits(open_base: Path) -> None:
     removal = LeftoverRemoval(grace_s=0, folders=[tmp], sysvipc=open_base / "none")
     executor = LocalExecutor(LocalOptions(identity=identity), leftovers=removal)
     try:
-        attacker = leftover_request(
+        attacker = command_request(
             open_base, "jdeep", (sys.executable, "-c", DEEP_AND_MANY, str(tmp)), queue="qa"
         )
-        other = leftover_request(open_base, "jother", ("true",), queue="qb")
+        other = command_request(open_base, "jother", ("true",), queue="qb")
         executor.start(other)
         executor.start(attacker)
         for job in ("jother", "jdeep"):  # both ended before the poll that reads them
@@ -529,7 +529,7 @@ def test_a_user_s_warm_process_ends_before_its_leftovers_go(open_base: Path) -> 
     removal = LeftoverRemoval(grace_s=0, folders=[tmp], sysvipc=open_base / "none")
     executor = LocalExecutor(LocalOptions(identity=identity, warm=True), leftovers=removal)
     try:
-        touch = leftover_request(open_base, "jtouch", ("touch", str(tmp / "left")))
+        touch = command_request(open_base, "jtouch", ("touch", str(tmp / "left")), queue="qa")
         executor.start(touch)
         user = identity.for_queue("qa")
         assert user in executor._warm  # noqa: SLF001  # its warm process, under test
@@ -575,23 +575,6 @@ def test_an_adopted_attempt_without_its_uid_file_counts_by_its_log_s_owner(
         assert removal.due(busy=()) == [20031]
     finally:
         executor.close()
-
-
-def leftover_request(
-    base: Path, job_id: str, command: tuple[str, ...], queue: str = "qa"
-) -> LaunchRequest:
-    return LaunchRequest(
-        job_id=job_id,
-        attempt=1,
-        script="",
-        args=(),
-        nproc_per_node=1,
-        run_dir=base / "runs" / job_id,
-        nodes={"h": 1},
-        chip="cpu",
-        command=command,
-        queue=queue,
-    )
 
 
 def _delete_users(base: str, queues: tuple[str, ...]) -> None:
