@@ -71,6 +71,10 @@ class JobLimitsConfig(BaseModel):
     max_file_size_gib: float = Field(default=1024.0, ge=0.0)
     """RLIMIT_FSIZE of a job user's processes: the largest file a job may write (a
     checkpoint shard, a /dev/shm snapshot slot); 0: no limit."""
+    private_shm: bool = True
+    """Start a job user's attempts in mount and IPC namespaces of their own, with a fresh
+    /dev/shm: what an attempt leaves there or in SysV IPC is charged to its own memory
+    limit and freed when it ends (`argosy.executors.private_shm`; needs a root server)."""
     remove_leftovers: bool = True
     """Once a job user the server created has had no attempt on this machine for a minute,
     remove what it left in /dev/shm and /tmp (its top-level entries) and its SysV IPC

@@ -86,6 +86,7 @@ from argosy.executors.limits import (
     share_of,
     with_rlimits,
 )
+from argosy.executors.private_shm import private_prefix
 from argosy.executors.warm_launcher import WarmLauncher
 from argosy.hardware.discovery import discover
 
@@ -195,8 +196,21 @@ class LocalExecutor:
         if self.cgroups is not None:
             self._set_up_limits(self.cgroups)
         identity = self.options.identity
+        self._private = self._private_shm(identity)
         if self.options.warm and (identity is None or not identity.active):
             self._warm[None] = WarmLauncher(self._warm_env(None), None, self.cgroups)
+
+    def _private_shm(self, identity: JobIdentity | None) -> list[str]:
+        """The prefix giving a job user's attempts their own /dev/shm and SysV IPC
+        (`private_shm`); said once when it cannot be had."""
+        if identity is None or not identity.active or not self.options.limits.private_shm:
+            return []
+        prefix = private_prefix()
+        if not prefix:
+            log.warning(
+                "job users' attempts share /dev/shm and SysV IPC: no private namespaces here"
+            )
+        return prefix
 
     def _set_up_limits(self, cgroups: JobCgroups) -> None:
         """Controllers enabled and the jobs' folder capped (or, with limits off, a cap an
@@ -259,6 +273,8 @@ class LocalExecutor:
         if proc is None:  # no warm process, or one that could not be confined: cold
             argv, cwd = as_job_user(user, command, request.workdir)  # never root's cwd
             argv = with_job_limits(argv, user, self.rlimits)
+            if user is not None:
+                argv = [*self._private, *argv]
             procs = self.cgroups.make(request.run_dir, part) if self.cgroups else None
             proc = subprocess.Popen(  # the wrapper joins the cgroup before it starts anything
                 ["sh", "-c", WRAPPER, str(where), str(procs or ""), *argv],
@@ -283,7 +299,9 @@ class LocalExecutor:
 
     def _keep_warm(self, user: JobUser) -> None:
         """A warm process for `user`; the least recently used one goes past WARM_USERS."""
-        self._warm[user] = WarmLauncher(self._warm_env(user), user, self.cgroups, self.rlimits)
+        self._warm[user] = WarmLauncher(
+            self._warm_env(user), user, self.cgroups, self.rlimits, self._private
+        )
         while len(self._warm) > WARM_USERS:
             _, oldest = self._warm.popitem(last=False)
             oldest.close()

@@ -80,12 +80,13 @@ class WarmLauncher:
         user: JobUser | None = None,
         cgroups: JobCgroups | None = None,
         rlimits: Rlimits | None = None,
+        private: list[str] | None = None,
     ) -> None:
         self._env = env  # what the process starts with: already a job's allowed environment
         self._prefix: list[str] = []
-        if user is not None:  # it runs as the job's user, under the job's rlimits
-            limits = rlimits or job_rlimits(JobLimitsConfig())
-            self._prefix = with_rlimits(user.setpriv(), limits)
+        if user is not None:  # it runs as the job's user, under the job's rlimits, in
+            limits = rlimits or job_rlimits(JobLimitsConfig())  # its own /dev/shm (`private`)
+            self._prefix = [*(private or []), *with_rlimits(user.setpriv(), limits)]
         self._cgroups = cgroups
         self._proc, self._pipe, self._held = self._spawn()
 

@@ -41,6 +41,7 @@ from argosy.executors.leftovers import (
     parse_sysvipc,
     processes_of,
 )
+from argosy.executors.limits import JobLimitsConfig
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="files and IPC of other users need root")
 REPO = Path(__file__).resolve().parents[2]
@@ -418,6 +419,9 @@ def test_a_user_s_sysv_objects_are_removed(open_base: Path, job_user: JobUser) -
         libc.shmctl(roots, 0, None)
 
 
+SHARED_SHM = JobLimitsConfig(private_shm=False)
+"""Attempts in the host's /dev/shm and SysV IPC (`private_shm` off): what they leave there
+is this module's subject."""
 LEAVE = """\
 import ctypes, os, sys
 tag = sys.argv[1]
@@ -441,7 +445,7 @@ def test_what_a_job_user_left_goes_once_it_is_idle(open_base: Path) -> None:
     base = f"argosy-l{uuid.uuid4().hex[:6]}"
     identity = JobIdentity.from_settings(run_as=base, per_queue=True, allow_root=False)
     removal = LeftoverRemoval(grace_s=0)
-    executor = LocalExecutor(LocalOptions(identity=identity), leftovers=removal)
+    executor = LocalExecutor(LocalOptions(identity=identity, limits=SHARED_SHM), leftovers=removal)
     tag = f"argosy-left-{uuid.uuid4().hex[:8]}"
     try:
         leave = command_request(open_base, "jleave", (sys.executable, "-c", LEAVE, tag), queue="qa")
@@ -492,7 +496,7 @@ def test_a_deep_tree_and_many_files_cost_no_exits(open_base: Path) -> None:
     base = f"argosy-l{uuid.uuid4().hex[:6]}"
     identity = JobIdentity.from_settings(run_as=base, per_queue=True, allow_root=False)
     removal = LeftoverRemoval(grace_s=0, folders=[tmp], sysvipc=open_base / "none")
-    executor = LocalExecutor(LocalOptions(identity=identity), leftovers=removal)
+    executor = LocalExecutor(LocalOptions(identity=identity, limits=SHARED_SHM), leftovers=removal)
     try:
         attacker = command_request(
             open_base, "jdeep", (sys.executable, "-c", DEEP_AND_MANY, str(tmp)), queue="qa"
