@@ -14,7 +14,10 @@ is dead, which the executor's inventory leaves out. The cluster asks for Ray's t
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,3 +58,13 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """An interrupted run stops it too."""
     _stop_live()
+
+
+@pytest.fixture
+def open_base() -> Iterator[Path]:
+    """A folder under /tmp every user may pass through (pytest's temp root is 0700): for
+    run directories and files of job users."""
+    base = Path(tempfile.mkdtemp(prefix="argosy-open-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)

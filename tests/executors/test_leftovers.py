@@ -12,7 +12,6 @@ import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -227,15 +226,6 @@ def test_a_removal_past_its_deadline_is_killed_and_one_of_a_starting_user_at_onc
 
 
 # As root: real job users, real removals.
-
-
-@pytest.fixture
-def open_base() -> Iterator[Path]:
-    """A folder every user may pass through (pytest's temp root is 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="argosy-left-", dir="/tmp"))
-    os.chmod(base, 0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _shared(base: Path, name: str) -> Path:

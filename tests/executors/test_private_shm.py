@@ -5,13 +5,10 @@ outlives it. Started cold and warm, through the real local executor, as a job us
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,15 +35,6 @@ libc = ctypes.CDLL(None, use_errno=True)
 print("shmid", libc.shmget(0, 4096, 0o1000 | 0o666), flush=True)
 print("own-file" if os.path.exists(f"/dev/shm/{tag}") else "no-own-file", flush=True)
 """
-
-
-@pytest.fixture
-def open_base() -> Iterator[Path]:
-    """A folder every user may pass through (pytest's temp root is 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="argosy-shm-", dir="/tmp"))
-    os.chmod(base, 0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _shm_ids() -> set[int]:
