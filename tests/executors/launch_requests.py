@@ -8,8 +8,11 @@ from pathlib import Path
 from argosy.executors.base import LaunchRequest
 
 
-def script_request(tmp_path: Path, job_id: str, text: str, args: tuple[str, ...]) -> LaunchRequest:
-    """Attempt 1 of `job_id`: `text` as its script, run with `args`, no restarts."""
+def script_request(
+    tmp_path: Path, job_id: str, text: str, args: tuple[str, ...], queue: str | None = None
+) -> LaunchRequest:
+    """Attempt 1 of `job_id` (of `queue`): `text` as its script, run with `args`, no
+    restarts."""
     script = tmp_path / f"{job_id}-script.py"
     script.write_text(text)
     return LaunchRequest(
@@ -22,6 +25,7 @@ def script_request(tmp_path: Path, job_id: str, text: str, args: tuple[str, ...]
         nodes={"h": 1},
         chip="cpu",
         max_restarts=0,
+        queue=queue,
     )
 
 

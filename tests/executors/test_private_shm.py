@@ -12,8 +12,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from launch_requests import command_request
+from launch_requests import command_request, script_request
 
+from argosy.executors.base import LaunchRequest
 from argosy.executors.isolation import JobIdentity
 from argosy.executors.leftovers import parse_sysvipc
 from argosy.executors.limits import JobLimitsConfig
@@ -41,14 +42,15 @@ def _shm_ids() -> set[int]:
     return {o.id for o in parse_sysvipc("shm", Path("/proc/sysvipc/shm").read_text())}
 
 
-def _run(executor: LocalExecutor, base: Path, job_id: str, tag: str, sentinel: str) -> str:
-    request = command_request(base, job_id, (sys.executable, "-c", PROBE, tag, sentinel), "qa")
+def _run(executor: LocalExecutor, request: LaunchRequest) -> str:
+    """Start `request`, wait for its end, and return everything its attempt logged."""
     executor.start(request)
-    deadline = time.monotonic() + 60
-    while job_id not in {e.job_id for e in executor.poll()}:
-        assert time.monotonic() < deadline, f"{job_id} did not end"
+    deadline = time.monotonic() + 90
+    while request.job_id not in {e.job_id for e in executor.poll()}:
+        assert time.monotonic() < deadline, f"{request.job_id} did not end"
         time.sleep(0.05)
-    return (request.run_dir / "server" / "attempt1" / "output.log").read_text()
+    logs = sorted(request.run_dir.rglob("*.log"))
+    return "".join(p.read_text(errors="replace") for p in logs)
 
 
 def test_an_attempt_s_shared_memory_is_its_own_cold_and_warm(open_base: Path) -> None:
@@ -59,14 +61,23 @@ def test_an_attempt_s_shared_memory_is_its_own_cold_and_warm(open_base: Path) ->
     )
     sentinel = f"argosy-host-{uuid.uuid4().hex[:8]}"
     Path(f"/dev/shm/{sentinel}").write_text("the host's")
-    tags = [f"argosy-shm-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    tags = [f"argosy-shm-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     ids_before = _shm_ids()
+    probe = (sys.executable, "-c", PROBE)
     try:
-        for job_id, tag in zip(("jcold", "jwarm"), tags, strict=True):  # the second warm
-            out = _run(executor, open_base, job_id, tag, sentinel)
+        for job_id, tag in zip(("jcold", "jlaunch", "jwarm"), tags, strict=True):
+            if job_id == "jcold":  # a command of its own: always cold
+                request = command_request(open_base, job_id, (*probe, tag, sentinel), "qa")
+            else:  # `argosy launch`: the user's warm process takes the second one
+                request = script_request(open_base, job_id, PROBE, (tag, sentinel), "qa")
+            warm = executor._warm.get(identity.for_queue("qa"))
+            waiting = warm._proc.pid if warm is not None else None
+            out = _run(executor, request)
+            if job_id != "jcold":  # the user's warm process became this attempt
+                wrapper = request.run_dir / "server" / "attempt1" / "wrapper.pid"
+                assert waiting is not None and int(wrapper.read_text()) == waiting
             assert "no-sentinel" in out and "own-file" in out, out
-            shmid = int(out.split("shmid", 1)[1].split()[0])
-            assert shmid >= 0, out
+            assert int(out.split("shmid", 1)[1].split()[0]) >= 0, out
             assert not Path(f"/dev/shm/{tag}").exists()  # never on the host's
             assert _shm_ids() <= ids_before  # its segment went with its namespace
     finally:
