@@ -1,7 +1,9 @@
-"""Run the real `argosy` CLI in a subprocess (`python -m argosy`), as a user would.
+"""Run the real `argosy` CLI in a subprocess (`python -m argosy`), as a user would, or
+its entry point in this process (`run_main`, for capsys and monkeypatch).
 
     done = argosy("health", "check", "--json")
     assert done.returncode == 0, done.stderr
+    assert run_main(monkeypatch, "chips", "--set", "nope=1") == 2
 
 The child runs from the repository root with a fixed terminal width, so rich tables wrap
 the same way on every machine.
@@ -14,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_gpt.py"
@@ -50,3 +53,16 @@ def losses(run_dir: Path) -> dict[int, float]:
 def summary(run_dir: Path) -> dict:
     """The run's summary.json."""
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def run_main(monkeypatch: Any, *args: str) -> int:  # noqa: ANN401  (pytest's MonkeyPatch)
+    """The exit code of `argosy ARGS...` run through its console entry point here (which
+    always ends in SystemExit)."""
+    import pytest
+
+    from argosy.cli.app import main
+
+    monkeypatch.setattr("sys.argv", ["argosy", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    return int(done.value.code or 0)

@@ -4,27 +4,17 @@
 from __future__ import annotations
 
 import pytest
-
-from argosy.cli.app import main
-
-
-def _run(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.setattr("sys.argv", ["argosy", *args])
-    try:
-        main()
-    except SystemExit as done:
-        return int(done.code or 0)
-    return 0
+from cli_helpers import run_main
 
 
 def test_a_parallel_key_given_twice_is_a_usage_error(monkeypatch, capsys) -> None:
     args = ("estimate", "-m", "llama3-8b", "-c", "h100:8", "--parallel", "tp=8,tp=4,pp=2")
-    assert _run(monkeypatch, *args) == 2
+    assert run_main(monkeypatch, *args) == 2
     assert "'tp' is given twice" in capsys.readouterr().err
 
 
 def test_a_zero_lifetime_says_it_must_be_positive(monkeypatch, capsys) -> None:
-    assert _run(monkeypatch, "token", "create", "--expires", "0d") == 2
+    assert run_main(monkeypatch, "token", "create", "--expires", "0d") == 2
     err = capsys.readouterr().err
     assert "must be more than 0" in err and "give a number" not in err
 
@@ -34,7 +24,7 @@ def test_policy_beside_compare_is_a_usage_error(monkeypatch, capsys, tmp_path) -
     (tmp_path / "t.jsonl").write_text("")
     args = ("sim", "run", "--cluster", "h100:8", "--queues", str(tmp_path / "q.yaml"),
             "--trace", str(tmp_path / "t.jsonl"), "--policy", "fifo", "--compare")  # fmt: skip
-    assert _run(monkeypatch, *args) == 2
+    assert run_main(monkeypatch, *args) == 2
     assert "leave out --policy fifo" in capsys.readouterr().err
 
 
@@ -47,7 +37,7 @@ def test_revoking_an_unnamed_token_prints_no_empty_parentheses(monkeypatch, caps
             return {"id": "t2130e4959adb", "name": ""}
 
     monkeypatch.setattr("argosy.cli.tokens.Client", Answer)
-    assert _run(monkeypatch, "token", "revoke", "t2130e4959adb") == 0
+    assert run_main(monkeypatch, "token", "revoke", "t2130e4959adb") == 0
     assert capsys.readouterr().out.strip() == "revoked t2130e4959adb"
 
 
@@ -55,11 +45,11 @@ def test_an_event_log_without_one_event_points_at_its_first_line(
     monkeypatch, capsys, tmp_path
 ) -> None:
     (tmp_path / "events.jsonl").write_text("\nnot json\n")
-    assert _run(monkeypatch, "runs", "show", str(tmp_path)) == 2
+    assert run_main(monkeypatch, "runs", "show", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert "events.jsonl:2: not an event" in err and "'not json'" in err
     (tmp_path / "events.jsonl").write_text("")
-    assert _run(monkeypatch, "runs", "show", str(tmp_path), "--json") == 2
+    assert run_main(monkeypatch, "runs", "show", str(tmp_path), "--json") == 2
     assert "is empty" in capsys.readouterr().err
 
 

@@ -4,37 +4,29 @@ from __future__ import annotations
 
 import re
 
-import pytest
 import typer
-from cli_helpers import argosy
+from cli_helpers import argosy, run_main
 from typer.testing import CliRunner
 
-from argosy.cli.app import app, main
+from argosy.cli.app import app
 
 TAG = re.compile(r"\\?\[[a-zA-Z/#@][^\[\]]*\]")
 
 
-def _run_main(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.setattr("sys.argv", ["argosy", *args])
-    with pytest.raises(SystemExit) as done:
-        main()
-    return int(done.value.code or 0)
-
-
 def test_a_closing_tag_in_input_is_a_usage_error(monkeypatch, capsys) -> None:
-    assert _run_main(monkeypatch, "cluster", "[/]:8") == 2
+    assert run_main(monkeypatch, "cluster", "[/]:8") == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "'[/]'" in err
 
 
 def test_an_emoji_code_in_input_is_printed_as_typed(monkeypatch, capsys) -> None:
-    assert _run_main(monkeypatch, "cluster", "h100:abc") == 2
+    assert run_main(monkeypatch, "cluster", "h100:abc") == 2
     assert "h100:abc:" in capsys.readouterr().err
 
 
 def test_a_markup_tag_in_a_path_is_kept(monkeypatch, capsys, tmp_path) -> None:
-    assert _run_main(monkeypatch, "runs", "show", str(tmp_path / "[red]x")) == 2
+    assert run_main(monkeypatch, "runs", "show", str(tmp_path / "[red]x")) == 2
     assert "[red]x" in capsys.readouterr().err
 
 
