@@ -2,7 +2,9 @@
 folders and SysV IPC objects, removed by that user itself once it has been idle here.
 
 /dev/shm backs every tenant's flash checkpoints, and a SysV segment made 0666 is a
-channel to every other tenant: neither ends with the processes that made them. Once a job
+channel to every other tenant: neither ends with the processes that made them. (Where
+attempts run in namespaces of their own, `argosy.executors.private_shm`, their /dev/shm
+and SysV IPC go with them; /tmp remains, and this removes what is there.) Once a job
 user has had no attempt here for `LEFTOVER_GRACE_S` (a restart after a fault comes within
 seconds, and finds its warm process and /dev/shm snapshot), the local executor ends its
 warm process and `LeftoverRemoval.start`s `python -m argosy.executors.leftovers` *as that
@@ -60,6 +62,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from argosy.core.trees import remove_trees
 from argosy.executors.isolation import JOB_IDS, JOB_USER_COMMENT, JobUser, job_environment
 
 log = logging.getLogger(__name__)
@@ -77,8 +80,6 @@ REMOVAL_DEADLINE_S = 300.0
 """How long a removal may run; a later poll kills it past that (what is left stays)."""
 CANCEL_WAIT_S = 0.25
 """How long a start of the same user waits for a removal it killed to end."""
-RM_BATCH = 256
-"""Top-level entries handed to one `rm` (a command line's size is limited)."""
 BUSY = 3
 """A removal's exit status when another process of its user runs: nothing was removed."""
 REFUSED = 4
@@ -203,27 +204,12 @@ def owned_entries(folder: Path, uid: int) -> list[Path]:
     return found
 
 
-def remove_entries(paths: list[Path]) -> list[Path]:
-    """`rm -rf --one-file-system` on `paths`, with this process's rights (what its user
-    may not remove stays); returns those gone after."""
-    for i in range(0, len(paths), RM_BATCH):
-        batch = [str(p) for p in paths[i : i + RM_BATCH]]
-        subprocess.run(
-            ["rm", "-rf", "--one-file-system", "--", *batch],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,  # (what it may not remove: said per entry)
-            check=False,
-        )
-    return [p for p in paths if not os.path.lexists(p)]
-
-
 def remove_own_leftovers(folders: Iterable[Path], sysvipc: Path = SYSVIPC) -> Removed:
     """Remove what this process's user left in `folders` and its SysV IPC objects, with
     this process's rights: run as that user (`main`), never as root."""
     uid, removed = os.getuid(), Removed()
     for folder in folders:
-        removed.files += remove_entries(owned_entries(folder, uid))
+        removed.files += remove_trees(owned_entries(folder, uid))
     removed.ipc = [o for o in ipc_objects_of(uid, sysvipc) if remove_ipc(o)]
     return removed
 

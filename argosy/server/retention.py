@@ -24,15 +24,14 @@ job's id is then unknown to the API (404), and its Idempotency-Key free again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import ColumnElement, Engine, Table, and_, func, or_, select
 
+from argosy.core.trees import remove_trees
 from argosy.server.config import ServerConfig
 from argosy.server.schemas import SERVICE_TERMINAL, TERMINAL
 from argosy.server.store import Store
@@ -43,7 +42,7 @@ log = logging.getLogger(__name__)
 PAST_USE_HALF_LIVES = 5
 """A job that held devices is kept at least this many usage half-lives after it ended."""
 RM_TIMEOUT_S = 600
-"""The longest one removal of run directories may take (off the event loop)."""
+"""The longest one `rm` of run directories may take (off the event loop)."""
 BATCH = 500
 """The most jobs (and services) one removal takes: the control loop pauses between them
 (a pass goes on, batch after batch, while batches come full)."""
@@ -134,14 +133,9 @@ def _beyond(
 
 
 def remove_run_dirs(run_dirs: list[Path]) -> None:
-    """Remove the run directories of removed jobs (`prune_run_dirs`) with `rm -rf
-    --one-file-system`: a job's tree may be deep (no recursion limit there) and hold links
-    (never followed) or mounts (never crossed)."""
-    targets = [str(t) for t in run_dirs if t.is_dir() and not t.is_symlink()]
-    if targets:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            command = ["rm", "-rf", "--one-file-system", "--", *targets]
-            subprocess.run(command, capture_output=True, timeout=RM_TIMEOUT_S)
+    """Remove the run directories of removed jobs (`prune_run_dirs`): a job's tree, deep
+    perhaps, with links and mounts (`core.trees`)."""
+    remove_trees([t for t in run_dirs if t.is_dir() and not t.is_symlink()], RM_TIMEOUT_S)
 
 
 class Retention:
