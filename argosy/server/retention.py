@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import ColumnElement, Engine, Table, and_, func, or_, select
+from sqlalchemy import ColumnElement, Engine, Table, func, or_, select
 
 from argosy.core.trees import remove_trees
 from argosy.server.config import ServerConfig
@@ -126,7 +126,7 @@ def _beyond(
         past.append(ranked.c.ended_at < now_s - policy.keep_days * 86_400.0)
     query = select(ranked.c.id).where(or_(*past))
     if may_go is not None:
-        query = query.where(and_(ranked.c.may_go))
+        query = query.where(ranked.c.may_go)
     query = query.order_by(ranked.c.ended_at).limit(BATCH)
     with engine.connect() as c:
         return [row[0] for row in c.execute(query)]
