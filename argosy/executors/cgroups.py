@@ -90,6 +90,16 @@ def own_cgroup(proc_cgroup: str) -> str | None:
     return None
 
 
+def own_cgroup_path() -> tuple[Path, str] | None:
+    """(the cgroup2 mount, this process's cgroup path in it); None where there is none."""
+    try:
+        mount = cgroup2_mount(MOUNTINFO.read_text())
+        own = own_cgroup(OWN_CGROUP.read_text())
+    except OSError:
+        return None
+    return None if mount is None or own is None else (mount, own)
+
+
 def _unescape(path: str) -> str:
     """Mountinfo's octal escapes (`\\040` for a space) undone."""
     return path.encode().decode("unicode_escape") if "\\" in path else path
@@ -114,13 +124,10 @@ class JobCgroups:
     def here(cls) -> JobCgroups | None:
         """The folder where this process may make job cgroups, made when missing; None
         where there is no cgroup2 hierarchy or it may not write there."""
-        try:
-            mount = cgroup2_mount(MOUNTINFO.read_text())
-            own = own_cgroup(OWN_CGROUP.read_text())
-        except OSError:
+        found_here = own_cgroup_path()
+        if found_here is None:
             return None
-        if mount is None or own is None:
-            return None
+        mount, own = found_here
         base = own.rstrip("/").removesuffix(f"/{SERVER_LEAF}")  # moved into its leaf
         root = mount / base.lstrip("/") / FOLDER
         try:

@@ -113,15 +113,12 @@ class HostSize:
 
 def _own_cgroups() -> list[Path]:
     """This process's cgroup (v2) and every one above it, up to the mount's root."""
-    from argosy.executors.cgroups import MOUNTINFO, OWN_CGROUP, cgroup2_mount, own_cgroup
+    from argosy.executors.cgroups import own_cgroup_path  # (it imports this module)
 
-    try:
-        mount = cgroup2_mount(MOUNTINFO.read_text())
-        own = own_cgroup(OWN_CGROUP.read_text())
-    except OSError:
+    found = own_cgroup_path()
+    if found is None:
         return []
-    if mount is None or own is None:
-        return []
+    mount, own = found
     here = mount / own.lstrip("/")
     return [here, *[p for p in here.parents if p.is_relative_to(mount) and p != mount]]
 
