@@ -32,35 +32,28 @@ MOUNT_SHM = 'mount -t tmpfs -o mode=1777,nosuid,nodev argosy-shm /dev/shm 2>/dev
 def private_prefix() -> list[str]:
     """The command prefix that starts what follows in private mount and IPC namespaces
     with its own /dev/shm; empty where that cannot be had (`available`)."""
-    unshare = shutil.which("unshare")
-    if unshare is None or not available():
-        return []
-    return [
-        unshare,
-        "--mount",
-        "--ipc",
-        "--propagation",
-        "private",
-        "--",
-        "sh",
-        "-c",
-        MOUNT_SHM,
-        "argosy-private-shm",
-    ]
+    command = _in_namespaces(MOUNT_SHM)
+    return [*command, "argosy-private-shm"] if command and available() else []
 
 
 @functools.cache
 def available() -> bool:
     """Whether this process may start a command in private mount and IPC namespaces with
     its own /dev/shm (tried once: `unshare` as it will be used, then a look at the mount)."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
+    mounted = "grep -q '^argosy-shm /dev/shm ' /proc/self/mounts"
+    command = _in_namespaces(f"mount -t tmpfs argosy-shm /dev/shm && {mounted}")
+    if command is None:
         return False
-    probe = (
-        "mount -t tmpfs argosy-shm /dev/shm && grep -q '^argosy-shm /dev/shm ' /proc/self/mounts"
-    )
-    command = [unshare, "--mount", "--ipc", "--propagation", "private", "--", "sh", "-c", probe]
     try:
         return subprocess.run(command, capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def _in_namespaces(script: str) -> list[str] | None:
+    """`sh -c script` in new mount (private propagation) and IPC namespaces; None where
+    there is no `unshare`."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    return [unshare, "--mount", "--ipc", "--propagation", "private", "--", "sh", "-c", script]
