@@ -71,8 +71,6 @@ from argosy.executors.isolation import (
     prepare_run_dir,
 )
 from argosy.executors.leftovers import LeftoverRemoval
-from argosy.executors.limits import JOB_MAX_OPEN_FILES as JOB_MAX_OPEN_FILES  # (theirs now)
-from argosy.executors.limits import JOB_MAX_PROCESSES as JOB_MAX_PROCESSES
 from argosy.executors.limits import (
     UNLIMITED,
     HostSize,

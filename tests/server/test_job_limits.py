@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from argosy.executors.local import JOB_MAX_OPEN_FILES, JOB_MAX_PROCESSES, with_job_limits
+from argosy.executors.limits import JOB_MAX_OPEN_FILES, JOB_MAX_PROCESSES
+from argosy.executors.local import with_job_limits
 
 
 def test_a_job_users_command_runs_under_the_limits() -> None:
