@@ -111,3 +111,18 @@ class Executor(Protocol):
         """After a server restart: track the attempt and return None if it still runs,
         else how it ended."""
         ...
+
+    def devices_busy(self, nodes: dict[str, int]) -> bool:
+        """Whether an attempt placed on `nodes` would not find that many free devices
+        there now: an attempt stopped to make room for it still holds them until it is
+        gone (the server then places it again at a later cycle)."""
+        ...
+
+    def lend(self, job_id: str) -> None:
+        """The attempt (an asleep replica) lets others take its devices meanwhile."""
+        ...
+
+    def take_back(self, job_id: str) -> bool:
+        """The lending attempt wants its devices again: True when it holds them again,
+        False when another attempt holds one of them now (it must start afresh)."""
+        ...

@@ -27,6 +27,11 @@ class FakeExecutor:
         self.running: dict[str, LaunchRequest] = {}
         self.started: list[tuple[str, int]] = []
         self._exits: list[AttemptExit] = []
+        self.busy: set[str] = set()
+        """Nodes a test says are full (held by something outside the fake's attempts)."""
+        self.lent: set[str] = set()
+        self.taken: set[str] = set()
+        """Lenders whose devices a test says were taken meanwhile."""
 
     def inventory(self) -> list[NodeInfo]:
         return list(self.nodes)
@@ -44,6 +49,8 @@ class FakeExecutor:
         """The job's running attempt ends with `code` (None: it vanished), having lost the
         nodes of `lost_node_ranks` (as the Ray executor reports a gang's lost node)."""
         request = self.running.pop(job_id)
+        self.lent.discard(job_id)
+        self.taken.discard(job_id)
         lost = is_lost(code) or bool(lost_node_ranks)
         why = describe_exit(code)
         self._exits.append(AttemptExit(job_id, request.attempt, code, lost, why, lost_node_ranks))
@@ -55,6 +62,39 @@ class FakeExecutor:
     def poll(self) -> list[AttemptExit]:
         out, self._exits = self._exits, []
         return out
+
+    def devices_busy(self, nodes: dict[str, int]) -> bool:
+        """As the local executor counts: running attempts (lenders not) hold their
+        devices until `finish`; `busy` nodes are full whatever they hold."""
+        held = self._held(but="")
+        return any(
+            n in self.busy or held.get(n, 0) + k > self._size(n, k) for n, k in nodes.items()
+        )
+
+    def lend(self, job_id: str) -> None:
+        if job_id in self.running:
+            self.lent.add(job_id)
+
+    def take_back(self, job_id: str) -> bool:
+        request = self.running.get(job_id)
+        if job_id in self.taken or request is None:
+            return False
+        held = self._held(but=job_id)
+        if any(held.get(n, 0) + k > self._size(n, k) for n, k in request.nodes.items()):
+            return False
+        self.lent.discard(job_id)
+        return True
+
+    def _held(self, but: str) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for key, request in self.running.items():
+            if key != but and key not in self.lent:
+                for n, k in request.nodes.items():
+                    held[n] = held.get(n, 0) + k
+        return held
+
+    def _size(self, node: str, default: int) -> int:
+        return next((n.devices for n in self.nodes if n.name == node), default)
 
     def adopt(self, job_id: str, attempt: int, run_dir: Path) -> AttemptExit | None:
         request = self.running.get(job_id)

@@ -17,11 +17,15 @@ cleared its environment included. When an attempt ends abnormally, its rank proc
 (which `argosy launch` keeps in their own sessions) are also found by the
 `ARGOSY_JOB_ID` in their environment and killed, so a job never has two sets of ranks.
 
-Devices: the accelerators device discovery reports (one node per chip type), or, on a
-machine without any, `slots` CPU slots: one node, or with `node_devices` nodes of that
-many slots each (`<host>-0`, `<host>-1`, ...), so the scheduler can resize an elastic job
-and lend a service's device one node at a time on one machine. An attempt placed on
-several of them runs all its ranks here (`--nproc-per-node` = its devices).
+Devices (`argosy.executors.local_devices`): the accelerators device discovery reports
+(one node per chip type), or, on a machine without any, `slots` CPU slots: one node, or
+with `node_devices` nodes of that many slots each (`<host>-0`, `<host>-1`, ...), so the
+scheduler can resize an elastic job and lend a service's device one node at a time on
+one machine. An attempt placed on several of them runs all its ranks here
+(`--nproc-per-node` = its devices). On accelerators each attempt holds device indices of
+its own (`DeviceBook`) and sees only those (`CUDA_VISIBLE_DEVICES`, ...): two jobs on one
+8-GPU host never share a GPU, and a job placed where a preempted one still checkpoints
+waits (`devices_busy`) rather than start on its GPUs.
 
 Isolation (`argosy.executors.isolation`): an attempt gets an allow-listed environment
 (no `ARGOSY_HOME`, no tokens) with `HOME` its run directory; when `identity` names a user
@@ -84,6 +88,7 @@ from argosy.executors.limits import (
     share_of,
     with_rlimits,
 )
+from argosy.executors.local_devices import LocalDevices
 from argosy.executors.private_shm import private_prefix
 from argosy.executors.warm_launcher import WarmLauncher
 from argosy.hardware.discovery import discover
@@ -184,6 +189,8 @@ class LocalExecutor:
         self.options = options or LocalOptions()
         self._leftovers = leftovers or LeftoverRemoval()
         self.host = socket.gethostname()
+        opts = self.options
+        self.devices = LocalDevices(self.host, opts.slots, opts.node_devices, discover)
         self._running: dict[str, _Attempt] = {}
         self._warm: OrderedDict[JobUser | None, WarmLauncher] = OrderedDict()
         self.cgroups = JobCgroups.here()  # None: the environment scan alone ends a job
@@ -231,15 +238,16 @@ class LocalExecutor:
         return part_limits(share, self._host, self.options.limits).files()
 
     def inventory(self) -> list[NodeInfo]:
-        found = [d for d in discover() if d.catalog_id and d.backend != "cpu"]
-        if not found:
-            slots = self.options.slots or os.cpu_count() or 1
-            return cpu_nodes(self.host, slots, self.options.node_devices)
-        chips: dict[str, int] = {}
-        for device in found:
-            chips[str(device.catalog_id)] = chips.get(str(device.catalog_id), 0) + 1
-        name = (lambda c: self.host) if len(chips) == 1 else (lambda c: f"{self.host}-{c}")
-        return [NodeInfo(name(c), c, n, "127.0.0.1") for c, n in chips.items()]
+        return self.devices.inventory()
+
+    def devices_busy(self, nodes: dict[str, int]) -> bool:
+        return self.devices.busy(nodes)
+
+    def lend(self, job_id: str) -> None:
+        self.devices.book.lend(job_id)
+
+    def take_back(self, job_id: str) -> bool:
+        return self.devices.book.take_back(job_id)
 
     def start(self, request: LaunchRequest) -> None:
         older = self._running.pop(request.job_id, None)
@@ -253,8 +261,19 @@ class LocalExecutor:
         prepare_run_dir(request.run_dir, user, self.legacy_for(request.queue))
         where = attempt_dir(request.run_dir, request.attempt)
         attempt_records(where, user)
+        visible = self.devices.take(request.job_id, request.nodes, where)  # or DevicesBusyError
+        try:
+            self._spawn(request, user, where, visible)
+        except BaseException:
+            self.devices.book.release(request.job_id)  # nothing runs on them
+            raise
+
+    def _spawn(
+        self, request: LaunchRequest, user: JobUser | None, where: Path, visible: dict[str, str]
+    ) -> None:
+        """Start the attempt's wrapper (cold) or hand it to a warm process."""
         extra = request.env | {JOB_ENV: request.job_id, "ARGOSY_ATTEMPT_DIR": str(where)}
-        env = self.environment(extra, request.run_dir, user)
+        env = self.environment(extra | visible, request.run_dir, user)
         command = launch_command(request)
         warm = self._warm.get(user)
         part = f"a{request.attempt}"  # the attempt's cgroup: all it starts ends with it
@@ -337,6 +356,7 @@ class LocalExecutor:
             ended = self._ended(current)
             if ended is not None:
                 del self._running[job_id]
+                self.devices.book.release(job_id)
                 ended_uids.append(current.uid)
                 out.append(ended)
         self._tend_leftovers(ended_uids)
@@ -379,6 +399,7 @@ class LocalExecutor:
         ended = self._ended(current)
         if ended is None:
             self._running[job_id] = current
+            self.devices.adopt(job_id, where)
         else:  # ended while the server was down: its user's leftovers count too
             self._tend_leftovers([uid])
         return ended
@@ -427,16 +448,6 @@ def launch_command(request: LaunchRequest) -> list[str]:
     for entry in request.inject:
         command += ["--inject", entry]
     return [*command, request.script, *request.args]
-
-
-def cpu_nodes(host: str, slots: int, node_devices: int) -> list[NodeInfo]:
-    """This machine's CPU slots as one node, or as nodes of `node_devices` slots each."""
-    if node_devices <= 0 or node_devices >= slots:
-        return [NodeInfo(name=host, chip="cpu", devices=slots, address="127.0.0.1")]
-    sizes = [node_devices] * (slots // node_devices) + [slots % node_devices] * bool(
-        slots % node_devices
-    )
-    return [NodeInfo(f"{host}-{i}", "cpu", n, "127.0.0.1") for i, n in enumerate(sizes)]
 
 
 def kill_job_processes(job_id: str) -> int:

@@ -205,6 +205,15 @@ class RayExecutor(GangVerdicts):
         self._send(partial(self._adopt, job_id, attempt))
         return None
 
+    def devices_busy(self, nodes: dict[str, int]) -> bool:
+        return False  # Ray places each rank on GPUs it holds for it alone (and waits)
+
+    def lend(self, job_id: str) -> None:
+        return None  # Ray accounts for each actor's GPUs itself
+
+    def take_back(self, job_id: str) -> bool:
+        return True
+
     def reap(self) -> None:
         """Adoption is over: remove every `argosy-*` placement group and actor that
         belongs to no adopted attempt (stale leftovers of an earlier server)."""

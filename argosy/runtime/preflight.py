@@ -13,9 +13,11 @@ pin, and leaving one out shows only in the record.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from argosy.core.visibility import narrowed
 from argosy.health import HealthConfig, run_check
 from argosy.health.preflight import choose_devices
 
@@ -65,6 +67,6 @@ def run_preflight(
         devices = ",".join(str(d) for d in decision.use)
         env["ARGOSY_DEVICES"] = devices
         variable = VISIBLE_DEVICES_ENV.get(report.node.device_type)
-        if variable is not None:
-            env[variable] = devices
+        if variable is not None:  # what this process sees may be narrowed already
+            env[variable] = narrowed(variable, decision.use, os.environ)
     return PreflightResult(event, env)

@@ -376,8 +376,8 @@ class Control(ResizeControl, NodeControl):
         if d.action == "start":
             if not self.scheduling.is_running(job_id):
                 return  # stopped again later in the same cycle: it is pending there
-            if self._on_replica_device(job_id):
-                self.scheduling.requeue(job_id)  # placed again once the replica sleeps
+            if self._on_replica_device(job_id) or self._devices_busy(job_id):
+                self.scheduling.requeue(job_id)  # placed again once they are free
                 self.poke()
                 return
             self._start(job_id)
@@ -403,6 +403,11 @@ class Control(ResizeControl, NodeControl):
         held = self.services.held_beyond_slots()
         nodes = self.scheduling.placement(job_id).nodes
         return any(self.scheduling.free_on(n) < held.get(n, 0) for n in nodes)
+
+    def _devices_busy(self, job_id: str) -> bool:
+        """Whether the executor still sees the job's devices held: the attempt the
+        scheduler stopped to make room for it (a preemption) checkpoints before it exits."""
+        return self.executor.devices_busy(self.scheduling.placement(job_id).nodes)
 
     def _ended(self, job_id: str) -> bool:
         row = self.store.get_job(job_id)

@@ -65,6 +65,7 @@ UNHEALTHY_AFTER = 3
 UNPROVEN_GRACE_S = 30.0
 """Seconds a starting replica's port may answer without the replica's proof before the
 replica is stopped (its process cannot hold the port: another one does)."""
+DEVICE_TAKEN = "its device was taken by another attempt while it slept; it starts afresh"
 
 
 def replica_key(service_id: str, index: int) -> str:
@@ -268,7 +269,7 @@ class Services:
             return
         if e.lost_node_ranks or rec.get("node") in self.scheduling.out_of_service:
             message += "; its node is out of service"  # not the replica's failure
-        else:
+        elif stopped_why != DEVICE_TAKEN:  # (that one is not its failure either)
             rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
         counts = before_ready and (e.exit_code or stopped_why)
@@ -335,10 +336,23 @@ class Services:
             wanted = self.scheduling.replica_nodes(service_id)
             if _missing(row, len(wanted)):
                 self.placed(service_id)  # a replica to start once its node is free
+            for r in row["replicas"]:
+                if r["state"] == "asleep":  # its device is lent (said again after a restart)
+                    self.executor.lend(replica_key(service_id, r["index"]))
             if _needs_lease(row, len(wanted)) and self.lease.reconcile(
-                row, wanted, self.training(), row["spec"]["model"]
+                row, wanted, self.training(), row["spec"]["model"], self._take_back
             ):
                 self._save(row)
+
+    def _take_back(self, key: str) -> bool:
+        """Whether an asleep replica has its device back; if another attempt took it
+        meanwhile the replica is stopped, to start afresh on a free one."""
+        if self.executor.take_back(key):
+            return True
+        if key not in self._stop_reasons:
+            self._stop_reasons[key] = DEVICE_TAKEN
+            self.executor.stop(key)
+        return False
 
     def _in_service(self, service_id: str, index: int, node: str) -> str:
         """The node replica `index` (not running) starts on: its slot's, or, that node

@@ -171,10 +171,18 @@ class Lease:
         return service_api_key(self.secret, service_id)
 
     # ---- replicas ---------------------------------------------------------------------
-    def reconcile(self, row: Row, wanted: list[str], training: set[str], model: str) -> bool:
+    def reconcile(
+        self,
+        row: Row,
+        wanted: list[str],
+        training: set[str],
+        model: str,
+        take_back: Callable[[str], bool] = lambda key: True,
+    ) -> bool:
         """Yield the replicas of a tidal service beyond the scheduler's `wanted` nodes and
-        wake the asleep ones it placed again on nodes no training rank holds (`training`);
-        returns whether a record changed."""
+        wake the asleep ones it placed again on nodes no training rank holds (`training`)
+        once they have their devices back (`take_back(key)`: False while another attempt
+        holds one); returns whether a record changed."""
         changed = False
         for rec in row["replicas"]:
             key = f"{row['id']}.r{rec['index']}"
@@ -185,8 +193,8 @@ class Lease:
                 changed = True
             elif rec["index"] < len(wanted) and rec["state"] == "asleep":
                 node = wanted[rec["index"]]
-                if node in training:
-                    continue  # its ranks are still stopping: wake once they are gone
+                if node in training or not take_back(key):
+                    continue  # its ranks are still stopping, or its device is another's
                 rec["node"] = node
                 self._call(key, "reclaim", row, rec, model)
                 changed = True

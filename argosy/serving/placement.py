@@ -27,6 +27,7 @@ from typing import Any
 
 from argosy.core.device_spec import parse_device_spec
 from argosy.core.errors import ArgosyError
+from argosy.core.visibility import entries
 
 AUTO = "auto"
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -174,15 +175,7 @@ def device_key(device: str) -> str:
 
 def _visible_entries() -> list[str] | None:
     """CUDA_VISIBLE_DEVICES as a list (None when unset); CUDA stops at the first bad entry."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    entries: list[str] = []
-    for entry in (e.strip() for e in value.split(",")):
-        if not entry or entry.startswith("-"):
-            break
-        entries.append(entry)
-    return entries
+    return entries(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def _nvml_count() -> int:

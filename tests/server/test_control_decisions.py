@@ -38,9 +38,15 @@ class Loop:
     """A `Control` on a `FakeExecutor`, stepped by hand; `restart` is a new server on the
     same store and executor."""
 
-    def __init__(self, home: Path, nodes: list[NodeInfo], executor: FakeExecutor | None = None):
+    def __init__(
+        self,
+        home: Path,
+        nodes: list[NodeInfo],
+        executor: FakeExecutor | None = None,
+        **config: Any,
+    ):
         self.config = ServerConfig(
-            home=home, min_cycle_gap_s=0.0, nodes_interval_s=1e9, scheduler=FAST
+            home=home, min_cycle_gap_s=0.0, nodes_interval_s=1e9, scheduler=FAST, **config
         )
         self.store = Store(self.config.database_url)
         self.fake = executor or FakeExecutor(nodes)
@@ -254,3 +260,45 @@ def test_a_resize_relaunch_never_starts_on_a_node_gone_out_of_service(
     row = loop.store.get_job(el)
     assert row["state"] == "running" and set(row["placement"]["nodes"]) == first
     assert "attempt_lost" not in [e["kind"] for e in loop.store.list_events(job_id=el)[0]]
+
+
+# ---- a start on devices an attempt that stops still holds ------------------------------
+
+
+class StoppingSlowly(FakeExecutor):
+    """A stopped attempt exits only when the test says so (it checkpoints first), and
+    holds its devices until then, as the local executor counts them."""
+
+    def stop(self, job_id: str) -> None:
+        self.stopping.add(job_id)
+
+    stopping: set[str] = set()
+
+
+TWO_QUEUES = """queues:
+  - name: a
+    quota: {cpu: {nominal: 0}}
+  - name: b
+    quota: {cpu: {nominal: 2}}
+"""
+
+
+def test_a_job_waits_for_the_devices_of_the_job_preempted_for_it(tmp_path: Path) -> None:
+    fake = StoppingSlowly([NodeInfo("n0", "cpu", 2)])
+    fake.stopping = set()
+    (tmp_path / "queues.yaml").write_text(TWO_QUEUES)
+    loop = Loop(tmp_path / "home", [], fake, queues_file=tmp_path / "queues.yaml")
+    low = loop.submit(spec(per_node=2, queue="a"))
+    loop.step()
+    high = loop.submit(spec(per_node=2, queue="b"))  # b takes back its nominal share
+    for _ in range(3):
+        loop.step()
+        assert low in fake.stopping  # preempted: it checkpoints before it exits
+        assert set(fake.running) == {low}  # the other never started on its devices
+        assert loop.state(high) == "pending"
+    fake.finish(low, 130)
+    loop.step()
+    loop.step()
+    assert loop.state(high) == "running" and loop.state(low) == "pending"
+    assert fake.started == [(low, 1), (high, 1)]
+    loop.consistent()
