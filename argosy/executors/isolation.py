@@ -492,11 +492,15 @@ def launch_environment(
 ) -> dict[str, str]:
     """A job's whole environment on this machine: the allowed part of `base`, then
     `extra`, `HOME` its run directory; for a job user, its own cache and device ledger
-    (converted models outlive a run: one cache per job user, made by root first)."""
+    (converted models outlive a run: one cache per job user, made by root first); for
+    the server's own user, the server's cache (a service's model is converted once, not
+    into every replica's run directory: 0.5 GB each for smollm2)."""
     env = job_environment(base, extra, home=str(run_dir), allow=allow, user=user)
     if user is not None:
         env["ARGOSY_CACHE_DIR"] = cache = str(user_cache_dir(user))
         env["ARGOSY_DEVICE_LEDGER_DIR"] = f"{cache}/devices"  # no tenant can make it first
+    else:  # the server's own user: its cache (`serving.models.cache_root`), not one per run
+        env.setdefault("ARGOSY_CACHE_DIR", str(Path.home() / ".cache" / "argosy"))
     return env
 
 

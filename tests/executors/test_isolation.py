@@ -24,6 +24,7 @@ from argosy.executors.isolation import (
     ensure_user,
     id_taken,
     job_environment,
+    launch_environment,
     planned_id,
     prepare_run_dir,
     user_name_for,
@@ -260,3 +261,13 @@ def test_a_run_directory_of_another_job_group_is_refused_not_re_owned(tmp_path: 
     (tmp_path / "runs" / "j3").symlink_to(run)
     with pytest.raises(ArgosyError, match="link or file"):
         prepare_run_dir(tmp_path / "runs" / "j3", user)
+
+
+def test_jobs_of_the_servers_own_user_share_its_model_cache(tmp_path: Path) -> None:
+    """A replica's HOME is its run directory; its converted model (0.5 GB for smollm2)
+    goes to the server's cache, once, not into every run directory."""
+    env = launch_environment({"PATH": "/bin"}, {}, tmp_path / "run", None)
+    assert env["HOME"] == str(tmp_path / "run")
+    assert env["ARGOSY_CACHE_DIR"] == str(Path.home() / ".cache" / "argosy")
+    told = launch_environment({"ARGOSY_CACHE_DIR": "/srv/cache"}, {}, tmp_path / "run", None)
+    assert told["ARGOSY_CACHE_DIR"] == "/srv/cache"
