@@ -116,7 +116,6 @@ class Control(ResizeControl, NodeControl):
             self.scheduling,
             config.runs_dir,
             self.lease,
-            training=self.training_nodes,
             probe=probe,
         )
         self.health = NodeHealth(store, config.node_policy)

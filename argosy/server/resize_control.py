@@ -65,20 +65,19 @@ class ResizeControl:
         self.store.update_job(job_id, values, event=("stopped", why))
 
     def _relaunch_resized(self) -> None:
-        """Start each resized job whose old ranks are gone once no awake replica holds a
-        device of its new placement."""
-        held: set[str] | None = None
+        """Start each resized job whose old ranks are gone once the devices of its new
+        placement are free (no awake replica nor stopping attempt holds them: the
+        executor's count, device by device)."""
         for job_id in list(self.lease.resizes):
             if not self.lease.waiting(job_id):
                 continue
             if not self.scheduling.is_running(job_id):  # it went back to pending meanwhile
                 self.lease.forget(job_id)
                 continue
-            held = self.services.held_nodes() if held is None else held
-            nodes = set(self.scheduling.placement(job_id).nodes)
-            if self._gone_out(job_id, nodes):
+            placed = self.scheduling.placement(job_id).nodes
+            if self._gone_out(job_id, set(placed)):
                 continue
-            if self.lease.ready_to_relaunch(job_id, nodes, held):
+            if self.lease.ready_to_relaunch(job_id, self.executor.devices_busy(placed)):
                 self._start(job_id)
                 self.lease.launched(job_id)
 
@@ -106,12 +105,3 @@ class ResizeControl:
         values = values | {"state": "pending", "reason": why, "stop_requested": None}
         event = ("pending", f"attempt {attempt} stopped to resize; {why}; queued again")
         self.store.update_job(job_id, values, event=event)
-
-    def training_nodes(self) -> set[str]:
-        """Nodes whose devices training ranks hold now: the placement of every job whose
-        attempt runs (a job between a resize's stop and its relaunch holds none)."""
-        out: set[str] = set()
-        for row in self.store.jobs_in(ACTIVE):
-            if not self.lease.waiting(row["id"]):
-                out |= set(placed_nodes(row))
-        return out

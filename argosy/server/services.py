@@ -87,7 +87,6 @@ class Services:
         scheduling: Scheduling,
         runs_dir: Path,
         lease: Lease,
-        training: Callable[[], set[str]] = set,
         probe: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
@@ -95,8 +94,6 @@ class Services:
         self.scheduling = scheduling
         self.runs_dir = runs_dir
         self.lease = lease
-        self.training = training
-        """Nodes whose devices training ranks hold now (a tidal replica waits for them)."""
         self.probe = probe
         """A stand-in for `probe_health` (tests): URL -> whether the replica answers;
         None: `probe_health`, which checks the replica's proof."""
@@ -182,7 +179,7 @@ class Services:
         spec = ServiceSpec.model_validate(row["spec"])
         nodes = self.scheduling.replica_nodes(service_id)
         records = {r["index"]: r for r in row["replicas"]}
-        room = self._room(spec)
+        room = self._room()
         for i, node in enumerate(nodes):
             rec = records.get(i) or _new_record(i)
             records[i] = rec
@@ -194,7 +191,7 @@ class Services:
             elif rec.get("state") not in ("starting", "ready"):
                 moved = self._in_service(service_id, i, node)
                 if moved != node:  # a device the scheduler just gave: count it afresh
-                    node, room = moved, self._room(spec)
+                    node, room = moved, self._room()
                 rec["node"] = node
                 out = node in self.scheduling.out_of_service  # no device elsewhere yet
                 rec["waiting"] = out or room.get(node, 1) <= 0  # started once one is free
@@ -211,6 +208,9 @@ class Services:
         self._save(row)
 
     def _start(self, service_id: str, spec: ServiceSpec, rec: dict[str, Any]) -> None:
+        if self.executor.devices_busy({rec["node"]: 1}):
+            rec["waiting"] = True  # its device is still another's: started once free
+            return
         key = replica_key(service_id, rec["index"])
         info = next(n for n in self.scheduling.nodes if n.name == rec["node"])
         address = info.address or "127.0.0.1"
@@ -289,7 +289,7 @@ class Services:
             self.store.add_event(service_id, "replica_exited", message + "; restarting")
             rec["node"] = self._in_service(service_id, rec["index"], nodes[rec["index"]])
             out = rec["node"] in self.scheduling.out_of_service  # no device elsewhere yet
-            rec["waiting"] = out or self._room(spec).get(rec["node"], 1) <= 0
+            rec["waiting"] = out or self._room().get(rec["node"], 1) <= 0
             if not rec["waiting"]:  # else: started once its device is free
                 self._start(service_id, spec, rec)
         self._save(row)
@@ -340,7 +340,7 @@ class Services:
                 if r["state"] == "asleep":  # its device is lent (said again after a restart)
                     self.executor.lend(replica_key(service_id, r["index"]))
             if _needs_lease(row, len(wanted)) and self.lease.reconcile(
-                row, wanted, self.training(), row["spec"]["model"], self._take_back
+                row, wanted, row["spec"]["model"], self._take_back
             ):
                 self._save(row)
 
@@ -361,17 +361,18 @@ class Services:
             return node
         return self.scheduling.move_replica(service_id, index) or node
 
-    def _room(self, spec: ServiceSpec) -> dict[str, int]:
-        """Devices a replica of `spec` may start on now, per node the scheduler placed
-        replicas on: what it counts free there plus its replica slots, less the replicas
-        (of any service) that hold a device there now; a yielding replica holds one the
-        scheduler has given out again until it is asleep. 0 where training ranks of a
-        tidal service's node still stop for a resize."""
+    def _room(self) -> dict[str, int]:
+        """Devices a replica may start on now, per node the scheduler placed replicas on:
+        what it counts free there plus its replica slots, less the replicas (of any
+        service) that hold a device there now (a yielding replica holds one the scheduler
+        has given out again until it is asleep); 0 where the executor has no device free
+        there yet (training ranks that stop for a resize or a preemption hold theirs
+        until they are gone)."""
         slots = self._slots()
         held = self._holding_less_slots(slots)
         room = {n: self.scheduling.free_on(n) - held[n] for n in slots}
-        if spec.tidal is not None:
-            for node in self.training() & room.keys():
+        for node, k in room.items():
+            if k > 0 and self.executor.devices_busy({node: 1}):
                 room[node] = 0
         return room
 
@@ -399,15 +400,6 @@ class Services:
                 if r["state"] in HOLDING and r.get("node"):
                     count[r["node"]] = count.get(r["node"], 0) + 1
         return count
-
-    def held_nodes(self) -> set[str]:
-        """Nodes a replica holds now (starting, ready, yielding or waking)."""
-        return {
-            r["node"]
-            for row in self.active.values()
-            for r in row["replicas"]
-            if r["state"] in HOLDING and r.get("node")
-        }
 
     def lender(self, node: str) -> str:
         """The service whose asleep replica's device `node` is ("" if none)."""

@@ -172,17 +172,12 @@ class Lease:
 
     # ---- replicas ---------------------------------------------------------------------
     def reconcile(
-        self,
-        row: Row,
-        wanted: list[str],
-        training: set[str],
-        model: str,
-        take_back: Callable[[str], bool] = lambda key: True,
+        self, row: Row, wanted: list[str], model: str, take_back: Callable[[str], bool]
     ) -> bool:
         """Yield the replicas of a tidal service beyond the scheduler's `wanted` nodes and
-        wake the asleep ones it placed again on nodes no training rank holds (`training`)
-        once they have their devices back (`take_back(key)`: False while another attempt
-        holds one); returns whether a record changed."""
+        wake the asleep ones it placed again once they have their device back
+        (`take_back(key)`: False while another attempt, training ranks that still stop
+        included, holds it); returns whether a record changed."""
         changed = False
         for rec in row["replicas"]:
             key = f"{row['id']}.r{rec['index']}"
@@ -193,8 +188,8 @@ class Lease:
                 changed = True
             elif rec["index"] < len(wanted) and rec["state"] == "asleep":
                 node = wanted[rec["index"]]
-                if node in training or not take_back(key):
-                    continue  # its ranks are still stopping, or its device is another's
+                if not take_back(key):
+                    continue  # its device is still another's
                 rec["node"] = node
                 self._call(key, "reclaim", row, rec, model)
                 changed = True
@@ -298,9 +293,10 @@ class Lease:
         r = self.resizes.get(job_id)
         return r is not None and r.stopped_s is not None and r.launched_s is None
 
-    def ready_to_relaunch(self, job_id: str, nodes: set[str], held: set[str]) -> bool:
-        """Whether the job may start on `nodes`: none is held by an awake replica."""
-        return self.waiting(job_id) and not (nodes & held)
+    def ready_to_relaunch(self, job_id: str, busy: bool) -> bool:
+        """Whether the job may start again: its old ranks are gone and its new devices
+        are not `busy` (held by an awake replica or an attempt still stopping)."""
+        return self.waiting(job_id) and not busy
 
     def launched(self, job_id: str) -> None:
         r = self.resizes[job_id]
