@@ -151,7 +151,8 @@ class LocalOptions:
     """Keep one warm `argosy` process ready (`argosy.executors.warm`): an attempt then
     skips the CLI's imports."""
     node_devices: int = 0
-    """Split the CPU slots into nodes of this many slots (0: one node with every slot)."""
+    """Split the CPU slots, or each chip type's accelerators, into nodes of this many
+    (0: one node)."""
     identity: JobIdentity | None = None
     """Which user each queue's jobs run as; None: the server's own user."""
     env_allow: tuple[str, ...] = ()

@@ -1,11 +1,16 @@
 """This machine's nodes as the local executor offers them, and whose devices are whose.
 
 Nodes: the accelerators device discovery reports (one node per chip type: `<host>`, or
-`<host>-<chip>` when several chip types share the machine), or, on a machine without
-any, CPU slots (`cpu_nodes`). On accelerator nodes each attempt is given device indices
-(`DeviceBook`) and the vendor's visible-devices variable naming them
-(`argosy.core.visibility`), recorded in its attempt directory (`devices.json`) so a
-restarted server knows who holds what. CPU slots have no indices: nothing is narrowed.
+`<host>-<chip>` when several chip types share the machine; with `node_devices`, nodes of
+that many devices each, `<host>-0`, `<host>-1`, ...), or, on a machine without any, CPU
+slots (`cpu_nodes`). The scheduler resizes elastic jobs and lends a tidal service's
+devices a whole node at a time, so on one 8-GPU host `node_devices: 1` lets an elastic
+job grow into and give back single GPUs beside the replicas.
+
+On accelerator nodes each attempt is given device indices (`DeviceBook`) and the vendor's
+visible-devices variable naming them (`argosy.core.visibility`), recorded in its attempt
+directory (`devices.json`) so a restarted server knows who holds what. CPU slots have no
+indices: nothing is narrowed.
 
     devices = LocalDevices("gpu-host", slots=0, node_devices=0)
     devices.inventory()                       # [NodeInfo("gpu-host", "h100-sxm", 8, ...)]
@@ -17,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from argosy.core.visibility import BACKEND_VARIABLE, narrowed
@@ -42,27 +48,18 @@ class LocalDevices:
         self._discover = discover
         self._found: list[Device] | None = None
         self._book: DeviceBook | None = None
-        self._backend_of: dict[str, str] = {}
+        self._grouped: list[_Group] | None = None
 
     def inventory(self) -> list[NodeInfo]:
-        found = self._accelerators()
-        if not found:
+        groups = self._groups()
+        if not groups:
             return cpu_nodes(self.host, self.slots or os.cpu_count() or 1, self.node_devices)
-        chips: dict[str, int] = {}
-        for device in found:
-            chips[str(device.catalog_id)] = chips.get(str(device.catalog_id), 0) + 1
-        return [NodeInfo(self._node(c, chips), c, n, "127.0.0.1") for c, n in chips.items()]
+        return [NodeInfo(g.name, g.chip, len(g.indices), "127.0.0.1") for g in groups]
 
     @property
     def book(self) -> DeviceBook:
         if self._book is None:
-            chips = {str(d.catalog_id) for d in self._accelerators()}
-            indices: dict[str, list[int]] = {}
-            for d in self._accelerators():
-                node = self._node(str(d.catalog_id), chips)
-                indices.setdefault(node, []).append(d.index)
-                self._backend_of[node] = d.backend
-            self._book = DeviceBook(indices)
+            self._book = DeviceBook({g.name: list(g.indices) for g in self._groups()})
         return self._book
 
     def take(self, holder: str, wanted: Mapping[str, int], where: Path) -> dict[str, str]:
@@ -92,9 +89,10 @@ class LocalDevices:
             self.book.restore(holder, valid)
 
     def _environment(self, held: Mapping[str, tuple[int, ...]]) -> dict[str, str]:
+        backend_of = {g.name: g.backend for g in self._groups()}
         by_variable: dict[str, list[int]] = {}
         for node, indices in held.items():
-            variable = BACKEND_VARIABLE.get(self._backend_of.get(node, ""))
+            variable = BACKEND_VARIABLE.get(backend_of.get(node, ""))
             if variable is not None:
                 by_variable.setdefault(variable, []).extend(indices)
         return {v: narrowed(v, sorted(ix), os.environ) for v, ix in by_variable.items()}
@@ -107,8 +105,38 @@ class LocalDevices:
             self._found = [d for d in found if d.catalog_id and d.backend != "cpu"]
         return self._found
 
-    def _node(self, chip: str, chips: Mapping[str, int] | set[str]) -> str:
-        return self.host if len(chips) == 1 else f"{self.host}-{chip}"
+    def _groups(self) -> list[_Group]:
+        """The accelerators as nodes: one per chip type (`<host>`, or `<host>-<chip>`
+        beside another type), each split into nodes of `node_devices` (`...-0`, `...-1`)."""
+        if self._grouped is None:
+            by_chip: dict[str, list[Device]] = {}
+            for d in sorted(self._accelerators(), key=lambda d: d.index):
+                by_chip.setdefault(str(d.catalog_id), []).append(d)
+            self._grouped = []
+            for chip, devices in by_chip.items():
+                base = self.host if len(by_chip) == 1 else f"{self.host}-{chip}"
+                parts = _chunks(devices, self.node_devices)
+                for i, part in enumerate(parts):
+                    name = base if len(parts) == 1 else f"{base}-{i}"
+                    indices = tuple(d.index for d in part)
+                    self._grouped.append(_Group(name, chip, part[0].backend, indices))
+        return self._grouped
+
+
+@dataclass(frozen=True)
+class _Group:
+    """One node of this machine's accelerators: its devices' indices and backend."""
+
+    name: str
+    chip: str
+    backend: str
+    indices: tuple[int, ...]
+
+
+def _chunks(devices: list[Device], size: int) -> list[list[Device]]:
+    if size <= 0 or size >= len(devices):
+        return [devices]
+    return [devices[i : i + size] for i in range(0, len(devices), size)]
 
 
 def cpu_nodes(host: str, slots: int, node_devices: int) -> list[NodeInfo]:

@@ -79,8 +79,9 @@ class ServerConfig(BaseModel):
     local_slots: int = Field(default=0, ge=0)
     """CPU slots of the local executor when no accelerator is found; 0 = CPU cores."""
     local_node_devices: int = Field(default=0, ge=0)
-    """Local executor without accelerators: split the slots into nodes of this many
-    (0: one node), so elastic jobs and tidal leases resize one node at a time."""
+    """Local executor: split its CPU slots, or each chip type's accelerators, into nodes of
+    this many (0: one node), so elastic jobs and tidal leases resize one node at a time
+    (a job's `nproc_per_node` must then fit one such node)."""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     """The scheduler's knobs (a compressed tidal day needs compressed resize and hold
     times: docs/tidal.md)."""

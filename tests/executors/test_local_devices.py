@@ -144,3 +144,26 @@ def _wait_ended(executor: LocalExecutor, count: int) -> None:
         assert time.monotonic() < deadline, "attempts did not end"
         ended += len(executor.poll())
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("node_devices", "sizes"), [(0, [8]), (1, [1] * 8), (3, [3, 3, 2]), (8, [8])]
+)
+def test_gpus_split_into_nodes_give_each_node_its_own_indices(
+    tmp_path: Path, node_devices: int, sizes: list[int]
+) -> None:
+    """`node_devices` splits a GPU host as it splits CPU slots (the scheduler resizes and
+    lends whole nodes): node i holds the next indices, and a placement over several of
+    them sees exactly theirs."""
+    devices = LocalDevices("host", 0, node_devices, lambda: gpus(8))
+    nodes = devices.inventory()
+    assert [n.devices for n in nodes] == sizes
+    names = [n.name for n in nodes]
+    assert names == (["host"] if len(sizes) == 1 else [f"host-{i}" for i in range(len(sizes))])
+    wanted = {names[-1]: 1} if len(names) == 1 else {names[0]: 1, names[-1]: sizes[-1]}
+    where = tmp_path / "a"
+    where.mkdir()
+    env = devices.take("j1", wanted, where)
+    first_of_last = 8 - sizes[-1]
+    want = [0, *range(first_of_last, 8)] if len(names) > 1 else [0]
+    assert env == {"CUDA_VISIBLE_DEVICES": ",".join(map(str, want))}
