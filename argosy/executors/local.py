@@ -19,9 +19,9 @@ cleared its environment included. When an attempt ends abnormally, its rank proc
 
 Devices (`argosy.executors.local_devices`): the accelerators device discovery reports
 (one node per chip type), or, on a machine without any, `slots` CPU slots: one node, or
-with `node_devices` nodes of that many slots each (`<host>-0`, `<host>-1`, ...), so the
-scheduler can resize an elastic job and lend a service's device one node at a time on
-one machine. An attempt placed on several of them runs all its ranks here
+with `node_devices` nodes of that many devices or slots each (`<host>-0`, `<host>-1`,
+...), so the scheduler can resize an elastic job and lend a service's device one node at
+a time on one machine. An attempt placed on several of them runs all its ranks here
 (`--nproc-per-node` = its devices). On accelerators each attempt holds device indices of
 its own (`DeviceBook`) and sees only those (`CUDA_VISIBLE_DEVICES`, ...): two jobs on one
 8-GPU host never share a GPU, and a job placed where a preempted one still checkpoints
