@@ -14,8 +14,9 @@ its accounting after `PurgeJobAfter`; Kubernetes removes a finished Job after
   wash its own history out with a flood of empty jobs. Its share has decayed to 1/32
   by then.
 
-A removed job goes with its events (one transaction); its run directory stays under
-`runs_dir` unless `prune_run_dirs` (it holds the job's logs and checkpoints). A removed
+A removed job goes with its events (one transaction); its run directory (a service's:
+its replicas' run directories) stays under `runs_dir` unless `prune_run_dirs` (it holds
+the job's logs and checkpoints). A removed
 job's id is then unknown to the API (404), and its Idempotency-Key free again.
 
     chosen = ended_to_remove(store.engine, policy, now_s=time.time())
@@ -177,8 +178,8 @@ class Retention:
             return 0
         gone = set(self.store.remove_ended(chosen.jobs, chosen.services))
         jobs_gone = [j for j in chosen.jobs if j in gone]
-        if self.run_dir_of is not None:
-            self.swept += [self.run_dir_of(j) for j in jobs_gone]
+        if self.run_dir_of is not None:  # a service's replicas run under its id's folder
+            self.swept += [self.run_dir_of(i) for i in (*jobs_gone, *chosen.services) if i in gone]
         log.info("removed %d ended jobs, %d services", len(jobs_gone), len(gone) - len(jobs_gone))
         return max(len(chosen.jobs), len(chosen.services))
 

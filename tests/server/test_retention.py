@@ -229,6 +229,25 @@ def test_one_pass_removes_a_flood_batch_after_batch_with_its_run_dirs(tmp_path: 
         store.close()
 
 
+def test_a_removed_service_takes_its_replicas_run_dirs(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    runs = tmp_path / "runs"
+    try:
+        ids = []
+        for i in range(3):
+            svc = store.insert_service({"name": f"s{i}", "queue": "a"}, now=NOW)
+            store.update_service(svc["id"], {"state": "deleted" if i < 2 else "running"})
+            (runs / svc["id"] / "r0" / "logs").mkdir(parents=True)
+            ids.append(svc["id"])
+        policy = RetentionPolicy(1, 0.0, HALF_LIFE)
+        _run(Retention(store, policy, lambda: NOW, lambda key: runs / key))
+        kept = {s["id"] for s in store.list_services(limit=10)[0]}
+        assert kept == {ids[1], ids[2]}  # the newest ended one, and the running one
+        assert [p.name for p in sorted(runs.iterdir())] == sorted(kept)
+    finally:
+        store.close()
+
+
 def test_an_active_job_chosen_by_mistake_keeps_its_row_and_events(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'a.db'}")
     try:
