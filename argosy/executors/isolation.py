@@ -396,6 +396,14 @@ class JobIdentity:
             self._users[key] = found
         return found
 
+    def names(self, name: str) -> bool:
+        """Whether `name` is a user name this identity's base gives a queue
+        (`user_name_for`)."""
+        if self.base is None:
+            return False
+        cut = self.base[: MAX_USER_NAME - DIGEST_CHARS - 1]
+        return name == self.base or name.startswith((f"{self.base}-", f"{cut}-"))
+
     def legacy_for(self, queue: str | None) -> JobUser | None:
         """The queue's user under the names of releases up to `d3f3cf7`, where that user
         exists here and is not today's (its run directories are handed over), else None."""

@@ -30,9 +30,10 @@ comment: those keep their files. Nothing of it is needed by a later attempt: a l
 frees what a killed one left in its own folder
 (`argosy.checkpoint.segment.stale_run_segments`) and restores from disk instead.
 
-What is idle lives in the server's memory: a restart forgets the users idle at that
-moment, but the attempts it finds ended count again (one started before `job.uid` was
-written counts by the owner of its output log). POSIX message queues and /var/tmp are not
+What is idle lives in the server's memory: at its start a server counts every job user it
+made on this machine as idle from then (`idle_from_now`), and the attempts it finds ended
+count again (one started before `job.uid` was written counts by the owner of its output
+log). POSIX message queues and /var/tmp are not
 covered.
 
     removal = LeftoverRemoval()
@@ -258,10 +259,11 @@ class LeftoverRemoval:
         sysvipc: Path = SYSVIPC,
         clock: Callable[[], float] = time.monotonic,
         is_cleanable: Callable[[int], bool] = cleanable,
+        accounts: Callable[[], list[pwd.struct_passwd]] = pwd.getpwall,
     ) -> None:
         self.grace_s, self.deadline_s = grace_s, deadline_s
         self.folders, self.sysvipc = tuple(folders), sysvipc
-        self._clock, self._cleanable = clock, is_cleanable
+        self._clock, self._cleanable, self._accounts = clock, is_cleanable, accounts
         self._idle_since: dict[int, float] = {}  # uid -> when its last attempt here ended
         self._removing: dict[int, _Removal] = {}
 
@@ -275,6 +277,15 @@ class LeftoverRemoval:
         (a job user the server made; None, the server's own user: never)."""
         if uid is not None and self._cleanable(uid):
             self._idle_since[uid] = self._clock()
+
+    def idle_from_now(self, mine: Callable[[str], bool]) -> None:
+        """A server starts: each job user it made on this machine (`mine(name)`) counts as
+        idle from now (what the last server knew of them died with it); one whose attempt
+        the new server adopts is busy until that attempt ends, and one with any process
+        left here is found busy by its removal, which is then tried again later."""
+        for entry in self._accounts():
+            if mine(entry.pw_name):
+                self.ended(entry.pw_uid)
 
     def started(self, uid: int | None) -> None:
         """An attempt of `uid` starts: nothing of it goes meanwhile (a removal under way is

@@ -189,6 +189,9 @@ class LocalExecutor:
     ) -> None:
         self.options = options or LocalOptions()
         self._leftovers = leftovers or LeftoverRemoval()
+        identity = self.options.identity
+        if self.options.limits.remove_leftovers and identity is not None and identity.active:
+            self._leftovers.idle_from_now(identity.names)  # idle when the last server stopped
         self.host = socket.gethostname()
         opts = self.options
         self.devices = LocalDevices(self.host, opts.slots, opts.node_devices, discover)
