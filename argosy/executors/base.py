@@ -90,6 +90,10 @@ class Executor(Protocol):
     """What the server needs from an executor."""
 
     name: str
+    lends_sleeping: bool
+    """Whether a sleeping attempt's devices can go to another attempt meanwhile (`lend`):
+    where they cannot (Ray keeps an actor's resources for its life), a tidal replica
+    yields its device by stopping, and a reclaim starts it afresh."""
 
     def inventory(self) -> list[NodeInfo]:
         """Nodes and devices this executor can place work on."""

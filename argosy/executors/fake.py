@@ -21,6 +21,7 @@ class FakeExecutor:
     """Attempts as records; exits when the test says so."""
 
     name = "fake"
+    lends_sleeping = True
 
     def __init__(self, nodes: list[NodeInfo]) -> None:
         self.nodes = list(nodes)

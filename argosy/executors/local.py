@@ -180,6 +180,7 @@ class LocalExecutor:
     """Runs attempts as `argosy launch` processes on this machine."""
 
     name = "local"
+    lends_sleeping = True
     fixed_inventory = True
     """Its nodes are this machine's slots as configured: none is ever lost, and a node
     of an earlier configuration is gone, not down (the server does not keep it)."""

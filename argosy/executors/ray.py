@@ -127,6 +127,8 @@ class RayExecutor(GangVerdicts):
     thread; `clock` is the monotonic clock of every timeout."""
 
     name = "ray"
+    lends_sleeping = False
+    """A replica's placement group holds its GPUs while the actor lives, asleep or not."""
 
     def __init__(
         self,
@@ -209,7 +211,7 @@ class RayExecutor(GangVerdicts):
         return False  # Ray places each rank on GPUs it holds for it alone (and waits)
 
     def lend(self, job_id: str) -> None:
-        return None  # Ray accounts for each actor's GPUs itself
+        return None  # never asked: `lends_sleeping` is False
 
     def take_back(self, job_id: str) -> bool:
         return True

@@ -66,6 +66,7 @@ UNPROVEN_GRACE_S = 30.0
 """Seconds a starting replica's port may answer without the replica's proof before the
 replica is stopped (its process cannot hold the port: another one does)."""
 DEVICE_TAKEN = "its device was taken by another attempt while it slept; it starts afresh"
+YIELD_BY_STOP = "stopped to lend its device (this executor cannot lend a sleeping replica's)"
 
 
 def replica_key(service_id: str, index: int) -> str:
@@ -235,7 +236,7 @@ class Services:
             rec["state"] = "exited"
             self.store.add_event(service_id, "replica_failed", f"replica {rec['index']}: {err}")
             return
-        rec |= {"state": "starting", "started_at": time.time()}
+        rec |= {"state": "starting", "started_at": time.time(), "lent_out": False}
         self._failures.pop(key, None)
         self._unproven.pop(key, None)
         self._stop_reasons.pop(key, None)
@@ -269,7 +270,7 @@ class Services:
             return
         if e.lost_node_ranks or rec.get("node") in self.scheduling.out_of_service:
             message += "; its node is out of service"  # not the replica's failure
-        elif stopped_why != DEVICE_TAKEN:  # (that one is not its failure either)
+        elif stopped_why not in (DEVICE_TAKEN, YIELD_BY_STOP):  # (nor are these its failures)
             rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
         counts = before_ready and (e.exit_code or stopped_why)
@@ -284,6 +285,7 @@ class Services:
         nodes = self.scheduling.replica_nodes(service_id)
         if rec["index"] >= len(nodes):  # not wanted awake now: started again when it is
             rec["waiting"] = False  # it holds no slot
+            rec["lent_out"] = True  # started when the scheduler places it again
             self.store.add_event(service_id, "replica_exited", message + "; its device is lent")
         else:
             self.store.add_event(service_id, "replica_exited", message + "; restarting")
@@ -334,6 +336,8 @@ class Services:
                     self.placed(service_id)  # its device was held by a yielding replica
                 continue
             wanted = self.scheduling.replica_nodes(service_id)
+            if not self.executor.lends_sleeping and self._yield_by_stop(row, len(wanted)):
+                self._save(row)
             if _missing(row, len(wanted)):
                 self.placed(service_id)  # a replica to start once its node is free
             for r in row["replicas"]:
@@ -343,6 +347,21 @@ class Services:
                 row, wanted, row["spec"]["model"], self._take_back
             ):
                 self._save(row)
+
+    def _yield_by_stop(self, row: Row, wanted: int) -> bool:
+        """Where the executor cannot lend a sleeping replica's device, a replica the
+        scheduler dropped yields by stopping (yielding: it holds its device until it is
+        gone), and is started afresh when placed again; whether a record changed."""
+        changed = False
+        for rec in row["replicas"]:
+            if rec["index"] >= wanted and rec["state"] == "ready":
+                key = replica_key(row["id"], rec["index"])
+                self._stop_reasons[key] = YIELD_BY_STOP
+                self.executor.stop(key)
+                rec["state"], changed = "yielding", True
+                what = f"replica {rec['index']} yields {rec['node']}: {YIELD_BY_STOP}"
+                self.store.add_event(row["id"], "yield", what)
+        return changed
 
     def _take_back(self, key: str) -> bool:
         """Whether an asleep replica has its device back; if another attempt took it
@@ -538,9 +557,15 @@ def _fails_again(rec: dict[str, Any], error: str) -> bool:
 
 
 def _missing(row: Row, wanted: int) -> bool:
-    """A replica the scheduler placed has no record yet, or waits for its node."""
+    """A replica the scheduler placed has no record yet, waits for its node, or exited
+    while it was not wanted (its device lent) and is wanted again."""
     records = {r["index"]: r for r in row["replicas"]}
-    return any(i not in records or records[i].get("waiting") for i in range(wanted))
+    return any(
+        i not in records
+        or records[i].get("waiting")
+        or (records[i]["state"] == "exited" and records[i].get("lent_out"))
+        for i in range(wanted)
+    )
 
 
 def _needs_lease(row: Row, wanted: int) -> bool:

@@ -1,20 +1,28 @@
-"""A tidal replica whose device another attempt took while it slept (the executor's
-device book says so at its wake) is not woken onto that device: it is stopped and started
-afresh on a free one, and that restart is not counted against it."""
+"""Tidal replicas and the executor's devices: a replica whose device another attempt took
+while it slept (the executor's device book says so at its wake) is started afresh on a
+free one; a replica wakes beside training on its node; and where the executor cannot lend
+a sleeping replica's device (Ray), a replica yields by stopping instead."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from test_tidal_properties import PERIOD_S, FakeAdmin, _control, _settle
+from test_tidal_properties import (
+    PERIOD_S,
+    FakeAdmin,
+    _awake_enough,
+    _control,
+    _exclusive,
+    _settle,
+)
 
 from argosy.core.clock import FakeClock
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
 from argosy.server.service_spec import ServiceSpec, TidalSpec
-from argosy.server.services import DEVICE_TAKEN, replica_key
-from argosy.server.spec import JobSpec
+from argosy.server.services import DEVICE_TAKEN, YIELD_BY_STOP, replica_key
+from argosy.server.spec import ElasticSpec, JobSpec
 
 
 def test_a_replica_whose_device_was_taken_starts_afresh() -> None:
@@ -78,3 +86,55 @@ def test_a_replica_wakes_beside_training_on_its_node() -> None:
         assert "asleep" in states
         assert states[-1] == "ready", states
         assert [c for c, _ in admin.calls] == ["sleep", "wake"]
+
+
+class KeepsSleepersDevices(FakeExecutor):
+    """As the Ray executor: a sleeping replica's devices cannot go to another attempt."""
+
+    lends_sleeping = False
+
+
+def test_where_a_sleeping_replica_cannot_lend_it_yields_by_stopping() -> None:
+    """Over a tidal day on such an executor no replica is put to sleep: it stops at the
+    trough (holding its device until gone), the elastic job grows into what it freed, and
+    at the rise it is started afresh; the lease's invariants hold at every step, and the
+    stops count as neither failures nor restarts."""
+    s = {
+        "replicas": 2,
+        "min_replicas": 0,
+        "levels": [1.0, 0.0, 0.0, 0.0, 1.0, 1.0],
+        "lead_s": 20.0,
+        "nodes": 3,
+        "job_min": 1,
+        "job_max": 3,
+        "crashes": set(),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = KeepsSleepersDevices([NodeInfo(f"n{i}", "cpu", 1) for i in range(3)])
+        clock, admin = FakeClock(0.0), FakeAdmin()
+        ctl = _control(Path(tmp), fake, clock, admin)
+        tidal = TidalSpec(levels=s["levels"], period_s=PERIOD_S, lead_s=20.0, min_replicas=0)
+        service_id = ctl.submit_service(ServiceSpec(name="chat", replicas=2, tidal=tidal))["id"]
+        _settle(ctl, admin, lambda: None)
+        elastic = ElasticSpec(min_nnodes=1, max_nnodes=3)
+        job = JobSpec(name="train", script="t.py", nnodes=1, elastic=elastic)
+        job_id = ctl.submit(job, None, "")[0]["id"]
+        sizes = set()
+        try:
+            while clock.now_s() < 2 * PERIOD_S:
+                clock.advance(PERIOD_S / len(s["levels"]) / 3)
+                _settle(ctl, admin, lambda: _exclusive(ctl, fake, s, job_id))
+                _awake_enough(ctl, s, clock.now_s())
+                if job_id in fake.running:
+                    sizes.add(sum(fake.running[job_id].nodes.values()))
+            replicas = ctl.services.active[service_id]["replicas"]
+            events = ctl.store.list_events(job_id=service_id, limit=10_000)[0]
+        finally:
+            ctl.services.close()
+            ctl.store.close()
+        assert admin.calls == []  # never asked to sleep or wake
+        yields = [e["message"] for e in events if e["kind"] == "yield"]
+        assert yields and all(YIELD_BY_STOP in m for m in yields)
+        assert max(sizes) == 3 and min(sizes) == 1  # it grew into the stopped replicas' nodes
+        assert all(r["state"] == "ready" and r["restarts"] == 0 for r in replicas), replicas
+        assert all(r["attempt"] >= 2 for r in replicas)  # each started afresh at a rise
