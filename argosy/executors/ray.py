@@ -103,6 +103,9 @@ class RayOptions:
     """Seconds a node whose actor died stays out of the inventory (server: `ray_suspect_s`)."""
     call_timeout_s: float = 10.0
     """The longest the Ray thread waits for the actors of an attempt to kill its ranks."""
+    place_timeout_s: float = 300.0
+    """How long Ray may take to place a new attempt's placement group before the attempt
+    ends as lost and is queued again (`GangVerdicts._unplaced`)."""
     identity: JobIdentity | None = None
     """Which user jobs run as, as this machine sees it (what admission checks paths
     against); None: the server's own user."""
@@ -397,8 +400,9 @@ class RayExecutor(GangVerdicts):
             actor.start.remote(command, env, request.workdir, str(log_file), job)
             actors.append(actor)
         self._attempts[request.job_id] = GangAttempt(
-            request.job_id, request.attempt, pg, actors, ids, names
-        )
+            request.job_id, request.attempt, pg, actors, ids, names,
+            placed_by_s=self._clock() + opts.place_timeout_s,
+        )  # fmt: skip
 
     def _stop(self, job_id: str) -> None:
         a = self._attempts.get(job_id)

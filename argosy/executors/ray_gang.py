@@ -53,6 +53,9 @@ class GangAttempt:
     """Node rank -> when its actor last answered (a rank in here has started)."""
     stop_s: float | None = None
     """When a stop was asked (monotonic), or None."""
+    placed_by_s: float | None = None
+    """When Ray must have placed its placement group (monotonic), or None: no deadline
+    (an adopted attempt, placed long ago)."""
 
     @property
     def tag(self) -> str:
@@ -126,7 +129,21 @@ class GangVerdicts:
         if a.stop_s is not None and self._clock() - a.stop_s > self.options.stop_grace_s:
             why = f"did not stop within {self.options.stop_grace_s:g} s; killed"
             return AttemptExit(job, n, None, True, why)
-        return None
+        return self._unplaced(a)
+
+    def _unplaced(self, a: GangAttempt) -> AttemptExit | None:
+        """An attempt Ray has not placed by its deadline ends as lost: the scheduler saw
+        its devices free and Ray does not (something Ray counts holds them), so waiting
+        on would hang the job unseen; it is queued again, and says why."""
+        if a.placed_by_s is None or a.answered_s or self._clock() < a.placed_by_s:
+            return None
+        if self.ray.util.placement_group_table(a.pg).get("state") == "CREATED":
+            a.placed_by_s = None  # placed: its ranks are starting
+            return None
+        limit = self.options.place_timeout_s
+        why = f"Ray did not place its placement group within {limit:g} s"
+        why += " (its devices are held by something Ray counts); queued again"
+        return AttemptExit(a.job_id, a.attempt, None, True, why)
 
     def _dead_node_of(self, a: GangAttempt) -> Lost | None:
         """Why the gang ended if one of its nodes is gone by Ray's node table, read now

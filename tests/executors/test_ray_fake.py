@@ -464,3 +464,26 @@ def test_the_server_passes_its_suspect_time_on() -> None:
     assert ServerConfig(ray_suspect_s=3).ray_suspect_s == 3.0
     with pytest.raises(ValueError):
         ServerConfig(ray_suspect_s=-1)
+
+
+def test_an_attempt_ray_cannot_place_ends_lost_at_its_deadline() -> None:
+    """The scheduler saw devices free that Ray does not (a sleeping replica's placement
+    group holds them): the attempt ends as lost, saying why, instead of running unseen
+    forever; one that Ray places before the deadline runs on."""
+    fake = FakeRay()
+    fake.add_node("head", CPU)  # two chip:cpu
+    executor = fake_executor(fake, place_timeout_s=10)
+    executor.start(request("holder", {"head": 2}))
+    executor.start(request("starved", {"head": 1}))
+    exits = settle(fake, executor, rounds=8)
+    assert exits == []  # still within its deadline
+    exits = settle(fake, executor, rounds=4)
+    assert [(e.job_id, e.lost) for e in exits] == [("starved", True)]
+    assert "did not place its placement group within 10 s" in exits[0].reason
+    executor.start(request("late", {"head": 1}))
+    settle(fake, executor, rounds=5)
+    assert fake.exit_rank(attempt_tag("holder", 1), 0, 0)  # its devices free at 5 s
+    exits = settle(fake, executor, rounds=12)  # past the late one's deadline
+    assert [(e.job_id, e.exit_code) for e in exits] == [("holder", 0)]
+    runner = fake.runner(f"{attempt_tag('late', 1)}-0")
+    assert runner is not None and runner.running  # placed late, within its deadline: runs on
