@@ -62,6 +62,7 @@ from typing import Any
 from argosy.core.errors import ArgosyError
 from argosy.executors.base import AttemptExit, LaunchRequest, NodeInfo
 from argosy.executors.isolation import JobIdentity, JobUser, JobUsers
+from argosy.executors.limits import JobLimitsConfig
 from argosy.executors.local import JOB_ENV, attempt_dir, kill_job_processes
 from argosy.executors.ray_address import asks_for_token, refuse_open_cluster
 from argosy.executors.ray_gang import GangAttempt, GangVerdicts, attempt_tag
@@ -114,6 +115,8 @@ class RayOptions:
     (`ray_launch.NodeJob`); None: jobs run as Ray's user."""
     env_allow: tuple[str, ...] = ()
     """Environment names jobs inherit beyond the built-in allow-list (`job_env_allow`)."""
+    limits: JobLimitsConfig | None = None
+    """The server's job limits, applied by each node to its job users' launchers."""
 
 
 class RayExecutor(GangVerdicts):
@@ -396,7 +399,10 @@ class RayExecutor(GangVerdicts):
             command = node_command(request, len(names), i, addr, port, run_dir)
             env = request.env | {JOB_ENV: request.job_id, ENV_GANG: tag}
             log_file = attempt_dir(request.run_dir, request.attempt) / f"node{i}.log"
-            job = NodeJob(str(request.run_dir), request.queue, opts.job_users, opts.env_allow, uid)
+            job = NodeJob(
+                str(request.run_dir), request.queue, opts.job_users, opts.env_allow, uid,
+                opts.limits,
+            )  # fmt: skip
             actor.start.remote(command, env, request.workdir, str(log_file), job)
             actors.append(actor)
         self._attempts[request.job_id] = GangAttempt(

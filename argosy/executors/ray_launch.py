@@ -15,7 +15,9 @@ user (`setpriv`, as the local executor does), made on that node with the server'
 and gid for it (`NodeJob.ids`); the run directory is then root's with the job's
 group (1770) and the attempt's records root's, so one tenant's job can neither read
 another's run directory on the shared storage nor reach the raylet's files. An actor
-that is not root runs it as itself (Ray's user), as a non-root local server does.
+that is not root runs it as itself (Ray's user), as a non-root local server does. A job
+user's launcher starts, as on the local executor, under the server's rlimits and in mount
+and IPC namespaces of its own with a fresh /dev/shm (`NodeJob.limits`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from argosy.executors.isolation import (
     launch_environment,
     prepare_run_dir,
 )
+from argosy.executors.limits import JobLimitsConfig, job_rlimits, with_rlimits
 from argosy.executors.local import JOB_ENV, end_job
+from argosy.executors.private_shm import private_prefix
 
 PR_SET_PDEATHSIG = 1
 LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
@@ -59,6 +63,10 @@ class NodeJob:
     """The job user's uid and gid on the server's machine: every node uses those (made
     with them, or refusing to start where the name or the numbers are another's), so
     no queue name can be picked to get another queue's uid on some node."""
+    limits: JobLimitsConfig | None = None
+    """The server's job limits: a job user's launcher starts under their rlimits (each
+    within this node's hard limits) and, with `private_shm`, in namespaces with its own
+    /dev/shm and SysV IPC, as on the local executor; None: the defaults."""
 
     def user_here(self) -> JobUser | None:
         """The queue's job user on this node (made when missing), None: the actor's own."""
@@ -103,6 +111,10 @@ class NodeRunner:
             attempt_records(log_path.parent, user, log_path.name)
             full_env = launch_environment(os.environ, env, run_dir, user, job.allow)
         argv, workdir = as_job_user(user, command, cwd)  # never root's cwd
+        if user is not None:  # as a local attempt: rlimits, and its own /dev/shm and IPC
+            limits = (job.limits if job is not None else None) or JobLimitsConfig()
+            argv = with_rlimits(argv, job_rlimits(limits))
+            argv = [*(private_prefix() if limits.private_shm else []), *argv]
         self.run_dir = Path(job.run_dir) if job is not None else log_path.parents[2]
         self.part = f"{log_path.parent.name}.{log_path.stem}"
         entry = self.cgroups.enter(self.run_dir, self.part) if self.cgroups else None

@@ -58,6 +58,7 @@ def make_executor(config: ServerConfig, identity: JobIdentity | None = None) -> 
                 identity=identity,
                 job_users=job_users(config),
                 env_allow=tuple(config.job_env_allow),
+                limits=config.job_limits,
             )
         )
     from argosy.executors.local import LocalOptions

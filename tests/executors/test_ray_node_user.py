@@ -136,3 +136,34 @@ def test_a_workdir_swapped_for_a_link_does_not_lead_past_another_tenant_s_direct
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert runner.poll() == 126 and "weights" not in log.read_text(), log.read_text()
+
+
+LIMITS_REPORT = (
+    "import json, os, resource, sys; print(json.dumps({"
+    "'nofile': resource.getrlimit(resource.RLIMIT_NOFILE)[1],"
+    "'nproc': resource.getrlimit(resource.RLIMIT_NPROC)[1],"
+    "'sentinel': os.path.exists('/dev/shm/' + sys.argv[1])}), flush=True)"
+)
+
+
+def test_a_node_rank_of_a_job_user_starts_under_the_servers_limits(runs: Path) -> None:
+    """As a local attempt does: the server's rlimits (within the node's hard ones), and,
+    where namespaces can be had, a /dev/shm of its own (the host's files are not there)."""
+    from argosy.executors.limits import JobLimitsConfig, job_rlimits
+    from argosy.executors.private_shm import available
+
+    sentinel = f"argosy-node-{os.getpid()}-{time.monotonic_ns()}"
+    Path(f"/dev/shm/{sentinel}").write_text("the host's")
+    try:
+        limits = JobLimitsConfig(private_shm=True)
+        job = NodeJob(str(runs / "j-lim"), "team-ray", JobUsers(), limits=limits)
+        log = _run(
+            NodeRunner(), [sys.executable, "-c", LIMITS_REPORT, sentinel], runs / "j-lim", job
+        )
+    finally:
+        Path(f"/dev/shm/{sentinel}").unlink(missing_ok=True)
+    seen = json.loads(log.read_text().strip().splitlines()[-1])
+    want = job_rlimits(limits)
+    if shutil.which("prlimit"):
+        assert (seen["nofile"], seen["nproc"]) == (want.nofile, want.nproc)
+    assert seen["sentinel"] is not available()  # private: the host's file is not there
