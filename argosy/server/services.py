@@ -361,6 +361,7 @@ class Services:
                 rec["state"], changed = "yielding", True
                 what = f"replica {rec['index']} yields {rec['node']}: {YIELD_BY_STOP}"
                 self.store.add_event(row["id"], "yield", what)
+                self.lease.counts["yield"] += 1  # (`/metrics`: a transition, no sleep time)
         return changed
 
     def _take_back(self, key: str) -> bool:

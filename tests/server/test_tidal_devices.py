@@ -135,6 +135,7 @@ def test_where_a_sleeping_replica_cannot_lend_it_yields_by_stopping() -> None:
         assert admin.calls == []  # never asked to sleep or wake
         yields = [e["message"] for e in events if e["kind"] == "yield"]
         assert yields and all(YIELD_BY_STOP in m for m in yields)
+        assert ctl.lease.counts["yield"] == len(yields)
         assert max(sizes) == 3 and min(sizes) == 1  # it grew into the stopped replicas' nodes
         assert all(r["state"] == "ready" and r["restarts"] == 0 for r in replicas), replicas
         assert all(r["attempt"] >= 2 for r in replicas)  # each started afresh at a rise
