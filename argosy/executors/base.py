@@ -122,6 +122,11 @@ class Executor(Protocol):
         gone (the server then places it again at a later cycle)."""
         ...
 
+    def devices_of(self, job_id: str) -> str:
+        """Which devices the job's running attempt sees, as its environment names them
+        (`CUDA_VISIBLE_DEVICES=4,5,6,7`), or "" where the executor does not narrow them."""
+        ...
+
     def lend(self, job_id: str) -> None:
         """The attempt (an asleep replica) lets others take its devices meanwhile."""
         ...

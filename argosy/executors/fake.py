@@ -72,6 +72,9 @@ class FakeExecutor:
             n in self.busy or held.get(n, 0) + k > self._size(n, k) for n, k in nodes.items()
         )
 
+    def devices_of(self, job_id: str) -> str:
+        return ""
+
     def lend(self, job_id: str) -> None:
         if job_id in self.running:
             self.lent.add(job_id)

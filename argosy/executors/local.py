@@ -248,6 +248,9 @@ class LocalExecutor:
     def devices_busy(self, nodes: dict[str, int]) -> bool:
         return self.devices.busy(nodes)
 
+    def devices_of(self, job_id: str) -> str:
+        return self.devices.seen(job_id)
+
     def lend(self, job_id: str) -> None:
         self.devices.book.lend(job_id)
 

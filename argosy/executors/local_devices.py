@@ -69,6 +69,12 @@ class LocalDevices:
         (where / DEVICES_FILE).write_text(json.dumps({n: list(v) for n, v in held.items()}))
         return self._environment(held)
 
+    def seen(self, holder: str) -> str:
+        """What `holder` sees, as its environment says it (`CUDA_VISIBLE_DEVICES=0,1`);
+        "" when it holds no indices."""
+        env = self._environment(self.book.held(holder))
+        return " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+
     def busy(self, wanted: Mapping[str, int]) -> bool:
         """Whether a new attempt on `wanted` would find fewer free devices than it asks
         for (an attempt stopped to make room for it still holds them until it is gone)."""

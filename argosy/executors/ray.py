@@ -216,6 +216,9 @@ class RayExecutor(GangVerdicts):
     def devices_busy(self, nodes: dict[str, int]) -> bool:
         return False  # Ray places each rank on GPUs it holds for it alone (and waits)
 
+    def devices_of(self, job_id: str) -> str:
+        return ""  # Ray narrows each actor's GPUs itself, on its node
+
     def lend(self, job_id: str) -> None:
         return None  # never asked: `lends_sleeping` is False
 

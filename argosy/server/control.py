@@ -442,7 +442,9 @@ class Control(ResizeControl, NodeControl):
         values: dict[str, Any] = {"state": "running"}
         if row["started_at"] is None:
             values["started_at"] = self.clock.now_s()
-        self.store.update_job(job_id, values, event=("running", f"attempt {attempt} started"))
+        seen = self.executor.devices_of(job_id)
+        started = f"attempt {attempt} started" + (f" ({seen})" if seen else "")
+        self.store.update_job(job_id, values, event=("running", started))
 
     def _request(self, job_id: str, attempt: int, spec: JobSpec, p: Placement) -> LaunchRequest:
         env = {"ARGOSY_SERVER_ATTEMPT": str(attempt)}

@@ -241,6 +241,8 @@ class Services:
         self._unproven.pop(key, None)
         self._stop_reasons.pop(key, None)
         where = f"{rec['node']} port {port}"
+        if seen := self.executor.devices_of(key):
+            where += f" ({seen})"
         self.store.add_event(service_id, "replica_started", f"replica {rec['index']} on {where}")
 
     def _replica_env(self, service_id: str, spec: ServiceSpec) -> dict[str, str]:

@@ -62,6 +62,7 @@ def test_two_jobs_on_one_gpu_host_see_disjoint_devices(
     executor.start(showing(tmp_path, "j2", 3, 30))
     assert seen(tmp_path, "j1") == "0,1,2,3"
     assert seen(tmp_path, "j2") == "4,5,6"
+    assert executor.devices_of("j2") == "CUDA_VISIBLE_DEVICES=4,5,6"  # what events show
     assert not executor.devices_busy({node.name: 1})
     assert executor.devices_busy({node.name: 2})
     with pytest.raises(DevicesBusyError, match="2 device"):
@@ -70,6 +71,7 @@ def test_two_jobs_on_one_gpu_host_see_disjoint_devices(
     executor.stop("j2")
     _wait_ended(executor, 2)
     assert not executor.devices_busy({node.name: 8})  # ends give the devices back
+    assert executor.devices_of("j1") == ""
 
 
 def test_a_restarted_server_keeps_who_holds_which_device(

@@ -302,3 +302,16 @@ def test_a_job_waits_for_the_devices_of_the_job_preempted_for_it(tmp_path: Path)
     assert loop.state(high) == "running" and loop.state(low) == "pending"
     assert fake.started == [(low, 1), (high, 1)]
     loop.consistent()
+
+
+class ShowsDevices(FakeExecutor):
+    def devices_of(self, job_id: str) -> str:
+        return "CUDA_VISIBLE_DEVICES=3" if job_id in self.running else ""
+
+
+def test_an_attempt_s_start_event_names_the_devices_it_sees(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, [], ShowsDevices([NodeInfo("n0", "h100-sxm", 4)]))
+    job_id = loop.submit(spec(chips=["h100-sxm"]))
+    loop.step()
+    events = loop.store.list_events(job_id=job_id, limit=10)[0]
+    assert "attempt 1 started (CUDA_VISIBLE_DEVICES=3)" in [e["message"] for e in events]
