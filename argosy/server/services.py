@@ -66,6 +66,10 @@ UNPROVEN_GRACE_S = 30.0
 """Seconds a starting replica's port may answer without the replica's proof before the
 replica is stopped (its process cannot hold the port: another one does)."""
 DEVICE_TAKEN = "its device was taken by another attempt while it slept; it starts afresh"
+MOVED = "placed on another node while it slept (its process keeps its own device); it starts there"
+TAKEN_GRACE_S = 90.0
+"""How long an asleep replica placed again waits for its device (training ranks stopping
+for a resize hold it until they exit: `tidal.RESIZE_GRACE_S`) before it starts afresh."""
 YIELD_BY_STOP = "stopped to lend its device (this executor cannot lend a sleeping replica's)"
 
 
@@ -105,6 +109,7 @@ class Services:
         self._failures: dict[str, int] = {}
         self._unproven: dict[str, float] = {}  # replica key -> first answer without proof
         self._stop_reasons: dict[str, str] = {}  # replica key -> why we stopped it
+        self._taken_since: dict[str, float] = {}  # asleep replica key -> first refused take-back
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="probe")
         self._last_probe_s = 0.0
 
@@ -272,7 +277,7 @@ class Services:
             return
         if e.lost_node_ranks or rec.get("node") in self.scheduling.out_of_service:
             message += "; its node is out of service"  # not the replica's failure
-        elif stopped_why not in (DEVICE_TAKEN, YIELD_BY_STOP):  # (nor are these its failures)
+        elif stopped_why not in (DEVICE_TAKEN, MOVED, YIELD_BY_STOP):  # (nor are these its)
             rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
         counts = before_ready and (e.exit_code or stopped_why)
@@ -366,13 +371,29 @@ class Services:
                 self.lease.counts["yield"] += 1  # (`/metrics`: a transition, no sleep time)
         return changed
 
-    def _take_back(self, key: str) -> bool:
-        """Whether an asleep replica has its device back; if another attempt took it
-        meanwhile the replica is stopped, to start afresh on a free one."""
+    def _take_back(self, key: str, node: str) -> bool:
+        """Whether an asleep replica placed again on `node` may wake: its process sleeps
+        on its own node's device, which it must have back. Placed on another node, it
+        starts afresh there; its device held by another attempt past `TAKEN_GRACE_S`
+        (not ranks that stop for a resize: they are gone sooner), afresh on a free one."""
+        service_id, _, index = key.rpartition(".r")
+        rec = next(r for r in self.active[service_id]["replicas"] if r["index"] == int(index))
+        if rec.get("node") != node:
+            return self._afresh(key, MOVED)
         if self.executor.take_back(key):
+            self._taken_since.pop(key, None)
             return True
+        since = self._taken_since.setdefault(key, time.monotonic())
+        if time.monotonic() - since >= TAKEN_GRACE_S:
+            self._afresh(key, DEVICE_TAKEN)
+        return False
+
+    def _afresh(self, key: str, why: str) -> bool:
+        """Stop an asleep replica so that it starts afresh (its exit restarts it where it
+        is placed, not counted as a restart); False: it does not wake."""
+        self._taken_since.pop(key, None)
         if key not in self._stop_reasons:
-            self._stop_reasons[key] = DEVICE_TAKEN
+            self._stop_reasons[key] = why
             self.executor.stop(key)
         return False
 

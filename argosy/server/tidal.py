@@ -172,11 +172,11 @@ class Lease:
 
     # ---- replicas ---------------------------------------------------------------------
     def reconcile(
-        self, row: Row, wanted: list[str], model: str, take_back: Callable[[str], bool]
+        self, row: Row, wanted: list[str], model: str, take_back: Callable[[str, str], bool]
     ) -> bool:
         """Yield the replicas of a tidal service beyond the scheduler's `wanted` nodes and
         wake the asleep ones it placed again once they have their device back
-        (`take_back(key)`: False while another attempt, training ranks that still stop
+        (`take_back(key, node)`: False while another attempt, training ranks that still stop
         included, holds it); returns whether a record changed."""
         changed = False
         for rec in row["replicas"]:
@@ -188,7 +188,7 @@ class Lease:
                 changed = True
             elif rec["index"] < len(wanted) and rec["state"] == "asleep":
                 node = wanted[rec["index"]]
-                if not take_back(key):
+                if not take_back(key, node):
                     continue  # its device is still another's
                 rec["node"] = node
                 self._call(key, "reclaim", row, rec, model)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from test_tidal_properties import (
     PERIOD_S,
     FakeAdmin,
@@ -20,12 +21,14 @@ from test_tidal_properties import (
 from argosy.core.clock import FakeClock
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
+from argosy.server import services
 from argosy.server.service_spec import ServiceSpec, TidalSpec
 from argosy.server.services import DEVICE_TAKEN, YIELD_BY_STOP, replica_key
 from argosy.server.spec import ElasticSpec, JobSpec
 
 
-def test_a_replica_whose_device_was_taken_starts_afresh() -> None:
+def test_a_replica_whose_device_was_taken_starts_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(services, "TAKEN_GRACE_S", 0.0)  # (it waits for stopping ranks first)
     with tempfile.TemporaryDirectory() as tmp:
         fake = FakeExecutor([NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)])
         clock, admin = FakeClock(0.0), FakeAdmin()

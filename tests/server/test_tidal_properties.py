@@ -166,6 +166,18 @@ def _awake_enough(ctl: Control, s: dict[str, Any], t: float) -> None:
         "crashes": set(),
     }
 )
+@example(  # a replica dies asleep; the other is placed again on its node, not its own
+    s={
+        "replicas": 2,
+        "min_replicas": 0,
+        "levels": [1.0, 0.0, 0.0, 0.0, 0.5],
+        "lead_s": 0.0,
+        "nodes": 5,
+        "job_min": 2,
+        "job_max": 5,
+        "crashes": {3},
+    }
+)
 def test_lease_keeps_its_invariants_over_random_days(s: dict[str, Any]) -> None:
     note(repr(s))
     with tempfile.TemporaryDirectory() as tmp:
