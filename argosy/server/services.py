@@ -55,6 +55,7 @@ from argosy.server.scheduling import Scheduling
 from argosy.server.service_spec import ServiceSpec
 from argosy.server.store import SYSTEM_ACTOR, Row, Store
 from argosy.server.tidal import HOLDING, Lease
+from argosy.server.tidal_replicas import STOPS_NOT_COUNTED, TidalReplicas, replica_key
 from argosy.server.views import public_launcher_error
 from argosy.serving.admin import PROOF_KEY_ENV
 from argosy.serving.api_key import ENV_API_KEY
@@ -65,25 +66,14 @@ UNHEALTHY_AFTER = 3
 UNPROVEN_GRACE_S = 30.0
 """Seconds a starting replica's port may answer without the replica's proof before the
 replica is stopped (its process cannot hold the port: another one does)."""
-DEVICE_TAKEN = "its device was taken by another attempt while it slept; it starts afresh"
-MOVED = "placed on another node while it slept (its process keeps its own device); it starts there"
-TAKEN_GRACE_S = 90.0
-"""How long an asleep replica placed again waits for its device (training ranks stopping
-for a resize hold it until they exit: `tidal.RESIZE_GRACE_S`) before it starts afresh."""
-YIELD_BY_STOP = "stopped to lend its device (this executor cannot lend a sleeping replica's)"
-
-
-def replica_key(service_id: str, index: int) -> str:
-    """The executor's name for one replica (its 'job id')."""
-    return f"{service_id}.r{index}"
 
 
 def is_replica(key: str) -> bool:
     return key.startswith("s") and ".r" in key
 
 
-class Services:
-    """The services part of the control loop."""
+class Services(TidalReplicas):
+    """The services part of the control loop (its tidal part: `TidalReplicas`)."""
 
     def __init__(
         self,
@@ -260,11 +250,10 @@ class Services:
 
     # ---- exits and probes ------------------------------------------------------------
     def apply_exit(self, e: AttemptExit) -> None:
-        service_id, _, index = e.job_id.rpartition(".r")
-        row = self.active.get(service_id)
-        rec = next((r for r in row["replicas"] if r["index"] == int(index)), None) if row else None
+        row, rec = self._replica(e.job_id)
         if row is None or rec is None or rec["attempt"] != e.attempt:
             return
+        service_id = row["id"]
         before_ready = rec["state"] == "starting"
         rec["state"] = "exited"
         stopped_why = self._stop_reasons.pop(e.job_id, "")
@@ -277,7 +266,7 @@ class Services:
             return
         if e.lost_node_ranks or rec.get("node") in self.scheduling.out_of_service:
             message += "; its node is out of service"  # not the replica's failure
-        elif stopped_why not in (DEVICE_TAKEN, MOVED, YIELD_BY_STOP):  # (nor are these its)
+        elif stopped_why not in STOPS_NOT_COUNTED:
             rec["restarts"] += 1
         spec = ServiceSpec.model_validate(row["spec"])
         counts = before_ready and (e.exit_code or stopped_why)
@@ -334,69 +323,6 @@ class Services:
     def proof_key(self, service_id: str) -> bytes:
         return replica_proof_key(self.lease.secret, service_id)
 
-    def _reconcile_tidal(self) -> None:
-        for service_id, row in list(self.active.items()):
-            if row["stop_requested"]:
-                continue
-            if not row["spec"].get("tidal"):
-                if any(r.get("waiting") for r in row["replicas"]):
-                    self.placed(service_id)  # its device was held by a yielding replica
-                continue
-            wanted = self.scheduling.replica_nodes(service_id)
-            if not self.executor.lends_sleeping and self._yield_by_stop(row, len(wanted)):
-                self._save(row)
-            if _missing(row, len(wanted)):
-                self.placed(service_id)  # a replica to start once its node is free
-            for r in row["replicas"]:
-                if r["state"] == "asleep":  # its device is lent (said again after a restart)
-                    self.executor.lend(replica_key(service_id, r["index"]))
-            if _needs_lease(row, len(wanted)) and self.lease.reconcile(
-                row, wanted, row["spec"]["model"], self._take_back
-            ):
-                self._save(row)
-
-    def _yield_by_stop(self, row: Row, wanted: int) -> bool:
-        """Where the executor cannot lend a sleeping replica's device, a replica the
-        scheduler dropped yields by stopping (yielding: it holds its device until it is
-        gone), and is started afresh when placed again; whether a record changed."""
-        changed = False
-        for rec in row["replicas"]:
-            if rec["index"] >= wanted and rec["state"] == "ready":
-                key = replica_key(row["id"], rec["index"])
-                self._stop_reasons[key] = YIELD_BY_STOP
-                self.executor.stop(key)
-                rec["state"], changed = "yielding", True
-                what = f"replica {rec['index']} yields {rec['node']}: {YIELD_BY_STOP}"
-                self.store.add_event(row["id"], "yield", what)
-                self.lease.counts["yield"] += 1  # (`/metrics`: a transition, no sleep time)
-        return changed
-
-    def _take_back(self, key: str, node: str) -> bool:
-        """Whether an asleep replica placed again on `node` may wake: its process sleeps
-        on its own node's device, which it must have back. Placed on another node, it
-        starts afresh there; its device held by another attempt past `TAKEN_GRACE_S`
-        (not ranks that stop for a resize: they are gone sooner), afresh on a free one."""
-        service_id, _, index = key.rpartition(".r")
-        rec = next(r for r in self.active[service_id]["replicas"] if r["index"] == int(index))
-        if rec.get("node") != node:
-            return self._afresh(key, MOVED)
-        if self.executor.take_back(key):
-            self._taken_since.pop(key, None)
-            return True
-        since = self._taken_since.setdefault(key, time.monotonic())
-        if time.monotonic() - since >= TAKEN_GRACE_S:
-            self._afresh(key, DEVICE_TAKEN)
-        return False
-
-    def _afresh(self, key: str, why: str) -> bool:
-        """Stop an asleep replica so that it starts afresh (its exit restarts it where it
-        is placed, not counted as a restart); False: it does not wake."""
-        self._taken_since.pop(key, None)
-        if key not in self._stop_reasons:
-            self._stop_reasons[key] = why
-            self.executor.stop(key)
-        return False
-
     def _in_service(self, service_id: str, index: int, node: str) -> str:
         """The node replica `index` (not running) starts on: its slot's, or, that node
         being out of service (cordoned, lost), a device the scheduler moves it to."""
@@ -408,16 +334,12 @@ class Services:
         """Devices a replica may start on now, per node the scheduler placed replicas on:
         what it counts free there plus its replica slots, less the replicas (of any
         service) that hold a device there now (a yielding replica holds one the scheduler
-        has given out again until it is asleep); 0 where the executor has no device free
-        there yet (training ranks that stop for a resize or a preemption hold theirs
-        until they are gone)."""
+        has given out again until it is asleep). Where the executor has no device free
+        there yet (ranks that stop for a resize or a preemption hold theirs until they are
+        gone), `_start` leaves the replica waiting."""
         slots = self._slots()
         held = self._holding_less_slots(slots)
-        room = {n: self.scheduling.free_on(n) - held[n] for n in slots}
-        for node, k in room.items():
-            if k > 0 and self.executor.devices_busy({node: 1}):
-                room[node] = 0
-        return room
+        return {n: self.scheduling.free_on(n) - held[n] for n in slots}
 
     def held_beyond_slots(self) -> dict[str, int]:
         """Per node, replicas that hold a device there (starting, ready, yielding or
@@ -452,11 +374,10 @@ class Services:
         return ""
 
     def _apply_probe(self, key: str, result: bool | str) -> None:
-        service_id, _, index = key.rpartition(".r")
-        row = self.active.get(service_id)
-        if row is None or row["stop_requested"]:
+        row, rec = self._replica(key)
+        if row is None or rec is None or row["stop_requested"]:
             return
-        rec = next(r for r in row["replicas"] if r["index"] == int(index))
+        service_id, index = row["id"], rec["index"]
         outcome = result if isinstance(result, str) else PROVEN if result else DOWN
         if outcome == UNPROVEN and rec["state"] == "starting":
             self._unproven_answer(row, rec, key)
@@ -578,26 +499,6 @@ def _fails_again(rec: dict[str, Any], error: str) -> bool:
     repeated = bool(error) and rec.get("last_error") == error
     rec["last_error"] = error
     return repeated
-
-
-def _missing(row: Row, wanted: int) -> bool:
-    """A replica the scheduler placed has no record yet, waits for its node, or exited
-    while it was not wanted (its device lent) and is wanted again."""
-    records = {r["index"]: r for r in row["replicas"]}
-    return any(
-        i not in records
-        or records[i].get("waiting")
-        or (records[i]["state"] == "exited" and records[i].get("lent_out"))
-        for i in range(wanted)
-    )
-
-
-def _needs_lease(row: Row, wanted: int) -> bool:
-    return any(
-        (r["index"] >= wanted and r["state"] == "ready")
-        or (r["index"] < wanted and r["state"] == "asleep")
-        for r in row["replicas"]
-    )
 
 
 def _state_of(row: Row, wanted: int) -> str:

@@ -222,7 +222,7 @@ class Lease:
                 continue
             del self.calls[key]
             row = rows.get(call.service_id)
-            rec = _record(row, call.index)
+            rec = replica_record(row, call.index)
             if row is None or rec is None:
                 continue
             changed.add(call.service_id)
@@ -347,7 +347,8 @@ class Lease:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _record(row: Row | None, index: int) -> dict[str, Any] | None:
+def replica_record(row: Row | None, index: int) -> dict[str, Any] | None:
+    """The record of replica `index` in a service row (None: no row, or no such replica)."""
     if row is None:
         return None
     return next((r for r in row["replicas"] if r["index"] == index), None)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from test_tidal_properties import (
     PERIOD_S,
+    TWO_TROUGHS,
     FakeAdmin,
     _awake_enough,
     _control,
@@ -21,14 +22,14 @@ from test_tidal_properties import (
 from argosy.core.clock import FakeClock
 from argosy.executors.base import NodeInfo
 from argosy.executors.fake import FakeExecutor
-from argosy.server import services
+from argosy.server import tidal_replicas
 from argosy.server.service_spec import ServiceSpec, TidalSpec
-from argosy.server.services import DEVICE_TAKEN, YIELD_BY_STOP, replica_key
 from argosy.server.spec import ElasticSpec, JobSpec
+from argosy.server.tidal_replicas import DEVICE_TAKEN, YIELD_BY_STOP, replica_key
 
 
 def test_a_replica_whose_device_was_taken_starts_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services, "TAKEN_GRACE_S", 0.0)  # (it waits for stopping ranks first)
+    monkeypatch.setattr(tidal_replicas, "TAKEN_GRACE_S", 0.0)  # (it waits for stopping ranks first)
     with tempfile.TemporaryDirectory() as tmp:
         fake = FakeExecutor([NodeInfo("n0", "cpu", 1), NodeInfo("n1", "cpu", 1)])
         clock, admin = FakeClock(0.0), FakeAdmin()
@@ -102,16 +103,7 @@ def test_where_a_sleeping_replica_cannot_lend_it_yields_by_stopping() -> None:
     trough (holding its device until gone), the elastic job grows into what it freed, and
     at the rise it is started afresh; the lease's invariants hold at every step, and the
     stops count as neither failures nor restarts."""
-    s = {
-        "replicas": 2,
-        "min_replicas": 0,
-        "levels": [1.0, 0.0, 0.0, 0.0, 1.0, 1.0],
-        "lead_s": 20.0,
-        "nodes": 3,
-        "job_min": 1,
-        "job_max": 3,
-        "crashes": set(),
-    }
+    s = TWO_TROUGHS
     with tempfile.TemporaryDirectory() as tmp:
         fake = KeepsSleepersDevices([NodeInfo(f"n{i}", "cpu", 1) for i in range(3)])
         clock, admin = FakeClock(0.0), FakeAdmin()
