@@ -28,8 +28,6 @@ class FakeExecutor:
         self.running: dict[str, LaunchRequest] = {}
         self.started: list[tuple[str, int]] = []
         self._exits: list[AttemptExit] = []
-        self.busy: set[str] = set()
-        """Nodes a test says are full (held by something outside the fake's attempts)."""
         self.lent: set[str] = set()
         self.taken: set[str] = set()
         """Lenders whose devices a test says were taken meanwhile."""
@@ -66,11 +64,9 @@ class FakeExecutor:
 
     def devices_busy(self, nodes: dict[str, int]) -> bool:
         """As the local executor counts: running attempts (lenders not) hold their
-        devices until `finish`; `busy` nodes are full whatever they hold."""
+        devices until `finish`."""
         held = self._held(but="")
-        return any(
-            n in self.busy or held.get(n, 0) + k > self._size(n, k) for n, k in nodes.items()
-        )
+        return any(held.get(n, 0) + k > self._size(n, k) for n, k in nodes.items())
 
     def devices_of(self, job_id: str) -> str:
         return ""

@@ -202,7 +202,6 @@ class LocalExecutor:
         self._swept_s = time.monotonic()
         self.rlimits = job_rlimits(self.options.limits)
         self._host = HostSize.here()
-        self._host_devices: int | None = None
         if self.cgroups is not None:
             self._set_up_limits(self.cgroups)
         identity = self.options.identity
@@ -237,9 +236,8 @@ class LocalExecutor:
         """The attempt's cgroup limits: its devices' share of this machine."""
         if self.cgroups is None or not self.cgroups.controllers:
             return None
-        if self._host_devices is None:  # (a fixed inventory: read once)
-            self._host_devices = sum(n.devices for n in self.inventory())
-        share = share_of(sum(request.nodes.values()) or 1, self._host_devices)
+        host_devices = sum(n.devices for n in self.inventory())  # (discovery read once)
+        share = share_of(sum(request.nodes.values()) or 1, host_devices)
         return part_limits(share, self._host, self.options.limits).files()
 
     def inventory(self) -> list[NodeInfo]:

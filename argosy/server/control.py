@@ -375,7 +375,7 @@ class Control(ResizeControl, NodeControl):
         if d.action == "start":
             if not self.scheduling.is_running(job_id):
                 return  # stopped again later in the same cycle: it is pending there
-            if self._on_replica_device(job_id) or self._devices_busy(job_id):
+            if self._devices_still_held(job_id):
                 self.scheduling.requeue(job_id)  # placed again once they are free
                 self.poke()
                 return
@@ -396,17 +396,14 @@ class Control(ResizeControl, NodeControl):
         else:
             self.store.add_event(job_id, d.action, d.reason or "scheduler decision")
 
-    def _on_replica_device(self, job_id: str) -> bool:
-        """Whether the job was placed on a device a replica still holds: a tidal
-        service's shrink gives it out at once, its replica holds it until it is asleep."""
+    def _devices_still_held(self, job_id: str) -> bool:
+        """Whether the job was placed on devices still held: by a replica until it is
+        asleep (a tidal service's shrink gives its device out at once), or, by the
+        executor's count, by an attempt stopped for it (a preemption checkpoints first)."""
         held = self.services.held_beyond_slots()
         nodes = self.scheduling.placement(job_id).nodes
-        return any(self.scheduling.free_on(n) < held.get(n, 0) for n in nodes)
-
-    def _devices_busy(self, job_id: str) -> bool:
-        """Whether the executor still sees the job's devices held: the attempt the
-        scheduler stopped to make room for it (a preemption) checkpoints before it exits."""
-        return self.executor.devices_busy(self.scheduling.placement(job_id).nodes)
+        on_replica = any(self.scheduling.free_on(n) < held.get(n, 0) for n in nodes)
+        return on_replica or self.executor.devices_busy(nodes)
 
     def _ended(self, job_id: str) -> bool:
         row = self.store.get_job(job_id)
