@@ -176,31 +176,6 @@ def test_a_user_is_due_after_the_grace_period_since_its_last_attempt_and_never_w
     assert removal.due(busy=set()) == []
 
 
-def _passwd(name: str, uid: int) -> pwd.struct_passwd:
-    return pwd.struct_passwd((name, "x", uid, uid, JOB_USER_COMMENT, "/", "/bin/sh"))
-
-
-def test_a_starting_server_counts_its_job_users_idle_from_then() -> None:
-    """What the last server knew of idle users died with it: the next one counts its own
-    job users (not another base's, not accounts it did not make) idle from its start."""
-    clock = FakeClock()
-    accounts = [
-        _passwd("argosy-job-a", 20031),
-        _passwd("argosy-job-b", 20032),
-        _passwd("argosy-job", 20033),
-        _passwd("other-base-a", 20034),  # another server's users
-        _passwd("argosy-job-c", 20099),  # not made by the server (its comment differs)
-    ]
-    identity = JobIdentity("argosy-job")
-    removal = LeftoverRemoval(
-        grace_s=60, clock=clock, is_cleanable=lambda uid: uid != 20099, accounts=lambda: accounts
-    )
-    removal.idle_from_now(identity.names)
-    clock.now_s += 60
-    assert sorted(removal.due(busy={20032})) == [20031, 20033]  # b's adopted attempt runs
-    assert not JobIdentity(None).names("argosy-job-a")
-
-
 class Scripted(LeftoverRemoval):
     """A removal that runs `script` (as this user) instead of the real one."""
 
@@ -617,20 +592,3 @@ def _poll_until(executor: object, done: Callable[[], bool], timeout_s: float = 6
         assert time.monotonic() < deadline, "not done in time"
         executor.poll()  # type: ignore[attr-defined]  # an executor
         time.sleep(0.05)
-
-
-def test_a_local_executor_with_job_users_counts_them_idle_at_its_start() -> None:
-    from argosy.executors.local import LocalExecutor, LocalOptions
-
-    class Spy(LeftoverRemoval):
-        asked: list[bool] = []
-
-        def idle_from_now(self, mine: Callable[[str], bool]) -> None:
-            self.asked.append(mine("argosy-zz-q") and not mine("argosy-yy-q"))
-
-    identity = JobIdentity("argosy-zz")
-    LocalExecutor(LocalOptions(identity=identity), leftovers=Spy()).close()
-    LocalExecutor(LocalOptions(identity=JobIdentity(None)), leftovers=Spy()).close()
-    off = JobLimitsConfig(remove_leftovers=False)
-    LocalExecutor(LocalOptions(identity=identity, limits=off), leftovers=Spy()).close()
-    assert Spy.asked == [True]  # once: job users, with their removal on

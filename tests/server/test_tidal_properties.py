@@ -34,6 +34,17 @@ from argosy.server.store import Store
 from argosy.server.tidal import HOLDING
 
 PERIOD_S = 120.0
+TWO_TROUGHS: dict[str, Any] = {
+    "replicas": 2,
+    "min_replicas": 0,
+    "levels": [1.0, 0.0, 0.0, 0.0, 1.0, 1.0],
+    "lead_s": 20.0,
+    "nodes": 3,
+    "job_min": 1,
+    "job_max": 3,
+    "crashes": set(),
+}
+"""Two troughs a period: yield, grow, shrink, reclaim, twice."""
 TICKS_PER_STEP = 3
 
 
@@ -154,18 +165,7 @@ def _awake_enough(ctl: Control, s: dict[str, Any], t: float) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(s=scenarios())
-@example(  # two troughs a period: yield, grow, shrink, reclaim, twice
-    s={
-        "replicas": 2,
-        "min_replicas": 0,
-        "levels": [1.0, 0.0, 0.0, 0.0, 1.0, 1.0],
-        "lead_s": 20.0,
-        "nodes": 3,
-        "job_min": 1,
-        "job_max": 3,
-        "crashes": set(),
-    }
-)
+@example(s=TWO_TROUGHS)
 @example(  # a replica dies asleep; the other is placed again on its node, not its own
     s={
         "replicas": 2,
